@@ -1,0 +1,270 @@
+//! The backend contract: device buffers behind opaque handles and the model's op set.
+//!
+//! The executor (`crate::exec`) records a whole prefill or decode step as a sequence of op calls on
+//! a `&dyn Backend`; it never touches tensor bytes. A backend may execute each op immediately (cpu)
+//! or enqueue it and submit at `sync`/`read_*` (GPU backends). The only host reads in the token loop
+//! are `read_u32` of the sampled token (or `read_f32` of logits when the caller asks for them).
+//!
+//! Shapes are written row-major, outermost first, the PyTorch way: a ggml tensor with
+//! `ne = {ne0, ne1, ne2}` has `shape = [ne2, ne1, ne0]`. A weight matrix `[out, in]` holds `out`
+//! rows of `in` contiguous values (quant blocks run along the row); `matmul` computes
+//! `y[t][o] = dot(W[o], x[t])`.
+
+pub mod cpu;
+
+use std::any::Any;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::gguf::{GgmlType, TensorBytes};
+
+/// Element type of a device tensor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DType {
+    /// Activations, states, caches, norm weights.
+    F32,
+    /// Token ids, expert ids.
+    U32,
+    /// A weight kept in its GGUF block format (F16, BF16, Q8_0, Q4_K, ...). Read only by `matmul`,
+    /// `embed` and `moe_experts`, which dequantize in-kernel.
+    Ggml(GgmlType),
+}
+
+/// A backend's buffer. Backends downcast through `as_any` to their own buffer type.
+pub trait DeviceBuffer: Any + Send + Sync {
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// An opaque device tensor: a shared handle to a backend buffer plus its type and shape.
+/// Cloning is cheap (the buffer is shared, not copied).
+#[derive(Clone)]
+pub struct Tensor {
+    pub buf: Arc<dyn DeviceBuffer>,
+    pub dtype: DType,
+    pub shape: Vec<usize>,
+}
+
+impl Tensor {
+    pub fn numel(&self) -> usize {
+        self.shape.iter().product()
+    }
+    /// Size of the last dimension (row length).
+    pub fn cols(&self) -> usize {
+        self.shape.last().copied().unwrap_or(1)
+    }
+    /// Product of all but the last dimension.
+    pub fn rows(&self) -> usize {
+        let n = self.shape.len();
+        if n == 0 {
+            1
+        } else {
+            self.shape[..n - 1].iter().product()
+        }
+    }
+    pub fn same_buffer(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.buf, &other.buf)
+    }
+}
+
+impl std::fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tensor({:?}, {:?})", self.dtype, self.shape)
+    }
+}
+
+/// A weight as read from a GGUF file, ready to upload (zero-copy view of the mapped file).
+#[derive(Clone)]
+pub struct WeightData {
+    pub name: String,
+    pub ggml_type: GgmlType,
+    /// Row-major shape, outermost first (ggml `ne` reversed).
+    pub shape: Vec<usize>,
+    pub bytes: TensorBytes,
+}
+
+/// Geometry of a Gated DeltaNet layer (spec/MODEL.md §2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GdnDims {
+    /// Key heads `Hk`.
+    pub hk: usize,
+    /// Value heads `Hv` (multiple of `hk`; value head `j` uses key head `j % hk`).
+    pub hv: usize,
+    /// Key head dim `dk`.
+    pub dk: usize,
+    /// Value head dim `dv`.
+    pub dv: usize,
+}
+
+impl GdnDims {
+    pub fn key_dim(&self) -> usize {
+        self.hk * self.dk
+    }
+    pub fn value_dim(&self) -> usize {
+        self.hv * self.dv
+    }
+    /// Channels of the causal conv: `[q | k | v]`.
+    pub fn conv_dim(&self) -> usize {
+        2 * self.key_dim() + self.value_dim()
+    }
+}
+
+/// Geometry of a gated full-attention layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttnDims {
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+}
+
+/// The op set. Every op checks dtypes and shapes and returns `Error::Backend` on a mismatch.
+/// Output tensors are preallocated by the caller and must not alias inputs unless the op says
+/// it works in place. All arithmetic is f32 unless a backend documents otherwise.
+pub trait Backend: Send + Sync {
+    /// Short name used by `--backend` (`cpu`, `wgpu`, `cuda`).
+    fn name(&self) -> &'static str;
+    /// Human-readable device name (CPU model, GPU name).
+    fn device_name(&self) -> String;
+    /// Driver / runtime description for benchmarks.
+    fn driver_info(&self) -> String {
+        String::new()
+    }
+
+    // ---- memory ----
+    /// A zero-filled tensor of `dtype` F32 or U32.
+    fn alloc(&self, dtype: DType, shape: &[usize]) -> Result<Tensor>;
+    fn upload_f32(&self, data: &[f32], shape: &[usize]) -> Result<Tensor>;
+    fn upload_u32(&self, data: &[u32], shape: &[usize]) -> Result<Tensor>;
+    /// Upload a weight in its block format (`DType::Ggml`); kernels dequantize it.
+    fn upload_weight(&self, w: &WeightData) -> Result<Tensor>;
+    /// Overwrite an existing U32 tensor (token ids) from the host.
+    fn write_u32(&self, t: &Tensor, data: &[u32]) -> Result<()>;
+    fn read_f32(&self, t: &Tensor) -> Result<Vec<f32>>;
+    fn read_u32(&self, t: &Tensor) -> Result<Vec<u32>>;
+    /// Fill an F32/U32 tensor with zeros.
+    fn zero(&self, t: &Tensor) -> Result<()>;
+    /// Copy all of `src` into `dst` (same dtype and element count).
+    fn copy(&self, src: &Tensor, dst: &Tensor) -> Result<()>;
+    /// Copy `n` rows of 2-D F32 tensors: `dst[dst_row + i] = src[src_row + i]` (same row length).
+    fn copy_rows(&self, src: &Tensor, src_row: usize, dst: &Tensor, dst_row: usize, n: usize) -> Result<()>;
+    /// Submit everything enqueued and wait for it.
+    fn sync(&self) -> Result<()>;
+
+    // ---- ops ----
+    /// `out[t] = dequant(table[ids[t]])`; table `[vocab, d]` (any weight type), ids U32 `[T]`, out `[T, d]`.
+    fn embed(&self, table: &Tensor, ids: &Tensor, out: &Tensor) -> Result<()>;
+    /// `out[t][o] = dot(W[o], x[t])`; W `[n_out, n_in]` (any weight type or F32), x `[T, n_in]`, out `[T, n_out]`.
+    fn matmul(&self, w: &Tensor, x: &Tensor, out: &Tensor) -> Result<()>;
+    /// RMSNorm over groups of `w.len()` consecutive values: `x / sqrt(mean(x^2) + eps) * w`.
+    /// `x.numel()` must be a multiple of `w.numel()` (per-head norms pass `[T, H*D]` with `w` `[D]`).
+    fn rms_norm(&self, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()>;
+    /// `acc += x` elementwise (in place).
+    fn add_assign(&self, acc: &Tensor, x: &Tensor) -> Result<()>;
+    /// `out = silu(gate) * up`.
+    fn swiglu(&self, gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<()>;
+    /// `x *= sigmoid(gate)` elementwise (in place).
+    fn sigmoid_mul_assign(&self, x: &Tensor, gate: &Tensor) -> Result<()>;
+    /// `acc[t] += sigmoid(gate_logit[t]) * x[t]`; acc, x `[T, d]`, gate_logit `[T, 1]`.
+    fn sigmoid_scale_add(&self, acc: &Tensor, x: &Tensor, gate_logit: &Tensor) -> Result<()>;
+
+    /// Causal depthwise conv1d + SiLU over T tokens, continuing from and updating the rolling state.
+    /// x `[T, C]` raw projections; w `[C, K]` F32 (tap K-1 multiplies the newest token);
+    /// state `[K-1, C]` (oldest first) holds the raw inputs of the previous K-1 tokens; out `[T, C]`.
+    fn conv1d_causal_silu(&self, x: &Tensor, w: &Tensor, state: &Tensor, out: &Tensor) -> Result<()>;
+    /// Per-head delta-rule scalars: `beta = sigmoid(b)`, `g = ssm_a * softplus(a + dt_bias)`.
+    /// a, b `[T, Hv]`; ssm_a, dt_bias `[Hv]`; g_out, beta_out `[T, Hv]`.
+    fn gdn_gates(
+        &self,
+        a: &Tensor,
+        b: &Tensor,
+        ssm_a: &Tensor,
+        dt_bias: &Tensor,
+        g_out: &Tensor,
+        beta_out: &Tensor,
+    ) -> Result<()>;
+    /// In place on the conv output `u` `[T, conv_dim]`: L2-normalise every q and k head
+    /// (`x / sqrt(sum(x^2) + eps)`) and scale q by `1/sqrt(dk)`. v is left unchanged.
+    fn l2_norm_qk(&self, u: &Tensor, dims: GdnDims, eps: f32) -> Result<()>;
+    /// Gated delta rule, token by token (spec/DELTANET.md A.2, row-owned). q, k, v are read from
+    /// `u` `[T, conv_dim]` (already normalised/scaled); g, beta `[T, Hv]`; state `[Hv, dv, dk]`
+    /// value-major (updated); out `[T, Hv*dv]`. Value head `j` uses key head `j % hk`.
+    fn delta_rule_recurrent(
+        &self,
+        u: &Tensor,
+        g: &Tensor,
+        beta: &Tensor,
+        state: &Tensor,
+        out: &Tensor,
+        dims: GdnDims,
+    ) -> Result<()>;
+    /// Same contract as `delta_rule_recurrent`, computed with the chunked algorithm (chunk 64,
+    /// spec/DELTANET.md B). Equal to the recurrence up to f32 rounding.
+    fn delta_rule_chunked(
+        &self,
+        u: &Tensor,
+        g: &Tensor,
+        beta: &Tensor,
+        state: &Tensor,
+        out: &Tensor,
+        dims: GdnDims,
+    ) -> Result<()>;
+    /// Gated RMSNorm per head: `out = rms_norm(x; w) * silu(z)` over groups of `w.len()` (= dv).
+    fn gated_rms_norm(&self, x: &Tensor, z: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()>;
+
+    /// Split the interleaved query/gate projection `qg` `[T, 2*H*D]` (`[q_0|gate_0|q_1|gate_1|...]`)
+    /// into `q` `[T, H*D]` and `gate` `[T, H*D]`.
+    fn split_qgate(&self, qg: &Tensor, head_dim: usize, q: &Tensor, gate: &Tensor) -> Result<()>;
+    /// In place NeoX ("rotate half") RoPE on the first `n_rot` dims of every head of x `[T, nh*D]`,
+    /// pair `(i, i + n_rot/2)`, frequency `theta^(-2i/n_rot)`, position `pos0 + t`.
+    fn rope_neox(&self, x: &Tensor, head_dim: usize, n_rot: usize, theta: f32, pos0: usize) -> Result<()>;
+    /// Causal GQA softmax attention of the T new queries (positions `pos0..pos0+T`) against the
+    /// cache rows `0..pos0+T`. q `[T, H*D]`; k_cache, v_cache `[ctx, Hkv*D]`; out `[T, H*D]`.
+    /// Query head h uses KV head `h / (H / Hkv)`.
+    fn attention(
+        &self,
+        q: &Tensor,
+        k_cache: &Tensor,
+        v_cache: &Tensor,
+        pos0: usize,
+        dims: AttnDims,
+        scale: f32,
+        out: &Tensor,
+    ) -> Result<()>;
+
+    /// MoE routing: softmax over all experts of `logits` `[T, E]`, top-k, renormalise (sum clamped
+    /// to >= 6.1035e-5), times `scale`. ids U32 `[T, k]`, weights F32 `[T, k]`.
+    fn moe_route(&self, logits: &Tensor, k: usize, scale: f32, ids: &Tensor, weights: &Tensor) -> Result<()>;
+    /// `out[t] = sum_j weights[t][j] * down_e(silu(gate_e x[t]) * up_e x[t])`, `e = ids[t][j]`.
+    /// gate_exps, up_exps `[E, n_ff, d]`; down_exps `[E, d, n_ff]`; x, out `[T, d]`.
+    #[allow(clippy::too_many_arguments)]
+    fn moe_experts(
+        &self,
+        x: &Tensor,
+        gate_exps: &Tensor,
+        up_exps: &Tensor,
+        down_exps: &Tensor,
+        ids: &Tensor,
+        weights: &Tensor,
+        out: &Tensor,
+    ) -> Result<()>;
+
+    /// Row-wise argmax of `logits` `[T, V]` into U32 `out` `[T]` (first index on ties).
+    fn argmax(&self, logits: &Tensor, out: &Tensor) -> Result<()>;
+}
+
+/// Names of the backends compiled into this build.
+pub fn available() -> Vec<&'static str> {
+    vec!["cpu"]
+}
+
+/// Create a backend by name (`--backend`).
+pub fn create(name: &str) -> Result<Arc<dyn Backend>> {
+    match name {
+        // WIRE-CPU: "cpu" => Ok(Arc::new(cpu::CpuBackend::new())),
+        other => Err(Error::UnknownBackend(other.to_string(), available().join(", "))),
+    }
+}
+
+/// Helper for backends: a shape-mismatch error naming the op.
+pub fn shape_err(op: &str, msg: impl std::fmt::Display) -> Error {
+    Error::Backend(format!("{op}: {msg}"))
+}

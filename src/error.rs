@@ -1,0 +1,142 @@
+//! The crate's one error type. Every user-data path returns `Result<T>`; nothing panics on bad input.
+
+use std::path::PathBuf;
+
+/// Errors from reading files, building models and running them.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("I/O error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("I/O error: {0}")]
+    IoPlain(#[from] std::io::Error),
+
+    /// The GGUF file is malformed. `what` names the problem precisely.
+    #[error("malformed GGUF: {0}")]
+    Gguf(#[from] GgufError),
+
+    /// A tensor has a ggml type rill cannot (de)quantize.
+    #[error("tensor '{tensor}': unsupported ggml type {type_name} (id {type_id})")]
+    UnsupportedType {
+        tensor: String,
+        type_name: String,
+        type_id: u32,
+    },
+
+    #[error("unsupported model architecture '{0}' (rill runs qwen35 and qwen35moe)")]
+    UnsupportedArch(String),
+
+    /// A metadata key is missing or has the wrong type/value.
+    #[error("model metadata: {0}")]
+    Metadata(String),
+
+    /// A tensor the architecture needs is missing or has the wrong shape.
+    #[error("tensor '{name}': {problem}")]
+    Tensor { name: String, problem: String },
+
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+
+    #[error("prompt of {prompt} tokens plus {generate} to generate exceeds the context of {ctx} tokens")]
+    ContextOverflow {
+        prompt: usize,
+        generate: usize,
+        ctx: usize,
+    },
+
+    #[error("backend '{0}' is not available in this build (available: {1})")]
+    UnknownBackend(String, String),
+
+    /// An error from a compute backend (device lost, out of memory, shape mismatch in an op).
+    #[error("backend: {0}")]
+    Backend(String),
+
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    #[error("safetensors: {0}")]
+    SafeTensors(String),
+}
+
+/// Precise reasons a GGUF file is rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GgufError {
+    #[error("bad magic {0:#010x} (not a GGUF file)")]
+    BadMagic(u32),
+    #[error("unsupported GGUF version {0} (rill reads versions 2 and 3)")]
+    UnsupportedVersion(u32),
+    #[error("file truncated: needed {needed} bytes at offset {offset} for {what}, file has {file_len}")]
+    Truncated {
+        what: String,
+        offset: u64,
+        needed: u64,
+        file_len: u64,
+    },
+    #[error("{what} count {count} is impossible for a file of {file_len} bytes")]
+    CountTooLarge {
+        what: String,
+        count: u64,
+        file_len: u64,
+    },
+    #[error("string at offset {offset} is not valid UTF-8")]
+    BadUtf8 { offset: u64 },
+    #[error("unknown metadata value type {type_id} for key '{key}'")]
+    UnknownValueType { key: String, type_id: u32 },
+    #[error("metadata arrays nested deeper than {0} levels")]
+    NestingTooDeep(usize),
+    #[error("duplicate metadata key '{0}'")]
+    DuplicateKey(String),
+    #[error("duplicate tensor name '{0}'")]
+    DuplicateTensor(String),
+    #[error("tensor '{name}': {n_dims} dimensions (GGUF allows 1..=4)")]
+    BadDims { name: String, n_dims: u32 },
+    #[error("tensor '{name}': dimension {dim} is zero or its element count overflows")]
+    BadShape { name: String, dim: usize },
+    #[error("tensor '{name}': unknown ggml type id {type_id}")]
+    UnknownTensorType { name: String, type_id: u32 },
+    #[error("tensor '{name}': row length {ne0} is not a multiple of the {type_name} block size {block}")]
+    RowNotBlockMultiple {
+        name: String,
+        ne0: u64,
+        type_name: String,
+        block: u64,
+    },
+    #[error("tensor '{name}': offset {offset} is not a multiple of the alignment {align}")]
+    Misaligned { name: String, offset: u64, align: u64 },
+    #[error("tensor '{name}': data [{start}, {end}) runs past the end of the file ({file_len} bytes)")]
+    DataOutOfBounds {
+        name: String,
+        start: u64,
+        end: u64,
+        file_len: u64,
+    },
+    #[error("tensor '{name}': byte size overflows")]
+    SizeOverflow { name: String },
+    #[error("general.alignment = {0} is not a non-zero power of two")]
+    BadAlignment(u64),
+    #[error("general.alignment has type {0}, expected u32")]
+    BadAlignmentType(String),
+    #[error("tensors '{a}' and '{b}' overlap in the data section")]
+    Overlap { a: String, b: String },
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl Error {
+    pub fn tensor(name: impl Into<String>, problem: impl Into<String>) -> Self {
+        Error::Tensor {
+            name: name.into(),
+            problem: problem.into(),
+        }
+    }
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            path: path.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,7 @@
+//! rill: an inference engine for Qwen3.5 hybrid models (Gated DeltaNet + gated attention) from GGUF files.
+
+pub mod backend;
+pub mod error;
+pub mod gguf;
+
+pub use error::{Error, Result};
