@@ -3,5 +3,6 @@
 pub mod backend;
 pub mod error;
 pub mod gguf;
+pub mod quant;
 
 pub use error::{Error, Result};
