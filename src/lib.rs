@@ -4,5 +4,8 @@ pub mod backend;
 pub mod error;
 pub mod gguf;
 pub mod quant;
+pub mod model;
+pub mod exec;
+pub mod cli;
 
 pub use error::{Error, Result};

@@ -1,0 +1,184 @@
+//! `rill bench`: llama-bench-style speed measurement. Tests `pp<N>` (prompt processing of N
+//! random tokens in a fresh session) and `tg<N>` (generating N tokens one at a time from a fresh
+//! session, greedy on the device); tokens/s as mean ± standard deviation over repetitions after a
+//! warm-up run.
+
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Args;
+
+use super::common;
+use super::info::{human_bytes, type_mix};
+use crate::error::{Error, Result};
+use crate::exec::{Logits, Model};
+use crate::gguf::GgufFile;
+
+#[derive(Args)]
+pub struct BenchArgs {
+    /// GGUF model file.
+    #[arg(short, long)]
+    model: PathBuf,
+    /// Compute backend.
+    #[arg(long, default_value = "cpu")]
+    backend: String,
+    /// Prompt lengths to test (comma-separated; empty to skip).
+    #[arg(short = 'p', long, default_value = "512")]
+    prompts: String,
+    /// Tokens to generate per tg test (comma-separated; 0 or empty to skip).
+    #[arg(short = 'n', long, default_value = "128")]
+    gens: String,
+    /// Repetitions per test.
+    #[arg(short = 'r', long, default_value_t = 3)]
+    reps: usize,
+    /// Skip the warm-up run.
+    #[arg(long)]
+    no_warmup: bool,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The commit this binary was built from (set by build.rs).
+pub const COMMIT: &str = env!("RILL_GIT_COMMIT");
+
+struct Row {
+    test: String,
+    n: usize,
+    samples: Vec<f64>,
+}
+
+impl Row {
+    fn mean(&self) -> f64 {
+        self.samples.iter().sum::<f64>() / self.samples.len().max(1) as f64
+    }
+    fn std(&self) -> f64 {
+        let n = self.samples.len();
+        if n < 2 {
+            return 0.0;
+        }
+        let m = self.mean();
+        (self.samples.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / (n - 1) as f64).sqrt()
+    }
+}
+
+fn parse_list(s: &str) -> Result<Vec<usize>> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| p.parse::<usize>().map_err(|_| Error::InvalidArgument(format!("'{p}' is not a count"))))
+        .filter(|r| !matches!(r, Ok(0)))
+        .collect()
+}
+
+/// Deterministic pseudo-random token ids (as llama-bench, content does not matter for speed).
+fn random_tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % vocab as u64) as u32
+        })
+        .collect()
+}
+
+fn time_pp(model: &Model, n: usize, seed: u64) -> Result<f64> {
+    let toks = random_tokens(n, model.config.n_vocab, seed);
+    let mut s = model.new_session(n)?;
+    let t0 = Instant::now();
+    model.prefill(&mut s, &toks, Logits::Last, &mut |_, _| {})?;
+    Ok(n as f64 / t0.elapsed().as_secs_f64().max(1e-12))
+}
+
+fn time_tg(model: &Model, n: usize, seed: u64) -> Result<f64> {
+    let mut s = model.new_session(n + 1)?;
+    let mut tok = random_tokens(1, model.config.n_vocab, seed)[0];
+    let t0 = Instant::now();
+    for _ in 0..n {
+        tok = model.decode_greedy(&mut s, tok)?;
+    }
+    Ok(n as f64 / t0.elapsed().as_secs_f64().max(1e-12))
+}
+
+pub fn run(a: BenchArgs) -> Result<()> {
+    if a.reps == 0 {
+        return Err(Error::InvalidArgument("--reps must be at least 1".into()));
+    }
+    let pps = parse_list(&a.prompts)?;
+    let tgs = parse_list(&a.gens)?;
+    let file = GgufFile::open(&a.model)?;
+    let mix = type_mix(&file);
+    let size: u64 = file.tensors.iter().map(|t| t.n_bytes).sum();
+    let params: u64 = file.tensors.iter().map(|t| t.n_elements).sum();
+    drop(file);
+    let loaded = common::load(&a.model, &a.backend)?;
+    let model = &loaded.model;
+    let be = model.backend();
+
+    let mut rows = Vec::new();
+    for &n in &pps {
+        rows.push(measure(&a, "pp", n, |seed| time_pp(model, n, seed))?);
+    }
+    for &n in &tgs {
+        rows.push(measure(&a, "tg", n, |seed| time_tg(model, n, seed))?);
+    }
+
+    let mix_s: Vec<String> = mix
+        .iter()
+        .map(|(t, c, b)| format!("{t}:{c} ({})", human_bytes(*b)))
+        .collect();
+    let cfg = &model.config;
+    let model_desc = format!(
+        "{} {} layers, d {}, vocab {}",
+        cfg.arch.gguf_name(),
+        cfg.n_layer,
+        cfg.n_embd,
+        cfg.n_vocab
+    );
+    if a.json {
+        let tests: Vec<serde_json::Value> = rows
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "test": r.test, "n_tokens": r.n, "tokens_per_s_mean": r.mean(),
+                    "tokens_per_s_std": r.std(), "samples": r.samples,
+                })
+            })
+            .collect();
+        let v = serde_json::json!({
+            "model": a.model.display().to_string(), "model_desc": model_desc, "size_bytes": size,
+            "params": params, "type_mix": mix_s, "backend": be.name(), "device": be.device_name(),
+            "driver": be.driver_info(), "commit": COMMIT, "reps": a.reps, "tests": tests,
+        });
+        println!("{}", serde_json::to_string_pretty(&v).map_err(|e| Error::InvalidArgument(e.to_string()))?);
+        return Ok(());
+    }
+    println!("model:   {} ({model_desc})", a.model.display());
+    println!("size:    {} , {} params", human_bytes(size), params);
+    println!("types:   {}", mix_s.join(", "));
+    println!("backend: {} | device: {} | driver: {}", be.name(), be.device_name(), be.driver_info());
+    println!("commit:  {COMMIT} | reps: {}{}", a.reps, if a.no_warmup { "" } else { " (after warm-up)" });
+    println!();
+    println!("| test | t/s |");
+    println!("|---|---|");
+    for r in &rows {
+        println!("| {} | {:.2} ± {:.2} |", r.test, r.mean(), r.std());
+    }
+    Ok(())
+}
+
+fn measure(a: &BenchArgs, kind: &str, n: usize, mut f: impl FnMut(u64) -> Result<f64>) -> Result<Row> {
+    if !a.no_warmup {
+        f(0)?;
+    }
+    let samples = (0..a.reps).map(|i| f(i as u64 + 1)).collect::<Result<Vec<_>>>()?;
+    let row = Row {
+        test: format!("{kind}{n}"),
+        n,
+        samples,
+    };
+    eprintln!("{}: {:.2} ± {:.2} tokens/s", row.test, row.mean(), row.std());
+    Ok(row)
+}

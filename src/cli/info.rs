@@ -1,0 +1,92 @@
+//! `rill info`: architecture, hyper-parameters, tensor count and the quant-type mix with sizes.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::error::Result;
+use crate::gguf::GgufFile;
+use crate::model::Config;
+
+#[derive(Args)]
+pub struct InfoArgs {
+    /// GGUF model file.
+    #[arg(short, long)]
+    model: PathBuf,
+}
+
+/// Human-readable byte count.
+pub fn human_bytes(n: u64) -> String {
+    const U: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut i = 0;
+    while v >= 1024.0 && i + 1 < U.len() {
+        v /= 1024.0;
+        i += 1;
+    }
+    if i == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.2} {}", U[i])
+    }
+}
+
+/// `(type name, tensor count, bytes)` sorted by bytes, largest first.
+pub fn type_mix(file: &GgufFile) -> Vec<(String, usize, u64)> {
+    let mut mix: BTreeMap<String, (usize, u64)> = BTreeMap::new();
+    for t in &file.tensors {
+        let e = mix.entry(t.ggml_type.name().to_string()).or_default();
+        e.0 += 1;
+        e.1 += t.n_bytes;
+    }
+    let mut v: Vec<_> = mix.into_iter().map(|(k, (c, b))| (k, c, b)).collect();
+    v.sort_by(|a, b| b.2.cmp(&a.2));
+    v
+}
+
+pub fn run(a: InfoArgs) -> Result<()> {
+    let file = GgufFile::open(&a.model)?;
+    println!("file:         {}", a.model.display());
+    println!("gguf version: {}", file.version);
+    println!("file size:    {}", human_bytes(file.file_len()));
+    match Config::from_gguf(&file) {
+        Ok(c) => print_config(&c),
+        Err(e) => println!("model:        not runnable by rill ({e})"),
+    }
+    let total: u64 = file.tensors.iter().map(|t| t.n_bytes).sum();
+    let params: u64 = file.tensors.iter().map(|t| t.n_elements).sum();
+    println!("tensors:      {} ({} parameters, {})", file.tensors.len(), params, human_bytes(total));
+    println!("type mix:");
+    for (name, count, bytes) in type_mix(&file) {
+        println!(
+            "  {name:<8} {count:>5} tensors  {:>12}  {:5.1}%",
+            human_bytes(bytes),
+            100.0 * bytes as f64 / total.max(1) as f64
+        );
+    }
+    Ok(())
+}
+
+fn print_config(c: &Config) {
+    let n_attn = c.n_layer - c.n_linear_layers();
+    println!("architecture: {} ({})", c.arch.gguf_name(), c.name);
+    println!("layers:       {} ({} Gated DeltaNet, {} gated attention)", c.n_layer, c.n_linear_layers(), n_attn);
+    println!("embedding:    {}  vocab: {}  trained context: {}", c.n_embd, c.n_vocab, c.context_length);
+    println!(
+        "attention:    {} heads, {} kv heads, head dim {}, rope {} dims theta {}",
+        c.attn.n_head, c.attn.n_head_kv, c.attn.head_dim, c.n_rot, c.rope_theta
+    );
+    println!(
+        "delta-net:    {} key heads, {} value heads, head dim {}, conv kernel {}",
+        c.gdn.hk, c.gdn.hv, c.gdn.dk, c.conv_kernel
+    );
+    match &c.moe {
+        Some(m) => println!(
+            "ffn:          MoE {} experts, top-{}, expert ffn {}, shared expert ffn {}",
+            m.n_expert, m.n_expert_used, m.n_ff_exp, m.n_ff_shexp
+        ),
+        None => println!("ffn:          dense SwiGLU {}", c.n_ff),
+    }
+    println!("rms eps:      {:e}", c.eps);
+}

@@ -1,0 +1,168 @@
+//! `rill run`: stream a generation to stdout, then print prompt and generation speed to stderr.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use clap::Args;
+
+use super::common;
+use crate::error::{Error, Result};
+use crate::exec::Logits;
+use crate::sample::{Sampler, SamplerConfig};
+use crate::tokenizer::{render_chat, ChatMessage};
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// GGUF model file.
+    #[arg(short, long)]
+    model: PathBuf,
+    /// Prompt text.
+    #[arg(short, long)]
+    prompt: String,
+    /// Maximum number of tokens to generate.
+    #[arg(short = 'n', long, default_value_t = 128)]
+    n_predict: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long = "temp", default_value_t = 0.8)]
+    temperature: f32,
+    /// Keep only the K most likely tokens (0 = off).
+    #[arg(long, default_value_t = 40)]
+    top_k: usize,
+    /// Nucleus sampling threshold (1 = off).
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    /// Drop tokens less likely than min-p times the most likely (0 = off).
+    #[arg(long, default_value_t = 0.05)]
+    min_p: f32,
+    /// Repetition penalty over the last 64 tokens (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    repeat_penalty: f32,
+    /// Random seed (default: from the clock).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Wrap the prompt in the model's chat template (a user turn, then the assistant's turn).
+    #[arg(long)]
+    chat: bool,
+    /// System message for --chat.
+    #[arg(long)]
+    system: Option<String>,
+    /// With --chat: disable the thinking block (the model answers directly).
+    #[arg(long)]
+    no_think: bool,
+    /// Print special tokens (e.g. <|im_end|>) instead of hiding them.
+    #[arg(long)]
+    show_special: bool,
+    /// Context size in tokens (default: prompt + n, at least the model's context up to 8192).
+    #[arg(long)]
+    ctx: Option<usize>,
+    /// Compute backend.
+    #[arg(long, default_value = "cpu")]
+    backend: String,
+}
+
+pub fn run(a: RunArgs) -> Result<()> {
+    let seed = a.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)
+    });
+    let mut sampler = Sampler::new(SamplerConfig {
+        temperature: a.temperature,
+        top_k: a.top_k,
+        top_p: a.top_p,
+        min_p: a.min_p,
+        repeat_penalty: a.repeat_penalty,
+        repeat_last_n: 64,
+        seed,
+    })?;
+    let loaded = common::load(&a.model, &a.backend)?;
+    let (model, tok) = (&loaded.model, &loaded.tokenizer);
+
+    let text = if a.chat {
+        let mut msgs = Vec::new();
+        if let Some(s) = &a.system {
+            msgs.push(ChatMessage {
+                role: "system".into(),
+                content: s.clone(),
+            });
+        }
+        msgs.push(ChatMessage {
+            role: "user".into(),
+            content: a.prompt.clone(),
+        });
+        render_chat(&msgs, true, !a.no_think)?
+    } else {
+        a.prompt.clone()
+    };
+    let prompt = tok.encode(&text, a.chat);
+    if prompt.is_empty() {
+        return Err(Error::InvalidArgument("the prompt encodes to no tokens".into()));
+    }
+    let n_ctx = a.ctx.unwrap_or_else(|| common::default_ctx(model, prompt.len() + a.n_predict));
+    if prompt.len() + a.n_predict > n_ctx {
+        return Err(Error::ContextOverflow {
+            prompt: prompt.len(),
+            generate: a.n_predict,
+            ctx: n_ctx,
+        });
+    }
+    let mut session = model.new_session(n_ctx)?;
+    for &t in &prompt {
+        sampler.accept(t);
+    }
+
+    let t0 = Instant::now();
+    let bar = common::token_bar(prompt.len() as u64, "prompt");
+    let mut next = if sampler.is_greedy() {
+        model.prefill_greedy(&mut session, &prompt, &mut |d, _| bar.set_position(d as u64))?
+    } else {
+        let logits = model.prefill(&mut session, &prompt, Logits::Last, &mut |d, _| bar.set_position(d as u64))?;
+        sampler.sample(&logits)?
+    };
+    bar.finish_and_clear();
+    let t_prompt = t0.elapsed().as_secs_f64();
+
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    let mut dec = tok.stream_decoder(a.show_special);
+    let t1 = Instant::now();
+    let mut generated = 0usize;
+    while generated < a.n_predict {
+        generated += 1;
+        if tok.is_eog(next) {
+            if a.show_special {
+                write!(out, "{}", dec.push(next)).map_err(Error::IoPlain)?;
+            }
+            break;
+        }
+        write!(out, "{}", dec.push(next)).map_err(Error::IoPlain)?;
+        out.flush().map_err(Error::IoPlain)?;
+        if generated == a.n_predict {
+            break;
+        }
+        next = if sampler.is_greedy() {
+            let t = model.decode_greedy(&mut session, next)?;
+            sampler.accept(t);
+            t
+        } else {
+            let logits = model.decode(&mut session, next)?;
+            sampler.sample(&logits)?
+        };
+    }
+    write!(out, "{}", dec.finish()).map_err(Error::IoPlain)?;
+    writeln!(out).map_err(Error::IoPlain)?;
+    let t_gen = t1.elapsed().as_secs_f64();
+    eprintln!(
+        "prompt: {} tokens in {:.3} s ({:.1} tokens/s) | generation: {} tokens in {:.3} s ({:.1} tokens/s) | backend {}",
+        prompt.len(),
+        t_prompt,
+        prompt.len() as f64 / t_prompt.max(1e-9),
+        generated,
+        t_gen,
+        generated.saturating_sub(1) as f64 / t_gen.max(1e-9),
+        model.backend().name()
+    );
+    Ok(())
+}

@@ -1,0 +1,96 @@
+//! Activation buffers for a batch of T tokens, allocated once per batch size and reused
+//! (decode reuses its T = 1 set every token: no allocation in the token loop).
+
+use crate::backend::{Backend, DType, Tensor};
+use crate::error::Result;
+use crate::model::Config;
+
+pub struct Scratch {
+    pub t: usize,
+    pub ids: Tensor,
+    /// Residual stream `[T, d]`.
+    pub h: Tensor,
+    /// Normed input of a mixer/FFN `[T, d]`.
+    pub xn: Tensor,
+    /// Output of a mixer/FFN `[T, d]`.
+    pub mix: Tensor,
+    // Gated DeltaNet
+    pub mixed: Tensor,
+    pub conv_out: Tensor,
+    pub z: Tensor,
+    pub a: Tensor,
+    pub b: Tensor,
+    pub g: Tensor,
+    pub beta: Tensor,
+    pub o: Tensor,
+    pub o_normed: Tensor,
+    // attention
+    pub qg: Tensor,
+    pub q: Tensor,
+    pub q_normed: Tensor,
+    pub gate: Tensor,
+    pub k: Tensor,
+    pub k_normed: Tensor,
+    pub v: Tensor,
+    pub att: Tensor,
+    // FFN (dense width, or the shared expert's width for MoE)
+    pub ff_gate: Tensor,
+    pub ff_up: Tensor,
+    pub ff_act: Tensor,
+    // MoE
+    pub router_logits: Option<Tensor>,
+    pub expert_ids: Option<Tensor>,
+    pub expert_w: Option<Tensor>,
+    pub shared_out: Option<Tensor>,
+    pub shared_gate: Option<Tensor>,
+}
+
+impl Scratch {
+    pub fn new(backend: &dyn Backend, cfg: &Config, t: usize) -> Result<Scratch> {
+        let f = |shape: &[usize]| backend.alloc(DType::F32, shape);
+        let d = cfg.n_embd;
+        let g = cfg.gdn;
+        let a = cfg.attn;
+        let hd = a.n_head * a.head_dim;
+        let kvd = a.n_head_kv * a.head_dim;
+        let ff = match &cfg.moe {
+            Some(m) => m.n_ff_shexp,
+            None => cfg.n_ff,
+        };
+        let moe = cfg.moe.as_ref();
+        Ok(Scratch {
+            t,
+            ids: backend.alloc(DType::U32, &[t])?,
+            h: f(&[t, d])?,
+            xn: f(&[t, d])?,
+            mix: f(&[t, d])?,
+            mixed: f(&[t, g.conv_dim()])?,
+            conv_out: f(&[t, g.conv_dim()])?,
+            z: f(&[t, g.value_dim()])?,
+            a: f(&[t, g.hv])?,
+            b: f(&[t, g.hv])?,
+            g: f(&[t, g.hv])?,
+            beta: f(&[t, g.hv])?,
+            o: f(&[t, g.value_dim()])?,
+            o_normed: f(&[t, g.value_dim()])?,
+            qg: f(&[t, 2 * hd])?,
+            q: f(&[t, hd])?,
+            q_normed: f(&[t, hd])?,
+            gate: f(&[t, hd])?,
+            k: f(&[t, kvd])?,
+            k_normed: f(&[t, kvd])?,
+            v: f(&[t, kvd])?,
+            att: f(&[t, hd])?,
+            ff_gate: f(&[t, ff])?,
+            ff_up: f(&[t, ff])?,
+            ff_act: f(&[t, ff])?,
+            router_logits: moe.map(|m| f(&[t, m.n_expert])).transpose()?,
+            expert_ids: moe
+                .map(|m| backend.alloc(DType::U32, &[t, m.n_expert_used]))
+                .transpose()?,
+            expert_w: moe.map(|m| f(&[t, m.n_expert_used])).transpose()?,
+            shared_out: moe.map(|_| f(&[t, d])).transpose()?,
+            shared_gate: moe.map(|_| f(&[t, 1])).transpose()?,
+        })
+    }
+}

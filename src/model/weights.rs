@@ -1,0 +1,234 @@
+//! Binding of GGUF tensors to the model's weights (spec/MODEL.md §3), checked once at load.
+//!
+//! Matrices are uploaded in their block format (kernels dequantize); vectors, the conv taps and
+//! the MoE routers are small, so they are dequantized to f32 on the host (whatever their type).
+
+use std::sync::Arc;
+
+use crate::backend::{Backend, Tensor, WeightData};
+use crate::error::{Error, Result};
+use crate::gguf::{GgufFile, TensorInfo};
+use crate::model::config::{Arch, Config};
+
+/// Weights of a Gated DeltaNet mixer.
+pub struct GdnWeights {
+    pub qkv: Tensor,
+    pub gate: Tensor,
+    pub beta: Tensor,
+    pub alpha: Tensor,
+    /// F32 `[conv_dim, K]`.
+    pub conv1d: Tensor,
+    pub dt_bias: Tensor,
+    pub ssm_a: Tensor,
+    pub ssm_norm: Tensor,
+    pub out: Tensor,
+}
+
+/// Weights of a gated full-attention mixer.
+pub struct AttnWeights {
+    pub q: Tensor,
+    pub k: Tensor,
+    pub v: Tensor,
+    pub q_norm: Tensor,
+    pub k_norm: Tensor,
+    pub out: Tensor,
+}
+
+pub enum Mixer {
+    Gdn(GdnWeights),
+    Attn(AttnWeights),
+}
+
+pub enum Ffn {
+    Dense {
+        gate: Tensor,
+        up: Tensor,
+        down: Tensor,
+    },
+    Moe {
+        /// F32 `[n_expert, n_embd]`.
+        router: Tensor,
+        gate_exps: Tensor,
+        up_exps: Tensor,
+        down_exps: Tensor,
+        /// F32 `[1, n_embd]`: one logit per token for the shared expert's sigmoid gate.
+        shexp_gate: Tensor,
+        gate_sh: Tensor,
+        up_sh: Tensor,
+        down_sh: Tensor,
+    },
+}
+
+pub struct Layer {
+    pub attn_norm: Tensor,
+    pub post_norm: Tensor,
+    pub mixer: Mixer,
+    pub ffn: Ffn,
+}
+
+pub struct Weights {
+    pub token_embd: Tensor,
+    pub output_norm: Tensor,
+    /// `output.weight`, or `token_embd.weight` when the embeddings are tied.
+    pub output: Tensor,
+    pub layers: Vec<Layer>,
+}
+
+/// Loads tensors one by one, checking names, shapes and types, and reports progress.
+struct Binder<'a> {
+    file: &'a GgufFile,
+    backend: &'a Arc<dyn Backend>,
+    on_tensor: &'a mut dyn FnMut(u64),
+}
+
+impl Binder<'_> {
+    fn info(&self, name: &str, ne: &[usize]) -> Result<&TensorInfo> {
+        let t = self.file.tensor(name).ok_or_else(|| Error::tensor(name, "missing"))?;
+        let want: Vec<u64> = ne.iter().map(|&x| x as u64).collect();
+        // A one-row 2-D tensor may also be stored 1-D (ffn_gate_inp_shexp).
+        let same = t.ne == want || (want.len() == 2 && want[1] == 1 && t.ne == want[..1]);
+        if !same {
+            return Err(Error::tensor(name, format!("shape {:?}, expected {:?}", t.ne, want)));
+        }
+        if !t.ggml_type.is_supported() {
+            return Err(Error::UnsupportedType {
+                tensor: name.to_string(),
+                type_name: t.ggml_type.name().to_string(),
+                type_id: t.ggml_type.id(),
+            });
+        }
+        Ok(t)
+    }
+
+    /// A matrix kept in its block format. `ne` in ggml order.
+    fn matrix(&mut self, name: &str, ne: &[usize]) -> Result<Tensor> {
+        let t = self.info(name, ne)?;
+        let w = WeightData {
+            name: name.to_string(),
+            ggml_type: t.ggml_type,
+            shape: ne.iter().rev().copied().collect(),
+            bytes: self.file.tensor_bytes(t),
+        };
+        let n = t.n_bytes;
+        let out = self.backend.upload_weight(&w)?;
+        (self.on_tensor)(n);
+        Ok(out)
+    }
+
+    /// A small tensor dequantized to f32 on the host. `ne` in ggml order.
+    fn f32(&mut self, name: &str, ne: &[usize]) -> Result<Tensor> {
+        let t = self.info(name, ne)?;
+        let n = t.n_elements as usize;
+        let mut v = vec![0f32; n];
+        crate::quant::dequantize(t.ggml_type, self.file.tensor_data(t), &mut v)
+            .map_err(|e| Error::tensor(name, e.to_string()))?;
+        let shape: Vec<usize> = if ne.len() == 2 && ne[1] == 1 && t.ne.len() == 1 {
+            vec![1, ne[0]]
+        } else {
+            ne.iter().rev().copied().collect()
+        };
+        let out = self.backend.upload_f32(&v, &shape)?;
+        (self.on_tensor)(t.n_bytes);
+        Ok(out)
+    }
+}
+
+impl Weights {
+    /// Bind and upload every trunk tensor. `on_tensor(bytes)` is called after each upload.
+    pub fn load(
+        file: &GgufFile,
+        cfg: &Config,
+        backend: &Arc<dyn Backend>,
+        on_tensor: &mut dyn FnMut(u64),
+    ) -> Result<Weights> {
+        let mut b = Binder {
+            file,
+            backend,
+            on_tensor,
+        };
+        let d = cfg.n_embd;
+        let v = cfg.n_vocab;
+        let token_embd = b.matrix("token_embd.weight", &[d, v])?;
+        let output_norm = b.f32("output_norm.weight", &[d])?;
+        let output = if file.tensor("output.weight").is_some() {
+            b.matrix("output.weight", &[d, v])?
+        } else {
+            token_embd.clone()
+        };
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for i in 0..cfg.n_layer {
+            layers.push(load_layer(&mut b, cfg, i)?);
+        }
+        Ok(Weights {
+            token_embd,
+            output_norm,
+            output,
+            layers,
+        })
+    }
+}
+
+fn load_layer(b: &mut Binder<'_>, cfg: &Config, i: usize) -> Result<Layer> {
+    let d = cfg.n_embd;
+    let p = |s: &str| format!("blk.{i}.{s}");
+    let attn_norm = b.f32(&p("attn_norm.weight"), &[d])?;
+    let post_norm = b.f32(&p("post_attention_norm.weight"), &[d])?;
+    let mixer = if cfg.is_linear[i] {
+        let g = cfg.gdn;
+        let (kd, vd, cd) = (g.key_dim(), g.value_dim(), g.conv_dim());
+        debug_assert_eq!(cd, 2 * kd + vd);
+        Mixer::Gdn(GdnWeights {
+            qkv: b.matrix(&p("attn_qkv.weight"), &[d, cd])?,
+            gate: b.matrix(&p("attn_gate.weight"), &[d, vd])?,
+            beta: b.matrix(&p("ssm_beta.weight"), &[d, g.hv])?,
+            alpha: b.matrix(&p("ssm_alpha.weight"), &[d, g.hv])?,
+            conv1d: b.f32(&p("ssm_conv1d.weight"), &[cfg.conv_kernel, cd])?,
+            dt_bias: b.f32(&p("ssm_dt.bias"), &[g.hv])?,
+            ssm_a: b.f32(&p("ssm_a"), &[g.hv])?,
+            ssm_norm: b.f32(&p("ssm_norm.weight"), &[g.dv])?,
+            out: b.matrix(&p("ssm_out.weight"), &[vd, d])?,
+        })
+    } else {
+        let a = cfg.attn;
+        let hd = a.head_dim;
+        Mixer::Attn(AttnWeights {
+            q: b.matrix(&p("attn_q.weight"), &[d, 2 * a.n_head * hd])?,
+            k: b.matrix(&p("attn_k.weight"), &[d, a.n_head_kv * hd])?,
+            v: b.matrix(&p("attn_v.weight"), &[d, a.n_head_kv * hd])?,
+            q_norm: b.f32(&p("attn_q_norm.weight"), &[hd])?,
+            k_norm: b.f32(&p("attn_k_norm.weight"), &[hd])?,
+            out: b.matrix(&p("attn_output.weight"), &[a.n_head * hd, d])?,
+        })
+    };
+    let ffn = match (cfg.arch, &cfg.moe) {
+        (Arch::Qwen35Moe, Some(m)) => {
+            if b.file.tensor(&p("ffn_gate_up_exps.weight")).is_some() && b.file.tensor(&p("ffn_gate_exps.weight")).is_none() {
+                return Err(Error::tensor(
+                    p("ffn_gate_up_exps.weight"),
+                    "fused gate/up expert tensors are not supported yet (convert without expert fusion)",
+                ));
+            }
+            Ffn::Moe {
+                router: b.f32(&p("ffn_gate_inp.weight"), &[d, m.n_expert])?,
+                gate_exps: b.matrix(&p("ffn_gate_exps.weight"), &[d, m.n_ff_exp, m.n_expert])?,
+                up_exps: b.matrix(&p("ffn_up_exps.weight"), &[d, m.n_ff_exp, m.n_expert])?,
+                down_exps: b.matrix(&p("ffn_down_exps.weight"), &[m.n_ff_exp, d, m.n_expert])?,
+                shexp_gate: b.f32(&p("ffn_gate_inp_shexp.weight"), &[d, 1])?,
+                gate_sh: b.matrix(&p("ffn_gate_shexp.weight"), &[d, m.n_ff_shexp])?,
+                up_sh: b.matrix(&p("ffn_up_shexp.weight"), &[d, m.n_ff_shexp])?,
+                down_sh: b.matrix(&p("ffn_down_shexp.weight"), &[m.n_ff_shexp, d])?,
+            }
+        }
+        _ => Ffn::Dense {
+            gate: b.matrix(&p("ffn_gate.weight"), &[d, cfg.n_ff])?,
+            up: b.matrix(&p("ffn_up.weight"), &[d, cfg.n_ff])?,
+            down: b.matrix(&p("ffn_down.weight"), &[cfg.n_ff, d])?,
+        },
+    };
+    Ok(Layer {
+        attn_norm,
+        post_norm,
+        mixer,
+        ffn,
+    })
+}
