@@ -1,11 +1,12 @@
 //! rill: an inference engine for Qwen3.5 hybrid models (Gated DeltaNet + gated attention) from GGUF files.
 
 pub mod backend;
-pub mod error;
-pub mod gguf;
-pub mod quant;
-pub mod model;
-pub mod exec;
 pub mod cli;
+pub mod error;
+pub mod exec;
+pub mod gguf;
+pub mod model;
+pub mod quant;
+pub mod sample;
 
 pub use error::{Error, Result};
