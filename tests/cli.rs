@@ -1,0 +1,143 @@
+//! The `rill` binary end to end: output formats, streaming text, and one-line errors (never a panic).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const FIX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+const PROMPT_A: &str = "The quick brown fox jumps over the lazy dog.";
+const PROMPT_A_IDS: [u32; 14] = [785, 3974, 293, 4830, 282, 5131, 7784, 82, 916, 279, 1187, 4246, 5562, 13];
+
+fn rill(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_rill")).args(args).output().expect("run rill")
+}
+
+fn fixture(name: &str) -> String {
+    Path::new(FIX).join(name).to_string_lossy().into_owned()
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rill-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    dir.join(name)
+}
+
+/// A failing command prints exactly one `error:` line and exits non-zero, without a panic.
+fn assert_clean_error(out: &Output, needle: &str) {
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "expected failure, stderr: {err}");
+    assert_eq!(out.status.code(), Some(1), "stderr: {err}");
+    assert!(!err.contains("panicked"), "panic: {err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "expected one line, got: {err}");
+    assert!(lines[0].starts_with("error: "), "{err}");
+    assert!(lines[0].contains(needle), "'{needle}' not in: {err}");
+}
+
+#[test]
+fn tokenize_prints_json_ids() {
+    let out = rill(&["tokenize", "-m", &fixture("tiny-dense.F16.gguf"), PROMPT_A]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let ids: Vec<u32> = serde_json::from_slice(&out.stdout).expect("json array");
+    assert_eq!(ids, PROMPT_A_IDS);
+}
+
+#[test]
+fn greedy_run_streams_the_reference_continuation() {
+    let out = rill(&["run", "-m", &fixture("tiny-dense.F16.gguf"), "-p", PROMPT_A, "-n", "8", "--temp", "0"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("prompt: 14 tokens"), "speed line missing: {err}");
+    assert!(err.contains("generation: 8 tokens"), "speed line missing: {err}");
+    // The first 8 greedy tokens of the transformers reference, decoded with rill's tokenizer.
+    let file = rill::gguf::GgufFile::open(fixture("tiny-dense.F16.gguf")).expect("open");
+    let tok = rill::tokenizer::Tokenizer::from_gguf(&file).expect("tokenizer");
+    let bytes = std::fs::read(fixture("tiny-dense.reference.safetensors")).expect("ref");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("st");
+    let greedy: Vec<u32> = st
+        .tensor("greedy_ids")
+        .expect("greedy_ids")
+        .data()
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32)
+        .collect();
+    let want = tok.decode(&greedy[..8], false);
+    let got = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(got.trim_end_matches('\n'), want);
+}
+
+#[test]
+fn logits_writes_safetensors() {
+    let path = tmp("logits.safetensors");
+    let ids = PROMPT_A_IDS.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",");
+    let out = rill(&["logits", "-m", &fixture("tiny-dense.F16.gguf"), "--tokens", &ids, "-o", path.to_str().expect("path")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let bytes = std::fs::read(&path).expect("output");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
+    let logits = st.tensor("logits").expect("logits");
+    assert_eq!(logits.dtype(), safetensors::Dtype::F32);
+    assert_eq!(logits.shape(), &[14, 8192]);
+    let toks = st.tensor("tokens").expect("tokens");
+    assert_eq!(toks.dtype(), safetensors::Dtype::I32);
+    assert_eq!(toks.shape(), &[14]);
+    // Same numbers as the transformers reference (the e2e tests check every tolerance; here the wiring).
+    let rbytes = std::fs::read(fixture("tiny-dense.reference.safetensors")).expect("ref");
+    let r = safetensors::SafeTensors::deserialize(&rbytes).expect("st");
+    let want = r.tensor("logits_a").expect("logits_a");
+    let f = |d: &[u8]| d.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect::<Vec<f32>>();
+    let (g, w) = (f(logits.data()), f(want.data()));
+    let worst = g.iter().zip(&w).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(worst < 1e-3, "max abs diff {worst}");
+}
+
+#[test]
+fn info_reports_arch_and_type_mix() {
+    let out = rill(&["info", "-m", &fixture("tiny-dense.Q4_K_M.gguf")]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let s = String::from_utf8_lossy(&out.stdout);
+    for needle in ["qwen35", "Q4_K", "Q5_0", "Q8_0", "F32", "tensors:", "8 (6 Gated DeltaNet, 2 gated attention)"] {
+        assert!(s.contains(needle), "'{needle}' missing from:\n{s}");
+    }
+}
+
+#[test]
+fn missing_file_is_one_line_error() {
+    assert_clean_error(&rill(&["info", "-m", "/nonexistent/model.gguf"]), "/nonexistent/model.gguf");
+}
+
+#[test]
+fn truncated_file_is_one_line_error() {
+    let bytes = std::fs::read(fixture("tiny-dense.F16.gguf")).expect("fixture");
+    let path = tmp("truncated.gguf");
+    std::fs::write(&path, &bytes[..bytes.len() / 2]).expect("write");
+    let out = rill(&["run", "-m", path.to_str().expect("path"), "-p", "hi", "-n", "1"]);
+    assert_clean_error(&out, "malformed GGUF");
+}
+
+#[test]
+fn not_a_gguf_is_one_line_error() {
+    let path = tmp("text.gguf");
+    std::fs::write(&path, b"this is not a model file at all").expect("write");
+    assert_clean_error(&rill(&["info", "-m", path.to_str().expect("path")]), "bad magic");
+}
+
+#[test]
+fn unknown_backend_is_one_line_error() {
+    let out = rill(&["run", "-m", &fixture("tiny-dense.F16.gguf"), "-p", "hi", "--backend", "nope"]);
+    assert_clean_error(&out, "backend 'nope'");
+}
+
+#[test]
+fn context_overflow_is_one_line_error() {
+    let out = rill(&["run", "-m", &fixture("tiny-dense.F16.gguf"), "-p", PROMPT_A, "-n", "10", "--ctx", "16"]);
+    assert_clean_error(&out, "exceeds the context");
+}
+
+#[test]
+fn vocab_only_file_cannot_run_but_tokenizes() {
+    let out = rill(&["run", "-m", &fixture("qwen3-vocab.gguf"), "-p", "hi", "-n", "1"]);
+    assert_clean_error(&out, "token_embd.weight");
+    let out = rill(&["tokenize", "-m", &fixture("qwen3-vocab.gguf"), "Hello world"]);
+    assert!(out.status.success());
+    let ids: Vec<u32> = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(ids, [9707, 1879]);
+}
