@@ -9,4 +9,6 @@ pub mod model;
 pub mod quant;
 pub mod sample;
 
+pub mod tokenizer;
+
 pub use error::{Error, Result};
