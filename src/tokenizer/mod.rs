@@ -7,6 +7,7 @@ mod bpe;
 mod bytes_map;
 mod chat;
 mod decode;
+mod load;
 mod pretokenize;
 mod special;
 
