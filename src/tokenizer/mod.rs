@@ -7,6 +7,7 @@ mod bpe;
 mod bytes_map;
 mod chat;
 mod decode;
+mod load;
 mod pretokenize;
 mod special;
 
@@ -310,5 +311,39 @@ impl Tokenizer {
     /// Incremental decoder for generation output.
     pub fn stream_decoder(&self, show_special: bool) -> StreamDecoder<'_> {
         StreamDecoder::new(self, show_special)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn tokenizer_is_send_sync() {
+        // Shared across threads (server, parallel requests) behind an Arc.
+        assert_send_sync::<Tokenizer>();
+    }
+
+    #[test]
+    fn new_rejects_bad_data() {
+        let base = TokenizerData {
+            tokens: vec!["a".into(), "b".into()],
+            token_types: vec![TokenType::Normal, TokenType::Normal],
+            pre: "qwen2".into(),
+            ..Default::default()
+        };
+        assert!(Tokenizer::new(base.clone()).is_ok());
+        let mut d = base.clone();
+        d.token_types.pop();
+        assert!(matches!(Tokenizer::new(d), Err(Error::Tokenizer(_))));
+        let mut d = base.clone();
+        d.bos_token_id = Some(2);
+        assert!(matches!(Tokenizer::new(d), Err(Error::Tokenizer(_))));
+        assert!(matches!(
+            Tokenizer::new(TokenizerData::default()),
+            Err(Error::Tokenizer(_))
+        ));
     }
 }

@@ -1,0 +1,450 @@
+//! Tokenizer against the fixtures: the 65 HF/llama.cpp cases on the real Qwen3 vocabulary,
+//! the trimmed vocabulary of the tiny models, streaming decode and the chat format.
+
+use std::path::PathBuf;
+
+use rill::gguf::{GgufFile, GgufWriter, Value};
+use rill::tokenizer::{render_chat, ChatMessage, PreTokenizer, Tokenizer};
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+fn load(name: &str) -> Tokenizer {
+    let f = GgufFile::open(fixture(name)).expect("open gguf");
+    Tokenizer::from_gguf(&f).expect("tokenizer from gguf")
+}
+
+struct Case {
+    id: u64,
+    parse_special: bool,
+    text: String,
+    ids: Vec<u32>,
+    decoded: String,
+    llamacpp_ids: Option<Vec<u32>>,
+}
+
+fn ids_of(v: &serde_json::Value) -> Vec<u32> {
+    v.as_array()
+        .expect("ids array")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
+}
+
+fn cases() -> Vec<Case> {
+    let text = std::fs::read_to_string(fixture("tokenizer-cases.json")).expect("read cases");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("parse cases");
+    v["cases"]
+        .as_array()
+        .expect("cases")
+        .iter()
+        .map(|c| Case {
+            id: c["id"].as_u64().expect("id"),
+            parse_special: c["parse_special"].as_bool().expect("parse_special"),
+            text: c["text"].as_str().expect("text").to_string(),
+            ids: ids_of(&c["ids"]),
+            decoded: c["decoded"].as_str().expect("decoded").to_string(),
+            llamacpp_ids: c.get("llamacpp_ids").map(ids_of),
+        })
+        .collect()
+}
+
+#[test]
+fn real_vocab_all_cases() {
+    let tok = load("qwen3-vocab.gguf");
+    let cases = cases();
+    assert_eq!(cases.len(), 65);
+    let mut failures = Vec::new();
+    for c in &cases {
+        let got = tok.encode(&c.text, c.parse_special);
+        if got != c.ids {
+            failures.push(format!(
+                "case {} encode: {:?}\n  got  {:?}\n  want {:?}",
+                c.id, c.text, got, c.ids
+            ));
+        }
+        let dec = tok.decode(&c.ids, true);
+        if dec != c.decoded {
+            failures.push(format!(
+                "case {} decode: got {:?} want {:?}",
+                c.id, dec, c.decoded
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn real_vocab_without_nfc_matches_llamacpp() {
+    let mut tok = load("qwen3-vocab.gguf");
+    tok.set_nfc(false);
+    let mut checked_llamacpp = 0;
+    for c in cases() {
+        let want = match &c.llamacpp_ids {
+            Some(ids) => {
+                checked_llamacpp += 1;
+                ids.clone()
+            }
+            None => c.ids.clone(),
+        };
+        assert_eq!(tok.encode(&c.text, c.parse_special), want, "case {}", c.id);
+    }
+    assert_eq!(checked_llamacpp, 2);
+}
+
+#[test]
+fn streaming_equals_whole_decode() {
+    let tok = load("qwen3-vocab.gguf");
+    for c in cases() {
+        for show in [true, false] {
+            let mut sd = tok.stream_decoder(show);
+            let mut s = String::new();
+            for &id in &c.ids {
+                s.push_str(&sd.push(id));
+            }
+            s.push_str(&sd.finish());
+            assert_eq!(
+                s,
+                tok.decode(&c.ids, show),
+                "case {} show_special {show}",
+                c.id
+            );
+        }
+    }
+}
+
+#[test]
+fn streaming_holds_back_split_characters() {
+    let tok = load("qwen3-vocab.gguf");
+    // Byte-level tokens for each byte of 🍕 (F0 9F 8D 95): four single-byte tokens.
+    let pizza = "🍕";
+    let byte_ids: Vec<u32> = pizza
+        .bytes()
+        .map(|b| {
+            let c = byte_char(b);
+            tok.token_to_id(&c.to_string()).expect("byte token")
+        })
+        .collect();
+    assert_eq!(byte_ids.len(), 4);
+    let mut sd = tok.stream_decoder(false);
+    assert_eq!(sd.push(byte_ids[0]), "");
+    assert_eq!(sd.push(byte_ids[1]), "");
+    assert_eq!(sd.push(byte_ids[2]), "");
+    assert_eq!(sd.push(byte_ids[3]), pizza);
+    assert_eq!(sd.finish(), "");
+
+    // A real encoding that splits a CJK character / emoji across tokens.
+    for text in ["I love 🍕 and 🎉!!", "人工智能正在改变世界的每一个角落"] {
+        let ids = tok.encode(text, false);
+        let mut sd = tok.stream_decoder(false);
+        let mut acc = String::new();
+        for &id in &ids {
+            let part = sd.push(id);
+            assert!(!part.contains('\u{FFFD}'), "partial char leaked: {part:?}");
+            acc.push_str(&part);
+        }
+        assert_eq!(sd.finish(), "");
+        assert_eq!(acc, text);
+    }
+
+    // A dangling partial character is flushed lossily by finish().
+    let mut sd = tok.stream_decoder(false);
+    assert_eq!(sd.push(byte_ids[0]), "");
+    assert_eq!(sd.finish(), "\u{FFFD}");
+}
+
+/// GPT-2 byte map, written out independently of the crate for the test.
+fn byte_char(b: u8) -> char {
+    let printable = |x: u32| {
+        (0x21..=0x7E).contains(&x) || (0xA1..=0xAC).contains(&x) || (0xAE..=0xFF).contains(&x)
+    };
+    if printable(b as u32) {
+        return b as char;
+    }
+    let n = (0..b as u32).filter(|&x| !printable(x)).count() as u32;
+    char::from_u32(256 + n).expect("mapped char")
+}
+
+#[test]
+fn real_vocab_specials_and_eog() {
+    let tok = load("qwen3-vocab.gguf");
+    assert_eq!(tok.vocab_size(), 151_936);
+    let im_end = tok.token_to_id("<|im_end|>").expect("im_end");
+    let eot = tok.token_to_id("<|endoftext|>").expect("endoftext");
+    assert_eq!((im_end, eot), (151_645, 151_643));
+    assert!(tok.is_eog(im_end) && tok.is_eog(eot));
+    assert!(!tok.is_eog(tok.token_to_id("<|im_start|>").expect("im_start")));
+    assert_eq!(tok.eog_ids(), &[151_643, 151_645]);
+    assert_eq!(tok.id_to_token(151_667), Some("<think>"));
+    assert_eq!(tok.encode("<think>", false), vec![151_667]);
+    // CONTROL tokens print only with show_special.
+    assert_eq!(tok.decode(&[im_end], false), "");
+    assert_eq!(tok.decode(&[im_end], true), "<|im_end|>");
+    // UNUSED padding ids decode to nothing.
+    assert_eq!(tok.decode(&[151_900], true), "");
+}
+
+fn prompt_b() -> (String, Vec<u32>) {
+    let text = std::fs::read_to_string(fixture("tiny-dense.reference.json")).expect("manifest");
+    let v: serde_json::Value = serde_json::from_str(&text).expect("parse manifest");
+    let prompt = v["prompt_b_text"]
+        .as_str()
+        .expect("prompt_b_text")
+        .to_string();
+    let bytes = std::fs::read(fixture("tiny-dense.reference.safetensors")).expect("safetensors");
+    let st = safetensors::SafeTensors::deserialize(&bytes).expect("parse safetensors");
+    let t = st.tensor("prompt_b_ids").expect("prompt_b_ids");
+    assert_eq!(t.dtype(), safetensors::Dtype::I32);
+    let ids = t
+        .data()
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as u32)
+        .collect();
+    (prompt, ids)
+}
+
+#[test]
+fn trimmed_vocab_prompts() {
+    let tok = load("tiny-dense.F16.gguf");
+    assert_eq!(tok.vocab_size(), 8192);
+    assert_eq!(
+        tok.encode("The quick brown fox jumps over the lazy dog.", true),
+        [785, 3974, 293, 4830, 282, 5131, 7784, 82, 916, 279, 1187, 4246, 5562, 13]
+    );
+    let (text, ids) = prompt_b();
+    assert_eq!(ids.len(), 392);
+    assert_eq!(tok.encode(&text, true), ids);
+    assert_eq!(tok.decode(&ids, true), text);
+    assert!(tok.is_eog(8168) && tok.is_eog(8166));
+}
+
+/// Pseudo-random English-like text: mostly distinct words, so the BPE cache rarely hits.
+fn varied_text(min_len: usize) -> String {
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let consonants = b"bcdfghjklmnprstvwz";
+    let vowels = b"aeiou";
+    let mut text = String::new();
+    while text.len() < min_len {
+        let syllables = 1 + next() % 4;
+        let mut word = String::new();
+        for _ in 0..syllables {
+            word.push(consonants[(next() % consonants.len() as u64) as usize] as char);
+            word.push(vowels[(next() % vowels.len() as u64) as usize] as char);
+        }
+        if next() % 9 == 0 {
+            word.push_str(&(next() % 1000).to_string());
+        }
+        text.push_str(&word);
+        text.push_str(match next() % 12 {
+            0 => ". ",
+            1 => ", ",
+            2 => "\n\n",
+            _ => " ",
+        });
+    }
+    text
+}
+
+#[test]
+fn encode_speed_10kb() {
+    let tok = load("qwen3-vocab.gguf");
+    let (para, _) = prompt_b();
+    let mut english = String::new();
+    while english.len() < 10_000 {
+        english.push_str(&para);
+        english.push_str("\n\n");
+    }
+    let varied = varied_text(10_000);
+    // Release builds must be well under 50 ms; unoptimised builds get slack.
+    let limit_ms = if cfg!(debug_assertions) { 500 } else { 50 };
+    for (name, text) in [("english", &english), ("varied", &varied)] {
+        let t0 = std::time::Instant::now();
+        let ids = tok.encode(text, false);
+        let dt = t0.elapsed();
+        assert!(!ids.is_empty());
+        assert_eq!(tok.decode(&ids, true), *text);
+        eprintln!(
+            "{name}: {} bytes -> {} ids in {dt:?}",
+            text.len(),
+            ids.len()
+        );
+        assert!(dt.as_millis() < limit_ms, "{name}: too slow: {dt:?}");
+    }
+}
+
+fn msg(role: &str, content: &str) -> ChatMessage {
+    ChatMessage {
+        role: role.into(),
+        content: content.into(),
+    }
+}
+
+#[test]
+fn chat_worked_example() {
+    let msgs = [
+        msg("system", "You are helpful."),
+        msg("user", "Hi"),
+        msg("assistant", "Hello! How can I help?"),
+        msg("user", "2+2?"),
+    ];
+    let s = render_chat(&msgs, true, true).expect("render");
+    assert_eq!(
+        s,
+        "<|im_start|>system\nYou are helpful.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n\
+         <|im_start|>assistant\nHello! How can I help?<|im_end|>\n<|im_start|>user\n2+2?<|im_end|>\n\
+         <|im_start|>assistant\n<think>\n"
+    );
+    // Specials become single ids when the rendered text is tokenized with parse_special.
+    let tok = load("qwen3-vocab.gguf");
+    let ids = tok.encode(&s, true);
+    assert_eq!(ids[0], tok.token_to_id("<|im_start|>").expect("im_start"));
+    assert_eq!(*ids.last().expect("ids"), 198); // "\n" after <think>
+    assert_eq!(
+        ids[ids.len() - 2],
+        tok.token_to_id("<think>").expect("think")
+    );
+    assert_eq!(tok.decode(&ids, true), s);
+}
+
+#[test]
+fn chat_thinking_off_and_trimming() {
+    let s = render_chat(&[msg("user", "  hi \n")], true, false).expect("render");
+    assert_eq!(
+        s,
+        "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    );
+    let s = render_chat(&[msg("user", "hi")], false, true).expect("render");
+    assert_eq!(s, "<|im_start|>user\nhi<|im_end|>\n");
+}
+
+#[test]
+fn chat_system_not_first_is_error() {
+    let r = render_chat(&[msg("user", "hi"), msg("system", "late")], true, true);
+    assert!(matches!(r, Err(rill::Error::Tokenizer(_))), "{r:?}");
+    assert!(render_chat(&[msg("robot", "x")], true, true).is_err());
+}
+
+#[test]
+fn chat_reasoning_history() {
+    let msgs = [
+        msg("user", "q1"),
+        msg("assistant", "<think>\nold reasoning\n</think>\n\nA1"),
+        msg("user", "q2"),
+        msg("assistant", "<think>\nnew reasoning\n</think>\n\ncalling"),
+        msg("tool", "result 1"),
+        msg("tool", "result 2"),
+    ];
+    let s = render_chat(&msgs, true, true).expect("render");
+    assert_eq!(
+        s,
+        "<|im_start|>user\nq1<|im_end|>\n\
+         <|im_start|>assistant\nA1<|im_end|>\n\
+         <|im_start|>user\nq2<|im_end|>\n\
+         <|im_start|>assistant\n<think>\nnew reasoning\n</think>\n\ncalling<|im_end|>\n\
+         <|im_start|>user\n<tool_response>\nresult 1\n</tool_response>\n<tool_response>\nresult 2\n</tool_response><|im_end|>\n\
+         <|im_start|>assistant\n<think>\n"
+    );
+}
+
+fn small_gguf(edit: impl FnOnce(&mut GgufWriter)) -> rill::Result<Tokenizer> {
+    let strs = |v: &[&str]| Value::Array(v.iter().map(|s| Value::String(s.to_string())).collect());
+    let mut w = GgufWriter::new();
+    w.add_kv("tokenizer.ggml.model", Value::String("gpt2".into()));
+    w.add_kv("tokenizer.ggml.pre", Value::String("qwen35".into()));
+    w.add_kv(
+        "tokenizer.ggml.tokens",
+        strs(&["a", "b", "ab", "<|im_end|>"]),
+    );
+    w.add_kv(
+        "tokenizer.ggml.token_type",
+        Value::Array(vec![
+            Value::I32(1),
+            Value::I32(1),
+            Value::I32(1),
+            Value::I32(3),
+        ]),
+    );
+    w.add_kv("tokenizer.ggml.merges", strs(&["a b"]));
+    w.add_kv("tokenizer.ggml.eos_token_id", Value::U32(3));
+    edit(&mut w);
+    let mut out = Vec::new();
+    w.write_header(&mut out).expect("header");
+    let f = GgufFile::from_bytes(out).expect("parse");
+    Tokenizer::from_gguf(&f)
+}
+
+#[test]
+fn from_gguf_validates() {
+    let tok = small_gguf(|_| {}).expect("valid");
+    assert_eq!(tok.encode("ab<|im_end|>", true), [2, 3]);
+    assert_eq!(tok.eog_ids(), &[3]);
+    assert_eq!(tok.pre_tokenizer(), PreTokenizer::Qwen35);
+
+    let err = |e: rill::Result<Tokenizer>| match e {
+        Err(rill::Error::Tokenizer(m)) => m,
+        Err(other) => panic!("wrong error kind: {other:?}"),
+        Ok(_) => panic!("must fail"),
+    };
+    let m = err(small_gguf(|w| {
+        w.add_kv("tokenizer.ggml.model", Value::String("llama".into()))
+    }));
+    assert!(m.contains("gpt2"), "{m}");
+    let m = err(small_gguf(|w| {
+        w.add_kv("tokenizer.ggml.eos_token_id", Value::U32(4))
+    }));
+    assert!(m.contains("out of range"), "{m}");
+    let m = err(small_gguf(|w| {
+        w.add_kv(
+            "tokenizer.ggml.token_type",
+            Value::Array(vec![Value::I32(1)]),
+        )
+    }));
+    assert!(m.contains("entries"), "{m}");
+    let m = err(small_gguf(|w| {
+        w.add_kv(
+            "tokenizer.ggml.token_type",
+            Value::Array(vec![
+                Value::I32(1),
+                Value::I32(1),
+                Value::I32(9),
+                Value::I32(3),
+            ]),
+        )
+    }));
+    assert!(m.contains("[2]"), "{m}");
+    // Unknown pre-tokenizer names fall back to qwen35 (with a warning).
+    let tok = small_gguf(|w| w.add_kv("tokenizer.ggml.pre", Value::String("nope".into())))
+        .expect("fallback");
+    assert_eq!(tok.pre_tokenizer(), PreTokenizer::Qwen35);
+}
+
+#[test]
+fn real_vocab_load_time() {
+    let t0 = std::time::Instant::now();
+    let f = GgufFile::open(fixture("qwen3-vocab.gguf")).expect("open");
+    let t1 = std::time::Instant::now();
+    let tok = Tokenizer::from_gguf(&f).expect("tokenizer");
+    let t2 = std::time::Instant::now();
+    eprintln!(
+        "qwen3-vocab: gguf open {:?}, tokenizer build {:?} ({} tokens)",
+        t1 - t0,
+        t2 - t1,
+        tok.vocab_size()
+    );
+    assert_eq!(tok.pre_tokenizer(), PreTokenizer::Qwen2);
+    assert!(tok.chat_template().is_some());
+}
