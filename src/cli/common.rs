@@ -21,9 +21,10 @@ pub struct Loaded {
 /// Open `path`, build the tokenizer, and upload the weights to `backend_name`, showing a progress
 /// bar on a terminal.
 pub fn load(path: &Path, backend_name: &str) -> Result<Loaded> {
-    let be = backend::create(backend_name)?;
+    // Parse the file before starting a (possibly slow) device, so bad files fail fast.
     let file = GgufFile::open(path)?;
     let tokenizer = Tokenizer::from_gguf(&file)?;
+    let be = backend::create(backend_name)?;
     let total: u64 = file.tensors.iter().map(|t| t.n_bytes).sum();
     let bar = progress_bar(total, "loading");
     let model = Model::load(&file, Arc::clone(&be), &mut |n| bar.inc(n))?;

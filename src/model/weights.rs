@@ -81,9 +81,9 @@ struct Binder<'a> {
     on_tensor: &'a mut dyn FnMut(u64),
 }
 
-impl Binder<'_> {
-    fn info(&self, name: &str, ne: &[usize]) -> Result<&TensorInfo> {
-        let t = self.file.tensor(name).ok_or_else(|| Error::tensor(name, "missing"))?;
+/// Look up a tensor and check its shape (`ne`, ggml order) and that rill supports its type.
+fn checked_info<'f>(file: &'f GgufFile, name: &str, ne: &[usize]) -> Result<&'f TensorInfo> {
+        let t = file.tensor(name).ok_or_else(|| Error::tensor(name, "missing"))?;
         let want: Vec<u64> = ne.iter().map(|&x| x as u64).collect();
         // A one-row 2-D tensor may also be stored 1-D (ffn_gate_inp_shexp).
         let same = t.ne == want || (want.len() == 2 && want[1] == 1 && t.ne == want[..1]);
@@ -98,11 +98,12 @@ impl Binder<'_> {
             });
         }
         Ok(t)
-    }
+}
 
+impl Binder<'_> {
     /// A matrix kept in its block format. `ne` in ggml order.
     fn matrix(&mut self, name: &str, ne: &[usize]) -> Result<Tensor> {
-        let t = self.info(name, ne)?;
+        let t = checked_info(self.file, name, ne)?;
         let w = WeightData {
             name: name.to_string(),
             ggml_type: t.ggml_type,
@@ -117,7 +118,7 @@ impl Binder<'_> {
 
     /// A small tensor dequantized to f32 on the host. `ne` in ggml order.
     fn f32(&mut self, name: &str, ne: &[usize]) -> Result<Tensor> {
-        let t = self.info(name, ne)?;
+        let t = checked_info(self.file, name, ne)?;
         let n = t.n_elements as usize;
         let mut v = vec![0f32; n];
         crate::quant::dequantize(t.ggml_type, self.file.tensor_data(t), &mut v)
