@@ -24,9 +24,18 @@ fn all_kinds_of_metadata() -> Vec<(String, Value)> {
         ("t.i64", Value::I64(i64::MIN)),
         ("t.f64", Value::F64(-2.25e300)),
         ("t.empty_array", Value::Array(vec![])),
-        ("t.arr_i32", Value::Array(vec![Value::I32(1), Value::I32(-2), Value::I32(3)])),
-        ("t.arr_bool", Value::Array(vec![Value::Bool(true), Value::Bool(false)])),
-        ("t.arr_f64", Value::Array(vec![Value::F64(0.5), Value::F64(-0.25)])),
+        (
+            "t.arr_i32",
+            Value::Array(vec![Value::I32(1), Value::I32(-2), Value::I32(3)]),
+        ),
+        (
+            "t.arr_bool",
+            Value::Array(vec![Value::Bool(true), Value::Bool(false)]),
+        ),
+        (
+            "t.arr_f64",
+            Value::Array(vec![Value::F64(0.5), Value::F64(-0.25)]),
+        ),
         (
             "t.arr_str",
             Value::Array(vec![
@@ -45,7 +54,9 @@ fn all_kinds_of_metadata() -> Vec<(String, Value)> {
         ),
         (
             "t.nested3",
-            Value::Array(vec![Value::Array(vec![Value::Array(vec![Value::String("deep".into())])])]),
+            Value::Array(vec![Value::Array(vec![Value::Array(vec![Value::String(
+                "deep".into(),
+            )])])]),
         ),
         ("general.alignment", Value::U32(64)),
     ];
@@ -66,7 +77,9 @@ fn tensor_specs() -> Vec<(&'static str, Vec<u64>, GgmlType)> {
 
 /// Deterministic, tensor-specific bytes so misplaced data is detected.
 fn pattern(index: usize, len: u64) -> Vec<u8> {
-    (0..len).map(|i| (i as usize * 31 + index * 7 + 1) as u8).collect()
+    (0..len)
+        .map(|i| (i as usize * 31 + index * 7 + 1) as u8)
+        .collect()
 }
 
 fn write_file(kvs: &[(String, Value)], specs: &[(&str, Vec<u64>, GgmlType)]) -> Vec<u8> {
@@ -113,7 +126,10 @@ fn roundtrip_all_value_types_and_tensors() {
         assert_eq!(t.ggml_type, *ty);
         assert_eq!(t.offset % 64, 0);
         assert_eq!(t.n_elements, ne.iter().product::<u64>());
-        assert_eq!(t.n_bytes, ne[0] / ty.block_size() * ty.type_size() * ne[1..].iter().product::<u64>());
+        assert_eq!(
+            t.n_bytes,
+            ne[0] / ty.block_size() * ty.type_size() * ne[1..].iter().product::<u64>()
+        );
         let shape: Vec<usize> = ne.iter().rev().map(|&d| d as usize).collect();
         assert_eq!(t.shape(), shape);
         let expect = pattern(i, t.n_bytes);
@@ -147,7 +163,8 @@ fn tensor_bytes_outlive_the_file() {
 #[test]
 fn open_reads_written_file() {
     let bytes = write_file(&all_kinds_of_metadata(), &tensor_specs());
-    let path = std::env::temp_dir().join(format!("rill-gguf-roundtrip-{}.gguf", std::process::id()));
+    let path =
+        std::env::temp_dir().join(format!("rill-gguf-roundtrip-{}.gguf", std::process::id()));
     std::fs::write(&path, &bytes).expect("write temp file");
     let f = GgufFile::open(&path).expect("open");
     let _ = std::fs::remove_file(&path);
@@ -158,7 +175,10 @@ fn open_reads_written_file() {
 #[test]
 fn open_missing_file_is_io_error_with_path() {
     let err = GgufFile::open("/nonexistent/rill/x.gguf").expect_err("must fail");
-    assert!(matches!(err, rill::Error::Io { ref path, .. } if path.ends_with("x.gguf")), "{err:?}");
+    assert!(
+        matches!(err, rill::Error::Io { ref path, .. } if path.ends_with("x.gguf")),
+        "{err:?}"
+    );
 }
 
 #[test]
@@ -166,10 +186,22 @@ fn writer_rejects_bad_tensors_and_misuse() {
     use rill::error::GgufError as G;
     use rill::Error as E;
     let mut w = GgufWriter::new();
-    assert!(matches!(w.add_tensor("a", vec![], GgmlType::F32), Err(E::Gguf(G::BadDims { .. }))));
-    assert!(matches!(w.add_tensor("a", vec![1; 5], GgmlType::F32), Err(E::Gguf(G::BadDims { .. }))));
-    assert!(matches!(w.add_tensor("a", vec![4, 0], GgmlType::F32), Err(E::Gguf(G::BadShape { dim: 1, .. }))));
-    assert!(matches!(w.add_tensor("a", vec![100], GgmlType::Q4K), Err(E::Gguf(G::RowNotBlockMultiple { .. }))));
+    assert!(matches!(
+        w.add_tensor("a", vec![], GgmlType::F32),
+        Err(E::Gguf(G::BadDims { .. }))
+    ));
+    assert!(matches!(
+        w.add_tensor("a", vec![1; 5], GgmlType::F32),
+        Err(E::Gguf(G::BadDims { .. }))
+    ));
+    assert!(matches!(
+        w.add_tensor("a", vec![4, 0], GgmlType::F32),
+        Err(E::Gguf(G::BadShape { dim: 1, .. }))
+    ));
+    assert!(matches!(
+        w.add_tensor("a", vec![100], GgmlType::Q4K),
+        Err(E::Gguf(G::RowNotBlockMultiple { .. }))
+    ));
     assert!(matches!(
         w.add_tensor("a", vec![u64::MAX, 2], GgmlType::F32),
         Err(E::Gguf(G::BadShape { dim: 1, .. }))
@@ -180,24 +212,45 @@ fn writer_rejects_bad_tensors_and_misuse() {
     ));
     assert_eq!(w.add_tensor("a", vec![4], GgmlType::F32).ok(), Some(0));
     assert_eq!(w.add_tensor("b", vec![4], GgmlType::F32).ok(), Some(1));
-    assert!(matches!(w.add_tensor("a", vec![4], GgmlType::F32), Err(E::Gguf(G::DuplicateTensor(_)))));
+    assert!(matches!(
+        w.add_tensor("a", vec![4], GgmlType::F32),
+        Err(E::Gguf(G::DuplicateTensor(_)))
+    ));
     let mut out = Vec::new();
     w.write_header(&mut out).expect("header");
-    assert!(matches!(w.write_tensor_data(&mut out, 1, &[0; 16]), Err(E::InvalidArgument(_))));
-    assert!(matches!(w.write_tensor_data(&mut out, 0, &[0; 15]), Err(E::InvalidArgument(_))));
+    assert!(matches!(
+        w.write_tensor_data(&mut out, 1, &[0; 16]),
+        Err(E::InvalidArgument(_))
+    ));
+    assert!(matches!(
+        w.write_tensor_data(&mut out, 0, &[0; 15]),
+        Err(E::InvalidArgument(_))
+    ));
     w.write_tensor_data(&mut out, 0, &[1; 16]).expect("a");
     w.write_tensor_data(&mut out, 1, &[2; 16]).expect("b");
-    assert!(matches!(w.write_tensor_data(&mut out, 2, &[]), Err(E::InvalidArgument(_))));
+    assert!(matches!(
+        w.write_tensor_data(&mut out, 2, &[]),
+        Err(E::InvalidArgument(_))
+    ));
     assert!(GgufFile::from_bytes(out).is_ok());
 
     let mut w = GgufWriter::new();
     w.add_kv("general.alignment", Value::U32(3));
-    assert!(matches!(w.write_header(&mut Vec::new()), Err(E::Gguf(G::BadAlignment(3)))));
+    assert!(matches!(
+        w.write_header(&mut Vec::new()),
+        Err(E::Gguf(G::BadAlignment(3)))
+    ));
     w.add_kv("general.alignment", Value::U64(32));
-    assert!(matches!(w.write_header(&mut Vec::new()), Err(E::Gguf(G::BadAlignmentType(_)))));
+    assert!(matches!(
+        w.write_header(&mut Vec::new()),
+        Err(E::Gguf(G::BadAlignmentType(_)))
+    ));
     w.add_kv("general.alignment", Value::U32(16));
     w.add_kv("mixed", Value::Array(vec![Value::U8(1), Value::I8(1)]));
-    assert!(matches!(w.write_header(&mut Vec::new()), Err(E::InvalidArgument(_))));
+    assert!(matches!(
+        w.write_header(&mut Vec::new()),
+        Err(E::InvalidArgument(_))
+    ));
 }
 
 #[test]
@@ -209,7 +262,13 @@ fn add_kv_replaces_existing_key_in_place() {
     let mut out = Vec::new();
     w.write_header(&mut out).expect("header");
     let f = GgufFile::from_bytes(out).expect("parse");
-    assert_eq!(f.metadata(), &[("a".to_owned(), Value::U8(3)), ("b".to_owned(), Value::U8(2))][..]);
+    assert_eq!(
+        f.metadata(),
+        &[
+            ("a".to_owned(), Value::U8(3)),
+            ("b".to_owned(), Value::U8(2))
+        ][..]
+    );
 }
 
 #[test]
@@ -224,7 +283,10 @@ fn large_string_array_roundtrip_is_fast() {
     w.write_header(&mut out).expect("header");
     let f = GgufFile::from_bytes(out).expect("parse");
     let elapsed = start.elapsed();
-    let arr = f.get("tokenizer.ggml.tokens").and_then(Value::as_array).expect("array");
+    let arr = f
+        .get("tokenizer.ggml.tokens")
+        .and_then(Value::as_array)
+        .expect("array");
     assert_eq!(arr.len(), n);
     assert_eq!(arr[12345].as_str(), Some("tok12345"));
     assert!(elapsed.as_secs_f64() < 2.0, "write+parse took {elapsed:?}");
@@ -233,7 +295,11 @@ fn large_string_array_roundtrip_is_fast() {
 fn assert_all_tensors_within_file(f: &GgufFile) {
     for t in &f.tensors {
         assert_eq!(t.offset % f.alignment, 0, "{}", t.name);
-        assert!(f.data_start + t.offset + t.n_bytes <= f.file_len(), "{}", t.name);
+        assert!(
+            f.data_start + t.offset + t.n_bytes <= f.file_len(),
+            "{}",
+            t.name
+        );
         assert_eq!(f.tensor_data(t).len() as u64, t.n_bytes);
     }
 }
@@ -241,7 +307,10 @@ fn assert_all_tensors_within_file(f: &GgufFile) {
 #[test]
 fn tiny_dense_f16_fixture() {
     let f = GgufFile::open(fixture("tiny-dense.F16.gguf")).expect("open fixture");
-    assert_eq!(f.get("general.architecture").and_then(Value::as_str), Some("qwen35"));
+    assert_eq!(
+        f.get("general.architecture").and_then(Value::as_str),
+        Some("qwen35")
+    );
     assert_eq!(f.get("qwen35.block_count").and_then(Value::as_u64), Some(8));
     assert_eq!(f.alignment, 32);
     let emb = f.tensor("token_embd.weight").expect("token_embd");
@@ -249,7 +318,10 @@ fn tiny_dense_f16_fixture() {
     assert_eq!(emb.ggml_type, GgmlType::F16);
     assert_eq!(emb.shape(), vec![8192, 64]);
     assert_eq!(emb.n_bytes, 64 * 8192 * 2);
-    let tokens = f.get("tokenizer.ggml.tokens").and_then(Value::as_array).expect("tokens");
+    let tokens = f
+        .get("tokenizer.ggml.tokens")
+        .and_then(Value::as_array)
+        .expect("tokens");
     assert_eq!(tokens.len(), 8192);
     assert!(tokens.iter().all(|t| t.as_str().is_some()));
     assert_all_tensors_within_file(&f);
@@ -268,7 +340,12 @@ fn quants_fixture() {
 
 #[test]
 fn other_fixtures_parse() {
-    for name in ["tiny-dense.Q4_K_M.gguf", "tiny-dense.Q8_0.gguf", "tiny-moe.F16.gguf", "qwen3-vocab.gguf"] {
+    for name in [
+        "tiny-dense.Q4_K_M.gguf",
+        "tiny-dense.Q8_0.gguf",
+        "tiny-moe.F16.gguf",
+        "qwen3-vocab.gguf",
+    ] {
         let f = GgufFile::open(fixture(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_all_tensors_within_file(&f);
     }

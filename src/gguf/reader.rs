@@ -118,11 +118,16 @@ impl GgufFile {
     }
 
     pub fn get(&self, key: &str) -> Option<&Value> {
-        self.kv_index.get(key).and_then(|&i| self.metadata.get(i)).map(|(_, v)| v)
+        self.kv_index
+            .get(key)
+            .and_then(|&i| self.metadata.get(i))
+            .map(|(_, v)| v)
     }
 
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
-        self.tensor_index.get(name).and_then(|&i| self.tensors.get(i))
+        self.tensor_index
+            .get(name)
+            .and_then(|&i| self.tensors.get(i))
     }
 
     /// The bytes of a tensor of this file. Ranges were validated at parse time; a `TensorInfo`
@@ -318,7 +323,7 @@ fn read_tensor_info(c: &mut Cursor<'_>, alignment: u64) -> Parse<TensorInfo> {
     };
     let n_elements = element_count(&name, &ne)?;
     let n_bytes = byte_size(&name, &ne, ggml_type)?;
-    if offset % alignment != 0 {
+    if !offset.is_multiple_of(alignment) {
         return Err(GgufError::Misaligned {
             name,
             offset,
@@ -355,7 +360,7 @@ fn element_count(name: &str, ne: &[u64]) -> Parse<u64> {
 /// Bytes of the tensor: whole blocks per row times the number of rows.
 fn byte_size(name: &str, ne: &[u64], ty: GgmlType) -> Parse<u64> {
     let ne0 = ne.first().copied().unwrap_or(1);
-    if ne0 % ty.block_size() != 0 {
+    if !ne0.is_multiple_of(ty.block_size()) {
         return Err(GgufError::RowNotBlockMultiple {
             name: name.to_owned(),
             ne0,

@@ -47,8 +47,8 @@ pub(crate) fn min_encoded_size(id: u32) -> Option<u64> {
         U16 | I16 => 2,
         U32 | I32 | F32 => 4,
         U64 | I64 | F64 => 8,
-        STRING => 8,      // u64 length, possibly zero bytes
-        ARRAY => 4 + 8,   // element type + count, possibly zero elements
+        STRING => 8,    // u64 length, possibly zero bytes
+        ARRAY => 4 + 8, // element type + count, possibly zero elements
         _ => return None,
     })
 }
@@ -108,7 +108,10 @@ impl Value {
         match *self {
             Value::F32(v) => Some(v),
             Value::F64(v) => Some(v as f32),
-            _ => self.as_i64().map(|v| v as f32).or_else(|| self.as_u64().map(|v| v as f32)),
+            _ => self
+                .as_i64()
+                .map(|v| v as f32)
+                .or_else(|| self.as_u64().map(|v| v as f32)),
         }
     }
 
