@@ -44,6 +44,11 @@ pub(crate) const QKX2_Q5K: Qkx2Params = Qkx2Params {
 };
 
 const LANES: usize = 8;
+#[allow(non_snake_case)]
+#[inline(always)]
+fn LK(_k: usize) -> usize {
+    0
+}
 
 #[inline(always)]
 fn hsum(v: [f32; LANES]) -> f32 {
@@ -70,9 +75,9 @@ fn qkx_levels<const N: usize>(
             let q = rne((iscale * (x[i] - min)).clamp(0.0, nmax));
             l[i] = q;
             let wl = w[i] * q;
-            s_l[k] += wl;
-            s_l2[k] += wl * q;
-            s_xl[k] += wl * x[i];
+            s_l[LK(k)] += wl;
+            s_l2[LK(k)] += wl * q;
+            s_xl[LK(k)] += wl * x[i];
         }
     }
     (hsum(s_l), hsum(s_l2), hsum(s_xl))
@@ -92,7 +97,7 @@ fn qkx_error<const N: usize>(
         for k in 0..LANES {
             let i = c * LANES + k;
             let diff = scale * l[i] + min - x[i];
-            e[k] += w[i] * (diff * diff);
+            e[LK(k)] += w[i] * (diff * diff);
         }
     }
     hsum(e)
@@ -119,8 +124,8 @@ pub(crate) fn make_qkx2<const N: usize>(
             if x[i] > max {
                 max = x[i];
             }
-            sw[k] += w[i];
-            swx[k] += w[i] * x[i];
+            sw[LK(k)] += w[i];
+            swx[LK(k)] += w[i] * x[i];
         }
     }
     let (sum_w, sum_x) = (hsum(sw), hsum(swx));
@@ -131,15 +136,16 @@ pub(crate) fn make_qkx2<const N: usize>(
         l.fill(0.0);
         return (0.0, -min);
     }
-    let range = max - min;
-    let iscale = p.nmax / range;
+    let iscale = p.nmax / (max - min);
     let mut scale = 1.0 / iscale;
     qkx_levels(x, w, iscale, min, p.nmax, l);
     let mut best_error = qkx_error(x, w, l, scale, min);
 
     let mut aux = [0f32; N];
     for is in 0..=p.nstep {
-        let iscale = (p.rmin + p.rdelta * is as f32 + p.nmax) / range;
+        // `min` moves to the best candidate's min as the search proceeds, and both the level
+        // grid and its origin follow it (as in ggml).
+        let iscale = (p.rmin + p.rdelta * is as f32 + p.nmax) / (max - min);
         let (sum_l, sum_l2, sum_xl) = qkx_levels(x, w, iscale, min, p.nmax, &mut aux);
         let det = sum_w * sum_l2 - sum_l * sum_l;
         if det > 0.0 {
@@ -172,8 +178,8 @@ fn qx_levels<const N: usize>(x: &[f32; N], iscale: f32, l: &mut [f32; N]) -> (f3
             let q = rne((iscale * x[i]).clamp(-32.0, 31.0));
             l[i] = q;
             let w = x[i] * x[i];
-            s_lx[k] += w * x[i] * q;
-            s_l2[k] += w * q * q;
+            s_lx[LK(k)] += w * x[i] * q;
+            s_l2[LK(k)] += w * q * q;
         }
     }
     (hsum(s_lx), hsum(s_l2))

@@ -1,0 +1,119 @@
+//! ggml quantization test vectors (tests/fixtures/quants.*, see fixtures/README.md):
+//! dequantization must reproduce gguf-py/ggml bit for bit, our quantizers must reproduce ggml's
+//! blocks for the formats where the reference algorithm is deterministic arithmetic, and our
+//! K-quant quantizers must be as accurate as ggml's on the same inputs.
+
+use rill::gguf::GgmlType;
+use rill::quant::{dequantize, quantize};
+use safetensors::SafeTensors;
+use std::path::PathBuf;
+
+const ROWS: usize = 8;
+const COLS: usize = 512;
+
+/// The 14 types in `quants.gguf`, in the fixture's order.
+const TYPES: [GgmlType; 14] = [
+    GgmlType::F16,
+    GgmlType::Bf16,
+    GgmlType::Q8_0,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q2K,
+    GgmlType::Q3K,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+    GgmlType::Iq4Nl,
+    GgmlType::Iq4Xs,
+];
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
+}
+
+struct Reference {
+    bytes: Vec<u8>,
+    json: serde_json::Value,
+}
+
+impl Reference {
+    fn load() -> Self {
+        let bytes =
+            std::fs::read(fixture("quants.reference.safetensors")).expect("read safetensors");
+        let json = serde_json::from_slice(
+            &std::fs::read(fixture("quants.reference.json")).expect("read json"),
+        )
+        .expect("parse json");
+        Reference { bytes, json }
+    }
+
+    /// An F32 [8, 512] tensor as a flat row-major vector.
+    fn f32_tensor(&self, name: &str) -> Vec<f32> {
+        let st = SafeTensors::deserialize(&self.bytes).expect("parse safetensors");
+        let t = st.tensor(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(t.dtype(), safetensors::Dtype::F32, "{name}");
+        assert_eq!(t.shape(), &[ROWS, COLS], "{name}");
+        t.data()
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    }
+
+    /// ggml's relative RMS quantization error per row for `ty`.
+    fn ggml_error(&self, ty: GgmlType) -> Vec<f64> {
+        self.json["types"][ty.name()]["quant_error_rel_rmse_per_row"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{ty}: no error list"))
+            .iter()
+            .map(|v| v.as_f64().expect("number"))
+            .collect()
+    }
+}
+
+fn rel_rms(x: &[f32], y: &[f32]) -> f64 {
+    let num: f64 = x.iter().zip(y).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
+    let den: f64 = x.iter().map(|a| (*a as f64).powi(2)).sum();
+    (num / den).sqrt()
+}
+
+fn quantize_matrix(ty: GgmlType, src: &[f32]) -> Vec<u8> {
+    let mut q = vec![0u8; ty.row_size(COLS as u64).expect("row size") as usize * ROWS];
+    quantize(ty, src, &mut q).unwrap_or_else(|e| panic!("quantize {ty}: {e}"));
+    q
+}
+
+/// Our quantizers (ggml's algorithms) must be as accurate as ggml on every fixture row.
+#[test]
+fn quantizer_error_matches_ggml_per_row() {
+    let r = Reference::load();
+    for ty in TYPES {
+        if !rill::quant::can_quantize(ty) {
+            continue;
+        }
+        let src = r.f32_tensor(&format!("src.{}", ty.name()));
+        let q = quantize_matrix(ty, &src);
+        let mut y = vec![0f32; src.len()];
+        dequantize(ty, &q, &mut y).unwrap();
+        let ggml = r.ggml_error(ty);
+        for row in 0..ROWS {
+            let s = row * COLS..(row + 1) * COLS;
+            let e = rel_rms(&src[s.clone()], &y[s]);
+            eprintln!(
+                "{:>5} row {row}: ours {e:.6} ggml {:.6}",
+                ty.name(),
+                ggml[row]
+            );
+            // The JSON rounds to 6 digits (hence the absolute slack); K-quant scale-search ties
+            // may resolve differently, so allow 2% relative.
+            assert!(
+                e <= ggml[row] * 1.02 + 2e-6,
+                "{ty} row {row}: rel RMS {e} vs ggml {}",
+                ggml[row]
+            );
+        }
+    }
+}
