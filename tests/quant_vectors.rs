@@ -117,3 +117,87 @@ fn quantizer_error_matches_ggml_per_row() {
         }
     }
 }
+
+fn stored_blocks(file: &rill::gguf::GgufFile, ty: GgmlType) -> Vec<u8> {
+    let name = format!("q.{}", ty.name());
+    let info = file
+        .tensor(&name)
+        .unwrap_or_else(|| panic!("{name} missing"));
+    assert_eq!(info.ggml_type, ty, "{name}");
+    assert_eq!(info.ne, vec![COLS as u64, ROWS as u64], "{name}");
+    file.tensor_data(info).to_vec()
+}
+
+fn open_gguf() -> rill::gguf::GgufFile {
+    rill::gguf::GgufFile::open(fixture("quants.gguf")).expect("open quants.gguf")
+}
+
+/// Dequantizing ggml's stored blocks reproduces gguf-py's dequantization bit for bit (rows with
+/// f16-subnormal scales and all-zero blocks included).
+#[test]
+fn dequantize_matches_reference_bit_for_bit() {
+    let r = Reference::load();
+    let file = open_gguf();
+    for ty in TYPES {
+        let blocks = stored_blocks(&file, ty);
+        let want = r.f32_tensor(&format!("deq.{}", ty.name()));
+        let mut got = vec![0f32; ROWS * COLS];
+        dequantize(ty, &blocks, &mut got).unwrap_or_else(|e| panic!("{ty}: {e}"));
+        let bad: Vec<usize> = (0..got.len())
+            .filter(|&i| got[i].to_bits() != want[i].to_bits())
+            .collect();
+        assert!(
+            bad.is_empty(),
+            "{ty}: {} of {} values differ, first at {}: {} vs {}",
+            bad.len(),
+            got.len(),
+            bad[0],
+            got[bad[0]],
+            want[bad[0]]
+        );
+
+        // Row by row through vec_dot with a one-hot probe gives the same values again.
+        let row_bytes = ty.row_size(COLS as u64).unwrap() as usize;
+        let mut probe = vec![0f32; COLS];
+        for (row, q) in blocks.chunks_exact(row_bytes).enumerate() {
+            for col in [0usize, 17, 255, 256, 511] {
+                probe[col] = 1.0;
+                let v = rill::quant::vec_dot(ty, q, &probe).unwrap();
+                probe[col] = 0.0;
+                // Value equality: a −0.0 element sums to +0.0.
+                assert_eq!(v, want[row * COLS + col], "{ty} row {row} col {col}");
+            }
+        }
+    }
+}
+
+/// Our quantizers reproduce ggml's blocks exactly: legacy formats and F16/BF16 (which gguf-py also
+/// reproduces) and the K-quants Q4_K, Q5_K, Q6_K (ggml's reference search, same f32 order).
+#[test]
+fn quantize_reproduces_ggml_blocks() {
+    let r = Reference::load();
+    let file = open_gguf();
+    for ty in TYPES {
+        if !rill::quant::can_quantize(ty) {
+            continue;
+        }
+        let src = r.f32_tensor(&format!("src.{}", ty.name()));
+        let ours = quantize_matrix(ty, &src);
+        let theirs = stored_blocks(&file, ty);
+        let bs = ty.type_size() as usize;
+        let differing: Vec<usize> = ours
+            .chunks_exact(bs)
+            .zip(theirs.chunks_exact(bs))
+            .enumerate()
+            .filter(|(_, (a, b))| a != b)
+            .map(|(i, _)| i)
+            .collect();
+        assert!(
+            differing.is_empty(),
+            "{ty}: {} of {} blocks differ (first: block {})",
+            differing.len(),
+            ours.len() / bs,
+            differing[0]
+        );
+    }
+}
