@@ -54,22 +54,41 @@ pub(crate) fn f32_to_bf16(v: f32) -> u16 {
 }
 
 /// Decode `dst.len()` plain-float elements from `src` (length already checked).
+///
+/// Tensor data is normally 32-byte aligned (GGUF alignment), so the aligned fast paths are the
+/// rule; byte-wise decoding covers arbitrary slices.
 pub(crate) fn dequantize_f32(src: &[u8], dst: &mut [f32]) {
+    #[cfg(target_endian = "little")]
+    if let Ok(s) = bytemuck::try_cast_slice::<u8, f32>(src) {
+        dst.copy_from_slice(s);
+        return;
+    }
     for (d, c) in dst.iter_mut().zip(src.chunks_exact(4)) {
         *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
     }
 }
 
-pub(crate) fn dequantize_f16(src: &[u8], dst: &mut [f32]) {
+/// Decode 16-bit elements with `conv`, through a `&[u16]` view when `src` is aligned.
+#[inline(always)]
+fn dequantize_u16(src: &[u8], dst: &mut [f32], conv: impl Fn(u16) -> f32) {
+    #[cfg(target_endian = "little")]
+    if let Ok(s) = bytemuck::try_cast_slice::<u8, u16>(src) {
+        for (d, &h) in dst.iter_mut().zip(s) {
+            *d = conv(h);
+        }
+        return;
+    }
     for (d, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
-        *d = f16_to_f32(u16::from_le_bytes([c[0], c[1]]));
+        *d = conv(u16::from_le_bytes([c[0], c[1]]));
     }
 }
 
+pub(crate) fn dequantize_f16(src: &[u8], dst: &mut [f32]) {
+    dequantize_u16(src, dst, f16_to_f32);
+}
+
 pub(crate) fn dequantize_bf16(src: &[u8], dst: &mut [f32]) {
-    for (d, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
-        *d = bf16_to_f32(u16::from_le_bytes([c[0], c[1]]));
-    }
+    dequantize_u16(src, dst, bf16_to_f32);
 }
 
 pub(crate) fn quantize_f32(src: &[f32], dst: &mut [u8]) {

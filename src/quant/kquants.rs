@@ -6,7 +6,7 @@
 //! against the rounded scales).
 
 use super::float::{read_f16, write_f16};
-use super::search::{make_qkx2, make_qx, rne, QKX2_Q4K, QKX2_Q5K};
+use super::search::{make_qkx2, make_qx, round_clamped, Qkx2Params, QKX2_Q4K, QKX2_Q5K};
 
 pub(crate) const QK_K: usize = 256;
 
@@ -147,44 +147,53 @@ pub(crate) fn deq_q6_k(b: &[u8; 210], y: &mut [f32; QK_K]) {
 
 // ---------------------------------------------------------------- quantization
 
-/// Sub-block scales and mins of Q4_K/Q5_K: search each 32-element sub-block, quantize the eight
-/// scales and eight mins to 6 bits against the super-block maxima, write `d`, `dmin` and the 12
+/// Sub-block scales and mins of Q4_K/Q5_K: search the eight 32-element sub-blocks, quantize
+/// the scales and mins to 6 bits against the super-block maxima, write `d`, `dmin` and the 12
 /// packed scale bytes into `head` (16 bytes), and return the final levels `0..=nmax`.
-fn quant_kx_scales(
-    x: &[f32; QK_K],
-    params: &super::search::Qkx2Params,
-    head: &mut [u8],
-) -> [f32; QK_K] {
+fn quant_kx_scales(x: &[f32; QK_K], params: &Qkx2Params, head: &mut [u8]) -> [f32; QK_K] {
+    // Transpose to [element][sub-block] so the search runs one sub-block per lane.
+    let mut xt = [[0f32; 8]; 32];
+    for (j, xs) in x.chunks_exact(32).enumerate() {
+        for (i, &v) in xs.iter().enumerate() {
+            xt[i][j] = v;
+        }
+    }
+    // ggml weights each element by its sub-block's RMS plus its own magnitude.
+    let mut sum_x2 = [0f32; 8];
+    for xi in &xt {
+        for k in 0..8 {
+            sum_x2[k] += xi[k] * xi[k];
+        }
+    }
+    let mut av_x = [0f32; 8];
+    for k in 0..8 {
+        av_x[k] = (sum_x2[k] / 32.0).sqrt();
+    }
+    let mut wt = [[0f32; 8]; 32];
+    for (wi, xi) in wt.iter_mut().zip(&xt) {
+        for k in 0..8 {
+            wi[k] = av_x[k] + xi[k].abs();
+        }
+    }
+    let mut lt = [[0f32; 8]; 32];
+    let (scales, mins) = make_qkx2(&xt, &wt, params, &mut lt);
     let mut levels = [0f32; QK_K];
-    let mut scales = [0f32; 8];
-    let mut mins = [0f32; 8];
-    let mut max_scale = 0f32;
-    let mut max_min = 0f32;
-    for j in 0..8 {
-        let xs = sub::<32>(x, 32 * j);
-        // ggml weights each element by the sub-block RMS plus its own magnitude.
-        let mut sum_x2 = 0f32;
-        for &v in xs {
-            sum_x2 += v * v;
-        }
-        let av_x = (sum_x2 / 32.0).sqrt();
-        let mut w = [0f32; 32];
-        for (w, &v) in w.iter_mut().zip(xs) {
-            *w = av_x + v.abs();
-        }
-        let mut l = [0f32; 32];
-        let (scale, min) = make_qkx2(xs, &w, params, &mut l);
-        levels[32 * j..32 * j + 32].copy_from_slice(&l);
-        scales[j] = scale;
-        mins[j] = min;
-        if scale > max_scale {
-            max_scale = scale;
-        }
-        if min > max_min {
-            max_min = min;
+    for (i, li) in lt.iter().enumerate() {
+        for (j, &v) in li.iter().enumerate() {
+            levels[32 * j + i] = v;
         }
     }
 
+    let mut max_scale = 0f32;
+    let mut max_min = 0f32;
+    for j in 0..8 {
+        if scales[j] > max_scale {
+            max_scale = scales[j];
+        }
+        if mins[j] > max_min {
+            max_min = mins[j];
+        }
+    }
     let inv_scale = if max_scale > 0.0 {
         63.0 / max_scale
     } else {
@@ -194,8 +203,8 @@ fn quant_kx_scales(
     let packed = &mut head[4..16];
     packed.fill(0);
     for j in 0..8 {
-        let ls = rne(inv_scale * scales[j]).clamp(0.0, 63.0) as u8;
-        let lm = rne(inv_min * mins[j]).clamp(0.0, 63.0) as u8;
+        let ls = round_clamped(inv_scale * scales[j], 0.0, 63.0) as u8;
+        let lm = round_clamped(inv_min * mins[j], 0.0, 63.0) as u8;
         if j < 4 {
             packed[j] = ls;
             packed[j + 4] = lm;
@@ -211,7 +220,6 @@ fn quant_kx_scales(
     // Re-quantize against the scales as they will be decoded.
     let d_all = read_f16(head, 0);
     let dmin_all = read_f16(head, 2);
-    let nmax = params.nmax;
     for j in 0..8 {
         let (sc, m) = scale_min_k4(j, &head[4..16]);
         let d = d_all * sc as f32;
@@ -219,21 +227,12 @@ fn quant_kx_scales(
             continue;
         }
         let dm = dmin_all * m as f32;
-        let xs = sub::<32>(x, 32 * j);
+        let xs = &x[32 * j..32 * j + 32];
         for (l, &v) in levels[32 * j..32 * j + 32].iter_mut().zip(xs) {
-            *l = rne(((v + dm) / d).clamp(0.0, nmax));
+            *l = round_clamped((v + dm) / d, 0.0, params.nmax);
         }
     }
     levels
-}
-
-/// `&x[at..at + N]` as an array (callers use constant, in-range offsets).
-#[inline(always)]
-fn sub<const N: usize>(x: &[f32], at: usize) -> &[f32; N] {
-    match x[at..].first_chunk::<N>() {
-        Some(a) => a,
-        None => unreachable!("sub-block offset {at} out of range"),
-    }
 }
 
 pub(crate) fn quant_q4_k(x: &[f32; QK_K], b: &mut [u8; 144]) {
@@ -265,15 +264,25 @@ pub(crate) fn quant_q5_k(x: &[f32; QK_K], b: &mut [u8; 176]) {
 
 pub(crate) fn quant_q6_k(x: &[f32; QK_K], b: &mut [u8; 210]) {
     // Levels are stored offset by 32 (0..=63).
+    // Transpose to [element][sub-block] so the search runs one sub-block per lane.
+    let mut xt = [[0f32; 16]; 16];
+    for (j, xs) in x.chunks_exact(16).enumerate() {
+        for (i, &v) in xs.iter().enumerate() {
+            xt[i][j] = v;
+        }
+    }
+    let mut lt = [[0f32; 16]; 16];
+    let scales = make_qx(&xt, &mut lt);
+    // Levels are stored offset by 32 (0..=63).
     let mut levels = [0f32; QK_K];
-    let mut scales = [0f32; 16];
+    for (i, li) in lt.iter().enumerate() {
+        for (j, &v) in li.iter().enumerate() {
+            levels[16 * j + i] = v;
+        }
+    }
     let mut max_scale = 0f32;
     let mut max_abs_scale = 0f32;
-    for ib in 0..16 {
-        let mut l = [0f32; 16];
-        let scale = make_qx(sub::<16>(x, 16 * ib), &mut l);
-        levels[16 * ib..16 * ib + 16].copy_from_slice(&l);
-        scales[ib] = scale;
+    for &scale in &scales {
         if scale.abs() > max_abs_scale {
             max_abs_scale = scale.abs();
             max_scale = scale;
@@ -288,15 +297,15 @@ pub(crate) fn quant_q6_k(x: &[f32; QK_K], b: &mut [u8; 210]) {
     write_f16(b, 208, 1.0 / iscale);
     let d_all = read_f16(b, 208);
     for ib in 0..16 {
-        let s = rne((iscale * scales[ib]).clamp(-128.0, 127.0)) as i8;
+        let s = round_clamped(iscale * scales[ib], -128.0, 127.0) as i8;
         b[192 + ib] = s as u8;
         let d = d_all * s as f32;
         if d == 0.0 {
             continue;
         }
-        let xs = sub::<16>(x, 16 * ib);
+        let xs = &x[16 * ib..16 * ib + 16];
         for (l, &v) in levels[16 * ib..16 * ib + 16].iter_mut().zip(xs) {
-            *l = rne((v / d).clamp(-32.0, 31.0)) + 32.0;
+            *l = round_clamped(v / d, -32.0, 31.0) + 32.0;
         }
     }
     let (ql, rest) = b.split_at_mut(128);

@@ -183,7 +183,7 @@ pub fn quantize_rows_par(ty: GgmlType, src: &[f32], row_len: usize, dst: &mut [u
     if !can_quantize(ty) {
         return Err(unsupported(ty));
     }
-    if row_len == 0 || src.len() % row_len != 0 {
+    if row_len == 0 || !src.len().is_multiple_of(row_len) {
         return Err(Error::InvalidArgument(format!(
             "quantize {ty}: {} elements is not a whole number of rows of {row_len}",
             src.len()

@@ -1,12 +1,12 @@
-//! ggml's scale searches for the K-quants: `make_qkx2_quants` (asymmetric, scale + min) and
-//! `make_qx_quants` with `rmse_type = 1` (symmetric, weights x²).
+//! ggml's scale searches for the K-quants: `make_qkx2_quants` (asymmetric, scale + min; Q4_K,
+//! Q5_K) and `make_qx_quants` with `rmse_type = 1` (symmetric, weights x²; Q6_K).
 //!
-//! The algorithms are ggml's; the arithmetic differs in one deliberate way: weighted sums are
-//! accumulated in 8 interleaved lanes instead of one serial chain, which makes the ~20-step
-//! search about 5x faster (the quantizer must sustain tens of millions of weights per second
-//! per core for `rill synth`). Near-ties between candidate scales can therefore resolve
-//! differently from ggml; the result is an equally good quantization, not a bit-identical one.
-//! (ggml's own output already depends on whether its compiler contracted these sums into FMAs.)
+//! Both run over all sub-blocks of a super-block at once, one sub-block per SIMD lane: inputs
+//! are transposed to `[element][sub-block]`, so every weighted sum is still accumulated serially
+//! over the elements of its own sub-block, in ggml's order, and per-lane branches become
+//! selects. The results are bit-identical to ggml's reference C (built without FMA contraction)
+//! while LLVM vectorises across sub-blocks: a serial 32-element add chain per candidate scale
+//! would otherwise be latency-bound at ~4 cycles per element and candidate.
 
 /// Groups whose largest magnitude is below this are treated as all-zero (ggml's GROUP_MAX_EPS).
 pub(crate) const GROUP_MAX_EPS: f32 = 1e-15;
@@ -17,6 +17,15 @@ pub(crate) const GROUP_MAX_EPS: f32 = 1e-15;
 pub(crate) fn rne(v: f32) -> f32 {
     const MAGIC: f32 = 12_582_912.0;
     (v + MAGIC) - MAGIC
+}
+
+/// `round(v)` clamped to `[lo, hi]`; clamping first equals ggml's round-then-clamp because the
+/// bounds are integers, and keeps the rounding trick in its exact range.
+#[inline(always)]
+pub(crate) fn round_clamped(v: f32, lo: f32, hi: f32) -> f32 {
+    let v = if v < lo { lo } else { v };
+    let v = if v > hi { hi } else { v };
+    rne(v)
 }
 
 /// Parameters of one `make_qkx2_quants` call site.
@@ -43,183 +52,258 @@ pub(crate) const QKX2_Q5K: Qkx2Params = Qkx2Params {
     nstep: 15,
 };
 
-const LANES: usize = 8;
-#[allow(non_snake_case)]
+/// One `make_qkx2_quants` candidate for every lane: levels into `l`, and Σw·l, Σw·l², Σw·l·x.
 #[inline(always)]
-fn LK(_k: usize) -> usize {
-    0
-}
-
-#[inline(always)]
-fn hsum(v: [f32; LANES]) -> f32 {
-    ((v[0] + v[4]) + (v[1] + v[5])) + ((v[2] + v[6]) + (v[3] + v[7]))
-}
-
-/// Levels `clamp(round(iscale·(x − min)), 0, nmax)` and the weighted sums Σw·l, Σw·l², Σw·l·x.
-#[inline(always)]
-fn qkx_levels<const N: usize>(
-    x: &[f32; N],
-    w: &[f32; N],
-    iscale: f32,
-    min: f32,
+fn qkx2_levels<const N: usize, const K: usize>(
+    x: &[[f32; K]; N],
+    w: &[[f32; K]; N],
+    iscale: &[f32; K],
+    min: &[f32; K],
     nmax: f32,
-    l: &mut [f32; N],
-) -> (f32, f32, f32) {
-    let mut s_l = [0f32; LANES];
-    let mut s_l2 = [0f32; LANES];
-    let mut s_xl = [0f32; LANES];
-    for c in 0..N / LANES {
-        for k in 0..LANES {
-            let i = c * LANES + k;
-            // Clamping before rounding equals ggml's round-then-clamp (the bounds are integers).
-            let q = rne((iscale * (x[i] - min)).clamp(0.0, nmax));
-            l[i] = q;
-            let wl = w[i] * q;
-            s_l[LK(k)] += wl;
-            s_l2[LK(k)] += wl * q;
-            s_xl[LK(k)] += wl * x[i];
+    l: &mut [[f32; K]; N],
+) -> ([f32; K], [f32; K], [f32; K]) {
+    let mut s_l = [0f32; K];
+    let mut s_l2 = [0f32; K];
+    let mut s_xl = [0f32; K];
+    for i in 0..N {
+        for k in 0..K {
+            let q = round_clamped(iscale[k] * (x[i][k] - min[k]), 0.0, nmax);
+            l[i][k] = q;
+            let wl = w[i][k] * q;
+            s_l[k] += wl;
+            s_l2[k] += wl * q;
+            s_xl[k] += wl * x[i][k];
         }
     }
-    (hsum(s_l), hsum(s_l2), hsum(s_xl))
+    (s_l, s_l2, s_xl)
 }
 
-/// Σ w·(scale·l + min − x)².
+/// Σw·(scale·l + min − x)² for every lane.
 #[inline(always)]
-fn qkx_error<const N: usize>(
-    x: &[f32; N],
-    w: &[f32; N],
-    l: &[f32; N],
-    scale: f32,
-    min: f32,
-) -> f32 {
-    let mut e = [0f32; LANES];
-    for c in 0..N / LANES {
-        for k in 0..LANES {
-            let i = c * LANES + k;
-            let diff = scale * l[i] + min - x[i];
-            e[LK(k)] += w[i] * (diff * diff);
+fn qkx2_error<const N: usize, const K: usize>(
+    x: &[[f32; K]; N],
+    w: &[[f32; K]; N],
+    l: &[[f32; K]; N],
+    scale: &[f32; K],
+    min: &[f32; K],
+) -> [f32; K] {
+    let mut e = [0f32; K];
+    for i in 0..N {
+        for k in 0..K {
+            let diff = scale[k] * l[i][k] + min[k] - x[i][k];
+            e[k] += w[i][k] * (diff * diff);
         }
     }
-    hsum(e)
+    e
 }
 
-/// ggml's `make_qkx2_quants` (squared error, `use_mad = false`): find `scale`, `min ≤ 0` and
-/// levels `l ∈ 0..=nmax` minimising Σ w·(scale·l + min − x)². Returns `(scale, −min)`.
-pub(crate) fn make_qkx2<const N: usize>(
-    x: &[f32; N],
-    w: &[f32; N],
+/// ggml's `make_qkx2_quants` (squared error, `use_mad = false`) on `K` sub-blocks of `N`
+/// elements at once (`x[i][k]` = element `i` of sub-block `k`): levels `l ∈ 0..=nmax`, and per
+/// sub-block `(scale, −min)` minimising Σ w·(scale·l + min − x)².
+pub(crate) fn make_qkx2<const N: usize, const K: usize>(
+    x: &[[f32; K]; N],
+    w: &[[f32; K]; N],
     p: &Qkx2Params,
-    l: &mut [f32; N],
-) -> (f32, f32) {
+    l: &mut [[f32; K]; N],
+) -> ([f32; K], [f32; K]) {
     let mut min = x[0];
     let mut max = x[0];
-    let mut sw = [0f32; LANES];
-    let mut swx = [0f32; LANES];
-    for c in 0..N / LANES {
-        for k in 0..LANES {
-            let i = c * LANES + k;
-            if x[i] < min {
-                min = x[i];
+    let mut sum_w = w[0];
+    let mut sum_x = [0f32; K];
+    for k in 0..K {
+        sum_x[k] = sum_w[k] * x[0][k];
+    }
+    for i in 1..N {
+        for k in 0..K {
+            let v = x[i][k];
+            if v < min[k] {
+                min[k] = v;
             }
-            if x[i] > max {
-                max = x[i];
+            if v > max[k] {
+                max[k] = v;
             }
-            sw[LK(k)] += w[i];
-            swx[LK(k)] += w[i] * x[i];
+            sum_w[k] += w[i][k];
+            sum_x[k] += w[i][k] * v;
         }
     }
-    let (sum_w, sum_x) = (hsum(sw), hsum(swx));
-    if min > 0.0 {
-        min = 0.0;
+    let mut flat = [false; K];
+    let mut iscale = [0f32; K];
+    let mut scale = [0f32; K];
+    for k in 0..K {
+        if min[k] > 0.0 {
+            min[k] = 0.0;
+        }
+        // A constant sub-block (max == min) gets levels 0; its lane still runs the search on a
+        // harmless denominator and is overwritten at the end.
+        flat[k] = max[k] == min[k];
+        let range = if flat[k] { 1.0 } else { max[k] - min[k] };
+        iscale[k] = p.nmax / range;
+        scale[k] = 1.0 / iscale[k];
     }
-    if max == min {
-        l.fill(0.0);
-        return (0.0, -min);
-    }
-    let iscale = p.nmax / (max - min);
-    let mut scale = 1.0 / iscale;
-    qkx_levels(x, w, iscale, min, p.nmax, l);
-    let mut best_error = qkx_error(x, w, l, scale, min);
+    qkx2_levels(x, w, &iscale, &min, p.nmax, l);
+    let mut best = qkx2_error(x, w, l, &scale, &min);
 
-    let mut aux = [0f32; N];
+    let mut aux = [[0f32; K]; N];
     for is in 0..=p.nstep {
-        // `min` moves to the best candidate's min as the search proceeds, and both the level
-        // grid and its origin follow it (as in ggml).
-        let iscale = (p.rmin + p.rdelta * is as f32 + p.nmax) / (max - min);
-        let (sum_l, sum_l2, sum_xl) = qkx_levels(x, w, iscale, min, p.nmax, &mut aux);
-        let det = sum_w * sum_l2 - sum_l * sum_l;
-        if det > 0.0 {
-            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / det;
-            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det;
-            if this_min > 0.0 {
-                this_min = 0.0;
-                this_scale = sum_xl / sum_l2;
+        // `min` follows the best candidate as the search proceeds, and so do the grid's origin
+        // and its range (as in ggml).
+        for k in 0..K {
+            let range = if flat[k] { 1.0 } else { max[k] - min[k] };
+            iscale[k] = (p.rmin + p.rdelta * is as f32 + p.nmax) / range;
+        }
+        let (sum_l, sum_l2, sum_xl) = qkx2_levels(x, w, &iscale, &min, p.nmax, &mut aux);
+        let mut this_scale = [0f32; K];
+        let mut this_min = [0f32; K];
+        let mut valid = [false; K];
+        for k in 0..K {
+            let det = sum_w[k] * sum_l2[k] - sum_l[k] * sum_l[k];
+            valid[k] = det > 0.0;
+            let mut s = (sum_w[k] * sum_xl[k] - sum_x[k] * sum_l[k]) / det;
+            let mut m = (sum_l2[k] * sum_x[k] - sum_l[k] * sum_xl[k]) / det;
+            if m > 0.0 {
+                m = 0.0;
+                s = sum_xl[k] / sum_l2[k];
             }
-            let err = qkx_error(x, w, &aux, this_scale, this_min);
-            if err < best_error {
-                *l = aux;
-                best_error = err;
-                scale = this_scale;
-                min = this_min;
+            this_scale[k] = s;
+            this_min[k] = m;
+        }
+        if !valid.iter().any(|&v| v) {
+            continue;
+        }
+        let err = qkx2_error(x, w, &aux, &this_scale, &this_min);
+        let mut better = [false; K];
+        for k in 0..K {
+            better[k] = valid[k] && err[k] < best[k];
+            if better[k] {
+                best[k] = err[k];
+                scale[k] = this_scale[k];
+                min[k] = this_min[k];
+            }
+        }
+        if better.iter().any(|&b| b) {
+            for (li, ai) in l.iter_mut().zip(&aux) {
+                for k in 0..K {
+                    if better[k] {
+                        li[k] = ai[k];
+                    }
+                }
             }
         }
     }
-    (scale, -min)
+
+    let mut neg_min = [0f32; K];
+    for k in 0..K {
+        if flat[k] {
+            scale[k] = 0.0;
+            for li in l.iter_mut() {
+                li[k] = 0.0;
+            }
+        }
+        neg_min[k] = -min[k];
+    }
+    (scale, neg_min)
 }
 
-/// Symmetric levels `clamp(round(iscale·x), −32, 31)` and Σx²·x·l, Σx²·l².
+/// One `make_qx_quants` candidate for every lane: levels `clamp(round(iscale·x), −32, 31)` into
+/// `l`, and Σx²·x·l, Σx²·l².
 #[inline(always)]
-fn qx_levels<const N: usize>(x: &[f32; N], iscale: f32, l: &mut [f32; N]) -> (f32, f32) {
-    let mut s_lx = [0f32; LANES];
-    let mut s_l2 = [0f32; LANES];
-    for c in 0..N / LANES {
-        for k in 0..LANES {
-            let i = c * LANES + k;
-            let q = rne((iscale * x[i]).clamp(-32.0, 31.0));
-            l[i] = q;
-            let w = x[i] * x[i];
-            s_lx[LK(k)] += w * x[i] * q;
-            s_l2[LK(k)] += w * q * q;
+fn qx_levels<const N: usize, const K: usize>(
+    x: &[[f32; K]; N],
+    iscale: &[f32; K],
+    l: &mut [[f32; K]; N],
+) -> ([f32; K], [f32; K]) {
+    let mut s_lx = [0f32; K];
+    let mut s_l2 = [0f32; K];
+    for i in 0..N {
+        for k in 0..K {
+            let v = x[i][k];
+            let q = round_clamped(iscale[k] * v, -32.0, 31.0);
+            l[i][k] = q;
+            let w = v * v;
+            s_lx[k] += w * v * q;
+            s_l2[k] += w * q * q;
         }
     }
-    (hsum(s_lx), hsum(s_l2))
+    (s_lx, s_l2)
 }
 
-/// ggml's `make_qx_quants(n, 32, x, L, rmse_type = 1, NULL)` as used by Q6_K: levels in
-/// `-32..=31` (returned offset by +32) and the least-squares scale, searching 19 candidate
+/// ggml's `make_qx_quants(n, 32, x, L, rmse_type = 1, NULL)` as used by Q6_K, on `K` sub-blocks
+/// of `N` elements at once: levels in `-32..=31` returned offset by +32 (all 0 for an all-zero
+/// sub-block, as in ggml) and the least-squares scale of each sub-block, searching 19 candidate
 /// inverse scales around `-32 / max`.
-pub(crate) fn make_qx<const N: usize>(x: &[f32; N], l: &mut [f32; N]) -> f32 {
+pub(crate) fn make_qx<const N: usize, const K: usize>(
+    x: &[[f32; K]; N],
+    l: &mut [[f32; K]; N],
+) -> [f32; K] {
     const NMAX: f32 = 32.0;
-    let mut amax = 0f32;
-    let mut max = 0f32;
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
+    let mut amax = [0f32; K];
+    let mut max = [0f32; K];
+    for xi in x {
+        for k in 0..K {
+            let a = xi[k].abs();
+            if a > amax[k] {
+                amax[k] = a;
+                max[k] = xi[k];
+            }
         }
     }
-    if amax < GROUP_MAX_EPS {
-        l.fill(0.0);
-        return 0.0;
+    let mut zero = [false; K];
+    let mut iscale = [0f32; K];
+    for k in 0..K {
+        zero[k] = amax[k] < GROUP_MAX_EPS;
+        // Zero lanes run on a harmless divisor and are overwritten at the end.
+        if zero[k] {
+            max[k] = 1.0;
+        }
+        iscale[k] = -NMAX / max[k];
     }
-    let (mut sumlx, mut suml2) = qx_levels(x, -NMAX / max, l);
-    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
-    let mut best = scale * sumlx;
-    let mut aux = [0f32; N];
+    let (sumlx, suml2) = qx_levels(x, &iscale, l);
+    let mut scale = [0f32; K];
+    let mut best = [0f32; K];
+    for k in 0..K {
+        scale[k] = if suml2[k] != 0.0 {
+            sumlx[k] / suml2[k]
+        } else {
+            0.0
+        };
+        best[k] = scale[k] * sumlx[k];
+    }
+    let mut aux = [[0f32; K]; N];
     for is in -9i32..=9 {
         if is == 0 {
             continue;
         }
-        let iscale = -(NMAX + 0.1 * is as f32) / max;
-        (sumlx, suml2) = qx_levels(x, iscale, &mut aux);
-        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
-            *l = aux;
-            scale = sumlx / suml2;
-            best = scale * sumlx;
+        for k in 0..K {
+            iscale[k] = -(NMAX + 0.1 * is as f32) / max[k];
+        }
+        let (sumlx, suml2) = qx_levels(x, &iscale, &mut aux);
+        let mut better = [false; K];
+        for k in 0..K {
+            better[k] = suml2[k] > 0.0 && sumlx[k] * sumlx[k] > best[k] * suml2[k];
+            if better[k] {
+                scale[k] = sumlx[k] / suml2[k];
+                best[k] = scale[k] * sumlx[k];
+            }
+        }
+        if better.iter().any(|&b| b) {
+            for (li, ai) in l.iter_mut().zip(&aux) {
+                for k in 0..K {
+                    if better[k] {
+                        li[k] = ai[k];
+                    }
+                }
+            }
         }
     }
-    for v in l.iter_mut() {
-        *v += NMAX;
+    for li in l.iter_mut() {
+        for k in 0..K {
+            li[k] = if zero[k] { 0.0 } else { li[k] + NMAX };
+        }
+    }
+    for k in 0..K {
+        if zero[k] {
+            scale[k] = 0.0;
+        }
     }
     scale
 }
