@@ -230,6 +230,7 @@ impl GgmlType {
                 | Q6K
                 | Iq4Nl
                 | Iq4Xs
+                | Mxfp4
         )
     }
 }
