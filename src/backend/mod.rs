@@ -259,7 +259,7 @@ pub fn available() -> Vec<&'static str> {
 /// Create a backend by name (`--backend`).
 pub fn create(name: &str) -> Result<Arc<dyn Backend>> {
     match name {
-        // WIRE-CPU: "cpu" => Ok(Arc::new(cpu::CpuBackend::new())),
+        "cpu" => Ok(Arc::new(cpu::CpuBackend::new())),
         other => Err(Error::UnknownBackend(other.to_string(), available().join(", "))),
     }
 }

@@ -1,0 +1,973 @@
+//! Every op of the CPU backend against a plain, independent f64 loop written here, on fresh random
+//! inputs over odd shapes, plus the error cases (bad shapes, dtypes and aliasing return `Err`).
+//!
+//! TODO(quant): once the real quant module lands, add Q8_0 (and the K-quants) to
+//! `matmul_weight_types` / `moe_experts_*`: quantize random rows with `quant::quantize`, and use
+//! `quant::dequantize` of those bytes as the reference weights (the kernels must match the
+//! dequantized matrix, not the original f32 one).
+
+use rill::backend::cpu::CpuBackend;
+use rill::backend::{AttnDims, Backend, DType, GdnDims, Tensor, WeightData};
+use rill::gguf::{GgmlType, TensorBytes};
+
+/// xorshift64* + Box-Muller: tiny, deterministic, no crates.
+struct Rng(u64);
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn uniform(&mut self) -> f64 {
+        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+    fn normal(&mut self) -> f64 {
+        let (u1, u2) = (self.uniform(), self.uniform());
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+    fn vec(&mut self, n: usize) -> Vec<f32> {
+        (0..n).map(|_| self.normal() as f32).collect()
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}
+
+const TS: [usize; 4] = [1, 3, 64, 65];
+
+fn be() -> CpuBackend {
+    CpuBackend::new()
+}
+fn up(b: &CpuBackend, data: &[f32], shape: &[usize]) -> Tensor {
+    b.upload_f32(data, shape).unwrap()
+}
+fn zeros(b: &CpuBackend, shape: &[usize]) -> Tensor {
+    b.alloc(DType::F32, shape).unwrap()
+}
+
+/// Elementwise `|got - want| <= atol + rtol * |want|`.
+#[track_caller]
+fn assert_close(got: &[f32], want: &[f64], atol: f64, rtol: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let ok = (g as f64 - w).abs() <= atol + rtol * w.abs();
+        assert!(ok, "{what}: element {i}: got {g}, want {w}");
+    }
+}
+
+fn silu64(x: f64) -> f64 {
+    x / (1.0 + (-x).exp())
+}
+fn sigmoid64(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// Encode f32 values as a GGUF weight of type `ty` (F32/F16/BF16) and return the tensor plus
+/// the values the kernel will actually see (after rounding to `ty`).
+fn weight(b: &CpuBackend, ty: GgmlType, vals: &[f32], shape: &[usize]) -> (Tensor, Vec<f32>) {
+    let (bytes, seen): (Vec<u8>, Vec<f32>) = match ty {
+        GgmlType::F32 => (
+            vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
+            vals.to_vec(),
+        ),
+        GgmlType::F16 => {
+            let h: Vec<half::f16> = vals.iter().map(|&v| half::f16::from_f32(v)).collect();
+            (
+                h.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                h.iter().map(|v| v.to_f32()).collect(),
+            )
+        }
+        GgmlType::Bf16 => {
+            let h: Vec<half::bf16> = vals.iter().map(|&v| half::bf16::from_f32(v)).collect();
+            (
+                h.iter().flat_map(|v| v.to_le_bytes()).collect(),
+                h.iter().map(|v| v.to_f32()).collect(),
+            )
+        }
+        other => panic!("test helper does not encode {other:?}"),
+    };
+    let w = WeightData {
+        name: "w".into(),
+        ggml_type: ty,
+        shape: shape.to_vec(),
+        bytes: TensorBytes::from_vec(bytes),
+    };
+    (b.upload_weight(&w).unwrap(), seen)
+}
+
+/// `y[t][o] = Σ_i w[o][i] x[t][i]` in f64, and `Σ |w x|` for an error bound.
+fn matmul_ref(w: &[f32], x: &[f32], n_out: usize, n_in: usize) -> (Vec<f64>, Vec<f64>) {
+    let t_len = x.len() / n_in;
+    let mut y = vec![0f64; t_len * n_out];
+    let mut mag = vec![0f64; t_len * n_out];
+    for t in 0..t_len {
+        for o in 0..n_out {
+            for i in 0..n_in {
+                let p = w[o * n_in + i] as f64 * x[t * n_in + i] as f64;
+                y[t * n_out + o] += p;
+                mag[t * n_out + o] += p.abs();
+            }
+        }
+    }
+    (y, mag)
+}
+
+#[test]
+fn matmul_weight_types() {
+    let b = be();
+    let mut rng = Rng::new(1);
+    for &(n_out, n_in) in &[(37usize, 67usize), (64, 256), (5, 1)] {
+        for &t in &TS {
+            let wv = rng.vec(n_out * n_in);
+            let xv = rng.vec(t * n_in);
+            let x = up(&b, &xv, &[t, n_in]);
+            let mut cases: Vec<(String, Tensor, Vec<f32>)> = Vec::new();
+            for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Bf16] {
+                let (w, seen) = weight(&b, ty, &wv, &[n_out, n_in]);
+                cases.push((format!("{ty:?}"), w, seen));
+            }
+            // A plain F32 tensor is also a valid W.
+            cases.push(("F32 tensor".into(), up(&b, &wv, &[n_out, n_in]), wv.clone()));
+            for (name, w, seen) in cases {
+                let out = zeros(&b, &[t, n_out]);
+                b.matmul(&w, &x, &out).unwrap();
+                let got = b.read_f32(&out).unwrap();
+                let (want, mag) = matmul_ref(&seen, &xv, n_out, n_in);
+                for i in 0..got.len() {
+                    let err = (got[i] as f64 - want[i]).abs();
+                    assert!(
+                        err <= 1e-6 * mag[i] + 1e-7,
+                        "matmul {name} [{n_out},{n_in}] T {t} elem {i}: {} vs {}",
+                        got[i],
+                        want[i]
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_errors() {
+    let b = be();
+    let mut rng = Rng::new(2);
+    let (w, _) = weight(&b, GgmlType::F16, &rng.vec(6 * 8), &[6, 8]);
+    let x = up(&b, &rng.vec(3 * 8), &[3, 8]);
+    assert!(b.matmul(&w, &x, &zeros(&b, &[3, 6])).is_ok());
+    assert!(
+        b.matmul(&w, &x, &zeros(&b, &[3, 5])).is_err(),
+        "wrong n_out"
+    );
+    assert!(b.matmul(&w, &x, &zeros(&b, &[2, 6])).is_err(), "wrong T");
+    assert!(
+        b.matmul(&w, &up(&b, &rng.vec(3 * 7), &[3, 7]), &zeros(&b, &[3, 6]))
+            .is_err(),
+        "wrong n_in"
+    );
+    let xw = up(&b, &rng.vec(6 * 6), &[6, 6]);
+    assert!(b.matmul(&xw, &xw, &xw).is_err(), "output aliasing input");
+    let ids = b.upload_u32(&[1, 2, 3], &[3]).unwrap();
+    assert!(
+        b.matmul(&w, &ids, &zeros(&b, &[3, 6])).is_err(),
+        "U32 input"
+    );
+    let bad = WeightData {
+        name: "short".into(),
+        ggml_type: GgmlType::F16,
+        shape: vec![6, 8],
+        bytes: TensorBytes::from_vec(vec![0u8; 10]),
+    };
+    assert!(
+        b.upload_weight(&bad).is_err(),
+        "weight bytes do not match shape"
+    );
+}
+
+#[test]
+fn embed_rows() {
+    let b = be();
+    let mut rng = Rng::new(3);
+    let (vocab, d) = (50, 24);
+    let tv = rng.vec(vocab * d);
+    for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Bf16] {
+        let (table, seen) = weight(&b, ty, &tv, &[vocab, d]);
+        for &t in &TS {
+            let idv: Vec<u32> = (0..t).map(|_| rng.below(vocab) as u32).collect();
+            let ids = b.upload_u32(&idv, &[t]).unwrap();
+            let out = zeros(&b, &[t, d]);
+            b.embed(&table, &ids, &out).unwrap();
+            let want: Vec<f64> = idv
+                .iter()
+                .flat_map(|&id| {
+                    seen[id as usize * d..(id as usize + 1) * d]
+                        .iter()
+                        .map(|&v| v as f64)
+                })
+                .collect();
+            assert_close(&b.read_f32(&out).unwrap(), &want, 0.0, 0.0, "embed");
+        }
+    }
+    let (table, _) = weight(&b, GgmlType::F16, &tv, &[vocab, d]);
+    let ids = b.upload_u32(&[0, vocab as u32], &[2]).unwrap();
+    assert!(
+        b.embed(&table, &ids, &zeros(&b, &[2, d])).is_err(),
+        "id out of range"
+    );
+    let ids = b.upload_u32(&[0, 1], &[2]).unwrap();
+    assert!(
+        b.embed(&table, &ids, &zeros(&b, &[3, d])).is_err(),
+        "wrong out rows"
+    );
+}
+
+fn rms_ref(x: &[f32], w: &[f32], eps: f64) -> Vec<f64> {
+    let d = w.len();
+    let mut y = Vec::with_capacity(x.len());
+    for g in x.chunks(d) {
+        let ms = g.iter().map(|&v| (v as f64).powi(2)).sum::<f64>() / d as f64;
+        let s = 1.0 / (ms + eps).sqrt();
+        y.extend(g.iter().zip(w).map(|(&v, &wi)| v as f64 * s * wi as f64));
+    }
+    y
+}
+
+#[test]
+fn rms_norm_whole_row_and_per_head() {
+    let b = be();
+    let mut rng = Rng::new(4);
+    let eps = 1e-6;
+    for &t in &TS {
+        // Whole row (d = 72), and per head (3 heads of 24 sharing one weight).
+        for &(cols, d) in &[(72usize, 72usize), (72, 24)] {
+            let xv = rng.vec(t * cols);
+            let wv = rng.vec(d);
+            let out = zeros(&b, &[t, cols]);
+            b.rms_norm(&up(&b, &xv, &[t, cols]), &up(&b, &wv, &[d]), eps, &out)
+                .unwrap();
+            assert_close(
+                &b.read_f32(&out).unwrap(),
+                &rms_ref(&xv, &wv, eps as f64),
+                1e-6,
+                1e-5,
+                "rms_norm",
+            );
+        }
+    }
+    let x = up(&b, &rng.vec(2 * 10), &[2, 10]);
+    assert!(b
+        .rms_norm(&x, &up(&b, &rng.vec(3), &[3]), eps, &zeros(&b, &[2, 10]))
+        .is_err());
+    assert!(
+        b.rms_norm(&x, &up(&b, &rng.vec(10), &[10]), eps, &x)
+            .is_err(),
+        "aliasing"
+    );
+}
+
+#[test]
+fn gated_rms_norm_per_head() {
+    let b = be();
+    let mut rng = Rng::new(5);
+    let eps = 1e-6;
+    for &t in &TS {
+        let (heads, d) = (3, 16);
+        let xv = rng.vec(t * heads * d);
+        let zv = rng.vec(t * heads * d);
+        let wv = rng.vec(d);
+        let out = zeros(&b, &[t, heads * d]);
+        let x = up(&b, &xv, &[t, heads * d]);
+        let z = up(&b, &zv, &[t, heads * d]);
+        b.gated_rms_norm(&x, &z, &up(&b, &wv, &[d]), eps, &out)
+            .unwrap();
+        let want: Vec<f64> = rms_ref(&xv, &wv, eps as f64)
+            .iter()
+            .zip(&zv)
+            .map(|(n, &z)| n * silu64(z as f64))
+            .collect();
+        assert_close(
+            &b.read_f32(&out).unwrap(),
+            &want,
+            1e-6,
+            1e-5,
+            "gated_rms_norm",
+        );
+        assert!(b
+            .gated_rms_norm(&x, &up(&b, &zv[..d], &[d]), &up(&b, &wv, &[d]), eps, &out)
+            .is_err());
+    }
+}
+
+#[test]
+fn elementwise_ops() {
+    let b = be();
+    let mut rng = Rng::new(6);
+    for &t in &TS {
+        let d = 33;
+        let n = t * d;
+        let (av, xv, gv) = (rng.vec(n), rng.vec(n), rng.vec(n));
+        let gl: Vec<f32> = rng.vec(t);
+
+        let acc = up(&b, &av, &[t, d]);
+        b.add_assign(&acc, &up(&b, &xv, &[t, d])).unwrap();
+        let want: Vec<f64> = av
+            .iter()
+            .zip(&xv)
+            .map(|(&a, &x)| a as f64 + x as f64)
+            .collect();
+        assert_close(&b.read_f32(&acc).unwrap(), &want, 1e-6, 1e-6, "add_assign");
+
+        let out = zeros(&b, &[t, d]);
+        b.swiglu(&up(&b, &gv, &[t, d]), &up(&b, &xv, &[t, d]), &out)
+            .unwrap();
+        let want: Vec<f64> = gv
+            .iter()
+            .zip(&xv)
+            .map(|(&g, &u)| silu64(g as f64) * u as f64)
+            .collect();
+        assert_close(&b.read_f32(&out).unwrap(), &want, 1e-7, 1e-6, "swiglu");
+
+        let x = up(&b, &xv, &[t, d]);
+        b.sigmoid_mul_assign(&x, &up(&b, &gv, &[t, d])).unwrap();
+        let want: Vec<f64> = xv
+            .iter()
+            .zip(&gv)
+            .map(|(&x, &g)| x as f64 * sigmoid64(g as f64))
+            .collect();
+        assert_close(
+            &b.read_f32(&x).unwrap(),
+            &want,
+            1e-7,
+            1e-6,
+            "sigmoid_mul_assign",
+        );
+
+        let acc = up(&b, &av, &[t, d]);
+        b.sigmoid_scale_add(&acc, &up(&b, &xv, &[t, d]), &up(&b, &gl, &[t, 1]))
+            .unwrap();
+        let want: Vec<f64> = (0..n)
+            .map(|i| av[i] as f64 + sigmoid64(gl[i / d] as f64) * xv[i] as f64)
+            .collect();
+        assert_close(
+            &b.read_f32(&acc).unwrap(),
+            &want,
+            1e-6,
+            1e-6,
+            "sigmoid_scale_add",
+        );
+    }
+    // Extreme inputs must not produce NaN.
+    let g = up(&b, &[-1000.0, 1000.0, 0.0], &[3]);
+    let u = up(&b, &[1.0, 1.0, 1.0], &[3]);
+    let out = zeros(&b, &[3]);
+    b.swiglu(&g, &u, &out).unwrap();
+    assert_eq!(b.read_f32(&out).unwrap(), vec![0.0, 1000.0, 0.0]);
+    // Errors.
+    let a = up(&b, &[1.0; 6], &[2, 3]);
+    assert!(b.add_assign(&a, &up(&b, &[1.0; 5], &[5])).is_err());
+    assert!(
+        b.add_assign(&a, &a).is_err(),
+        "in place op with its own input"
+    );
+    assert!(b
+        .sigmoid_scale_add(&a, &up(&b, &[1.0; 6], &[2, 3]), &up(&b, &[0.0; 3], &[3, 1]))
+        .is_err());
+    assert!(b.swiglu(&a, &a, &a).is_err(), "out aliases inputs");
+}
+
+/// Conv reference over the full history `hist` (`[K-1 + T, C]`: the start state then the inputs).
+fn conv_ref(hist: &[f32], w: &[f32], c: usize, k: usize) -> Vec<f64> {
+    let t_len = hist.len() / c - (k - 1);
+    let mut y = vec![0f64; t_len * c];
+    for t in 0..t_len {
+        for ch in 0..c {
+            let mut acc = 0f64;
+            for j in 0..k {
+                acc += w[ch * k + j] as f64 * hist[(t + j) * c + ch] as f64;
+            }
+            y[t * c + ch] = silu64(acc);
+        }
+    }
+    y
+}
+
+#[test]
+fn conv1d_state_continuation() {
+    let b = be();
+    let mut rng = Rng::new(7);
+    let (c, k) = (37, 4);
+    let wv = rng.vec(c * k);
+    let w = up(&b, &wv, &[c, k]);
+    let s0 = rng.vec((k - 1) * c);
+    for &t in &TS {
+        // One call over T tokens from a nonzero state.
+        let xv = rng.vec(t * c);
+        let st = up(&b, &s0, &[k - 1, c]);
+        let out = zeros(&b, &[t, c]);
+        b.conv1d_causal_silu(&up(&b, &xv, &[t, c]), &w, &st, &out)
+            .unwrap();
+        let hist: Vec<f32> = s0.iter().chain(&xv).copied().collect();
+        assert_close(
+            &b.read_f32(&out).unwrap(),
+            &conv_ref(&hist, &wv, c, k),
+            1e-6,
+            1e-5,
+            "conv1d",
+        );
+        // New state = last K-1 rows of [state | x] (still partly old state when T < K-1).
+        let want_state: Vec<f64> = hist[hist.len() - (k - 1) * c..]
+            .iter()
+            .map(|&v| v as f64)
+            .collect();
+        assert_close(
+            &b.read_f32(&st).unwrap(),
+            &want_state,
+            0.0,
+            0.0,
+            "conv1d state",
+        );
+    }
+    // Split calls: T = 2 then T = 1, and T = 1 three times, both equal one T = 3 call.
+    let xv = rng.vec(3 * c);
+    let full = {
+        let st = up(&b, &s0, &[k - 1, c]);
+        let out = zeros(&b, &[3, c]);
+        b.conv1d_causal_silu(&up(&b, &xv, &[3, c]), &w, &st, &out)
+            .unwrap();
+        (b.read_f32(&out).unwrap(), b.read_f32(&st).unwrap())
+    };
+    for split in [&[2usize, 1][..], &[1, 1, 1][..]] {
+        let st = up(&b, &s0, &[k - 1, c]);
+        let mut outs = Vec::new();
+        let mut t0 = 0;
+        for &n in split {
+            let out = zeros(&b, &[n, c]);
+            b.conv1d_causal_silu(&up(&b, &xv[t0 * c..(t0 + n) * c], &[n, c]), &w, &st, &out)
+                .unwrap();
+            outs.extend(b.read_f32(&out).unwrap());
+            t0 += n;
+        }
+        assert_eq!(outs, full.0, "split {split:?} outputs");
+        assert_eq!(b.read_f32(&st).unwrap(), full.1, "split {split:?} state");
+    }
+    // Errors: wrong state size, wrong taps, state aliasing out.
+    let x = up(&b, &xv, &[3, c]);
+    assert!(b
+        .conv1d_causal_silu(&x, &w, &zeros(&b, &[k, c]), &zeros(&b, &[3, c]))
+        .is_err());
+    assert!(b
+        .conv1d_causal_silu(
+            &x,
+            &up(&b, &wv[..(c - 1) * 3], &[c - 1, 3]),
+            &zeros(&b, &[k - 1, c]),
+            &zeros(&b, &[3, c])
+        )
+        .is_err());
+    let st = zeros(&b, &[3, c]);
+    assert!(b.conv1d_causal_silu(&x, &w, &st, &st).is_err());
+}
+
+#[test]
+fn gdn_gates_values() {
+    let b = be();
+    let mut rng = Rng::new(8);
+    let hv = 5;
+    for &t in &TS {
+        let mut av: Vec<f32> = rng.vec(t * hv).iter().map(|v| v * 10.0).collect();
+        av[0] = 30.0; // softplus overflow branch
+        let bv: Vec<f32> = rng.vec(t * hv).iter().map(|v| v * 5.0).collect();
+        let sa: Vec<f32> = rng.vec(hv).iter().map(|v| -v.abs() - 0.1).collect();
+        let dt = rng.vec(hv);
+        let (g, beta) = (zeros(&b, &[t, hv]), zeros(&b, &[t, hv]));
+        b.gdn_gates(
+            &up(&b, &av, &[t, hv]),
+            &up(&b, &bv, &[t, hv]),
+            &up(&b, &sa, &[hv]),
+            &up(&b, &dt, &[hv]),
+            &g,
+            &beta,
+        )
+        .unwrap();
+        let mut wg = Vec::new();
+        let mut wb = Vec::new();
+        for i in 0..t * hv {
+            let j = i % hv;
+            let x = av[i] as f64 + dt[j] as f64;
+            let sp = if x > 20.0 { x } else { x.exp().ln_1p() };
+            wg.push(sa[j] as f64 * sp);
+            wb.push(sigmoid64(bv[i] as f64));
+        }
+        assert_close(&b.read_f32(&g).unwrap(), &wg, 1e-6, 1e-5, "gdn g");
+        assert_close(&b.read_f32(&beta).unwrap(), &wb, 1e-7, 1e-6, "gdn beta");
+    }
+    let a = zeros(&b, &[2, hv]);
+    let s = zeros(&b, &[hv]);
+    assert!(b
+        .gdn_gates(
+            &a,
+            &a,
+            &zeros(&b, &[hv + 1]),
+            &s,
+            &zeros(&b, &[2, hv]),
+            &zeros(&b, &[2, hv])
+        )
+        .is_err());
+    assert!(
+        b.gdn_gates(&a, &a, &s, &s, &a, &zeros(&b, &[2, hv]))
+            .is_err(),
+        "aliasing"
+    );
+}
+
+#[test]
+fn l2_norm_qk_heads() {
+    let b = be();
+    let mut rng = Rng::new(9);
+    let dims = GdnDims {
+        hk: 2,
+        hv: 4,
+        dk: 16,
+        dv: 8,
+    };
+    let cd = dims.conv_dim();
+    let eps = 1e-6;
+    for &t in &TS {
+        let mut uv = rng.vec(t * cd);
+        // One all-zero head: must stay zero, not NaN.
+        uv[..dims.dk].iter_mut().for_each(|v| *v = 0.0);
+        let u = up(&b, &uv, &[t, cd]);
+        b.l2_norm_qk(&u, dims, eps).unwrap();
+        let mut want: Vec<f64> = uv.iter().map(|&v| v as f64).collect();
+        for row in want.chunks_mut(cd) {
+            for (h, head) in row[..2 * dims.key_dim()].chunks_mut(dims.dk).enumerate() {
+                let n = (head.iter().map(|v| v * v).sum::<f64>() + eps as f64).sqrt();
+                let s = if h < dims.hk {
+                    1.0 / (dims.dk as f64).sqrt()
+                } else {
+                    1.0
+                };
+                head.iter_mut().for_each(|v| *v = *v / n * s);
+            }
+        }
+        assert_close(&b.read_f32(&u).unwrap(), &want, 1e-7, 1e-6, "l2_norm_qk");
+    }
+    assert!(b.l2_norm_qk(&zeros(&b, &[2, cd + 1]), dims, eps).is_err());
+}
+
+#[test]
+fn split_qgate_per_head() {
+    let b = be();
+    let mut rng = Rng::new(10);
+    let (h, d) = (3, 8);
+    for &t in &TS {
+        let v = rng.vec(t * 2 * h * d);
+        let (q, g) = (zeros(&b, &[t, h * d]), zeros(&b, &[t, h * d]));
+        b.split_qgate(&up(&b, &v, &[t, 2 * h * d]), d, &q, &g)
+            .unwrap();
+        let (mut wq, mut wg) = (Vec::new(), Vec::new());
+        for pair in v.chunks(2 * d) {
+            wq.extend(pair[..d].iter().map(|&x| x as f64));
+            wg.extend(pair[d..].iter().map(|&x| x as f64));
+        }
+        assert_close(&b.read_f32(&q).unwrap(), &wq, 0.0, 0.0, "split q");
+        assert_close(&b.read_f32(&g).unwrap(), &wg, 0.0, 0.0, "split gate");
+    }
+    let qg = zeros(&b, &[1, 2 * h * d]);
+    assert!(b
+        .split_qgate(&qg, d, &zeros(&b, &[1, h * d + 1]), &zeros(&b, &[1, h * d]))
+        .is_err());
+}
+
+fn rope_ref(x: &[f32], t_len: usize, hd: usize, n_rot: usize, theta: f64, pos0: usize) -> Vec<f64> {
+    let mut y: Vec<f64> = x.iter().map(|&v| v as f64).collect();
+    let cols = x.len() / t_len;
+    for t in 0..t_len {
+        let p = (pos0 + t) as f64;
+        for head in y[t * cols..(t + 1) * cols].chunks_mut(hd) {
+            for i in 0..n_rot / 2 {
+                let f = theta.powf(-2.0 * i as f64 / n_rot as f64);
+                let (s, c) = (p * f).sin_cos();
+                let (x0, x1) = (head[i], head[i + n_rot / 2]);
+                head[i] = x0 * c - x1 * s;
+                head[i + n_rot / 2] = x0 * s + x1 * c;
+            }
+        }
+    }
+    y
+}
+
+#[test]
+fn rope_neox_partial() {
+    let b = be();
+    let mut rng = Rng::new(11);
+    let (heads, hd, n_rot, theta) = (3, 32, 16, 10_000_000.0f32);
+    for &t in &TS {
+        for &pos0 in &[0usize, 7, 5000] {
+            let xv = rng.vec(t * heads * hd);
+            let x = up(&b, &xv, &[t, heads * hd]);
+            b.rope_neox(&x, hd, n_rot, theta, pos0).unwrap();
+            let want = rope_ref(&xv, t, hd, n_rot, theta as f64, pos0);
+            assert_close(&b.read_f32(&x).unwrap(), &want, 1e-6, 1e-6, "rope");
+        }
+    }
+    let x = zeros(&b, &[2, 3 * hd]);
+    assert!(
+        b.rope_neox(&x, hd, hd + 2, 1e4, 0).is_err(),
+        "n_rot > head_dim"
+    );
+    assert!(b.rope_neox(&x, hd, 15, 1e4, 0).is_err(), "odd n_rot");
+    assert!(b.rope_neox(&x, 20, 16, 1e4, 0).is_err(), "not whole heads");
+}
+
+#[test]
+fn attention_causal_gqa() {
+    let b = be();
+    let mut rng = Rng::new(12);
+    let dims = AttnDims {
+        n_head: 6,
+        n_head_kv: 2,
+        head_dim: 16,
+    };
+    let (nh, nkv, d) = (dims.n_head, dims.n_head_kv, dims.head_dim);
+    let scale = 1.0 / (d as f32).sqrt();
+    for &t in &TS {
+        for &pos0 in &[0usize, 5, 70] {
+            let ctx = pos0 + t + 3; // spare rows after the last position must be ignored
+            let qv: Vec<f32> = rng.vec(t * nh * d).iter().map(|v| v * 3.0).collect();
+            let kv = rng.vec(ctx * nkv * d);
+            let vv = rng.vec(ctx * nkv * d);
+            let out = zeros(&b, &[t, nh * d]);
+            let (q, kc, vc) = (
+                up(&b, &qv, &[t, nh * d]),
+                up(&b, &kv, &[ctx, nkv * d]),
+                up(&b, &vv, &[ctx, nkv * d]),
+            );
+            b.attention(&q, &kc, &vc, pos0, dims, scale, &out).unwrap();
+            let mut want = vec![0f64; t * nh * d];
+            for tt in 0..t {
+                for h in 0..nh {
+                    let kvh = h / (nh / nkv);
+                    let n = pos0 + tt + 1;
+                    let sc: Vec<f64> = (0..n)
+                        .map(|s| {
+                            (0..d)
+                                .map(|i| {
+                                    qv[tt * nh * d + h * d + i] as f64
+                                        * kv[s * nkv * d + kvh * d + i] as f64
+                                })
+                                .sum::<f64>()
+                                * scale as f64
+                        })
+                        .collect();
+                    let mx = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                    let e: Vec<f64> = sc.iter().map(|s| (s - mx).exp()).collect();
+                    let z: f64 = e.iter().sum();
+                    for i in 0..d {
+                        want[tt * nh * d + h * d + i] = (0..n)
+                            .map(|s| e[s] / z * vv[s * nkv * d + kvh * d + i] as f64)
+                            .sum::<f64>();
+                    }
+                }
+            }
+            assert_close(
+                &b.read_f32(&out).unwrap(),
+                &want,
+                1e-6,
+                1e-5,
+                &format!("attention T {t} pos0 {pos0}"),
+            );
+        }
+    }
+    let q = zeros(&b, &[3, nh * d]);
+    let kc = zeros(&b, &[4, nkv * d]);
+    let out = zeros(&b, &[3, nh * d]);
+    assert!(b.attention(&q, &kc, &kc, 1, dims, scale, &out).is_ok());
+    assert!(
+        b.attention(&q, &kc, &kc, 2, dims, scale, &out).is_err(),
+        "positions past the cache"
+    );
+    let bad = AttnDims { n_head: 5, ..dims };
+    assert!(
+        b.attention(&q, &kc, &kc, 0, bad, scale, &out).is_err(),
+        "H not a multiple of Hkv"
+    );
+    assert!(
+        b.attention(&q, &kc, &kc, 0, dims, scale, &q).is_err(),
+        "out aliases q"
+    );
+}
+
+#[test]
+fn moe_route_topk_ties_and_scale() {
+    let b = be();
+    let mut rng = Rng::new(13);
+    let (e, k) = (10, 3);
+    for &t in &TS {
+        let mut lv = rng.vec(t * e);
+        // Row 0: a three-way tie for the top; the lower indices must win, in index order.
+        for (i, v) in lv[..e].iter_mut().enumerate() {
+            *v = if i == 2 || i == 5 || i == 8 {
+                1.5
+            } else {
+                -1.0
+            };
+        }
+        lv[4] = 1.5; // four-way tie among 2, 4, 5, 8 -> 2, 4, 5
+        let (ids, w) = (b.alloc(DType::U32, &[t, k]).unwrap(), zeros(&b, &[t, k]));
+        let scale = 2.5;
+        b.moe_route(&up(&b, &lv, &[t, e]), k, scale, &ids, &w)
+            .unwrap();
+        let gi = b.read_u32(&ids).unwrap();
+        let gw = b.read_f32(&w).unwrap();
+        assert_eq!(&gi[..k], &[2, 4, 5]);
+        for tt in 0..t {
+            let row = &lv[tt * e..(tt + 1) * e];
+            let mx = row.iter().cloned().fold(f32::NEG_INFINITY, f32::max) as f64;
+            let p: Vec<f64> = row.iter().map(|&v| (v as f64 - mx).exp()).collect();
+            let z: f64 = p.iter().sum();
+            let p: Vec<f64> = p.iter().map(|v| v / z).collect();
+            let mut order: Vec<usize> = (0..e).collect();
+            order.sort_by(|&a, &c| p[c].partial_cmp(&p[a]).unwrap().then(a.cmp(&c)));
+            let sel = &order[..k];
+            let s: f64 = sel.iter().map(|&i| p[i]).sum();
+            let want_w: Vec<f64> = sel
+                .iter()
+                .map(|&i| p[i] / s.max(6.1035e-5) * scale as f64)
+                .collect();
+            assert_eq!(
+                &gi[tt * k..(tt + 1) * k],
+                &sel.iter().map(|&i| i as u32).collect::<Vec<_>>()[..]
+            );
+            assert_close(
+                &gw[tt * k..(tt + 1) * k],
+                &want_w,
+                1e-7,
+                1e-5,
+                "moe weights",
+            );
+        }
+    }
+    let l = zeros(&b, &[2, e]);
+    let ids = b.alloc(DType::U32, &[2, k]).unwrap();
+    assert!(
+        b.moe_route(&l, e + 1, 1.0, &ids, &zeros(&b, &[2, e + 1]))
+            .is_err(),
+        "k > E"
+    );
+    assert!(b
+        .moe_route(&l, k, 1.0, &ids, &zeros(&b, &[2, k + 1]))
+        .is_err());
+    assert!(
+        b.moe_route(&l, k, 1.0, &zeros(&b, &[2, k]), &zeros(&b, &[2, k]))
+            .is_err(),
+        "ids must be U32"
+    );
+}
+
+#[test]
+fn moe_experts_weighted_sum() {
+    let b = be();
+    let mut rng = Rng::new(14);
+    let (n_exp, n_ff, d, k) = (5, 24, 32, 2);
+    let gv = rng.vec(n_exp * n_ff * d);
+    let uv = rng.vec(n_exp * n_ff * d);
+    let dv = rng.vec(n_exp * d * n_ff);
+    for ty in [GgmlType::F16, GgmlType::Bf16, GgmlType::F32] {
+        let (gt, gs) = weight(&b, ty, &gv, &[n_exp, n_ff, d]);
+        let (ut, us) = weight(&b, ty, &uv, &[n_exp, n_ff, d]);
+        let (dt, ds) = weight(&b, ty, &dv, &[n_exp, d, n_ff]);
+        for &t in &TS {
+            let xv = rng.vec(t * d);
+            // Distinct experts per token, random weights.
+            let mut idv = Vec::new();
+            for _ in 0..t {
+                let a = rng.below(n_exp);
+                let c = (a + 1 + rng.below(n_exp - 1)) % n_exp;
+                idv.extend([a as u32, c as u32]);
+            }
+            let wv: Vec<f32> = (0..t * k).map(|_| rng.uniform() as f32).collect();
+            let out = zeros(&b, &[t, d]);
+            b.moe_experts(
+                &up(&b, &xv, &[t, d]),
+                &gt,
+                &ut,
+                &dt,
+                &b.upload_u32(&idv, &[t, k]).unwrap(),
+                &up(&b, &wv, &[t, k]),
+                &out,
+            )
+            .unwrap();
+            let mut want = vec![0f64; t * d];
+            for tt in 0..t {
+                let x = &xv[tt * d..(tt + 1) * d];
+                for j in 0..k {
+                    let e = idv[tt * k + j] as usize;
+                    let h: Vec<f64> = (0..n_ff)
+                        .map(|f| {
+                            let row = |w: &[f32]| -> f64 {
+                                (0..d)
+                                    .map(|i| w[(e * n_ff + f) * d + i] as f64 * x[i] as f64)
+                                    .sum()
+                            };
+                            silu64(row(&gs)) * row(&us)
+                        })
+                        .collect();
+                    for o in 0..d {
+                        let y: f64 = (0..n_ff)
+                            .map(|f| ds[(e * d + o) * n_ff + f] as f64 * h[f])
+                            .sum();
+                        want[tt * d + o] += wv[tt * k + j] as f64 * y;
+                    }
+                }
+            }
+            assert_close(
+                &b.read_f32(&out).unwrap(),
+                &want,
+                1e-4,
+                1e-5,
+                &format!("moe_experts {ty:?} T {t}"),
+            );
+        }
+    }
+    let (gt, _) = weight(&b, GgmlType::F16, &gv, &[n_exp, n_ff, d]);
+    let (dt, _) = weight(&b, GgmlType::F16, &dv, &[n_exp, d, n_ff]);
+    let x = zeros(&b, &[1, d]);
+    let w = zeros(&b, &[1, k]);
+    let ids = b.upload_u32(&[0, n_exp as u32], &[1, k]).unwrap();
+    assert!(
+        b.moe_experts(&x, &gt, &gt, &dt, &ids, &w, &zeros(&b, &[1, d]))
+            .is_err(),
+        "expert id out of range"
+    );
+    let ids = b.upload_u32(&[0, 1], &[1, k]).unwrap();
+    assert!(
+        b.moe_experts(&x, &gt, &gt, &gt, &ids, &w, &zeros(&b, &[1, d]))
+            .is_err(),
+        "down shape"
+    );
+    assert!(
+        b.moe_experts(&x, &gt, &gt, &dt, &ids, &w, &x).is_err(),
+        "out aliases x"
+    );
+}
+
+#[test]
+fn argmax_ties_and_nan() {
+    let b = be();
+    let v = [
+        1.0,
+        3.0,
+        3.0,
+        2.0, // tie -> 1
+        f32::NAN,
+        -5.0,
+        f32::NAN,
+        -5.0, // NaN loses, tie -> 1
+        f32::NAN,
+        f32::NAN,
+        f32::NAN,
+        f32::NEG_INFINITY, // only number -> 3
+        f32::NAN,
+        f32::NAN,
+        f32::NAN,
+        f32::NAN, // all NaN -> 0
+    ];
+    let out = b.alloc(DType::U32, &[4]).unwrap();
+    b.argmax(&up(&b, &v, &[4, 4]), &out).unwrap();
+    assert_eq!(b.read_u32(&out).unwrap(), vec![1, 1, 3, 0]);
+    let mut rng = Rng::new(15);
+    for &t in &TS {
+        let l = rng.vec(t * 101);
+        let out = b.alloc(DType::U32, &[t]).unwrap();
+        b.argmax(&up(&b, &l, &[t, 101]), &out).unwrap();
+        let want: Vec<u32> = l
+            .chunks(101)
+            .map(|r| {
+                let mut bi = 0;
+                for i in 1..r.len() {
+                    if r[i] > r[bi] {
+                        bi = i;
+                    }
+                }
+                bi as u32
+            })
+            .collect();
+        assert_eq!(b.read_u32(&out).unwrap(), want);
+    }
+    assert!(b
+        .argmax(&zeros(&b, &[2, 3]), &b.alloc(DType::U32, &[3]).unwrap())
+        .is_err());
+    assert!(
+        b.argmax(&zeros(&b, &[2, 3]), &zeros(&b, &[2])).is_err(),
+        "out must be U32"
+    );
+}
+
+#[test]
+fn memory_ops() {
+    let b = be();
+    assert_eq!(b.name(), "cpu");
+    assert!(rill::backend::create("cpu").is_ok());
+    let t = b.alloc(DType::F32, &[2, 3]).unwrap();
+    assert_eq!(b.read_f32(&t).unwrap(), vec![0.0; 6]);
+    assert!(b.alloc(DType::Ggml(GgmlType::Q8_0), &[32]).is_err());
+    assert!(b.upload_f32(&[1.0; 5], &[2, 3]).is_err());
+
+    let ids = b.alloc(DType::U32, &[3]).unwrap();
+    b.write_u32(&ids, &[7, 8, 9]).unwrap();
+    assert_eq!(b.read_u32(&ids).unwrap(), vec![7, 8, 9]);
+    assert!(b.write_u32(&ids, &[1, 2]).is_err());
+    assert!(b.read_u32(&t).is_err(), "read_u32 of an F32 tensor");
+    b.zero(&ids).unwrap();
+    assert_eq!(b.read_u32(&ids).unwrap(), vec![0, 0, 0]);
+
+    let src = up(&b, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2]);
+    let dst = zeros(&b, &[4, 2]);
+    b.copy_rows(&src, 1, &dst, 2, 2).unwrap();
+    assert_eq!(
+        b.read_f32(&dst).unwrap(),
+        vec![0.0, 0.0, 0.0, 0.0, 3.0, 4.0, 5.0, 6.0]
+    );
+    assert!(
+        b.copy_rows(&src, 2, &dst, 0, 2).is_err(),
+        "src rows out of range"
+    );
+    assert!(
+        b.copy_rows(&src, 0, &dst, 3, 2).is_err(),
+        "dst rows out of range"
+    );
+    assert!(
+        b.copy_rows(&src, 0, &zeros(&b, &[4, 3]), 0, 1).is_err(),
+        "row length"
+    );
+    // Within one buffer (memmove semantics).
+    b.copy_rows(&dst, 2, &dst, 1, 2).unwrap();
+    assert_eq!(
+        b.read_f32(&dst).unwrap(),
+        vec![0.0, 0.0, 3.0, 4.0, 5.0, 6.0, 5.0, 6.0]
+    );
+
+    let c = zeros(&b, &[6]);
+    b.copy(&src, &c).unwrap();
+    assert_eq!(b.read_f32(&c).unwrap(), vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
+    assert!(b.copy(&src, &zeros(&b, &[5])).is_err());
+    assert!(b.copy(&src, &b.alloc(DType::U32, &[6]).unwrap()).is_err());
+    b.zero(&c).unwrap();
+    assert_eq!(b.read_f32(&c).unwrap(), vec![0.0; 6]);
+
+    // A prefix view of a larger buffer (scratch allocated for the largest batch).
+    let big = up(&b, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2]);
+    let view = Tensor {
+        shape: vec![2, 2],
+        ..big.clone()
+    };
+    assert_eq!(b.read_f32(&view).unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
+    let too_big = Tensor {
+        shape: vec![4, 2],
+        ..big
+    };
+    assert!(b.read_f32(&too_big).is_err());
+}
