@@ -42,11 +42,7 @@ pub enum Error {
     Tokenizer(String),
 
     #[error("prompt of {prompt} tokens plus {generate} to generate exceeds the context of {ctx} tokens")]
-    ContextOverflow {
-        prompt: usize,
-        generate: usize,
-        ctx: usize,
-    },
+    ContextOverflow { prompt: usize, generate: usize, ctx: usize },
 
     #[error("backend '{0}' is not available in this build (available: {1})")]
     UnknownBackend(String, String),
@@ -77,11 +73,7 @@ pub enum GgufError {
         file_len: u64,
     },
     #[error("{what} count {count} is impossible for a file of {file_len} bytes")]
-    CountTooLarge {
-        what: String,
-        count: u64,
-        file_len: u64,
-    },
+    CountTooLarge { what: String, count: u64, file_len: u64 },
     #[error("string at offset {offset} is not valid UTF-8")]
     BadUtf8 { offset: u64 },
     #[error("unknown metadata value type {type_id} for key '{key}'")]

@@ -71,10 +71,7 @@ impl SamplerConfig {
         let bad = |what: String| Err(Error::InvalidArgument(what));
         // `!(x >= 0)` rather than `x < 0` so that NaN is rejected too.
         if !(self.temperature.is_finite() && self.temperature >= 0.0) {
-            return bad(format!(
-                "temperature {} must be finite and >= 0",
-                self.temperature
-            ));
+            return bad(format!("temperature {} must be finite and >= 0", self.temperature));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return bad(format!("top_p {} must be in (0, 1]", self.top_p));
@@ -83,10 +80,7 @@ impl SamplerConfig {
             return bad(format!("min_p {} must be in [0, 1]", self.min_p));
         }
         if !(self.repeat_penalty.is_finite() && self.repeat_penalty > 0.0) {
-            return bad(format!(
-                "repeat_penalty {} must be finite and > 0",
-                self.repeat_penalty
-            ));
+            return bad(format!("repeat_penalty {} must be finite and > 0", self.repeat_penalty));
         }
         Ok(())
     }
@@ -246,13 +240,7 @@ impl Sampler {
 
 /// Copy `logits` into `work` and penalise each distinct token of `history` once, the way
 /// llama.cpp does (CTRL-style): shrink positive logits, push negative ones further down.
-fn apply_penalty(
-    logits: &[f32],
-    history: &VecDeque<u32>,
-    penalty: f32,
-    work: &mut Vec<f32>,
-    distinct: &mut Vec<u32>,
-) {
+fn apply_penalty(logits: &[f32], history: &VecDeque<u32>, penalty: f32, work: &mut Vec<f32>, distinct: &mut Vec<u32>) {
     work.clear();
     work.extend_from_slice(logits);
     distinct.clear();
@@ -292,12 +280,7 @@ fn no_allowed_token() -> Error {
 }
 
 /// top-k → softmax(temperature) → top-p → min-p → draw.
-fn sample_stochastic(
-    logits: &[f32],
-    cfg: &SamplerConfig,
-    cands: &mut Vec<Cand>,
-    rng: &mut Xoshiro256,
-) -> Result<u32> {
+fn sample_stochastic(logits: &[f32], cfg: &SamplerConfig, cands: &mut Vec<Cand>, rng: &mut Xoshiro256) -> Result<u32> {
     cands.clear();
     let mut max = f32::NEG_INFINITY;
     for (i, &l) in logits.iter().enumerate() {
@@ -423,9 +406,7 @@ mod tests {
         assert_eq!(nucleus_len(&mut c, 500.0), 500);
         // Ties are ordered by id, so the prefix is ids 0..500.
         assert!(c[..500].iter().enumerate().all(|(i, x)| x.0 == i as u32));
-        let mut c: Vec<Cand> = (0..1000)
-            .map(|i| (i, if i == 777 { 100.0 } else { 0.01 }))
-            .collect();
+        let mut c: Vec<Cand> = (0..1000).map(|i| (i, if i == 777 { 100.0 } else { 0.01 })).collect();
         assert_eq!(nucleus_len(&mut c, 50.0), 1);
         assert_eq!(c[0].0, 777);
     }

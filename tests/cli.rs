@@ -5,10 +5,15 @@ use std::process::{Command, Output};
 
 const FIX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 const PROMPT_A: &str = "The quick brown fox jumps over the lazy dog.";
-const PROMPT_A_IDS: [u32; 14] = [785, 3974, 293, 4830, 282, 5131, 7784, 82, 916, 279, 1187, 4246, 5562, 13];
+const PROMPT_A_IDS: [u32; 14] = [
+    785, 3974, 293, 4830, 282, 5131, 7784, 82, 916, 279, 1187, 4246, 5562, 13,
+];
 
 fn rill(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_rill")).args(args).output().expect("run rill")
+    Command::new(env!("CARGO_BIN_EXE_rill"))
+        .args(args)
+        .output()
+        .expect("run rill")
 }
 
 fn fixture(name: &str) -> String {
@@ -43,7 +48,17 @@ fn tokenize_prints_json_ids() {
 
 #[test]
 fn greedy_run_streams_the_reference_continuation() {
-    let out = rill(&["run", "-m", &fixture("tiny-dense.F16.gguf"), "-p", PROMPT_A, "-n", "8", "--temp", "0"]);
+    let out = rill(&[
+        "run",
+        "-m",
+        &fixture("tiny-dense.F16.gguf"),
+        "-p",
+        PROMPT_A,
+        "-n",
+        "8",
+        "--temp",
+        "0",
+    ]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("prompt: 14 tokens"), "speed line missing: {err}");
@@ -69,7 +84,15 @@ fn greedy_run_streams_the_reference_continuation() {
 fn logits_writes_safetensors() {
     let path = tmp("logits.safetensors");
     let ids = PROMPT_A_IDS.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",");
-    let out = rill(&["logits", "-m", &fixture("tiny-dense.F16.gguf"), "--tokens", &ids, "-o", path.to_str().expect("path")]);
+    let out = rill(&[
+        "logits",
+        "-m",
+        &fixture("tiny-dense.F16.gguf"),
+        "--tokens",
+        &ids,
+        "-o",
+        path.to_str().expect("path"),
+    ]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let bytes = std::fs::read(&path).expect("output");
     let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
@@ -83,7 +106,11 @@ fn logits_writes_safetensors() {
     let rbytes = std::fs::read(fixture("tiny-dense.reference.safetensors")).expect("ref");
     let r = safetensors::SafeTensors::deserialize(&rbytes).expect("st");
     let want = r.tensor("logits_a").expect("logits_a");
-    let f = |d: &[u8]| d.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect::<Vec<f32>>();
+    let f = |d: &[u8]| {
+        d.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect::<Vec<f32>>()
+    };
     let (g, w) = (f(logits.data()), f(want.data()));
     let worst = g.iter().zip(&w).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(worst < 1e-3, "max abs diff {worst}");
@@ -94,14 +121,25 @@ fn info_reports_arch_and_type_mix() {
     let out = rill(&["info", "-m", &fixture("tiny-dense.Q4_K_M.gguf")]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let s = String::from_utf8_lossy(&out.stdout);
-    for needle in ["qwen35", "Q4_K", "Q5_0", "Q8_0", "F32", "tensors:", "8 (6 Gated DeltaNet, 2 gated attention)"] {
+    for needle in [
+        "qwen35",
+        "Q4_K",
+        "Q5_0",
+        "Q8_0",
+        "F32",
+        "tensors:",
+        "8 (6 Gated DeltaNet, 2 gated attention)",
+    ] {
         assert!(s.contains(needle), "'{needle}' missing from:\n{s}");
     }
 }
 
 #[test]
 fn missing_file_is_one_line_error() {
-    assert_clean_error(&rill(&["info", "-m", "/nonexistent/model.gguf"]), "/nonexistent/model.gguf");
+    assert_clean_error(
+        &rill(&["info", "-m", "/nonexistent/model.gguf"]),
+        "/nonexistent/model.gguf",
+    );
 }
 
 #[test]
@@ -122,13 +160,31 @@ fn not_a_gguf_is_one_line_error() {
 
 #[test]
 fn unknown_backend_is_one_line_error() {
-    let out = rill(&["run", "-m", &fixture("tiny-dense.F16.gguf"), "-p", "hi", "--backend", "nope"]);
+    let out = rill(&[
+        "run",
+        "-m",
+        &fixture("tiny-dense.F16.gguf"),
+        "-p",
+        "hi",
+        "--backend",
+        "nope",
+    ]);
     assert_clean_error(&out, "backend 'nope'");
 }
 
 #[test]
 fn context_overflow_is_one_line_error() {
-    let out = rill(&["run", "-m", &fixture("tiny-dense.F16.gguf"), "-p", PROMPT_A, "-n", "10", "--ctx", "16"]);
+    let out = rill(&[
+        "run",
+        "-m",
+        &fixture("tiny-dense.F16.gguf"),
+        "-p",
+        PROMPT_A,
+        "-n",
+        "10",
+        "--ctx",
+        "16",
+    ]);
     assert_clean_error(&out, "exceeds the context");
 }
 

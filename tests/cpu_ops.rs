@@ -70,10 +70,7 @@ fn sigmoid64(x: f64) -> f64 {
 /// the values the kernel will actually see (after rounding to `ty`).
 fn weight(b: &CpuBackend, ty: GgmlType, vals: &[f32], shape: &[usize]) -> (Tensor, Vec<f32>) {
     let (bytes, seen): (Vec<u8>, Vec<f32>) = match ty {
-        GgmlType::F32 => (
-            vals.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            vals.to_vec(),
-        ),
+        GgmlType::F32 => (vals.iter().flat_map(|v| v.to_le_bytes()).collect(), vals.to_vec()),
         GgmlType::F16 => {
             let h: Vec<half::f16> = vals.iter().map(|&v| half::f16::from_f32(v)).collect();
             (
@@ -158,10 +155,7 @@ fn matmul_errors() {
     let (w, _) = weight(&b, GgmlType::F16, &rng.vec(6 * 8), &[6, 8]);
     let x = up(&b, &rng.vec(3 * 8), &[3, 8]);
     assert!(b.matmul(&w, &x, &zeros(&b, &[3, 6])).is_ok());
-    assert!(
-        b.matmul(&w, &x, &zeros(&b, &[3, 5])).is_err(),
-        "wrong n_out"
-    );
+    assert!(b.matmul(&w, &x, &zeros(&b, &[3, 5])).is_err(), "wrong n_out");
     assert!(b.matmul(&w, &x, &zeros(&b, &[2, 6])).is_err(), "wrong T");
     assert!(
         b.matmul(&w, &up(&b, &rng.vec(3 * 7), &[3, 7]), &zeros(&b, &[3, 6]))
@@ -171,20 +165,14 @@ fn matmul_errors() {
     let xw = up(&b, &rng.vec(6 * 6), &[6, 6]);
     assert!(b.matmul(&xw, &xw, &xw).is_err(), "output aliasing input");
     let ids = b.upload_u32(&[1, 2, 3], &[3]).unwrap();
-    assert!(
-        b.matmul(&w, &ids, &zeros(&b, &[3, 6])).is_err(),
-        "U32 input"
-    );
+    assert!(b.matmul(&w, &ids, &zeros(&b, &[3, 6])).is_err(), "U32 input");
     let bad = WeightData {
         name: "short".into(),
         ggml_type: GgmlType::F16,
         shape: vec![6, 8],
         bytes: TensorBytes::from_vec(vec![0u8; 10]),
     };
-    assert!(
-        b.upload_weight(&bad).is_err(),
-        "weight bytes do not match shape"
-    );
+    assert!(b.upload_weight(&bad).is_err(), "weight bytes do not match shape");
 }
 
 #[test]
@@ -202,26 +190,16 @@ fn embed_rows() {
             b.embed(&table, &ids, &out).unwrap();
             let want: Vec<f64> = idv
                 .iter()
-                .flat_map(|&id| {
-                    seen[id as usize * d..(id as usize + 1) * d]
-                        .iter()
-                        .map(|&v| v as f64)
-                })
+                .flat_map(|&id| seen[id as usize * d..(id as usize + 1) * d].iter().map(|&v| v as f64))
                 .collect();
             assert_close(&b.read_f32(&out).unwrap(), &want, 0.0, 0.0, "embed");
         }
     }
     let (table, _) = weight(&b, GgmlType::F16, &tv, &[vocab, d]);
     let ids = b.upload_u32(&[0, vocab as u32], &[2]).unwrap();
-    assert!(
-        b.embed(&table, &ids, &zeros(&b, &[2, d])).is_err(),
-        "id out of range"
-    );
+    assert!(b.embed(&table, &ids, &zeros(&b, &[2, d])).is_err(), "id out of range");
     let ids = b.upload_u32(&[0, 1], &[2]).unwrap();
-    assert!(
-        b.embed(&table, &ids, &zeros(&b, &[3, d])).is_err(),
-        "wrong out rows"
-    );
+    assert!(b.embed(&table, &ids, &zeros(&b, &[3, d])).is_err(), "wrong out rows");
 }
 
 fn rms_ref(x: &[f32], w: &[f32], eps: f64) -> Vec<f64> {
@@ -262,8 +240,7 @@ fn rms_norm_whole_row_and_per_head() {
         .rms_norm(&x, &up(&b, &rng.vec(3), &[3]), eps, &zeros(&b, &[2, 10]))
         .is_err());
     assert!(
-        b.rms_norm(&x, &up(&b, &rng.vec(10), &[10]), eps, &x)
-            .is_err(),
+        b.rms_norm(&x, &up(&b, &rng.vec(10), &[10]), eps, &x).is_err(),
         "aliasing"
     );
 }
@@ -281,20 +258,13 @@ fn gated_rms_norm_per_head() {
         let out = zeros(&b, &[t, heads * d]);
         let x = up(&b, &xv, &[t, heads * d]);
         let z = up(&b, &zv, &[t, heads * d]);
-        b.gated_rms_norm(&x, &z, &up(&b, &wv, &[d]), eps, &out)
-            .unwrap();
+        b.gated_rms_norm(&x, &z, &up(&b, &wv, &[d]), eps, &out).unwrap();
         let want: Vec<f64> = rms_ref(&xv, &wv, eps as f64)
             .iter()
             .zip(&zv)
             .map(|(n, &z)| n * silu64(z as f64))
             .collect();
-        assert_close(
-            &b.read_f32(&out).unwrap(),
-            &want,
-            1e-6,
-            1e-5,
-            "gated_rms_norm",
-        );
+        assert_close(&b.read_f32(&out).unwrap(), &want, 1e-6, 1e-5, "gated_rms_norm");
         assert!(b
             .gated_rms_norm(&x, &up(&b, &zv[..d], &[d]), &up(&b, &wv, &[d]), eps, &out)
             .is_err());
@@ -313,21 +283,12 @@ fn elementwise_ops() {
 
         let acc = up(&b, &av, &[t, d]);
         b.add_assign(&acc, &up(&b, &xv, &[t, d])).unwrap();
-        let want: Vec<f64> = av
-            .iter()
-            .zip(&xv)
-            .map(|(&a, &x)| a as f64 + x as f64)
-            .collect();
+        let want: Vec<f64> = av.iter().zip(&xv).map(|(&a, &x)| a as f64 + x as f64).collect();
         assert_close(&b.read_f32(&acc).unwrap(), &want, 1e-6, 1e-6, "add_assign");
 
         let out = zeros(&b, &[t, d]);
-        b.swiglu(&up(&b, &gv, &[t, d]), &up(&b, &xv, &[t, d]), &out)
-            .unwrap();
-        let want: Vec<f64> = gv
-            .iter()
-            .zip(&xv)
-            .map(|(&g, &u)| silu64(g as f64) * u as f64)
-            .collect();
+        b.swiglu(&up(&b, &gv, &[t, d]), &up(&b, &xv, &[t, d]), &out).unwrap();
+        let want: Vec<f64> = gv.iter().zip(&xv).map(|(&g, &u)| silu64(g as f64) * u as f64).collect();
         assert_close(&b.read_f32(&out).unwrap(), &want, 1e-7, 1e-6, "swiglu");
 
         let x = up(&b, &xv, &[t, d]);
@@ -337,13 +298,7 @@ fn elementwise_ops() {
             .zip(&gv)
             .map(|(&x, &g)| x as f64 * sigmoid64(g as f64))
             .collect();
-        assert_close(
-            &b.read_f32(&x).unwrap(),
-            &want,
-            1e-7,
-            1e-6,
-            "sigmoid_mul_assign",
-        );
+        assert_close(&b.read_f32(&x).unwrap(), &want, 1e-7, 1e-6, "sigmoid_mul_assign");
 
         let acc = up(&b, &av, &[t, d]);
         b.sigmoid_scale_add(&acc, &up(&b, &xv, &[t, d]), &up(&b, &gl, &[t, 1]))
@@ -351,13 +306,7 @@ fn elementwise_ops() {
         let want: Vec<f64> = (0..n)
             .map(|i| av[i] as f64 + sigmoid64(gl[i / d] as f64) * xv[i] as f64)
             .collect();
-        assert_close(
-            &b.read_f32(&acc).unwrap(),
-            &want,
-            1e-6,
-            1e-6,
-            "sigmoid_scale_add",
-        );
+        assert_close(&b.read_f32(&acc).unwrap(), &want, 1e-6, 1e-6, "sigmoid_scale_add");
     }
     // Extreme inputs must not produce NaN.
     let g = up(&b, &[-1000.0, 1000.0, 0.0], &[3]);
@@ -368,10 +317,7 @@ fn elementwise_ops() {
     // Errors.
     let a = up(&b, &[1.0; 6], &[2, 3]);
     assert!(b.add_assign(&a, &up(&b, &[1.0; 5], &[5])).is_err());
-    assert!(
-        b.add_assign(&a, &a).is_err(),
-        "in place op with its own input"
-    );
+    assert!(b.add_assign(&a, &a).is_err(), "in place op with its own input");
     assert!(b
         .sigmoid_scale_add(&a, &up(&b, &[1.0; 6], &[2, 3]), &up(&b, &[0.0; 3], &[3, 1]))
         .is_err());
@@ -407,8 +353,7 @@ fn conv1d_state_continuation() {
         let xv = rng.vec(t * c);
         let st = up(&b, &s0, &[k - 1, c]);
         let out = zeros(&b, &[t, c]);
-        b.conv1d_causal_silu(&up(&b, &xv, &[t, c]), &w, &st, &out)
-            .unwrap();
+        b.conv1d_causal_silu(&up(&b, &xv, &[t, c]), &w, &st, &out).unwrap();
         let hist: Vec<f32> = s0.iter().chain(&xv).copied().collect();
         assert_close(
             &b.read_f32(&out).unwrap(),
@@ -418,25 +363,15 @@ fn conv1d_state_continuation() {
             "conv1d",
         );
         // New state = last K-1 rows of [state | x] (still partly old state when T < K-1).
-        let want_state: Vec<f64> = hist[hist.len() - (k - 1) * c..]
-            .iter()
-            .map(|&v| v as f64)
-            .collect();
-        assert_close(
-            &b.read_f32(&st).unwrap(),
-            &want_state,
-            0.0,
-            0.0,
-            "conv1d state",
-        );
+        let want_state: Vec<f64> = hist[hist.len() - (k - 1) * c..].iter().map(|&v| v as f64).collect();
+        assert_close(&b.read_f32(&st).unwrap(), &want_state, 0.0, 0.0, "conv1d state");
     }
     // Split calls: T = 2 then T = 1, and T = 1 three times, both equal one T = 3 call.
     let xv = rng.vec(3 * c);
     let full = {
         let st = up(&b, &s0, &[k - 1, c]);
         let out = zeros(&b, &[3, c]);
-        b.conv1d_causal_silu(&up(&b, &xv, &[3, c]), &w, &st, &out)
-            .unwrap();
+        b.conv1d_causal_silu(&up(&b, &xv, &[3, c]), &w, &st, &out).unwrap();
         (b.read_f32(&out).unwrap(), b.read_f32(&st).unwrap())
     };
     for split in [&[2usize, 1][..], &[1, 1, 1][..]] {
@@ -516,8 +451,7 @@ fn gdn_gates_values() {
         )
         .is_err());
     assert!(
-        b.gdn_gates(&a, &a, &s, &s, &a, &zeros(&b, &[2, hv]))
-            .is_err(),
+        b.gdn_gates(&a, &a, &s, &s, &a, &zeros(&b, &[2, hv])).is_err(),
         "aliasing"
     );
 }
@@ -565,8 +499,7 @@ fn split_qgate_per_head() {
     for &t in &TS {
         let v = rng.vec(t * 2 * h * d);
         let (q, g) = (zeros(&b, &[t, h * d]), zeros(&b, &[t, h * d]));
-        b.split_qgate(&up(&b, &v, &[t, 2 * h * d]), d, &q, &g)
-            .unwrap();
+        b.split_qgate(&up(&b, &v, &[t, 2 * h * d]), d, &q, &g).unwrap();
         let (mut wq, mut wg) = (Vec::new(), Vec::new());
         for pair in v.chunks(2 * d) {
             wq.extend(pair[..d].iter().map(|&x| x as f64));
@@ -614,10 +547,7 @@ fn rope_neox_partial() {
         }
     }
     let x = zeros(&b, &[2, 3 * hd]);
-    assert!(
-        b.rope_neox(&x, hd, hd + 2, 1e4, 0).is_err(),
-        "n_rot > head_dim"
-    );
+    assert!(b.rope_neox(&x, hd, hd + 2, 1e4, 0).is_err(), "n_rot > head_dim");
     assert!(b.rope_neox(&x, hd, 15, 1e4, 0).is_err(), "odd n_rot");
     assert!(b.rope_neox(&x, 20, 16, 1e4, 0).is_err(), "not whole heads");
 }
@@ -654,10 +584,7 @@ fn attention_causal_gqa() {
                     let sc: Vec<f64> = (0..n)
                         .map(|s| {
                             (0..d)
-                                .map(|i| {
-                                    qv[tt * nh * d + h * d + i] as f64
-                                        * kv[s * nkv * d + kvh * d + i] as f64
-                                })
+                                .map(|i| qv[tt * nh * d + h * d + i] as f64 * kv[s * nkv * d + kvh * d + i] as f64)
                                 .sum::<f64>()
                                 * scale as f64
                         })
@@ -694,10 +621,7 @@ fn attention_causal_gqa() {
         b.attention(&q, &kc, &kc, 0, bad, scale, &out).is_err(),
         "H not a multiple of Hkv"
     );
-    assert!(
-        b.attention(&q, &kc, &kc, 0, dims, scale, &q).is_err(),
-        "out aliases q"
-    );
+    assert!(b.attention(&q, &kc, &kc, 0, dims, scale, &q).is_err(), "out aliases q");
 }
 
 #[test]
@@ -709,17 +633,12 @@ fn moe_route_topk_ties_and_scale() {
         let mut lv = rng.vec(t * e);
         // Row 0: a three-way tie for the top; the lower indices must win, in index order.
         for (i, v) in lv[..e].iter_mut().enumerate() {
-            *v = if i == 2 || i == 5 || i == 8 {
-                1.5
-            } else {
-                -1.0
-            };
+            *v = if i == 2 || i == 5 || i == 8 { 1.5 } else { -1.0 };
         }
         lv[4] = 1.5; // four-way tie among 2, 4, 5, 8 -> 2, 4, 5
         let (ids, w) = (b.alloc(DType::U32, &[t, k]).unwrap(), zeros(&b, &[t, k]));
         let scale = 2.5;
-        b.moe_route(&up(&b, &lv, &[t, e]), k, scale, &ids, &w)
-            .unwrap();
+        b.moe_route(&up(&b, &lv, &[t, e]), k, scale, &ids, &w).unwrap();
         let gi = b.read_u32(&ids).unwrap();
         let gw = b.read_f32(&w).unwrap();
         assert_eq!(&gi[..k], &[2, 4, 5]);
@@ -733,33 +652,21 @@ fn moe_route_topk_ties_and_scale() {
             order.sort_by(|&a, &c| p[c].partial_cmp(&p[a]).unwrap().then(a.cmp(&c)));
             let sel = &order[..k];
             let s: f64 = sel.iter().map(|&i| p[i]).sum();
-            let want_w: Vec<f64> = sel
-                .iter()
-                .map(|&i| p[i] / s.max(6.1035e-5) * scale as f64)
-                .collect();
+            let want_w: Vec<f64> = sel.iter().map(|&i| p[i] / s.max(6.1035e-5) * scale as f64).collect();
             assert_eq!(
                 &gi[tt * k..(tt + 1) * k],
                 &sel.iter().map(|&i| i as u32).collect::<Vec<_>>()[..]
             );
-            assert_close(
-                &gw[tt * k..(tt + 1) * k],
-                &want_w,
-                1e-7,
-                1e-5,
-                "moe weights",
-            );
+            assert_close(&gw[tt * k..(tt + 1) * k], &want_w, 1e-7, 1e-5, "moe weights");
         }
     }
     let l = zeros(&b, &[2, e]);
     let ids = b.alloc(DType::U32, &[2, k]).unwrap();
     assert!(
-        b.moe_route(&l, e + 1, 1.0, &ids, &zeros(&b, &[2, e + 1]))
-            .is_err(),
+        b.moe_route(&l, e + 1, 1.0, &ids, &zeros(&b, &[2, e + 1])).is_err(),
         "k > E"
     );
-    assert!(b
-        .moe_route(&l, k, 1.0, &ids, &zeros(&b, &[2, k + 1]))
-        .is_err());
+    assert!(b.moe_route(&l, k, 1.0, &ids, &zeros(&b, &[2, k + 1])).is_err());
     assert!(
         b.moe_route(&l, k, 1.0, &zeros(&b, &[2, k]), &zeros(&b, &[2, k]))
             .is_err(),
@@ -808,17 +715,13 @@ fn moe_experts_weighted_sum() {
                     let h: Vec<f64> = (0..n_ff)
                         .map(|f| {
                             let row = |w: &[f32]| -> f64 {
-                                (0..d)
-                                    .map(|i| w[(e * n_ff + f) * d + i] as f64 * x[i] as f64)
-                                    .sum()
+                                (0..d).map(|i| w[(e * n_ff + f) * d + i] as f64 * x[i] as f64).sum()
                             };
                             silu64(row(&gs)) * row(&us)
                         })
                         .collect();
                     for o in 0..d {
-                        let y: f64 = (0..n_ff)
-                            .map(|f| ds[(e * d + o) * n_ff + f] as f64 * h[f])
-                            .sum();
+                        let y: f64 = (0..n_ff).map(|f| ds[(e * d + o) * n_ff + f] as f64 * h[f]).sum();
                         want[tt * d + o] += wv[tt * k + j] as f64 * y;
                     }
                 }
@@ -838,20 +741,15 @@ fn moe_experts_weighted_sum() {
     let w = zeros(&b, &[1, k]);
     let ids = b.upload_u32(&[0, n_exp as u32], &[1, k]).unwrap();
     assert!(
-        b.moe_experts(&x, &gt, &gt, &dt, &ids, &w, &zeros(&b, &[1, d]))
-            .is_err(),
+        b.moe_experts(&x, &gt, &gt, &dt, &ids, &w, &zeros(&b, &[1, d])).is_err(),
         "expert id out of range"
     );
     let ids = b.upload_u32(&[0, 1], &[1, k]).unwrap();
     assert!(
-        b.moe_experts(&x, &gt, &gt, &gt, &ids, &w, &zeros(&b, &[1, d]))
-            .is_err(),
+        b.moe_experts(&x, &gt, &gt, &gt, &ids, &w, &zeros(&b, &[1, d])).is_err(),
         "down shape"
     );
-    assert!(
-        b.moe_experts(&x, &gt, &gt, &dt, &ids, &w, &x).is_err(),
-        "out aliases x"
-    );
+    assert!(b.moe_experts(&x, &gt, &gt, &dt, &ids, &w, &x).is_err(), "out aliases x");
 }
 
 #[test]
@@ -927,28 +825,13 @@ fn memory_ops() {
     let src = up(&b, &[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], &[3, 2]);
     let dst = zeros(&b, &[4, 2]);
     b.copy_rows(&src, 1, &dst, 2, 2).unwrap();
-    assert_eq!(
-        b.read_f32(&dst).unwrap(),
-        vec![0.0, 0.0, 0.0, 0.0, 3.0, 4.0, 5.0, 6.0]
-    );
-    assert!(
-        b.copy_rows(&src, 2, &dst, 0, 2).is_err(),
-        "src rows out of range"
-    );
-    assert!(
-        b.copy_rows(&src, 0, &dst, 3, 2).is_err(),
-        "dst rows out of range"
-    );
-    assert!(
-        b.copy_rows(&src, 0, &zeros(&b, &[4, 3]), 0, 1).is_err(),
-        "row length"
-    );
+    assert_eq!(b.read_f32(&dst).unwrap(), vec![0.0, 0.0, 0.0, 0.0, 3.0, 4.0, 5.0, 6.0]);
+    assert!(b.copy_rows(&src, 2, &dst, 0, 2).is_err(), "src rows out of range");
+    assert!(b.copy_rows(&src, 0, &dst, 3, 2).is_err(), "dst rows out of range");
+    assert!(b.copy_rows(&src, 0, &zeros(&b, &[4, 3]), 0, 1).is_err(), "row length");
     // Within one buffer (memmove semantics).
     b.copy_rows(&dst, 2, &dst, 1, 2).unwrap();
-    assert_eq!(
-        b.read_f32(&dst).unwrap(),
-        vec![0.0, 0.0, 3.0, 4.0, 5.0, 6.0, 5.0, 6.0]
-    );
+    assert_eq!(b.read_f32(&dst).unwrap(), vec![0.0, 0.0, 3.0, 4.0, 5.0, 6.0, 5.0, 6.0]);
 
     let c = zeros(&b, &[6]);
     b.copy(&src, &c).unwrap();

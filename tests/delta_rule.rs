@@ -46,11 +46,7 @@ fn make_case(dims: GdnDims, t: usize, c: f64, zero_state: bool, seed: u64) -> Ca
         for (h, head) in row[..2 * kd].chunks_exact_mut(dk).enumerate() {
             let x: Vec<f64> = (0..dk).map(|_| rng.normal()).collect();
             let n = x.iter().map(|v| v * v).sum::<f64>().sqrt();
-            let s = if h < hk {
-                1.0 / (dk as f64).sqrt()
-            } else {
-                1.0
-            };
+            let s = if h < hk { 1.0 / (dk as f64).sqrt() } else { 1.0 };
             for (o, v) in head.iter_mut().zip(&x) {
                 *o = (v / n * s) as f32;
             }
@@ -59,9 +55,7 @@ fn make_case(dims: GdnDims, t: usize, c: f64, zero_state: bool, seed: u64) -> Ca
             *v = rng.normal() as f32;
         }
     }
-    let g = (0..t * hv)
-        .map(|_| (-rng.normal().abs() * c) as f32)
-        .collect();
+    let g = (0..t * hv).map(|_| (-rng.normal().abs() * c) as f32).collect();
     let beta = (0..t * hv)
         .map(|_| (1.0 / (1.0 + (-rng.normal()).exp())) as f32)
         .collect();
@@ -97,10 +91,7 @@ fn reference(case: &Case, key_head: impl Fn(usize) -> usize) -> (Vec<f64>, Vec<f
         }
         for t in 0..case.t {
             let row = &case.u[t * cd..(t + 1) * cd];
-            let q: Vec<f64> = row[kh * dk..(kh + 1) * dk]
-                .iter()
-                .map(|&x| x as f64)
-                .collect();
+            let q: Vec<f64> = row[kh * dk..(kh + 1) * dk].iter().map(|&x| x as f64).collect();
             let k: Vec<f64> = row[kd + kh * dk..kd + (kh + 1) * dk]
                 .iter()
                 .map(|&x| x as f64)
@@ -154,30 +145,17 @@ enum Algo {
 }
 
 /// Run one backend call on tokens `t0..t1` of `case`, continuing from `state` (value-major).
-fn run_range(
-    be: &CpuBackend,
-    case: &Case,
-    t0: usize,
-    t1: usize,
-    state: &Tensor,
-    algo: Algo,
-) -> Vec<f32> {
+fn run_range(be: &CpuBackend, case: &Case, t0: usize, t1: usize, state: &Tensor, algo: Algo) -> Vec<f32> {
     let GdnDims { hv, dv, .. } = case.dims;
     let cd = case.dims.conv_dim();
     let n = t1 - t0;
     let u = be.upload_f32(&case.u[t0 * cd..t1 * cd], &[n, cd]).unwrap();
     let g = be.upload_f32(&case.g[t0 * hv..t1 * hv], &[n, hv]).unwrap();
-    let b = be
-        .upload_f32(&case.beta[t0 * hv..t1 * hv], &[n, hv])
-        .unwrap();
+    let b = be.upload_f32(&case.beta[t0 * hv..t1 * hv], &[n, hv]).unwrap();
     let out = be.alloc(DType::F32, &[n, hv * dv]).unwrap();
     match algo {
-        Algo::Recurrent => be
-            .delta_rule_recurrent(&u, &g, &b, state, &out, case.dims)
-            .unwrap(),
-        Algo::Chunked => be
-            .delta_rule_chunked(&u, &g, &b, state, &out, case.dims)
-            .unwrap(),
+        Algo::Recurrent => be.delta_rule_recurrent(&u, &g, &b, state, &out, case.dims).unwrap(),
+        Algo::Chunked => be.delta_rule_chunked(&u, &g, &b, state, &out, case.dims).unwrap(),
     }
     be.read_f32(&out).unwrap()
 }
@@ -192,11 +170,7 @@ fn run(be: &CpuBackend, case: &Case, algo: Algo) -> (Vec<f32>, Vec<f32>) {
 /// max |a - b| / max |b|.
 fn rel_err(a: &[f32], b: &[f64]) -> f64 {
     assert_eq!(a.len(), b.len());
-    let num = a
-        .iter()
-        .zip(b)
-        .map(|(&x, &y)| (x as f64 - y).abs())
-        .fold(0.0, f64::max);
+    let num = a.iter().zip(b).map(|(&x, &y)| (x as f64 - y).abs()).fold(0.0, f64::max);
     let den = b.iter().map(|y| y.abs()).fold(0.0, f64::max);
     assert!(a.iter().all(|x| x.is_finite()), "non-finite output");
     if den == 0.0 {
@@ -239,13 +213,7 @@ fn recurrent_and_chunked_match_f64_recurrence() {
     for (di, &dims) in DIMS.iter().enumerate() {
         for &t in &TS {
             for &c in &[1.0, 20.0] {
-                let case = make_case(
-                    dims,
-                    t,
-                    c,
-                    false,
-                    1000 + t as u64 * 7 + di as u64 + c as u64,
-                );
+                let case = make_case(dims, t, c, false, 1000 + t as u64 * 7 + di as u64 + c as u64);
                 let (o_ref, s_ref) = reference(&case, |j| j % dims.hk);
                 let (o_rec, s_rec) = run(&be, &case, Algo::Recurrent);
                 let (o_chk, s_chk) = run(&be, &case, Algo::Chunked);
@@ -336,9 +304,7 @@ fn chunked_prefill_then_recurrent_decode_equals_recurrence() {
         for &(t, t1) in &[(200usize, 101usize), (130, 64), (70, 1), (66, 65)] {
             let case = make_case(dims, t, 1.0, false, 31 + t as u64);
             let (o_ref, s_ref) = reference(&case, |j| j % dims.hk);
-            let state = be
-                .upload_f32(&case.m0, &[dims.hv, dims.dv, dims.dk])
-                .unwrap();
+            let state = be.upload_f32(&case.m0, &[dims.hv, dims.dv, dims.dk]).unwrap();
             let mut o = run_range(&be, &case, 0, t1, &state, Algo::Chunked);
             for tt in t1..t {
                 o.extend(run_range(&be, &case, tt, tt + 1, &state, Algo::Recurrent));
@@ -381,13 +347,9 @@ fn delta_rule_rejects_bad_shapes_and_aliasing() {
     let bad_u = be.alloc(DType::F32, &[3, cd + 1]).unwrap();
     assert!(be.delta_rule_chunked(&bad_u, &g, &b, &s, &o, dims).is_err());
     let bad_g = be.alloc(DType::F32, &[2, dims.hv]).unwrap();
-    assert!(be
-        .delta_rule_recurrent(&u, &bad_g, &b, &s, &o, dims)
-        .is_err());
+    assert!(be.delta_rule_recurrent(&u, &bad_g, &b, &s, &o, dims).is_err());
     let bad_s = be.alloc(DType::F32, &[dims.hv, dims.dv]).unwrap();
-    assert!(be
-        .delta_rule_recurrent(&u, &g, &b, &bad_s, &o, dims)
-        .is_err());
+    assert!(be.delta_rule_recurrent(&u, &g, &b, &bad_s, &o, dims).is_err());
     // Output aliasing an input.
     assert!(be.delta_rule_recurrent(&u, &g, &g, &s, &g, dims).is_err());
     let odd = GdnDims { hk: 3, ..dims };

@@ -20,15 +20,22 @@ struct Reference {
 }
 
 fn read_tensor<'a>(st: &'a safetensors::SafeTensors<'a>, name: &str) -> safetensors::tensor::TensorView<'a> {
-    st.tensor(name).unwrap_or_else(|e| panic!("reference tensor {name}: {e}"))
+    st.tensor(name)
+        .unwrap_or_else(|e| panic!("reference tensor {name}: {e}"))
 }
 
 fn f32s(v: &safetensors::tensor::TensorView<'_>) -> Vec<f32> {
-    v.data().chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    v.data()
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }
 
 fn i32s(v: &safetensors::tensor::TensorView<'_>) -> Vec<i32> {
-    v.data().chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+    v.data()
+        .chunks_exact(4)
+        .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
 }
 
 /// `ids_from` holds the prompt ids (the transformers reference); `logits_from` the logits to compare with.
@@ -45,7 +52,10 @@ fn reference(ids_from: &str, logits_from: &str) -> Reference {
         prompt_b: to_u32(i32s(&read_tensor(&ids, "prompt_b_ids"))),
         logits_a: f32s(&la),
         logits_b: f32s(&read_tensor(&l, "logits_b")),
-        b_positions: i32s(&read_tensor(&l, "logits_b_positions")).into_iter().map(|x| x as usize).collect(),
+        b_positions: i32s(&read_tensor(&l, "logits_b_positions"))
+            .into_iter()
+            .map(|x| x as usize)
+            .collect(),
         greedy: to_u32(i32s(&read_tensor(&l, "greedy_ids"))),
         vocab,
     }
@@ -105,11 +115,23 @@ fn check_prompts(m: &Model, r: &Reference, by_decode: bool, max_abs: f32, max_re
     let la = all_logits(m, &r.prompt_a, by_decode);
     assert_eq!(la.len(), r.prompt_a.len() * v);
     for p in 0..r.prompt_a.len() {
-        check_row(&format!("{tag} A[{p}]"), &la[p * v..(p + 1) * v], &r.logits_a[p * v..(p + 1) * v], max_abs, max_rel);
+        check_row(
+            &format!("{tag} A[{p}]"),
+            &la[p * v..(p + 1) * v],
+            &r.logits_a[p * v..(p + 1) * v],
+            max_abs,
+            max_rel,
+        );
     }
     let lb = all_logits(m, &r.prompt_b, by_decode);
     for (i, &p) in r.b_positions.iter().enumerate() {
-        check_row(&format!("{tag} B[{p}]"), &lb[p * v..(p + 1) * v], &r.logits_b[i * v..(i + 1) * v], max_abs, max_rel);
+        check_row(
+            &format!("{tag} B[{p}]"),
+            &lb[p * v..(p + 1) * v],
+            &r.logits_b[i * v..(i + 1) * v],
+            max_abs,
+            max_rel,
+        );
     }
 }
 
@@ -153,13 +175,27 @@ const Q_REL: f32 = 1e-4;
 #[test]
 fn dense_f16_prefill_matches_transformers() {
     let r = reference("tiny-dense.reference.safetensors", "tiny-dense.reference.safetensors");
-    check_prompts(&load("tiny-dense.F16.gguf", DeltaMode::Auto), &r, false, F16_ABS, F16_REL, "dense prefill");
+    check_prompts(
+        &load("tiny-dense.F16.gguf", DeltaMode::Auto),
+        &r,
+        false,
+        F16_ABS,
+        F16_REL,
+        "dense prefill",
+    );
 }
 
 #[test]
 fn dense_f16_decode_matches_transformers() {
     let r = reference("tiny-dense.reference.safetensors", "tiny-dense.reference.safetensors");
-    check_prompts(&load("tiny-dense.F16.gguf", DeltaMode::Auto), &r, true, F16_ABS, F16_REL, "dense decode");
+    check_prompts(
+        &load("tiny-dense.F16.gguf", DeltaMode::Auto),
+        &r,
+        true,
+        F16_ABS,
+        F16_REL,
+        "dense decode",
+    );
 }
 
 #[test]
@@ -173,13 +209,27 @@ fn dense_f16_greedy_matches_transformers() {
 #[test]
 fn moe_f16_prefill_matches_transformers() {
     let r = reference("tiny-moe.reference.safetensors", "tiny-moe.reference.safetensors");
-    check_prompts(&load("tiny-moe.F16.gguf", DeltaMode::Auto), &r, false, F16_ABS, F16_REL, "moe prefill");
+    check_prompts(
+        &load("tiny-moe.F16.gguf", DeltaMode::Auto),
+        &r,
+        false,
+        F16_ABS,
+        F16_REL,
+        "moe prefill",
+    );
 }
 
 #[test]
 fn moe_f16_decode_matches_transformers() {
     let r = reference("tiny-moe.reference.safetensors", "tiny-moe.reference.safetensors");
-    check_prompts(&load("tiny-moe.F16.gguf", DeltaMode::Auto), &r, true, F16_ABS, F16_REL, "moe decode");
+    check_prompts(
+        &load("tiny-moe.F16.gguf", DeltaMode::Auto),
+        &r,
+        true,
+        F16_ABS,
+        F16_REL,
+        "moe decode",
+    );
 }
 
 #[test]
@@ -202,12 +252,20 @@ fn prefill_then_decode_continues_the_state() {
         let v = r.vocab;
         let split = 130;
         let mut s = m.new_session(r.prompt_b.len()).expect("session");
-        let mut logits = m.prefill(&mut s, &r.prompt_b[..split], Logits::All, &mut |_, _| {}).expect("prefill");
+        let mut logits = m
+            .prefill(&mut s, &r.prompt_b[..split], Logits::All, &mut |_, _| {})
+            .expect("prefill");
         for &t in &r.prompt_b[split..] {
             logits.extend(m.decode(&mut s, t).expect("decode"));
         }
         for (i, &p) in r.b_positions.iter().enumerate() {
-            check_row(&format!("{file} split B[{p}]"), &logits[p * v..(p + 1) * v], &r.logits_b[i * v..(i + 1) * v], F16_ABS, F16_REL);
+            check_row(
+                &format!("{file} split B[{p}]"),
+                &logits[p * v..(p + 1) * v],
+                &r.logits_b[i * v..(i + 1) * v],
+                F16_ABS,
+                F16_REL,
+            );
         }
     }
 }
@@ -221,13 +279,22 @@ fn ubatch_size_does_not_change_results() {
     let v = r.vocab;
     let lb = all_logits(&m, &r.prompt_b, false);
     for (i, &p) in r.b_positions.iter().enumerate() {
-        check_row(&format!("ubatch37 B[{p}]"), &lb[p * v..(p + 1) * v], &r.logits_b[i * v..(i + 1) * v], F16_ABS, F16_REL);
+        check_row(
+            &format!("ubatch37 B[{p}]"),
+            &lb[p * v..(p + 1) * v],
+            &r.logits_b[i * v..(i + 1) * v],
+            F16_ABS,
+            F16_REL,
+        );
     }
 }
 
 #[test]
 fn q8_0_matches_llamacpp_dequant_f32() {
-    let r = reference("tiny-dense.reference.safetensors", "tiny-dense.Q8_0.dequant-f32.llamacpp.safetensors");
+    let r = reference(
+        "tiny-dense.reference.safetensors",
+        "tiny-dense.Q8_0.dequant-f32.llamacpp.safetensors",
+    );
     let m = load("tiny-dense.Q8_0.gguf", DeltaMode::Auto);
     check_prompts(&m, &r, false, Q_ABS, Q_REL, "q8_0 prefill");
     check_prompts(&m, &r, true, Q_ABS, Q_REL, "q8_0 decode");
@@ -236,7 +303,10 @@ fn q8_0_matches_llamacpp_dequant_f32() {
 
 #[test]
 fn q4_k_m_matches_llamacpp_dequant_f32() {
-    let r = reference("tiny-dense.reference.safetensors", "tiny-dense.Q4_K_M.dequant-f32.llamacpp.safetensors");
+    let r = reference(
+        "tiny-dense.reference.safetensors",
+        "tiny-dense.Q4_K_M.dequant-f32.llamacpp.safetensors",
+    );
     let m = load("tiny-dense.Q4_K_M.gguf", DeltaMode::Auto);
     check_prompts(&m, &r, false, Q_ABS, Q_REL, "q4_k_m prefill");
     check_prompts(&m, &r, true, Q_ABS, Q_REL, "q4_k_m decode");
@@ -249,7 +319,8 @@ fn prompt_longer_than_context_is_a_typed_error() {
     let mut s = m.new_session(8).expect("session");
     let err = m.prefill(&mut s, &[1; 9], Logits::Last, &mut |_, _| {}).unwrap_err();
     assert!(matches!(err, rill::Error::ContextOverflow { .. }), "{err}");
-    m.prefill(&mut s, &[1; 8], Logits::Last, &mut |_, _| {}).expect("fits exactly");
+    m.prefill(&mut s, &[1; 8], Logits::Last, &mut |_, _| {})
+        .expect("fits exactly");
     let err = m.decode(&mut s, 1).unwrap_err();
     assert!(matches!(err, rill::Error::ContextOverflow { .. }), "{err}");
 }

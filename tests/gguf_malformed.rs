@@ -216,10 +216,7 @@ fn bad_magic() {
 
 #[test]
 fn truncated_version() {
-    assert!(matches!(
-        err(b"GGUF\x03\x00".to_vec()),
-        G::Truncated { offset: 4, .. }
-    ));
+    assert!(matches!(err(b"GGUF\x03\x00".to_vec()), G::Truncated { offset: 4, .. }));
 }
 
 #[test]
@@ -242,10 +239,7 @@ fn version_2_accepted() {
 fn truncated_counts() {
     let full = valid().build();
     for len in 8..24 {
-        assert!(
-            matches!(err(full[..len].to_vec()), G::Truncated { .. }),
-            "len {len}"
-        );
+        assert!(matches!(err(full[..len].to_vec()), G::Truncated { .. }), "len {len}");
     }
 }
 
@@ -253,26 +247,14 @@ fn truncated_counts() {
 fn tensor_count_max() {
     let mut s = valid();
     s.tensor_count = Some(u64::MAX);
-    assert!(matches!(
-        err(s.build()),
-        G::CountTooLarge {
-            count: u64::MAX,
-            ..
-        }
-    ));
+    assert!(matches!(err(s.build()), G::CountTooLarge { count: u64::MAX, .. }));
 }
 
 #[test]
 fn tensor_count_slightly_too_large() {
     let mut s = valid();
     s.tensor_count = Some(1_000_000);
-    assert!(matches!(
-        err(s.build()),
-        G::CountTooLarge {
-            count: 1_000_000,
-            ..
-        }
-    ));
+    assert!(matches!(err(s.build()), G::CountTooLarge { count: 1_000_000, .. }));
 }
 
 #[test]
@@ -280,10 +262,7 @@ fn kv_count_huge() {
     for count in [u64::MAX, u64::MAX / 13 + 1, 1 << 40] {
         let mut s = valid();
         s.kv_count = Some(count);
-        assert!(
-            matches!(err(s.build()), G::CountTooLarge { .. }),
-            "count {count}"
-        );
+        assert!(matches!(err(s.build()), G::CountTooLarge { .. }), "count {count}");
     }
 }
 
@@ -302,13 +281,7 @@ fn kv_count_larger_than_present_but_plausible() {
 #[test]
 fn key_length_huge() {
     let s = valid().with_kv([u64b(u64::MAX), u32b(T_U8), vec![0]].concat());
-    assert!(matches!(
-        err(s.build()),
-        G::Truncated {
-            needed: u64::MAX,
-            ..
-        }
-    ));
+    assert!(matches!(err(s.build()), G::Truncated { needed: u64::MAX, .. }));
 }
 
 #[test]
@@ -375,10 +348,7 @@ fn array_count_huge_does_not_allocate() {
     ] {
         let s = valid().with_kv(kv(b"arr", T_ARRAY, &[u32b(elem), u64b(count)].concat()));
         let start = Instant::now();
-        assert!(
-            matches!(err(s.build()), G::CountTooLarge { .. }),
-            "{elem} x {count}"
-        );
+        assert!(matches!(err(s.build()), G::CountTooLarge { .. }), "{elem} x {count}");
         assert!(start.elapsed() < Duration::from_millis(100));
     }
 }
@@ -391,20 +361,9 @@ fn array_truncated() {
     s.tensors.clear();
     s.data_len = 0;
     s.kvs = vec![kv(b"arr", T_ARRAY, &body)];
-    assert!(matches!(
-        err(s.header()),
-        G::CountTooLarge { count: 100, .. }
-    ));
+    assert!(matches!(err(s.header()), G::CountTooLarge { count: 100, .. }));
     // 3 declared strings fit the minimal-size bound, but the last one's bytes are missing.
-    let body = [
-        u32b(T_STRING),
-        u64b(3),
-        strb(b"ok"),
-        strb(b""),
-        u64b(100),
-        vec![0; 4],
-    ]
-    .concat();
+    let body = [u32b(T_STRING), u64b(3), strb(b"ok"), strb(b""), u64b(100), vec![0; 4]].concat();
     s.kvs = vec![kv(b"arr", T_ARRAY, &body)];
     assert!(matches!(err(s.header()), G::Truncated { needed: 100, .. }));
 }
@@ -442,22 +401,13 @@ fn unknown_value_type() {
     let s = valid().with_kv(kv(b"odd", 13, &[0; 8]));
     assert!(matches!(err(s.build()), G::UnknownValueType { ref key, type_id: 13 } if key == "odd"));
     let s = valid().with_kv(kv(b"odd", u32::MAX, &[0; 8]));
-    assert!(matches!(
-        err(s.build()),
-        G::UnknownValueType {
-            type_id: u32::MAX,
-            ..
-        }
-    ));
+    assert!(matches!(err(s.build()), G::UnknownValueType { type_id: u32::MAX, .. }));
 }
 
 #[test]
 fn unknown_array_element_type() {
     let s = valid().with_kv(kv(b"arr", T_ARRAY, &[u32b(77), u64b(0)].concat()));
-    assert!(matches!(
-        err(s.build()),
-        G::UnknownValueType { type_id: 77, .. }
-    ));
+    assert!(matches!(err(s.build()), G::UnknownValueType { type_id: 77, .. }));
 }
 
 #[test]
@@ -587,10 +537,7 @@ fn row_not_block_multiple() {
 
 #[test]
 fn offset_misaligned() {
-    let s = valid().with_tensors(vec![
-        tensor(b"a", &[8], F32, 0),
-        tensor(b"b", &[32, 2], Q8_0, 33),
-    ]);
+    let s = valid().with_tensors(vec![tensor(b"a", &[8], F32, 0), tensor(b"b", &[32, 2], Q8_0, 33)]);
     assert!(matches!(
         err(s.build()),
         G::Misaligned {
@@ -603,10 +550,7 @@ fn offset_misaligned() {
 
 #[test]
 fn offset_past_end() {
-    let s = valid().with_tensors(vec![
-        tensor(b"a", &[8], F32, 0),
-        tensor(b"b", &[32, 2], Q8_0, 4096),
-    ]);
+    let s = valid().with_tensors(vec![tensor(b"a", &[8], F32, 0), tensor(b"b", &[32, 2], Q8_0, 4096)]);
     assert!(matches!(err(s.build()), G::DataOutOfBounds { ref name, .. } if name == "b"));
     // Offset so large that data_start + offset overflows.
     let s = valid().with_tensors(vec![tensor(b"a", &[8], F32, u64::MAX - 31)]);
@@ -618,19 +562,13 @@ fn size_past_end() {
     let mut s = valid();
     s.data_len = 32 + 67;
     assert!(matches!(err(s.build()), G::DataOutOfBounds { ref name, .. } if name == "b"));
-    let s = valid().with_tensors(vec![
-        tensor(b"a", &[8], F32, 0),
-        tensor(b"b", &[1 << 20], F32, 32),
-    ]);
+    let s = valid().with_tensors(vec![tensor(b"a", &[8], F32, 0), tensor(b"b", &[1 << 20], F32, 32)]);
     assert!(matches!(err(s.build()), G::DataOutOfBounds { .. }));
 }
 
 #[test]
 fn duplicate_tensor() {
-    let s = valid().with_tensors(vec![
-        tensor(b"a", &[8], F32, 0),
-        tensor(b"a", &[8], F32, 32),
-    ]);
+    let s = valid().with_tensors(vec![tensor(b"a", &[8], F32, 0), tensor(b"a", &[8], F32, 32)]);
     assert!(matches!(err(s.build()), G::DuplicateTensor(ref n) if n == "a"));
 }
 
@@ -668,17 +606,10 @@ fn truncated_inside_tensor_info() {
 fn truncated_inside_padding() {
     let s = valid();
     let header_len = s.header().len();
-    assert_ne!(
-        header_len % 32,
-        0,
-        "the baseline header needs padding for this test"
-    );
+    assert_ne!(header_len % 32, 0, "the baseline header needs padding for this test");
     let full = s.build();
     for len in header_len..header_len.div_ceil(32) * 32 {
-        assert!(
-            matches!(err(full[..len].to_vec()), G::Truncated { .. }),
-            "len {len}"
-        );
+        assert!(matches!(err(full[..len].to_vec()), G::Truncated { .. }), "len {len}");
     }
 }
 
@@ -699,11 +630,7 @@ fn every_prefix_is_rejected() {
     for full in [valid().build(), writer_file()] {
         // Padding after the last tensor is optional, so prefixes are invalid up to its end.
         let f = parse(full.clone()).expect("full file");
-        let data_end = f
-            .tensors
-            .iter()
-            .map(|t| f.data_start + t.offset + t.n_bytes)
-            .max();
+        let data_end = f.tensors.iter().map(|t| f.data_start + t.offset + t.n_bytes).max();
         let data_end = data_end.expect("tensors") as usize;
         for len in 0..data_end {
             let e = err(full[..len].to_vec());
@@ -763,10 +690,7 @@ fn random_mutations_never_panic() {
             rejected += 1;
         }
     }
-    assert!(
-        rejected > 500,
-        "mutations should mostly be caught, got {rejected}"
-    );
+    assert!(rejected > 500, "mutations should mostly be caught, got {rejected}");
 }
 
 #[test]

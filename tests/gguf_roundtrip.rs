@@ -28,14 +28,8 @@ fn all_kinds_of_metadata() -> Vec<(String, Value)> {
             "t.arr_i32",
             Value::Array(vec![Value::I32(1), Value::I32(-2), Value::I32(3)]),
         ),
-        (
-            "t.arr_bool",
-            Value::Array(vec![Value::Bool(true), Value::Bool(false)]),
-        ),
-        (
-            "t.arr_f64",
-            Value::Array(vec![Value::F64(0.5), Value::F64(-0.25)]),
-        ),
+        ("t.arr_bool", Value::Array(vec![Value::Bool(true), Value::Bool(false)])),
+        ("t.arr_f64", Value::Array(vec![Value::F64(0.5), Value::F64(-0.25)])),
         (
             "t.arr_str",
             Value::Array(vec![
@@ -77,9 +71,7 @@ fn tensor_specs() -> Vec<(&'static str, Vec<u64>, GgmlType)> {
 
 /// Deterministic, tensor-specific bytes so misplaced data is detected.
 fn pattern(index: usize, len: u64) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as usize * 31 + index * 7 + 1) as u8)
-        .collect()
+    (0..len).map(|i| (i as usize * 31 + index * 7 + 1) as u8).collect()
 }
 
 fn write_file(kvs: &[(String, Value)], specs: &[(&str, Vec<u64>, GgmlType)]) -> Vec<u8> {
@@ -163,8 +155,7 @@ fn tensor_bytes_outlive_the_file() {
 #[test]
 fn open_reads_written_file() {
     let bytes = write_file(&all_kinds_of_metadata(), &tensor_specs());
-    let path =
-        std::env::temp_dir().join(format!("rill-gguf-roundtrip-{}.gguf", std::process::id()));
+    let path = std::env::temp_dir().join(format!("rill-gguf-roundtrip-{}.gguf", std::process::id()));
     std::fs::write(&path, &bytes).expect("write temp file");
     let f = GgufFile::open(&path).expect("open");
     let _ = std::fs::remove_file(&path);
@@ -247,10 +238,7 @@ fn writer_rejects_bad_tensors_and_misuse() {
     ));
     w.add_kv("general.alignment", Value::U32(16));
     w.add_kv("mixed", Value::Array(vec![Value::U8(1), Value::I8(1)]));
-    assert!(matches!(
-        w.write_header(&mut Vec::new()),
-        Err(E::InvalidArgument(_))
-    ));
+    assert!(matches!(w.write_header(&mut Vec::new()), Err(E::InvalidArgument(_))));
 }
 
 #[test]
@@ -264,10 +252,7 @@ fn add_kv_replaces_existing_key_in_place() {
     let f = GgufFile::from_bytes(out).expect("parse");
     assert_eq!(
         f.metadata(),
-        &[
-            ("a".to_owned(), Value::U8(3)),
-            ("b".to_owned(), Value::U8(2))
-        ][..]
+        &[("a".to_owned(), Value::U8(3)), ("b".to_owned(), Value::U8(2))][..]
     );
 }
 
@@ -283,10 +268,7 @@ fn large_string_array_roundtrip_is_fast() {
     w.write_header(&mut out).expect("header");
     let f = GgufFile::from_bytes(out).expect("parse");
     let elapsed = start.elapsed();
-    let arr = f
-        .get("tokenizer.ggml.tokens")
-        .and_then(Value::as_array)
-        .expect("array");
+    let arr = f.get("tokenizer.ggml.tokens").and_then(Value::as_array).expect("array");
     assert_eq!(arr.len(), n);
     assert_eq!(arr[12345].as_str(), Some("tok12345"));
     assert!(elapsed.as_secs_f64() < 2.0, "write+parse took {elapsed:?}");
@@ -295,11 +277,7 @@ fn large_string_array_roundtrip_is_fast() {
 fn assert_all_tensors_within_file(f: &GgufFile) {
     for t in &f.tensors {
         assert_eq!(t.offset % f.alignment, 0, "{}", t.name);
-        assert!(
-            f.data_start + t.offset + t.n_bytes <= f.file_len(),
-            "{}",
-            t.name
-        );
+        assert!(f.data_start + t.offset + t.n_bytes <= f.file_len(), "{}", t.name);
         assert_eq!(f.tensor_data(t).len() as u64, t.n_bytes);
     }
 }
@@ -307,10 +285,7 @@ fn assert_all_tensors_within_file(f: &GgufFile) {
 #[test]
 fn tiny_dense_f16_fixture() {
     let f = GgufFile::open(fixture("tiny-dense.F16.gguf")).expect("open fixture");
-    assert_eq!(
-        f.get("general.architecture").and_then(Value::as_str),
-        Some("qwen35")
-    );
+    assert_eq!(f.get("general.architecture").and_then(Value::as_str), Some("qwen35"));
     assert_eq!(f.get("qwen35.block_count").and_then(Value::as_u64), Some(8));
     assert_eq!(f.alignment, 32);
     let emb = f.tensor("token_embd.weight").expect("token_embd");

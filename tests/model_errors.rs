@@ -29,7 +29,11 @@ fn rewrite(
             let idx = w.add_tensor(t.name.clone(), ne, ty).expect("add tensor");
             let size = w.tensor_size(idx) as usize;
             // Keep the original bytes where sizes agree, else zeros of the new size.
-            let data = if size == t.n_bytes as usize { src.tensor_data(t).to_vec() } else { vec![0u8; size] };
+            let data = if size == t.n_bytes as usize {
+                src.tensor_data(t).to_vec()
+            } else {
+                vec![0u8; size]
+            };
             datas.push((idx, data));
         }
     }
@@ -62,7 +66,9 @@ fn unchanged_rewrite_loads() {
 
 #[test]
 fn missing_tensor_is_named() {
-    let p = rewrite("missing.gguf", keep_kv, |n, ne, ty| (n != "blk.1.ssm_a").then(|| (ne.to_vec(), ty)));
+    let p = rewrite("missing.gguf", keep_kv, |n, ne, ty| {
+        (n != "blk.1.ssm_a").then(|| (ne.to_vec(), ty))
+    });
     let e = load(&p).err().expect("must fail");
     assert!(matches!(&e, Error::Tensor { name, .. } if name == "blk.1.ssm_a"), "{e}");
     assert!(e.to_string().contains("missing"), "{e}");
@@ -78,14 +84,20 @@ fn wrong_shape_is_named() {
         }
     });
     let e = load(&p).err().expect("must fail");
-    assert!(matches!(&e, Error::Tensor { name, .. } if name == "blk.3.attn_k.weight"), "{e}");
+    assert!(
+        matches!(&e, Error::Tensor { name, .. } if name == "blk.3.attn_k.weight"),
+        "{e}"
+    );
 }
 
 #[test]
 fn unsupported_tensor_type_is_named() {
     // Q8_1 is a valid ggml type (block 32) used only for activations; rill does not run it as a weight: a clear error naming the tensor.
     let p = rewrite("type.gguf", keep_kv, |n, ne, ty| {
-        Some((ne.to_vec(), if n == "blk.0.ffn_up.weight" { GgmlType::Q8_1 } else { ty }))
+        Some((
+            ne.to_vec(),
+            if n == "blk.0.ffn_up.weight" { GgmlType::Q8_1 } else { ty },
+        ))
     });
     let e = load(&p).err().expect("must fail");
     assert!(
@@ -97,9 +109,17 @@ fn unsupported_tensor_type_is_named() {
 #[test]
 fn other_architecture_is_rejected() {
     for arch in ["llama", "qwen3next", "qwen2"] {
-        let p = rewrite(&format!("arch-{arch}.gguf"), |k, v| {
-            Some(if k == "general.architecture" { Value::String(arch.to_string()) } else { v.clone() })
-        }, keep_t);
+        let p = rewrite(
+            &format!("arch-{arch}.gguf"),
+            |k, v| {
+                Some(if k == "general.architecture" {
+                    Value::String(arch.to_string())
+                } else {
+                    v.clone()
+                })
+            },
+            keep_t,
+        );
         let e = load(&p).err().expect("must fail");
         assert!(matches!(&e, Error::UnsupportedArch(a) if a == arch), "{e}");
     }
@@ -107,16 +127,31 @@ fn other_architecture_is_rejected() {
 
 #[test]
 fn missing_metadata_key_is_named() {
-    let p = rewrite("nokey.gguf", |k, v| (k != "qwen35.ssm.group_count").then(|| v.clone()), keep_t);
+    let p = rewrite(
+        "nokey.gguf",
+        |k, v| (k != "qwen35.ssm.group_count").then(|| v.clone()),
+        keep_t,
+    );
     let e = load(&p).err().expect("must fail");
-    assert!(matches!(&e, Error::Metadata(m) if m.contains("qwen35.ssm.group_count")), "{e}");
+    assert!(
+        matches!(&e, Error::Metadata(m) if m.contains("qwen35.ssm.group_count")),
+        "{e}"
+    );
 }
 
 #[test]
 fn inconsistent_metadata_is_rejected() {
     // 3 value heads for 2 key heads: not a multiple.
-    let p = rewrite("heads.gguf", |k, v| {
-        Some(if k == "qwen35.ssm.time_step_rank" { Value::U32(3) } else { v.clone() })
-    }, keep_t);
+    let p = rewrite(
+        "heads.gguf",
+        |k, v| {
+            Some(if k == "qwen35.ssm.time_step_rank" {
+                Value::U32(3)
+            } else {
+                v.clone()
+            })
+        },
+        keep_t,
+    );
     assert!(matches!(load(&p), Err(Error::Metadata(_))));
 }

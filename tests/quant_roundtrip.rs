@@ -244,13 +244,7 @@ fn quantize_rows_par_equals_serial() {
 fn random_row(ty: GgmlType, n: usize, rng: &mut Rng) -> Vec<u8> {
     let f16 = |v: f32| half::f16::from_f32(v).to_le_bytes();
     match ty {
-        GgmlType::F32 => {
-            return rng
-                .gauss_vec(n, 1.0)
-                .iter()
-                .flat_map(|v| v.to_le_bytes())
-                .collect()
-        }
+        GgmlType::F32 => return rng.gauss_vec(n, 1.0).iter().flat_map(|v| v.to_le_bytes()).collect(),
         GgmlType::F16 => return rng.gauss_vec(n, 1.0).iter().flat_map(|v| f16(*v)).collect(),
         GgmlType::Bf16 => {
             return rng
@@ -262,14 +256,10 @@ fn random_row(ty: GgmlType, n: usize, rng: &mut Rng) -> Vec<u8> {
         _ => {}
     }
     let bs = ty.type_size() as usize;
-    let mut row: Vec<u8> = (0..row_bytes(ty, n))
-        .map(|_| rng.next_u64() as u8)
-        .collect();
+    let mut row: Vec<u8> = (0..row_bytes(ty, n)).map(|_| rng.next_u64() as u8).collect();
     // Byte offsets of the f16 scale fields per block.
     let scale_at: &[usize] = match ty {
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::Iq4Nl | GgmlType::Iq4Xs => {
-            &[0]
-        }
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::Iq4Nl | GgmlType::Iq4Xs => &[0],
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
         GgmlType::Q2K => &[80, 82],
         GgmlType::Q3K => &[108],
@@ -301,11 +291,7 @@ fn vec_dot_matches_dot_of_dequantized_row() {
             dequantize(ty, &row, &mut y).unwrap();
             assert_finite(ty, "random row", &y);
             let exact: f64 = y.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum();
-            let scale: f64 = y
-                .iter()
-                .zip(&x)
-                .map(|(a, b)| (*a as f64 * *b as f64).abs())
-                .sum();
+            let scale: f64 = y.iter().zip(&x).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
             let got = vec_dot(ty, &row, &x).unwrap() as f64;
             assert!(
                 (got - exact).abs() <= 1e-5 * scale + 1e-30,
@@ -328,16 +314,9 @@ fn vec_dot_of_quantized_rows() {
         let mut y = vec![0f32; n];
         dequantize(ty, &q, &mut y).unwrap();
         let exact: f64 = y.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum();
-        let scale: f64 = y
-            .iter()
-            .zip(&x)
-            .map(|(a, b)| (*a as f64 * *b as f64).abs())
-            .sum();
+        let scale: f64 = y.iter().zip(&x).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
         let got = vec_dot(ty, &q, &x).unwrap() as f64;
-        assert!(
-            (got - exact).abs() <= 1e-5 * scale,
-            "{ty}: {got} vs {exact}"
-        );
+        assert!((got - exact).abs() <= 1e-5 * scale, "{ty}: {got} vs {exact}");
     }
 }
 
@@ -349,26 +328,13 @@ fn length_and_type_errors() {
     let mut y = vec![0f32; 33];
     assert!(dequantize(GgmlType::Q8_0, &[0u8; 34], &mut y).is_err());
     assert!(vec_dot(GgmlType::Q4K, &[0u8; 143], &[0f32; 256]).is_err());
-    for ty in [
-        GgmlType::Iq2Xxs,
-        GgmlType::Q8K,
-        GgmlType::I32,
-        GgmlType::Tq1_0,
-    ] {
+    for ty in [GgmlType::Iq2Xxs, GgmlType::Q8K, GgmlType::I32, GgmlType::Tq1_0] {
         assert!(!can_dequantize(ty));
         let e = dequantize(ty, &[], &mut []).unwrap_err();
-        assert!(
-            matches!(e, rill::Error::UnsupportedType { .. }),
-            "{ty}: {e}"
-        );
+        assert!(matches!(e, rill::Error::UnsupportedType { .. }), "{ty}: {e}");
         assert!(vec_dot(ty, &[], &[]).is_err());
     }
-    for ty in [
-        GgmlType::Q2K,
-        GgmlType::Q3K,
-        GgmlType::Iq4Xs,
-        GgmlType::Iq4Nl,
-    ] {
+    for ty in [GgmlType::Q2K, GgmlType::Q3K, GgmlType::Iq4Xs, GgmlType::Iq4Nl] {
         assert!(!can_quantize(ty));
         assert!(matches!(
             quantize(ty, &[0.0; 256], &mut vec![0u8; row_bytes(ty, 256)]),

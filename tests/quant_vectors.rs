@@ -42,12 +42,9 @@ struct Reference {
 
 impl Reference {
     fn load() -> Self {
-        let bytes =
-            std::fs::read(fixture("quants.reference.safetensors")).expect("read safetensors");
-        let json = serde_json::from_slice(
-            &std::fs::read(fixture("quants.reference.json")).expect("read json"),
-        )
-        .expect("parse json");
+        let bytes = std::fs::read(fixture("quants.reference.safetensors")).expect("read safetensors");
+        let json = serde_json::from_slice(&std::fs::read(fixture("quants.reference.json")).expect("read json"))
+            .expect("parse json");
         Reference { bytes, json }
     }
 
@@ -114,9 +111,7 @@ fn quantizer_error_matches_ggml_per_row() {
 
 fn stored_blocks(file: &rill::gguf::GgufFile, ty: GgmlType) -> Vec<u8> {
     let name = format!("q.{}", ty.name());
-    let info = file
-        .tensor(&name)
-        .unwrap_or_else(|| panic!("{name} missing"));
+    let info = file.tensor(&name).unwrap_or_else(|| panic!("{name} missing"));
     assert_eq!(info.ggml_type, ty, "{name}");
     assert_eq!(info.ne, vec![COLS as u64, ROWS as u64], "{name}");
     file.tensor_data(info).to_vec()

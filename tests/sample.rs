@@ -76,9 +76,7 @@ fn same_seed_same_sequence_different_seed_different() {
     let logits: Vec<f32> = (0..1000).map(|i| (i % 13) as f32 * 0.1).collect();
     let run = |seed: u64| {
         let mut s = Sampler::new(plain(1.0, seed)).unwrap();
-        (0..64)
-            .map(|_| s.sample(&logits).unwrap())
-            .collect::<Vec<u32>>()
+        (0..64).map(|_| s.sample(&logits).unwrap()).collect::<Vec<u32>>()
     };
     assert_eq!(run(42), run(42));
     assert_ne!(run(42), run(43));
@@ -89,9 +87,7 @@ fn same_seed_same_sequence_different_seed_different() {
             ..SamplerConfig::default()
         })
         .unwrap();
-        (0..64)
-            .map(|_| s.sample(&logits).unwrap())
-            .collect::<Vec<u32>>()
+        (0..64).map(|_| s.sample(&logits).unwrap()).collect::<Vec<u32>>()
     };
     assert_eq!(run_default(7), run_default(7));
 }
@@ -149,10 +145,7 @@ fn frequencies_match_softmax_probabilities() {
     }
     for (c, p) in counts.iter().zip(probs) {
         let f = *c as f32 / n as f32;
-        assert!(
-            (f - p).abs() < 0.02,
-            "frequency {f} vs probability {p} ({counts:?})"
-        );
+        assert!((f - p).abs() < 0.02, "frequency {f} vs probability {p} ({counts:?})");
     }
 }
 
@@ -227,10 +220,7 @@ fn repetition_penalty_demotes_recent_token() {
 fn invalid_configs_rejected() {
     let g = SamplerConfig::greedy();
     let bad = [
-        SamplerConfig {
-            temperature: -0.1,
-            ..g
-        },
+        SamplerConfig { temperature: -0.1, ..g },
         SamplerConfig {
             temperature: f32::NAN,
             ..g
@@ -241,16 +231,10 @@ fn invalid_configs_rejected() {
         },
         SamplerConfig { top_p: 0.0, ..g },
         SamplerConfig { top_p: 1.01, ..g },
-        SamplerConfig {
-            top_p: f32::NAN,
-            ..g
-        },
+        SamplerConfig { top_p: f32::NAN, ..g },
         SamplerConfig { min_p: -0.01, ..g },
         SamplerConfig { min_p: 1.5, ..g },
-        SamplerConfig {
-            min_p: f32::NAN,
-            ..g
-        },
+        SamplerConfig { min_p: f32::NAN, ..g },
         SamplerConfig {
             repeat_penalty: 0.0,
             ..g
@@ -265,24 +249,14 @@ fn invalid_configs_rejected() {
         },
     ];
     for cfg in bad {
-        assert!(
-            matches!(cfg.validate(), Err(Error::InvalidArgument(_))),
-            "{cfg:?}"
-        );
-        assert!(
-            matches!(Sampler::new(cfg), Err(Error::InvalidArgument(_))),
-            "{cfg:?}"
-        );
+        assert!(matches!(cfg.validate(), Err(Error::InvalidArgument(_))), "{cfg:?}");
+        assert!(matches!(Sampler::new(cfg), Err(Error::InvalidArgument(_))), "{cfg:?}");
     }
 }
 
 #[test]
 fn nan_and_inf_logits_handled() {
-    for cfg in [
-        SamplerConfig::greedy(),
-        SamplerConfig::default(),
-        plain(1.0, 0),
-    ] {
+    for cfg in [SamplerConfig::greedy(), SamplerConfig::default(), plain(1.0, 0)] {
         let mut s = Sampler::new(cfg).unwrap();
         // NaN is never chosen, even where it sits first.
         for _ in 0..50 {
@@ -291,11 +265,7 @@ fn nan_and_inf_logits_handled() {
         }
         // -inf means "not allowed".
         for _ in 0..50 {
-            assert_eq!(
-                s.sample(&[f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY])
-                    .unwrap(),
-                1
-            );
+            assert_eq!(s.sample(&[f32::NEG_INFINITY, 0.0, f32::NEG_INFINITY]).unwrap(), 1);
         }
         // +inf wins outright; several +inf share the mass.
         for _ in 0..50 {
@@ -308,10 +278,7 @@ fn nan_and_inf_logits_handled() {
             assert_eq!(s.sample(&[f32::MAX, -f32::MAX, 0.0]).unwrap(), 0);
         }
         assert!(matches!(s.sample(&[]), Err(Error::InvalidArgument(_))));
-        assert!(matches!(
-            s.sample(&[f32::NAN; 4]),
-            Err(Error::InvalidArgument(_))
-        ));
+        assert!(matches!(s.sample(&[f32::NAN; 4]), Err(Error::InvalidArgument(_))));
         assert!(matches!(
             s.sample(&[f32::NAN, f32::NEG_INFINITY]),
             Err(Error::InvalidArgument(_))

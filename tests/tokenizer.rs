@@ -68,10 +68,7 @@ fn real_vocab_all_cases() {
         }
         let dec = tok.decode(&c.ids, true);
         if dec != c.decoded {
-            failures.push(format!(
-                "case {} decode: got {:?} want {:?}",
-                c.id, dec, c.decoded
-            ));
+            failures.push(format!("case {} decode: got {:?} want {:?}", c.id, dec, c.decoded));
         }
     }
     assert!(
@@ -111,12 +108,7 @@ fn streaming_equals_whole_decode() {
                 s.push_str(&sd.push(id));
             }
             s.push_str(&sd.finish());
-            assert_eq!(
-                s,
-                tok.decode(&c.ids, show),
-                "case {} show_special {show}",
-                c.id
-            );
+            assert_eq!(s, tok.decode(&c.ids, show), "case {} show_special {show}", c.id);
         }
     }
 }
@@ -163,9 +155,7 @@ fn streaming_holds_back_split_characters() {
 
 /// GPT-2 byte map, written out independently of the crate for the test.
 fn byte_char(b: u8) -> char {
-    let printable = |x: u32| {
-        (0x21..=0x7E).contains(&x) || (0xA1..=0xAC).contains(&x) || (0xAE..=0xFF).contains(&x)
-    };
+    let printable = |x: u32| (0x21..=0x7E).contains(&x) || (0xA1..=0xAC).contains(&x) || (0xAE..=0xFF).contains(&x);
     if printable(b as u32) {
         return b as char;
     }
@@ -195,10 +185,7 @@ fn real_vocab_specials_and_eog() {
 fn prompt_b() -> (String, Vec<u32>) {
     let text = std::fs::read_to_string(fixture("tiny-dense.reference.json")).expect("manifest");
     let v: serde_json::Value = serde_json::from_str(&text).expect("parse manifest");
-    let prompt = v["prompt_b_text"]
-        .as_str()
-        .expect("prompt_b_text")
-        .to_string();
+    let prompt = v["prompt_b_text"].as_str().expect("prompt_b_text").to_string();
     let bytes = std::fs::read(fixture("tiny-dense.reference.safetensors")).expect("safetensors");
     let st = safetensors::SafeTensors::deserialize(&bytes).expect("parse safetensors");
     let t = st.tensor("prompt_b_ids").expect("prompt_b_ids");
@@ -277,11 +264,7 @@ fn encode_speed_10kb() {
         let dt = t0.elapsed();
         assert!(!ids.is_empty());
         assert_eq!(tok.decode(&ids, true), *text);
-        eprintln!(
-            "{name}: {} bytes -> {} ids in {dt:?}",
-            text.len(),
-            ids.len()
-        );
+        eprintln!("{name}: {} bytes -> {} ids in {dt:?}", text.len(), ids.len());
         assert!(dt.as_millis() < limit_ms, "{name}: too slow: {dt:?}");
     }
 }
@@ -313,10 +296,7 @@ fn chat_worked_example() {
     let ids = tok.encode(&s, true);
     assert_eq!(ids[0], tok.token_to_id("<|im_start|>").expect("im_start"));
     assert_eq!(*ids.last().expect("ids"), 198); // "\n" after <think>
-    assert_eq!(
-        ids[ids.len() - 2],
-        tok.token_to_id("<think>").expect("think")
-    );
+    assert_eq!(ids[ids.len() - 2], tok.token_to_id("<think>").expect("think"));
     assert_eq!(tok.decode(&ids, true), s);
 }
 
@@ -365,18 +345,10 @@ fn small_gguf(edit: impl FnOnce(&mut GgufWriter)) -> rill::Result<Tokenizer> {
     let mut w = GgufWriter::new();
     w.add_kv("tokenizer.ggml.model", Value::String("gpt2".into()));
     w.add_kv("tokenizer.ggml.pre", Value::String("qwen35".into()));
-    w.add_kv(
-        "tokenizer.ggml.tokens",
-        strs(&["a", "b", "ab", "<|im_end|>"]),
-    );
+    w.add_kv("tokenizer.ggml.tokens", strs(&["a", "b", "ab", "<|im_end|>"]));
     w.add_kv(
         "tokenizer.ggml.token_type",
-        Value::Array(vec![
-            Value::I32(1),
-            Value::I32(1),
-            Value::I32(1),
-            Value::I32(3),
-        ]),
+        Value::Array(vec![Value::I32(1), Value::I32(1), Value::I32(1), Value::I32(3)]),
     );
     w.add_kv("tokenizer.ggml.merges", strs(&["a b"]));
     w.add_kv("tokenizer.ggml.eos_token_id", Value::U32(3));
@@ -403,32 +375,21 @@ fn from_gguf_validates() {
         w.add_kv("tokenizer.ggml.model", Value::String("llama".into()))
     }));
     assert!(m.contains("gpt2"), "{m}");
-    let m = err(small_gguf(|w| {
-        w.add_kv("tokenizer.ggml.eos_token_id", Value::U32(4))
-    }));
+    let m = err(small_gguf(|w| w.add_kv("tokenizer.ggml.eos_token_id", Value::U32(4))));
     assert!(m.contains("out of range"), "{m}");
     let m = err(small_gguf(|w| {
-        w.add_kv(
-            "tokenizer.ggml.token_type",
-            Value::Array(vec![Value::I32(1)]),
-        )
+        w.add_kv("tokenizer.ggml.token_type", Value::Array(vec![Value::I32(1)]))
     }));
     assert!(m.contains("entries"), "{m}");
     let m = err(small_gguf(|w| {
         w.add_kv(
             "tokenizer.ggml.token_type",
-            Value::Array(vec![
-                Value::I32(1),
-                Value::I32(1),
-                Value::I32(9),
-                Value::I32(3),
-            ]),
+            Value::Array(vec![Value::I32(1), Value::I32(1), Value::I32(9), Value::I32(3)]),
         )
     }));
     assert!(m.contains("[2]"), "{m}");
     // Unknown pre-tokenizer names fall back to qwen35 (with a warning).
-    let tok = small_gguf(|w| w.add_kv("tokenizer.ggml.pre", Value::String("nope".into())))
-        .expect("fallback");
+    let tok = small_gguf(|w| w.add_kv("tokenizer.ggml.pre", Value::String("nope".into()))).expect("fallback");
     assert_eq!(tok.pre_tokenizer(), PreTokenizer::Qwen35);
 }
 

@@ -66,7 +66,10 @@ fn parse_list(s: &str) -> Result<Vec<usize>> {
     s.split(',')
         .map(str::trim)
         .filter(|p| !p.is_empty())
-        .map(|p| p.parse::<usize>().map_err(|_| Error::InvalidArgument(format!("'{p}' is not a count"))))
+        .map(|p| {
+            p.parse::<usize>()
+                .map_err(|_| Error::InvalidArgument(format!("'{p}' is not a count")))
+        })
         .filter(|r| !matches!(r, Ok(0)))
         .collect()
 }
@@ -152,14 +155,26 @@ pub fn run(a: BenchArgs) -> Result<()> {
             "params": params, "type_mix": mix_s, "backend": be.name(), "device": be.device_name(),
             "driver": be.driver_info(), "commit": COMMIT, "reps": a.reps, "tests": tests,
         });
-        println!("{}", serde_json::to_string_pretty(&v).map_err(|e| Error::InvalidArgument(e.to_string()))?);
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&v).map_err(|e| Error::InvalidArgument(e.to_string()))?
+        );
         return Ok(());
     }
     println!("model:   {} ({model_desc})", a.model.display());
     println!("size:    {} , {} params", human_bytes(size), params);
     println!("types:   {}", mix_s.join(", "));
-    println!("backend: {} | device: {} | driver: {}", be.name(), be.device_name(), be.driver_info());
-    println!("commit:  {COMMIT} | reps: {}{}", a.reps, if a.no_warmup { "" } else { " (after warm-up)" });
+    println!(
+        "backend: {} | device: {} | driver: {}",
+        be.name(),
+        be.device_name(),
+        be.driver_info()
+    );
+    println!(
+        "commit:  {COMMIT} | reps: {}{}",
+        a.reps,
+        if a.no_warmup { "" } else { " (after warm-up)" }
+    );
     println!();
     println!("| test | t/s |");
     println!("|---|---|");

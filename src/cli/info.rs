@@ -56,7 +56,12 @@ pub fn run(a: InfoArgs) -> Result<()> {
     }
     let total: u64 = file.tensors.iter().map(|t| t.n_bytes).sum();
     let params: u64 = file.tensors.iter().map(|t| t.n_elements).sum();
-    println!("tensors:      {} ({} parameters, {})", file.tensors.len(), params, human_bytes(total));
+    println!(
+        "tensors:      {} ({} parameters, {})",
+        file.tensors.len(),
+        params,
+        human_bytes(total)
+    );
     println!("type mix:");
     for (name, count, bytes) in type_mix(&file) {
         println!(
@@ -71,8 +76,16 @@ pub fn run(a: InfoArgs) -> Result<()> {
 fn print_config(c: &Config) {
     let n_attn = c.n_layer - c.n_linear_layers();
     println!("architecture: {} ({})", c.arch.gguf_name(), c.name);
-    println!("layers:       {} ({} Gated DeltaNet, {} gated attention)", c.n_layer, c.n_linear_layers(), n_attn);
-    println!("embedding:    {}  vocab: {}  trained context: {}", c.n_embd, c.n_vocab, c.context_length);
+    println!(
+        "layers:       {} ({} Gated DeltaNet, {} gated attention)",
+        c.n_layer,
+        c.n_linear_layers(),
+        n_attn
+    );
+    println!(
+        "embedding:    {}  vocab: {}  trained context: {}",
+        c.n_embd, c.n_vocab, c.context_length
+    );
     println!(
         "attention:    {} heads, {} kv heads, head dim {}, rope {} dims theta {}",
         c.attn.n_head, c.attn.n_head_kv, c.attn.head_dim, c.n_rot, c.rope_theta

@@ -45,7 +45,9 @@ pub fn run(a: LogitsArgs) -> Result<()> {
     }
     let vocab = model.config.n_vocab;
     if let Some(&bad) = ids.iter().find(|&&t| t as usize >= vocab) {
-        return Err(Error::InvalidArgument(format!("token id {bad} is outside the vocabulary of {vocab}")));
+        return Err(Error::InvalidArgument(format!(
+            "token id {bad} is outside the vocabulary of {vocab}"
+        )));
     }
     let mut session = model.new_session(ids.len())?;
     let logits = if a.decode {

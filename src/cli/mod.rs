@@ -13,7 +13,11 @@ use clap::{Parser, Subcommand};
 use crate::error::Result;
 
 #[derive(Parser)]
-#[command(name = "rill", version, about = "Qwen3.5 (Gated DeltaNet + gated attention) inference from GGUF files")]
+#[command(
+    name = "rill",
+    version,
+    about = "Qwen3.5 (Gated DeltaNet + gated attention) inference from GGUF files"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

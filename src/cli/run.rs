@@ -100,7 +100,9 @@ pub fn run(a: RunArgs) -> Result<()> {
     if prompt.is_empty() {
         return Err(Error::InvalidArgument("the prompt encodes to no tokens".into()));
     }
-    let n_ctx = a.ctx.unwrap_or_else(|| common::default_ctx(model, prompt.len() + a.n_predict));
+    let n_ctx = a
+        .ctx
+        .unwrap_or_else(|| common::default_ctx(model, prompt.len() + a.n_predict));
     if prompt.len() + a.n_predict > n_ctx {
         return Err(Error::ContextOverflow {
             prompt: prompt.len(),
@@ -118,7 +120,9 @@ pub fn run(a: RunArgs) -> Result<()> {
     let mut next = if sampler.is_greedy() {
         model.prefill_greedy(&mut session, &prompt, &mut |d, _| bar.set_position(d as u64))?
     } else {
-        let logits = model.prefill(&mut session, &prompt, Logits::Last, &mut |d, _| bar.set_position(d as u64))?;
+        let logits = model.prefill(&mut session, &prompt, Logits::Last, &mut |d, _| {
+            bar.set_position(d as u64)
+        })?;
         sampler.sample(&logits)?
     };
     bar.finish_and_clear();

@@ -162,7 +162,12 @@ impl Model {
     }
 
     /// The argmax of the last position of a prefill, computed on the device.
-    pub fn prefill_greedy(&self, s: &mut Session, tokens: &[u32], progress: &mut dyn FnMut(usize, usize)) -> Result<u32> {
+    pub fn prefill_greedy(
+        &self,
+        s: &mut Session,
+        tokens: &[u32],
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<u32> {
         if tokens.is_empty() {
             return Err(Error::InvalidArgument("empty prompt".into()));
         }
@@ -171,7 +176,11 @@ impl Model {
             self.prefill(s, head, Logits::None, progress)?;
         }
         self.check_room(s, 1)?;
-        let mode = if head.is_empty() { DeltaMode::Recurrent } else { self.decode_mode() };
+        let mode = if head.is_empty() {
+            DeltaMode::Recurrent
+        } else {
+            self.decode_mode()
+        };
         self.run_layers(s, last, mode)?;
         self.head_argmax(1)
     }
@@ -207,7 +216,10 @@ impl Model {
     fn run_layers(&self, s: &mut Session, tokens: &[u32], mode: DeltaMode) -> Result<()> {
         let be = self.backend.as_ref();
         let t = tokens.len();
-        let mut cache = self.scratch.lock().map_err(|_| Error::Backend("scratch lock poisoned".into()))?;
+        let mut cache = self
+            .scratch
+            .lock()
+            .map_err(|_| Error::Backend("scratch lock poisoned".into()))?;
         if !cache.contains_key(&t) {
             if cache.len() >= 3 {
                 cache.clear();
@@ -331,11 +343,18 @@ impl Model {
 
     fn head_argmax(&self, t: usize) -> Result<u32> {
         let logits = self.head(t, true)?;
-        let heads = self.head.lock().map_err(|_| Error::Backend("head lock poisoned".into()))?;
-        let hb = heads.get(&1).ok_or_else(|| Error::Backend("head buffers missing".into()))?;
+        let heads = self
+            .head
+            .lock()
+            .map_err(|_| Error::Backend("head lock poisoned".into()))?;
+        let hb = heads
+            .get(&1)
+            .ok_or_else(|| Error::Backend("head buffers missing".into()))?;
         self.backend.argmax(&logits, &hb.argmax)?;
         let v = self.backend.read_u32(&hb.argmax)?;
-        v.first().copied().ok_or_else(|| Error::Backend("argmax returned nothing".into()))
+        v.first()
+            .copied()
+            .ok_or_else(|| Error::Backend("argmax returned nothing".into()))
     }
 
     /// Compute the logits tensor for the last row (or all `t` rows) of the current batch.
@@ -343,9 +362,15 @@ impl Model {
         let be = self.backend.as_ref();
         let cfg = &self.config;
         let rows = if last_only { 1 } else { t };
-        let cache = self.scratch.lock().map_err(|_| Error::Backend("scratch lock poisoned".into()))?;
+        let cache = self
+            .scratch
+            .lock()
+            .map_err(|_| Error::Backend("scratch lock poisoned".into()))?;
         let sc = cache.get(&t).ok_or_else(|| Error::Backend("scratch missing".into()))?;
-        let mut heads = self.head.lock().map_err(|_| Error::Backend("head lock poisoned".into()))?;
+        let mut heads = self
+            .head
+            .lock()
+            .map_err(|_| Error::Backend("head lock poisoned".into()))?;
         if !heads.contains_key(&rows) {
             if heads.len() >= 3 {
                 heads.clear();
@@ -358,7 +383,9 @@ impl Model {
             };
             heads.insert(rows, hb);
         }
-        let hb = heads.get(&rows).ok_or_else(|| Error::Backend("head buffers missing".into()))?;
+        let hb = heads
+            .get(&rows)
+            .ok_or_else(|| Error::Backend("head buffers missing".into()))?;
         if last_only {
             be.copy_rows(&sc.h, t - 1, &hb.last_row, 0, 1)?;
             be.rms_norm(&hb.last_row, &self.weights.output_norm, cfg.eps, &hb.normed)?;

@@ -87,7 +87,10 @@ impl Session {
                         conv: copy(conv)?,
                         delta: copy(delta)?,
                     },
-                    LayerState::Attn { k, v } => LayerState::Attn { k: copy(k)?, v: copy(v)? },
+                    LayerState::Attn { k, v } => LayerState::Attn {
+                        k: copy(k)?,
+                        v: copy(v)?,
+                    },
                 })
             })
             .collect::<Result<Vec<_>>>()?;

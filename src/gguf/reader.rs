@@ -125,9 +125,7 @@ impl GgufFile {
     }
 
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
-        self.tensor_index
-            .get(name)
-            .and_then(|&i| self.tensors.get(i))
+        self.tensor_index.get(name).and_then(|&i| self.tensors.get(i))
     }
 
     /// The bytes of a tensor of this file. Ranges were validated at parse time; a `TensorInfo`
@@ -368,9 +366,7 @@ fn byte_size(name: &str, ne: &[u64], ty: GgmlType) -> Parse<u64> {
             block: ty.block_size(),
         });
     }
-    let overflow = || GgufError::SizeOverflow {
-        name: name.to_owned(),
-    };
+    let overflow = || GgufError::SizeOverflow { name: name.to_owned() };
     let row = ty.row_size(ne0).ok_or_else(overflow)?;
     ne.iter()
         .skip(1)

@@ -161,8 +161,8 @@ impl GgmlType {
         match self {
             F32 | F16 | Bf16 | I8 | I16 | I32 | I64 | F64 => 1,
             Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | Iq4Nl | Mxfp4 => 32,
-            Q2K | Q3K | Q4K | Q5K | Q6K | Q8K | Iq2Xxs | Iq2Xs | Iq3Xxs | Iq1S | Iq3S | Iq2S
-            | Iq4Xs | Iq1M | Tq1_0 | Tq2_0 => 256,
+            Q2K | Q3K | Q4K | Q5K | Q6K | Q8K | Iq2Xxs | Iq2Xs | Iq3Xxs | Iq1S | Iq3S | Iq2S | Iq4Xs | Iq1M | Tq1_0
+            | Tq2_0 => 256,
         }
     }
 
@@ -216,21 +216,7 @@ impl GgmlType {
         use GgmlType::*;
         matches!(
             self,
-            F32 | F16
-                | Bf16
-                | Q4_0
-                | Q4_1
-                | Q5_0
-                | Q5_1
-                | Q8_0
-                | Q2K
-                | Q3K
-                | Q4K
-                | Q5K
-                | Q6K
-                | Iq4Nl
-                | Iq4Xs
-                | Mxfp4
+            F32 | F16 | Bf16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2K | Q3K | Q4K | Q5K | Q6K | Iq4Nl | Iq4Xs | Mxfp4
         )
     }
 }

@@ -49,24 +49,14 @@ impl GgufWriter {
 
     /// Describe a tensor (`ne` in ggml order, `ne[0]` contiguous); returns its index for
     /// `write_tensor_data`. Offsets are assigned in index order, each aligned.
-    pub fn add_tensor(
-        &mut self,
-        name: impl Into<String>,
-        ne: Vec<u64>,
-        ty: GgmlType,
-    ) -> Result<usize> {
+    pub fn add_tensor(&mut self, name: impl Into<String>, ne: Vec<u64>, ty: GgmlType) -> Result<usize> {
         let name = name.into();
         let n_bytes = validated_size(&name, &ne, ty)?;
         if self.tensor_names.contains(&name) {
             return Err(GgufError::DuplicateTensor(name).into());
         }
         self.tensor_names.insert(name.clone());
-        self.tensors.push(PendingTensor {
-            name,
-            ne,
-            ty,
-            n_bytes,
-        });
+        self.tensors.push(PendingTensor { name, ne, ty, n_bytes });
         Ok(self.tensors.len() - 1)
     }
 
@@ -85,12 +75,7 @@ impl GgufWriter {
 
     /// Write tensor `index`'s data followed by zero padding to the next aligned offset.
     /// Tensors must be written in index order and `data` must be exactly `tensor_size(index)` bytes.
-    pub fn write_tensor_data<W: Write>(
-        &mut self,
-        w: &mut W,
-        index: usize,
-        data: &[u8],
-    ) -> Result<()> {
+    pub fn write_tensor_data<W: Write>(&mut self, w: &mut W, index: usize, data: &[u8]) -> Result<()> {
         if index != self.next_data {
             return Err(Error::InvalidArgument(format!(
                 "GGUF writer: tensor {index} written out of order (expected tensor {})",
@@ -151,9 +136,7 @@ impl GgufWriter {
             put_u64(&mut buf, offset);
             offset = offset
                 .checked_add(t.n_bytes + padding(t.n_bytes, alignment))
-                .ok_or_else(|| GgufError::SizeOverflow {
-                    name: t.name.clone(),
-                })?;
+                .ok_or_else(|| GgufError::SizeOverflow { name: t.name.clone() })?;
         }
         let pad = padding(buf.len() as u64, alignment) as usize;
         buf.resize(buf.len() + pad, 0);
@@ -162,16 +145,8 @@ impl GgufWriter {
 
     /// A rough header size so the buffer for a 250k-token vocabulary is allocated once.
     fn header_size_hint(&self) -> usize {
-        let kv: usize = self
-            .kvs
-            .iter()
-            .map(|(k, v)| 12 + k.len() + value_size_hint(v))
-            .sum();
-        let tensors: usize = self
-            .tensors
-            .iter()
-            .map(|t| 24 + t.name.len() + 8 * t.ne.len())
-            .sum();
+        let kv: usize = self.kvs.iter().map(|(k, v)| 12 + k.len() + value_size_hint(v)).sum();
+        let tensors: usize = self.tensors.iter().map(|t| 24 + t.name.len() + 8 * t.ne.len()).sum();
         24 + kv + tensors + 64
     }
 }
@@ -207,9 +182,7 @@ fn validated_size(name: &str, ne: &[u64], ty: GgmlType) -> Result<u64> {
         }
         .into());
     }
-    let overflow = || GgufError::SizeOverflow {
-        name: name.to_owned(),
-    };
+    let overflow = || GgufError::SizeOverflow { name: name.to_owned() };
     let row = ty.row_size(ne[0]).ok_or_else(overflow)?;
     Ok(ne[1..]
         .iter()

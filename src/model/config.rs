@@ -75,15 +75,23 @@ fn int_key(f: &GgufFile, k: &str, n_layer: Option<usize>) -> Result<Option<u64>>
     if let Some(arr) = v.as_array() {
         let take = n_layer.unwrap_or(arr.len()).min(arr.len());
         let mut vals = arr[..take].iter().map(Value::as_u64);
-        let first = vals.next().flatten().ok_or_else(|| meta_err(format!("'{k}' is an empty or non-integer array")))?;
+        let first = vals
+            .next()
+            .flatten()
+            .ok_or_else(|| meta_err(format!("'{k}' is an empty or non-integer array")))?;
         for x in vals {
             if x != Some(first) {
-                return Err(meta_err(format!("'{k}' differs between layers; rill needs one value for all layers")));
+                return Err(meta_err(format!(
+                    "'{k}' differs between layers; rill needs one value for all layers"
+                )));
             }
         }
         return Ok(Some(first));
     }
-    Err(meta_err(format!("'{k}' has type {}, expected an integer", v.type_name())))
+    Err(meta_err(format!(
+        "'{k}' has type {}, expected an integer",
+        v.type_name()
+    )))
 }
 
 fn req_int(f: &GgufFile, k: &str, n_layer: Option<usize>) -> Result<usize> {
@@ -133,31 +141,35 @@ impl Config {
             other => return Err(Error::UnsupportedArch(other.to_string())),
         };
         let a = arch.gguf_name();
-        let name = f
-            .get("general.name")
-            .and_then(Value::as_str)
-            .unwrap_or(a)
-            .to_string();
+        let name = f.get("general.name").and_then(Value::as_str).unwrap_or(a).to_string();
 
         let block_count = check_dim("block_count", req_int(f, &key(a, "block_count"), None)?)?;
         let nextn = opt_int(f, &key(a, "nextn_predict_layers"), None)?.unwrap_or(0);
-        let n_layer = block_count
-            .checked_sub(nextn)
-            .filter(|&n| n > 0)
-            .ok_or_else(|| meta_err(format!("nextn_predict_layers {nextn} leaves no trunk layers of {block_count}")))?;
+        let n_layer = block_count.checked_sub(nextn).filter(|&n| n > 0).ok_or_else(|| {
+            meta_err(format!(
+                "nextn_predict_layers {nextn} leaves no trunk layers of {block_count}"
+            ))
+        })?;
         let nl = Some(n_layer);
 
         let n_embd = check_dim("embedding_length", req_int(f, &key(a, "embedding_length"), nl)?)?;
         let context_length = opt_int(f, &key(a, "context_length"), nl)?.unwrap_or(4096);
         let n_head = check_dim("attention.head_count", req_int(f, &key(a, "attention.head_count"), nl)?)?;
-        let n_head_kv = check_dim("attention.head_count_kv", req_int(f, &key(a, "attention.head_count_kv"), nl)?)?;
+        let n_head_kv = check_dim(
+            "attention.head_count_kv",
+            req_int(f, &key(a, "attention.head_count_kv"), nl)?,
+        )?;
         let head_dim = check_dim("attention.key_length", req_int(f, &key(a, "attention.key_length"), nl)?)?;
         let value_len = req_int(f, &key(a, "attention.value_length"), nl)?;
         if value_len != head_dim {
-            return Err(meta_err(format!("attention.value_length {value_len} != key_length {head_dim}")));
+            return Err(meta_err(format!(
+                "attention.value_length {value_len} != key_length {head_dim}"
+            )));
         }
         if n_head % n_head_kv != 0 {
-            return Err(meta_err(format!("head_count {n_head} is not a multiple of head_count_kv {n_head_kv}")));
+            return Err(meta_err(format!(
+                "head_count {n_head} is not a multiple of head_count_kv {n_head_kv}"
+            )));
         }
         let eps = opt_f32(f, &key(a, "attention.layer_norm_rms_epsilon"))?
             .ok_or_else(|| meta_err(format!("missing required key '{a}.attention.layer_norm_rms_epsilon'")))?;
@@ -166,7 +178,9 @@ impl Config {
         }
         let n_rot = req_int(f, &key(a, "rope.dimension_count"), nl)?;
         if n_rot == 0 || n_rot % 2 != 0 || n_rot > head_dim {
-            return Err(meta_err(format!("rope.dimension_count {n_rot} must be even and <= head dim {head_dim}")));
+            return Err(meta_err(format!(
+                "rope.dimension_count {n_rot} must be even and <= head dim {head_dim}"
+            )));
         }
         let rope_theta = opt_f32(f, &key(a, "rope.freq_base"))?.unwrap_or(10_000.0);
         if !(rope_theta > 1.0 && rope_theta.is_finite()) {
@@ -184,11 +198,15 @@ impl Config {
         let hv = check_dim("ssm.time_step_rank", req_int(f, &key(a, "ssm.time_step_rank"), nl)?)?;
         let inner = check_dim("ssm.inner_size", req_int(f, &key(a, "ssm.inner_size"), nl)?)?;
         if inner % hv != 0 {
-            return Err(meta_err(format!("ssm.inner_size {inner} is not a multiple of time_step_rank {hv}")));
+            return Err(meta_err(format!(
+                "ssm.inner_size {inner} is not a multiple of time_step_rank {hv}"
+            )));
         }
         let dv = inner / hv;
         if dk != dv {
-            return Err(meta_err(format!("delta-net key dim {dk} != value dim {dv} (rill requires dk == dv)")));
+            return Err(meta_err(format!(
+                "delta-net key dim {dk} != value dim {dv} (rill requires dk == dv)"
+            )));
         }
         if hv % hk != 0 {
             return Err(meta_err(format!("value heads {hv} not a multiple of key heads {hk}")));
@@ -232,7 +250,9 @@ impl Config {
                 let n_expert = check_dim("expert_count", req_int(f, &key(a, "expert_count"), nl)?)?;
                 let n_expert_used = check_dim("expert_used_count", req_int(f, &key(a, "expert_used_count"), nl)?)?;
                 if n_expert_used > n_expert {
-                    return Err(meta_err(format!("expert_used_count {n_expert_used} > expert_count {n_expert}")));
+                    return Err(meta_err(format!(
+                        "expert_used_count {n_expert_used} > expert_count {n_expert}"
+                    )));
                 }
                 let n_ff = opt_int(f, &key(a, "feed_forward_length"), nl)?.unwrap_or(0);
                 let n_ff_exp = match opt_int(f, &key(a, "expert_feed_forward_length"), nl)? {

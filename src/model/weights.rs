@@ -83,21 +83,21 @@ struct Binder<'a> {
 
 /// Look up a tensor and check its shape (`ne`, ggml order) and that rill supports its type.
 fn checked_info<'f>(file: &'f GgufFile, name: &str, ne: &[usize]) -> Result<&'f TensorInfo> {
-        let t = file.tensor(name).ok_or_else(|| Error::tensor(name, "missing"))?;
-        let want: Vec<u64> = ne.iter().map(|&x| x as u64).collect();
-        // A one-row 2-D tensor may also be stored 1-D (ffn_gate_inp_shexp).
-        let same = t.ne == want || (want.len() == 2 && want[1] == 1 && t.ne == want[..1]);
-        if !same {
-            return Err(Error::tensor(name, format!("shape {:?}, expected {:?}", t.ne, want)));
-        }
-        if !t.ggml_type.is_supported() {
-            return Err(Error::UnsupportedType {
-                tensor: name.to_string(),
-                type_name: t.ggml_type.name().to_string(),
-                type_id: t.ggml_type.id(),
-            });
-        }
-        Ok(t)
+    let t = file.tensor(name).ok_or_else(|| Error::tensor(name, "missing"))?;
+    let want: Vec<u64> = ne.iter().map(|&x| x as u64).collect();
+    // A one-row 2-D tensor may also be stored 1-D (ffn_gate_inp_shexp).
+    let same = t.ne == want || (want.len() == 2 && want[1] == 1 && t.ne == want[..1]);
+    if !same {
+        return Err(Error::tensor(name, format!("shape {:?}, expected {:?}", t.ne, want)));
+    }
+    if !t.ggml_type.is_supported() {
+        return Err(Error::UnsupportedType {
+            tensor: name.to_string(),
+            type_name: t.ggml_type.name().to_string(),
+            type_id: t.ggml_type.id(),
+        });
+    }
+    Ok(t)
 }
 
 impl Binder<'_> {
@@ -203,7 +203,9 @@ fn load_layer(b: &mut Binder<'_>, cfg: &Config, i: usize) -> Result<Layer> {
     };
     let ffn = match (cfg.arch, &cfg.moe) {
         (Arch::Qwen35Moe, Some(m)) => {
-            if b.file.tensor(&p("ffn_gate_up_exps.weight")).is_some() && b.file.tensor(&p("ffn_gate_exps.weight")).is_none() {
+            if b.file.tensor(&p("ffn_gate_up_exps.weight")).is_some()
+                && b.file.tensor(&p("ffn_gate_exps.weight")).is_none()
+            {
                 return Err(Error::tensor(
                     p("ffn_gate_up_exps.weight"),
                     "fused gate/up expert tensors are not supported yet (convert without expert fusion)",

@@ -4,9 +4,7 @@
 use super::float::read_f16;
 
 /// ggml's `kvalues_iq4nl`.
-const KVALUES: [i8; 16] = [
-    -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
-];
+const KVALUES: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
 
 #[inline(always)]
 pub(crate) fn deq_iq4_nl(b: &[u8; 18], y: &mut [f32; 32]) {

@@ -194,11 +194,7 @@ fn quant_kx_scales(x: &[f32; QK_K], params: &Qkx2Params, head: &mut [u8]) -> [f3
             max_min = mins[j];
         }
     }
-    let inv_scale = if max_scale > 0.0 {
-        63.0 / max_scale
-    } else {
-        0.0
-    };
+    let inv_scale = if max_scale > 0.0 { 63.0 / max_scale } else { 0.0 };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
     let packed = &mut head[4..16];
     packed.fill(0);
@@ -321,8 +317,7 @@ pub(crate) fn quant_q6_k(x: &[f32; QK_K], b: &mut [u8; 210]) {
             ];
             ql[64 * h + l] = (q[0] & 0xf) | ((q[2] & 0xf) << 4);
             ql[64 * h + l + 32] = (q[1] & 0xf) | ((q[3] & 0xf) << 4);
-            qh[32 * h + l] =
-                (q[0] >> 4) | ((q[1] >> 4) << 2) | ((q[2] >> 4) << 4) | ((q[3] >> 4) << 6);
+            qh[32 * h + l] = (q[0] >> 4) | ((q[1] >> 4) << 2) | ((q[2] >> 4) << 4) | ((q[3] >> 4) << 6);
         }
     }
 }

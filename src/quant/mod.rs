@@ -28,9 +28,9 @@ fn unsupported(ty: GgmlType) -> Error {
 
 /// Check that `bytes` holds exactly `n` elements of `ty` (`n` a whole number of blocks).
 fn check_len(op: &str, ty: GgmlType, bytes: usize, n: usize) -> Result<()> {
-    let need = ty.row_size(n as u64).ok_or_else(|| {
-        Error::InvalidArgument(format!("{n} elements is not a whole number of {ty} blocks"))
-    })?;
+    let need = ty
+        .row_size(n as u64)
+        .ok_or_else(|| Error::InvalidArgument(format!("{n} elements is not a whole number of {ty} blocks")))?;
     if bytes as u64 != need {
         return Err(Error::InvalidArgument(format!(
             "{op} {ty}: {bytes} bytes for {n} elements, expected {need}"
@@ -44,21 +44,7 @@ pub fn can_dequantize(ty: GgmlType) -> bool {
     use GgmlType::*;
     matches!(
         ty,
-        F32 | F16
-            | Bf16
-            | Q8_0
-            | Q4_0
-            | Q4_1
-            | Q5_0
-            | Q5_1
-            | Q2K
-            | Q3K
-            | Q4K
-            | Q5K
-            | Q6K
-            | Iq4Nl
-            | Iq4Xs
-            | Mxfp4
+        F32 | F16 | Bf16 | Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q2K | Q3K | Q4K | Q5K | Q6K | Iq4Nl | Iq4Xs | Mxfp4
     )
 }
 

@@ -231,10 +231,7 @@ fn qx_levels<const N: usize, const K: usize>(
 /// of `N` elements at once: levels in `-32..=31` returned offset by +32 (all 0 for an all-zero
 /// sub-block, as in ggml) and the least-squares scale of each sub-block, searching 19 candidate
 /// inverse scales around `-32 / max`.
-pub(crate) fn make_qx<const N: usize, const K: usize>(
-    x: &[[f32; K]; N],
-    l: &mut [[f32; K]; N],
-) -> [f32; K] {
+pub(crate) fn make_qx<const N: usize, const K: usize>(x: &[[f32; K]; N], l: &mut [[f32; K]; N]) -> [f32; K] {
     const NMAX: f32 = 32.0;
     let mut amax = [0f32; K];
     let mut max = [0f32; K];
@@ -261,11 +258,7 @@ pub(crate) fn make_qx<const N: usize, const K: usize>(
     let mut scale = [0f32; K];
     let mut best = [0f32; K];
     for k in 0..K {
-        scale[k] = if suml2[k] != 0.0 {
-            sumlx[k] / suml2[k]
-        } else {
-            0.0
-        };
+        scale[k] = if suml2[k] != 0.0 { sumlx[k] / suml2[k] } else { 0.0 };
         best[k] = scale[k] * sumlx[k];
     }
     let mut aux = [[0f32; K]; N];

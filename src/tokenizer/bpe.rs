@@ -52,11 +52,7 @@ impl Bpe {
         for (rank, m) in merges.iter().enumerate() {
             // Split at the first space after position 0 (a part could itself start with ' '
             // in non-byte-level vocabs).
-            let split = m
-                .char_indices()
-                .skip(1)
-                .find(|&(_, c)| c == ' ')
-                .map(|(i, _)| i);
+            let split = m.char_indices().skip(1).find(|&(_, c)| c == ' ').map(|(i, _)| i);
             let Some(i) = split else {
                 skipped += 1;
                 continue;
@@ -206,10 +202,7 @@ mod tests {
     #[test]
     fn merges_by_rank_then_leftmost() {
         let v = vocab(&["a", "b", "c", "ab", "bc", "abc", "aa"]);
-        let merges: Vec<String> = ["b c", "a b", "a bc", "a a"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let merges: Vec<String> = ["b c", "a b", "a bc", "a a"].iter().map(|s| s.to_string()).collect();
         let (bpe, skipped) = Bpe::new(&merges, &v);
         assert_eq!((bpe.n_merges(), skipped), (4, 0));
         let enc = |s: &str| {

@@ -23,11 +23,7 @@ impl ChatMessage {
 /// Render `messages` in the Qwen3.5 chat format. With `add_generation_prompt` the text ends
 /// with an open assistant turn: `<think>\n` pre-filled when `enable_thinking`, an empty think
 /// block otherwise.
-pub fn render_chat(
-    messages: &[ChatMessage],
-    add_generation_prompt: bool,
-    enable_thinking: bool,
-) -> Result<String> {
+pub fn render_chat(messages: &[ChatMessage], add_generation_prompt: bool, enable_thinking: bool) -> Result<String> {
     for (i, m) in messages.iter().enumerate() {
         match m.role.as_str() {
             "system" if i != 0 => {
@@ -55,10 +51,7 @@ pub fn render_chat(
         .zip(&contents)
         .enumerate()
         .rev()
-        .find(|(_, (m, c))| {
-            m.role == "user"
-                && !(c.starts_with("<tool_response>") && c.ends_with("</tool_response>"))
-        })
+        .find(|(_, (m, c))| m.role == "user" && !(c.starts_with("<tool_response>") && c.ends_with("</tool_response>")))
         .map(|(i, _)| i)
         .unwrap_or(messages.len().saturating_sub(1));
 
@@ -137,10 +130,7 @@ mod tests {
     #[test]
     fn reasoning_split() {
         assert_eq!(split_reasoning("plain"), ("", "plain"));
-        assert_eq!(
-            split_reasoning("<think>\nhmm\n</think>\n\nYes"),
-            ("hmm", "Yes")
-        );
+        assert_eq!(split_reasoning("<think>\nhmm\n</think>\n\nYes"), ("hmm", "Yes"));
         assert_eq!(split_reasoning("hmm</think>Yes"), ("hmm", "Yes"));
     }
 }

@@ -59,8 +59,7 @@ impl<'a> StreamDecoder<'a> {
 
     /// Add one token; returns the newly completed text (possibly empty).
     pub fn push(&mut self, id: u32) -> String {
-        self.tok
-            .append_token_bytes(id, self.show_special, &mut self.pending);
+        self.tok.append_token_bytes(id, self.show_special, &mut self.pending);
         let mut out = String::new();
         let mut consumed = 0;
         loop {

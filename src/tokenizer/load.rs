@@ -21,9 +21,7 @@ impl TokenizerData {
         let model = f
             .get(KEY_MODEL)
             .ok_or_else(|| Error::Tokenizer(format!("missing {KEY_MODEL}")))?;
-        let model = model
-            .as_str()
-            .ok_or_else(|| wrong_type(KEY_MODEL, "string", model))?;
+        let model = model.as_str().ok_or_else(|| wrong_type(KEY_MODEL, "string", model))?;
         if model != "gpt2" {
             return Err(Error::Tokenizer(format!(
                 "{KEY_MODEL} is '{model}'; rill supports only 'gpt2' (byte-level BPE)"
@@ -43,18 +41,15 @@ impl TokenizerData {
             .iter()
             .enumerate()
             .map(|(id, v)| {
-                v.as_i64().and_then(TokenType::from_code).ok_or_else(|| {
-                    Error::Tokenizer(format!("{KEY_TYPES}[{id}]: invalid token type {v:?}"))
-                })
+                v.as_i64()
+                    .and_then(TokenType::from_code)
+                    .ok_or_else(|| Error::Tokenizer(format!("{KEY_TYPES}[{id}]: invalid token type {v:?}")))
             })
             .collect::<Result<Vec<_>>>()?;
         let merges = string_array(f, KEY_MERGES)?;
 
         let pre = match f.get(KEY_PRE) {
-            Some(v) => v
-                .as_str()
-                .ok_or_else(|| wrong_type(KEY_PRE, "string", v))?
-                .to_string(),
+            Some(v) => v.as_str().ok_or_else(|| wrong_type(KEY_PRE, "string", v))?.to_string(),
             // Empty → PreTokenizer::from_name warns and falls back to qwen35.
             None => String::new(),
         };
@@ -88,16 +83,11 @@ impl Tokenizer {
 }
 
 fn wrong_type(key: &str, want: &str, got: &Value) -> Error {
-    Error::Tokenizer(format!(
-        "{key} has type {}, expected {want}",
-        got.type_name()
-    ))
+    Error::Tokenizer(format!("{key} has type {}, expected {want}", got.type_name()))
 }
 
 fn array<'a>(f: &'a GgufFile, key: &str) -> Result<&'a [Value]> {
-    let v = f
-        .get(key)
-        .ok_or_else(|| Error::Tokenizer(format!("missing {key}")))?;
+    let v = f.get(key).ok_or_else(|| Error::Tokenizer(format!("missing {key}")))?;
     v.as_array().ok_or_else(|| wrong_type(key, "array", v))
 }
 
@@ -105,12 +95,9 @@ fn string_array(f: &GgufFile, key: &str) -> Result<Vec<String>> {
     let items = array(f, key)?;
     let mut out = Vec::with_capacity(items.len());
     for (i, v) in items.iter().enumerate() {
-        let s = v.as_str().ok_or_else(|| {
-            Error::Tokenizer(format!(
-                "{key}[{i}] has type {}, expected string",
-                v.type_name()
-            ))
-        })?;
+        let s = v
+            .as_str()
+            .ok_or_else(|| Error::Tokenizer(format!("{key}[{i}] has type {}, expected string", v.type_name())))?;
         out.push(s.to_string());
     }
     Ok(out)
@@ -120,9 +107,7 @@ fn optional_id(f: &GgufFile, key: &str) -> Result<Option<u32>> {
     let Some(v) = f.get(key) else {
         return Ok(None);
     };
-    let id = v
-        .as_u64()
-        .ok_or_else(|| wrong_type(key, "unsigned integer", v))?;
+    let id = v.as_u64().ok_or_else(|| wrong_type(key, "unsigned integer", v))?;
     u32::try_from(id)
         .map(Some)
         .map_err(|_| Error::Tokenizer(format!("{key} = {id} does not fit a token id")))

@@ -131,11 +131,7 @@ impl Tokenizer {
             )));
         }
         let n = tokens.len() as u32;
-        for (name, id) in [
-            ("eos", eos_token_id),
-            ("eot", eot_token_id),
-            ("bos", bos_token_id),
-        ] {
+        for (name, id) in [("eos", eos_token_id), ("eot", eot_token_id), ("bos", bos_token_id)] {
             if let Some(id) = id {
                 if id >= n {
                     return Err(Error::Tokenizer(format!(
@@ -159,17 +155,13 @@ impl Tokenizer {
             );
         }
 
-        let special = SpecialMatcher::new(
-            tokens
-                .iter()
-                .zip(token_types.iter())
-                .enumerate()
-                .filter_map(|(id, (t, ty))| match ty {
-                    TokenType::Control | TokenType::Unknown => Some((t.clone(), id as u32, true)),
-                    TokenType::UserDefined => Some((t.clone(), id as u32, false)),
-                    _ => None,
-                }),
-        );
+        let special = SpecialMatcher::new(tokens.iter().zip(token_types.iter()).enumerate().filter_map(
+            |(id, (t, ty))| match ty {
+                TokenType::Control | TokenType::Unknown => Some((t.clone(), id as u32, true)),
+                TokenType::UserDefined => Some((t.clone(), id as u32, false)),
+                _ => None,
+            },
+        ));
 
         let mut eog: Vec<u32> = [eos_token_id, eot_token_id].into_iter().flatten().collect();
         for name in ["<|im_end|>", "<|endoftext|>"] {
@@ -257,8 +249,7 @@ impl Tokenizer {
     }
 
     fn append_token_bytes(&self, id: u32, show_special: bool, out: &mut Vec<u8>) {
-        if let (Some(text), Some(&ty)) = (self.tokens.get(id as usize), self.types.get(id as usize))
-        {
+        if let (Some(text), Some(&ty)) = (self.tokens.get(id as usize), self.types.get(id as usize)) {
             decode::token_bytes(text, ty, show_special, out);
         }
     }

@@ -32,11 +32,7 @@ fn class_of(c: char) -> u8 {
         return WS;
     }
     match get_general_category(c) {
-        Gc::UppercaseLetter
-        | Gc::LowercaseLetter
-        | Gc::TitlecaseLetter
-        | Gc::ModifierLetter
-        | Gc::OtherLetter => L,
+        Gc::UppercaseLetter | Gc::LowercaseLetter | Gc::TitlecaseLetter | Gc::ModifierLetter | Gc::OtherLetter => L,
         Gc::NonspacingMark | Gc::SpacingMark | Gc::EnclosingMark => M,
         Gc::DecimalNumber | Gc::LetterNumber | Gc::OtherNumber => N,
         _ => 0,

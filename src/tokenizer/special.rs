@@ -33,10 +33,7 @@ impl SpecialMatcher {
             let Some(first) = text.chars().next() else {
                 continue;
             };
-            by_first
-                .entry(first)
-                .or_default()
-                .push(Candidate { text, id, control });
+            by_first.entry(first).or_default().push(Candidate { text, id, control });
         }
         for list in by_first.values_mut() {
             // Longest first; ties by id so the choice is deterministic.

@@ -10,24 +10,17 @@ use crate::error::Result;
 ///
 /// The angle `pos · θ^(−2i/n_rot)` and its cos/sin are computed in f64 and rounded once to f32,
 /// so the reference carries no angle error even at large positions.
-pub(crate) fn rope_neox(
-    x: &Tensor,
-    head_dim: usize,
-    n_rot: usize,
-    theta: f32,
-    pos0: usize,
-) -> Result<()> {
+pub(crate) fn rope_neox(x: &Tensor, head_dim: usize, n_rot: usize, theta: f32, pos0: usize) -> Result<()> {
     let op = "rope_neox";
     check_dtype(op, "x", x, DType::F32)?;
     let (t_len, cols) = (x.rows(), x.cols());
-    if head_dim == 0
-        || !cols.is_multiple_of(head_dim)
-        || !n_rot.is_multiple_of(2)
-        || n_rot > head_dim
-    {
+    if head_dim == 0 || !cols.is_multiple_of(head_dim) || !n_rot.is_multiple_of(2) || n_rot > head_dim {
         return Err(shape_err(
             op,
-            format!("x {:?}, head_dim {head_dim}, n_rot {n_rot}: need whole heads and even n_rot <= head_dim", x.shape),
+            format!(
+                "x {:?}, head_dim {head_dim}, n_rot {n_rot}: need whole heads and even n_rot <= head_dim",
+                x.shape
+            ),
         ));
     }
     let half = n_rot / 2;
@@ -74,12 +67,7 @@ pub(crate) fn attention(
     out: &Tensor,
 ) -> Result<()> {
     let op = "attention";
-    for (name, t) in [
-        ("q", q),
-        ("k_cache", k_cache),
-        ("v_cache", v_cache),
-        ("out", out),
-    ] {
+    for (name, t) in [("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("out", out)] {
         check_dtype(op, name, t, DType::F32)?;
     }
     let AttnDims {
@@ -115,11 +103,7 @@ pub(crate) fn attention(
     check_numel(op, "out", out, t_len * nh * d)?;
     no_alias(op, &[out], &[q, k_cache, v_cache])?;
     let group = nh / nkv;
-    let (qs, ks, vs) = (
-        read_f32s(q, op)?,
-        read_f32s(k_cache, op)?,
-        read_f32s(v_cache, op)?,
-    );
+    let (qs, ks, vs) = (read_f32s(q, op)?, read_f32s(k_cache, op)?, read_f32s(v_cache, op)?);
     let mut os = write_f32s(out, op)?;
     let kvw = nkv * d;
 

@@ -2,9 +2,7 @@
 
 use rayon::prelude::*;
 
-use super::{
-    check_dtype, check_f32_in, check_numel, min_rows, no_alias, read_f32s, silu, write_f32s,
-};
+use super::{check_dtype, check_f32_in, check_numel, min_rows, no_alias, read_f32s, silu, write_f32s};
 use crate::backend::{shape_err, DType, Tensor};
 use crate::error::Result;
 
@@ -12,12 +10,7 @@ use crate::error::Result;
 ///
 /// Conceptually: `X = concat(state, x)` along time (K-1+T rows), `out[t][c] =
 /// silu(Σ_j w[c][j] · X[t+j][c])`, and the new state is the last K-1 rows of `X`.
-pub(crate) fn conv1d_causal_silu(
-    x: &Tensor,
-    w: &Tensor,
-    state: &Tensor,
-    out: &Tensor,
-) -> Result<()> {
+pub(crate) fn conv1d_causal_silu(x: &Tensor, w: &Tensor, state: &Tensor, out: &Tensor) -> Result<()> {
     let op = "conv1d_causal_silu";
     check_dtype(op, "x", x, DType::F32)?;
     check_f32_in(op, "w", w)?;
@@ -26,10 +19,7 @@ pub(crate) fn conv1d_causal_silu(
     let (t_len, c) = (x.rows(), x.cols());
     let k = w.cols();
     if k == 0 || w.rows() != c {
-        return Err(shape_err(
-            op,
-            format!("w {:?} does not match x {:?}", w.shape, x.shape),
-        ));
+        return Err(shape_err(op, format!("w {:?} does not match x {:?}", w.shape, x.shape)));
     }
     check_numel(op, "state", state, (k - 1) * c)?;
     check_numel(op, "out", out, t_len * c)?;

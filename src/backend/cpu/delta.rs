@@ -76,13 +76,7 @@ pub(crate) fn delta_rule(
         Algo::Recurrent => "delta_rule_recurrent",
         Algo::Chunked => "delta_rule_chunked",
     };
-    for (name, t) in [
-        ("u", u),
-        ("g", g),
-        ("beta", beta),
-        ("state", state),
-        ("out", out),
-    ] {
+    for (name, t) in [("u", u), ("g", g), ("beta", beta), ("state", state), ("out", out)] {
         check_dtype(op, name, t, DType::F32)?;
     }
     let GdnDims { hk, hv, dk, dv } = dims;

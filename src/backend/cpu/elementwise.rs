@@ -3,8 +3,8 @@
 use rayon::prelude::*;
 
 use super::{
-    check_dtype, check_f32_in, check_numel, min_rows, no_alias, read_f32s, sigmoid, silu,
-    write_f32s, write_u32s, PAR_MIN_ELEMS,
+    check_dtype, check_f32_in, check_numel, min_rows, no_alias, read_f32s, sigmoid, silu, write_f32s, write_u32s,
+    PAR_MIN_ELEMS,
 };
 use crate::backend::{shape_err, DType, Tensor};
 use crate::error::Result;
@@ -117,10 +117,7 @@ pub(crate) fn gdn_gates(
     check_dtype(op, "beta_out", beta_out, DType::F32)?;
     let hv = ssm_a.numel();
     if hv == 0 || a.cols() != hv {
-        return Err(shape_err(
-            op,
-            format!("a {:?} vs ssm_a {:?}", a.shape, ssm_a.shape),
-        ));
+        return Err(shape_err(op, format!("a {:?} vs ssm_a {:?}", a.shape, ssm_a.shape)));
     }
     let n = a.numel();
     check_numel(op, "b", b, n)?;
@@ -158,10 +155,7 @@ pub(crate) fn split_qgate(qg: &Tensor, head_dim: usize, q: &Tensor, gate: &Tenso
     check_dtype(op, "gate", gate, DType::F32)?;
     let d = head_dim;
     if d == 0 || !qg.numel().is_multiple_of(2 * d) {
-        return Err(shape_err(
-            op,
-            format!("qg {:?} is not whole heads of 2*{d}", qg.shape),
-        ));
+        return Err(shape_err(op, format!("qg {:?} is not whole heads of 2*{d}", qg.shape)));
     }
     check_numel(op, "q", q, qg.numel() / 2)?;
     check_numel(op, "gate", gate, qg.numel() / 2)?;
@@ -188,10 +182,7 @@ pub(crate) fn argmax(logits: &Tensor, out: &Tensor) -> Result<()> {
     let (t_len, v) = (logits.rows(), logits.cols());
     check_numel(op, "out", out, t_len)?;
     if v == 0 || v > u32::MAX as usize {
-        return Err(shape_err(
-            op,
-            format!("cannot take argmax over rows of {v}"),
-        ));
+        return Err(shape_err(op, format!("cannot take argmax over rows of {v}")));
     }
     let l = read_f32s(logits, op)?;
     let mut o = write_u32s(out, op)?;

@@ -2,10 +2,7 @@
 
 use rayon::prelude::*;
 
-use super::{
-    check_dtype, check_numel, dot, no_alias, read_f32s, read_u32s, read_weight, write_f32s,
-    WeightRef,
-};
+use super::{check_dtype, check_numel, dot, no_alias, read_f32s, read_u32s, read_weight, write_f32s, WeightRef};
 use crate::backend::{shape_err, DType, Tensor};
 use crate::error::Result;
 use crate::quant;
@@ -22,13 +19,7 @@ const ROWS_PER_TASK_GEMM: usize = 8;
 /// Every weight row is read exactly once per call. For n == 1 the row is consumed directly by
 /// `quant::vec_dot`; for n > 1 it is dequantized once into per-task scratch and reused for all n
 /// input rows.
-pub(crate) fn gemm_t(
-    w: WeightRef<'_>,
-    cols: usize,
-    x: &[f32],
-    n: usize,
-    yt: &mut [f32],
-) -> Result<()> {
+pub(crate) fn gemm_t(w: WeightRef<'_>, cols: usize, x: &[f32], n: usize, yt: &mut [f32]) -> Result<()> {
     debug_assert_eq!(x.len(), n * cols);
     if n == 0 || cols == 0 {
         yt.fill(0.0);
@@ -51,11 +42,7 @@ pub(crate) fn gemm_t(
                 });
             Ok(())
         }
-        WeightRef::Quant {
-            ty,
-            bytes,
-            row_bytes,
-        } => {
+        WeightRef::Quant { ty, bytes, row_bytes } => {
             if n == 1 {
                 yt.par_chunks_mut(ROWS_PER_TASK_GEMV)
                     .enumerate()
@@ -68,32 +55,30 @@ pub(crate) fn gemm_t(
                         Ok(())
                     })
             } else {
-                yt.par_chunks_mut(ROWS_PER_TASK_GEMM * n)
-                    .enumerate()
-                    .try_for_each_init(
-                        || vec![0f32; ROWS_PER_TASK_GEMM * cols],
-                        |scratch, (blk, ych)| -> Result<()> {
-                            let o0 = blk * ROWS_PER_TASK_GEMM;
-                            let nr = ych.len() / n;
-                            // Dequantize this task's weight rows once.
-                            for r in 0..nr {
-                                let o = o0 + r;
-                                quant::dequantize(
-                                    ty,
-                                    &bytes[o * row_bytes..(o + 1) * row_bytes],
-                                    &mut scratch[r * cols..(r + 1) * cols],
-                                )?;
+                yt.par_chunks_mut(ROWS_PER_TASK_GEMM * n).enumerate().try_for_each_init(
+                    || vec![0f32; ROWS_PER_TASK_GEMM * cols],
+                    |scratch, (blk, ych)| -> Result<()> {
+                        let o0 = blk * ROWS_PER_TASK_GEMM;
+                        let nr = ych.len() / n;
+                        // Dequantize this task's weight rows once.
+                        for r in 0..nr {
+                            let o = o0 + r;
+                            quant::dequantize(
+                                ty,
+                                &bytes[o * row_bytes..(o + 1) * row_bytes],
+                                &mut scratch[r * cols..(r + 1) * cols],
+                            )?;
+                        }
+                        // Then stream the inputs past them.
+                        for t in 0..n {
+                            let xt = &x[t * cols..(t + 1) * cols];
+                            for (r, yr) in ych.chunks_exact_mut(n).enumerate() {
+                                yr[t] = dot(&scratch[r * cols..(r + 1) * cols], xt);
                             }
-                            // Then stream the inputs past them.
-                            for t in 0..n {
-                                let xt = &x[t * cols..(t + 1) * cols];
-                                for (r, yr) in ych.chunks_exact_mut(n).enumerate() {
-                                    yr[t] = dot(&scratch[r * cols..(r + 1) * cols], xt);
-                                }
-                            }
-                            Ok(())
-                        },
-                    )
+                        }
+                        Ok(())
+                    },
+                )
             }
         }
     }
@@ -144,19 +129,13 @@ pub(crate) fn embed(table: &Tensor, ids: &Tensor, out: &Tensor) -> Result<()> {
     let t_len = ids.numel();
     check_numel(op, "out", out, t_len * d)?;
     if out.cols() != d {
-        return Err(shape_err(
-            op,
-            format!("table {:?} -> out {:?}", table.shape, out.shape),
-        ));
+        return Err(shape_err(op, format!("table {:?} -> out {:?}", table.shape, out.shape)));
     }
     let tg = read_weight(table, op)?;
     let tr = tg.as_ref(d, op)?;
     let ids = read_u32s(ids, op)?;
     if let Some(&bad) = ids.iter().find(|&&id| id as usize >= vocab) {
-        return Err(shape_err(
-            op,
-            format!("token id {bad} out of range (vocab {vocab})"),
-        ));
+        return Err(shape_err(op, format!("token id {bad} out of range (vocab {vocab})")));
     }
     let mut ys = write_f32s(out, op)?;
     if d == 0 {
@@ -168,11 +147,9 @@ pub(crate) fn embed(table: &Tensor, ids: &Tensor, out: &Tensor) -> Result<()> {
             let id = id as usize;
             match tr {
                 WeightRef::F32(tf) => row.copy_from_slice(&tf[id * d..(id + 1) * d]),
-                WeightRef::Quant {
-                    ty,
-                    bytes,
-                    row_bytes,
-                } => quant::dequantize(ty, &bytes[id * row_bytes..(id + 1) * row_bytes], row)?,
+                WeightRef::Quant { ty, bytes, row_bytes } => {
+                    quant::dequantize(ty, &bytes[id * row_bytes..(id + 1) * row_bytes], row)?
+                }
             }
             Ok(())
         })

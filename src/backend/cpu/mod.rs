@@ -25,9 +25,7 @@ mod norm;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crate::backend::{
-    shape_err, AttnDims, Backend, DType, DeviceBuffer, GdnDims, Tensor, WeightData,
-};
+use crate::backend::{shape_err, AttnDims, Backend, DType, DeviceBuffer, GdnDims, Tensor, WeightData};
 use crate::error::{Error, Result};
 use crate::gguf::{GgmlType, TensorBytes};
 use crate::quant;
@@ -157,10 +155,7 @@ pub(crate) fn read_f32s<'a>(t: &'a Tensor, op: &str) -> Result<F32Read<'a>> {
             quant::dequantize(*ty, src, &mut v)?;
             Ok(F32Read::Owned(v))
         }
-        CpuBuffer::U32(_) => Err(shape_err(
-            op,
-            format!("expected an F32 tensor, got {:?}", t.dtype),
-        )),
+        CpuBuffer::U32(_) => Err(shape_err(op, format!("expected an F32 tensor, got {:?}", t.dtype))),
     }
 }
 
@@ -187,10 +182,7 @@ pub(crate) fn read_u32s<'a>(t: &'a Tensor, op: &str) -> Result<U32Read<'a>> {
             check_view(op, n, g.len())?;
             Ok(U32Read(g, n))
         }
-        _ => Err(shape_err(
-            op,
-            format!("expected a U32 tensor, got {:?}", t.dtype),
-        )),
+        _ => Err(shape_err(op, format!("expected a U32 tensor, got {:?}", t.dtype))),
     }
 }
 
@@ -234,12 +226,10 @@ impl WeightGuard<'_> {
         match self {
             WeightGuard::F32(v) => Ok(WeightRef::F32(v)),
             WeightGuard::Quant { ty, bytes } => {
-                let row_bytes = ty.row_size(cols as u64).ok_or_else(|| {
-                    shape_err(
-                        op,
-                        format!("row of {cols} is not a whole number of {ty} blocks"),
-                    )
-                })? as usize;
+                let row_bytes = ty
+                    .row_size(cols as u64)
+                    .ok_or_else(|| shape_err(op, format!("row of {cols} is not a whole number of {ty} blocks")))?
+                    as usize;
                 Ok(WeightRef::Quant {
                     ty: *ty,
                     bytes,
@@ -254,23 +244,16 @@ impl WeightGuard<'_> {
 pub(crate) fn read_weight<'a>(t: &'a Tensor, op: &str) -> Result<WeightGuard<'a>> {
     match cpu_buf(t, op)? {
         CpuBuffer::Weight { ty, bytes } => {
-            let rs = ty.row_size(t.cols() as u64).ok_or_else(|| {
-                shape_err(
-                    op,
-                    format!("row of {} is not a whole number of {ty} blocks", t.cols()),
-                )
-            })?;
+            let rs = ty
+                .row_size(t.cols() as u64)
+                .ok_or_else(|| shape_err(op, format!("row of {} is not a whole number of {ty} blocks", t.cols())))?;
             let need = (rs as usize)
                 .checked_mul(t.rows())
                 .ok_or_else(|| shape_err(op, "weight size overflows"))?;
             let b = bytes.as_slice().get(..need).ok_or_else(|| {
                 shape_err(
                     op,
-                    format!(
-                        "weight shape {:?} needs {need} bytes, has {}",
-                        t.shape,
-                        bytes.len()
-                    ),
+                    format!("weight shape {:?} needs {need} bytes, has {}", t.shape, bytes.len()),
                 )
             })?;
             Ok(WeightGuard::Quant { ty: *ty, bytes: b })
@@ -286,10 +269,7 @@ pub(crate) fn no_alias(op: &str, outputs: &[&Tensor], inputs: &[&Tensor]) -> Res
     for (i, o) in outputs.iter().enumerate() {
         for other in outputs.iter().skip(i + 1).chain(inputs.iter()) {
             if o.same_buffer(other) {
-                return Err(shape_err(
-                    op,
-                    "an output shares its buffer with another operand",
-                ));
+                return Err(shape_err(op, "an output shares its buffer with another operand"));
             }
         }
     }
@@ -298,10 +278,7 @@ pub(crate) fn no_alias(op: &str, outputs: &[&Tensor], inputs: &[&Tensor]) -> Res
 
 pub(crate) fn check_dtype(op: &str, name: &str, t: &Tensor, want: DType) -> Result<()> {
     if t.dtype != want {
-        return Err(shape_err(
-            op,
-            format!("{name} must be {want:?}, got {:?}", t.dtype),
-        ));
+        return Err(shape_err(op, format!("{name} must be {want:?}, got {:?}", t.dtype)));
     }
     Ok(())
 }
@@ -318,11 +295,7 @@ pub(crate) fn check_numel(op: &str, name: &str, t: &Tensor, want: usize) -> Resu
     if t.numel() != want {
         return Err(shape_err(
             op,
-            format!(
-                "{name} {:?} has {} elements, expected {want}",
-                t.shape,
-                t.numel()
-            ),
+            format!("{name} {:?} has {} elements, expected {want}", t.shape, t.numel()),
         ));
     }
     Ok(())
@@ -409,11 +382,7 @@ impl Backend for CpuBackend {
     }
 
     fn device_name(&self) -> String {
-        format!(
-            "{} ({} threads)",
-            cpu_model_name(),
-            rayon::current_num_threads()
-        )
+        format!("{} ({} threads)", cpu_model_name(), rayon::current_num_threads())
     }
 
     fn driver_info(&self) -> String {
@@ -425,12 +394,7 @@ impl Backend for CpuBackend {
         let buf: Arc<dyn DeviceBuffer> = match dtype {
             DType::F32 => Arc::new(CpuBuffer::F32(RwLock::new(vec![0f32; n]))),
             DType::U32 => Arc::new(CpuBuffer::U32(RwLock::new(vec![0u32; n]))),
-            DType::Ggml(_) => {
-                return Err(shape_err(
-                    "alloc",
-                    "only F32 and U32 tensors can be allocated",
-                ))
-            }
+            DType::Ggml(_) => return Err(shape_err("alloc", "only F32 and U32 tensors can be allocated")),
         };
         Ok(Tensor {
             buf,
@@ -557,14 +521,7 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn copy_rows(
-        &self,
-        src: &Tensor,
-        src_row: usize,
-        dst: &Tensor,
-        dst_row: usize,
-        n: usize,
-    ) -> Result<()> {
+    fn copy_rows(&self, src: &Tensor, src_row: usize, dst: &Tensor, dst_row: usize, n: usize) -> Result<()> {
         let op = "copy_rows";
         check_dtype(op, "src", src, DType::F32)?;
         check_dtype(op, "dst", dst, DType::F32)?;
@@ -579,9 +536,7 @@ impl Backend for CpuBackend {
         if !in_range(src_row, src) || !in_range(dst_row, dst) {
             return Err(shape_err(
                 op,
-                format!(
-                    "rows {src_row}+{n} of {src:?} -> rows {dst_row}+{n} of {dst:?} out of range"
-                ),
+                format!("rows {src_row}+{n} of {src:?} -> rows {dst_row}+{n} of {dst:?} out of range"),
             ));
         }
         let (s0, t0) = (src_row * d, dst_row * d);
@@ -630,13 +585,7 @@ impl Backend for CpuBackend {
         elementwise::sigmoid_scale_add(acc, x, gate_logit)
     }
 
-    fn conv1d_causal_silu(
-        &self,
-        x: &Tensor,
-        w: &Tensor,
-        state: &Tensor,
-        out: &Tensor,
-    ) -> Result<()> {
+    fn conv1d_causal_silu(&self, x: &Tensor, w: &Tensor, state: &Tensor, out: &Tensor) -> Result<()> {
         conv::conv1d_causal_silu(x, w, state, out)
     }
 
@@ -680,14 +629,7 @@ impl Backend for CpuBackend {
         delta::delta_rule(u, g, beta, state, out, dims, delta::Algo::Chunked)
     }
 
-    fn gated_rms_norm(
-        &self,
-        x: &Tensor,
-        z: &Tensor,
-        w: &Tensor,
-        eps: f32,
-        out: &Tensor,
-    ) -> Result<()> {
+    fn gated_rms_norm(&self, x: &Tensor, z: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
         norm::gated_rms_norm(x, z, w, eps, out)
     }
 
@@ -695,14 +637,7 @@ impl Backend for CpuBackend {
         elementwise::split_qgate(qg, head_dim, q, gate)
     }
 
-    fn rope_neox(
-        &self,
-        x: &Tensor,
-        head_dim: usize,
-        n_rot: usize,
-        theta: f32,
-        pos0: usize,
-    ) -> Result<()> {
+    fn rope_neox(&self, x: &Tensor, head_dim: usize, n_rot: usize, theta: f32, pos0: usize) -> Result<()> {
         attention::rope_neox(x, head_dim, n_rot, theta, pos0)
     }
 
@@ -719,14 +654,7 @@ impl Backend for CpuBackend {
         attention::attention(q, k_cache, v_cache, pos0, dims, scale, out)
     }
 
-    fn moe_route(
-        &self,
-        logits: &Tensor,
-        k: usize,
-        scale: f32,
-        ids: &Tensor,
-        weights: &Tensor,
-    ) -> Result<()> {
+    fn moe_route(&self, logits: &Tensor, k: usize, scale: f32, ids: &Tensor, weights: &Tensor) -> Result<()> {
         moe::moe_route(logits, k, scale, ids, weights)
     }
 

@@ -2,8 +2,7 @@
 
 use super::linear::gemm_t;
 use super::{
-    check_dtype, check_numel, no_alias, read_f32s, read_u32s, read_weight, silu, write_f32s,
-    write_u32s, WeightRef,
+    check_dtype, check_numel, no_alias, read_f32s, read_u32s, read_weight, silu, write_f32s, write_u32s, WeightRef,
 };
 use crate::backend::{shape_err, DType, Tensor};
 use crate::error::Result;
@@ -12,13 +11,7 @@ use crate::error::Result;
 const MIN_ROUTE_SUM: f32 = 6.1035e-5;
 
 /// Softmax over all experts, top-k (ties -> lower index), renormalise, × scale.
-pub(crate) fn moe_route(
-    logits: &Tensor,
-    k: usize,
-    scale: f32,
-    ids: &Tensor,
-    weights: &Tensor,
-) -> Result<()> {
+pub(crate) fn moe_route(logits: &Tensor, k: usize, scale: f32, ids: &Tensor, weights: &Tensor) -> Result<()> {
     let op = "moe_route";
     check_dtype(op, "logits", logits, DType::F32)?;
     check_dtype(op, "ids", ids, DType::U32)?;
@@ -97,8 +90,7 @@ pub(crate) fn moe_experts(
     check_dtype(op, "weights", weights, DType::F32)?;
     check_dtype(op, "out", out, DType::F32)?;
     let (t_len, d) = (x.rows(), x.cols());
-    if gate_exps.shape.len() != 3 || up_exps.shape != gate_exps.shape || down_exps.shape.len() != 3
-    {
+    if gate_exps.shape.len() != 3 || up_exps.shape != gate_exps.shape || down_exps.shape.len() != 3 {
         return Err(shape_err(
             op,
             format!(
@@ -121,11 +113,7 @@ pub(crate) fn moe_experts(
     check_numel(op, "ids", ids, t_len * k)?;
     check_numel(op, "weights", weights, t_len * k)?;
     check_numel(op, "out", out, t_len * d)?;
-    no_alias(
-        op,
-        &[out],
-        &[x, gate_exps, up_exps, down_exps, ids, weights],
-    )?;
+    no_alias(op, &[out], &[x, gate_exps, up_exps, down_exps, ids, weights])?;
 
     let xs = read_f32s(x, op)?;
     let is = read_u32s(ids, op)?;
@@ -137,10 +125,7 @@ pub(crate) fn moe_experts(
     );
     let (gr, ur, dr) = (gg.as_ref(d, op)?, ug.as_ref(d, op)?, dg.as_ref(n_ff, op)?);
     if let Some(&bad) = is.iter().find(|&&e| e as usize >= n_exp) {
-        return Err(shape_err(
-            op,
-            format!("expert id {bad} out of range ({n_exp} experts)"),
-        ));
+        return Err(shape_err(op, format!("expert id {bad} out of range ({n_exp} experts)")));
     }
     let mut os = write_f32s(out, op)?;
     os.fill(0.0);
@@ -200,11 +185,7 @@ pub(crate) fn moe_experts(
 fn expert(w: WeightRef<'_>, e: usize, rows: usize, cols: usize) -> WeightRef<'_> {
     match w {
         WeightRef::F32(f) => WeightRef::F32(&f[e * rows * cols..(e + 1) * rows * cols]),
-        WeightRef::Quant {
-            ty,
-            bytes,
-            row_bytes,
-        } => WeightRef::Quant {
+        WeightRef::Quant { ty, bytes, row_bytes } => WeightRef::Quant {
             ty,
             bytes: &bytes[e * rows * row_bytes..(e + 1) * rows * row_bytes],
             row_bytes,

@@ -2,9 +2,7 @@
 
 use rayon::prelude::*;
 
-use super::{
-    check_dtype, check_f32_in, check_numel, dot, min_rows, no_alias, read_f32s, silu, write_f32s,
-};
+use super::{check_dtype, check_f32_in, check_numel, dot, min_rows, no_alias, read_f32s, silu, write_f32s};
 use crate::backend::{shape_err, DType, GdnDims, Tensor};
 use crate::error::Result;
 
@@ -20,10 +18,7 @@ fn check_groups(op: &str, x: &Tensor, w: &Tensor) -> Result<usize> {
     if d == 0 || !x.numel().is_multiple_of(d) {
         return Err(shape_err(
             op,
-            format!(
-                "x {:?} is not a whole number of groups of w {:?}",
-                x.shape, w.shape
-            ),
+            format!("x {:?} is not a whole number of groups of w {:?}", x.shape, w.shape),
         ));
     }
     Ok(d)
@@ -54,13 +49,7 @@ pub(crate) fn rms_norm(x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result
 }
 
 /// `out = rms_norm(x; w) * silu(z)` per group of `w.len()` values.
-pub(crate) fn gated_rms_norm(
-    x: &Tensor,
-    z: &Tensor,
-    w: &Tensor,
-    eps: f32,
-    out: &Tensor,
-) -> Result<()> {
+pub(crate) fn gated_rms_norm(x: &Tensor, z: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
     let op = "gated_rms_norm";
     check_dtype(op, "x", x, DType::F32)?;
     check_dtype(op, "z", z, DType::F32)?;
@@ -101,17 +90,15 @@ pub(crate) fn l2_norm_qk(u: &Tensor, dims: GdnDims, eps: f32) -> Result<()> {
     let (dk, kd) = (dims.dk, dims.key_dim());
     let q_scale = 1.0 / (dk as f32).sqrt();
     let mut us = write_f32s(u, op)?;
-    us.par_chunks_mut(cd)
-        .with_min_len(min_rows(cd))
-        .for_each(|row| {
-            // q heads [0, kd), k heads [kd, 2 kd); v is untouched.
-            for (h, head) in row[..2 * kd].chunks_exact_mut(dk).enumerate() {
-                let mut s = 1.0 / (dot(head, head) + eps).sqrt();
-                if h < dims.hk {
-                    s *= q_scale;
-                }
-                head.iter_mut().for_each(|x| *x *= s);
+    us.par_chunks_mut(cd).with_min_len(min_rows(cd)).for_each(|row| {
+        // q heads [0, kd), k heads [kd, 2 kd); v is untouched.
+        for (h, head) in row[..2 * kd].chunks_exact_mut(dk).enumerate() {
+            let mut s = 1.0 / (dot(head, head) + eps).sqrt();
+            if h < dims.hk {
+                s *= q_scale;
             }
-        });
+            head.iter_mut().for_each(|x| *x *= s);
+        }
+    });
     Ok(())
 }
