@@ -219,6 +219,7 @@ pub trait Backend: Send + Sync {
     /// Causal GQA softmax attention of the T new queries (positions `pos0..pos0+T`) against the
     /// cache rows `0..pos0+T`. q `[T, H*D]`; k_cache, v_cache `[ctx, Hkv*D]`; out `[T, H*D]`.
     /// Query head h uses KV head `h / (H / Hkv)`.
+    #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
         q: &Tensor,

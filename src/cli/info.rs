@@ -41,7 +41,7 @@ pub fn type_mix(file: &GgufFile) -> Vec<(String, usize, u64)> {
         e.1 += t.n_bytes;
     }
     let mut v: Vec<_> = mix.into_iter().map(|(k, (c, b))| (k, c, b)).collect();
-    v.sort_by(|a, b| b.2.cmp(&a.2));
+    v.sort_by_key(|e| std::cmp::Reverse(e.2));
     v
 }
 

@@ -205,7 +205,7 @@ impl GgmlType {
 
     /// Bytes of one row of `ne0` elements, or `None` if `ne0` is not a block multiple or overflows.
     pub fn row_size(self, ne0: u64) -> Option<u64> {
-        if ne0 % self.block_size() != 0 {
+        if !ne0.is_multiple_of(self.block_size()) {
             return None;
         }
         (ne0 / self.block_size()).checked_mul(self.type_size())
