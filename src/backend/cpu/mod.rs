@@ -307,6 +307,49 @@ pub(crate) fn check_numel(op: &str, name: &str, t: &Tensor, want: usize) -> Resu
 
 /// `Σ a[i]·b[i]` over the shorter length, accumulated in 16 lanes.
 #[inline]
+/// `dot` of two weight rows against two input rows at once (a 2x2 register tile: each loaded
+/// value feeds two products). Every (row, input) pair is accumulated in exactly the order `dot`
+/// uses, so the four results are bit-identical to four `dot` calls.
+pub(crate) fn dot_2x2(w0: &[f32], w1: &[f32], x0: &[f32], x1: &[f32]) -> [[f32; 2]; 2] {
+    let n = w0.len();
+    debug_assert!(w1.len() == n && x0.len() == n && x1.len() == n);
+    let mut acc = [[[0f32; 16]; 2]; 2];
+    let full = n / 16 * 16;
+    let mut i = 0;
+    while i < full {
+        let (a0, a1) = (&w0[i..i + 16], &w1[i..i + 16]);
+        let (b0, b1) = (&x0[i..i + 16], &x1[i..i + 16]);
+        for l in 0..16 {
+            acc[0][0][l] += a0[l] * b0[l];
+            acc[0][1][l] += a0[l] * b1[l];
+            acc[1][0][l] += a1[l] * b0[l];
+            acc[1][1][l] += a1[l] * b1[l];
+        }
+        i += 16;
+    }
+    let rows = [w0, w1];
+    let xs = [x0, x1];
+    let mut out = [[0f32; 2]; 2];
+    for r in 0..2 {
+        for t in 0..2 {
+            let mut tail = 0f32;
+            for j in full..n {
+                tail += rows[r][j] * xs[t][j];
+            }
+            let a = &mut acc[r][t];
+            let mut w = 8;
+            while w > 0 {
+                for l in 0..w {
+                    a[l] += a[l + w];
+                }
+                w /= 2;
+            }
+            out[r][t] = a[0] + tail;
+        }
+    }
+    out
+}
+
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
