@@ -4,5 +4,6 @@ pub mod backend;
 pub mod error;
 pub mod gguf;
 pub mod quant;
+pub mod synth;
 
 pub use error::{Error, Result};
