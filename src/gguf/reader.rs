@@ -1,0 +1,509 @@
+//! GGUF reader: one linear pass over the header, every count, length and offset checked against
+//! the bytes actually present before anything is allocated; tensor data stays in the source
+//! (memory map or buffer) and is handed out as zero-copy views.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::bytes::{Source, TensorBytes};
+use super::types::GgmlType;
+use super::value::{min_encoded_size, type_id, Value, MAX_NESTING};
+use crate::error::{Error, GgufError, Result};
+
+/// `GGUF` read as a little-endian u32.
+pub const GGUF_MAGIC: u32 = 0x4655_4747;
+/// Alignment of the data section and of every tensor when `general.alignment` is absent.
+pub const DEFAULT_ALIGNMENT: u64 = 32;
+pub const ALIGNMENT_KEY: &str = "general.alignment";
+
+/// Smallest possible encoded KV pair: empty key (u64 len), value type, a 1-byte value.
+const MIN_KV_SIZE: u64 = 8 + 4 + 1;
+/// Smallest possible encoded tensor info: empty name, n_dims, one dimension, type, offset.
+const MIN_TENSOR_INFO_SIZE: u64 = 8 + 4 + 8 + 4 + 8;
+const MAX_DIMS: u32 = 4;
+
+type Parse<T> = std::result::Result<T, GgufError>;
+
+/// One tensor's description from the header, validated against the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorInfo {
+    pub name: String,
+    /// Dimensions in ggml order: `ne[0]` is the contiguous (innermost) one.
+    pub ne: Vec<u64>,
+    pub ggml_type: GgmlType,
+    /// Byte offset relative to the start of the data section.
+    pub offset: u64,
+    pub n_bytes: u64,
+    pub n_elements: u64,
+}
+
+impl TensorInfo {
+    /// Row-major shape, outermost dimension first (`ne` reversed).
+    pub fn shape(&self) -> Vec<usize> {
+        // Every ne fits in usize on 64-bit targets; on 32-bit a validated tensor's ne does too,
+        // because its byte size fits in the file, which fits in the address space.
+        self.ne.iter().rev().map(|&d| d as usize).collect()
+    }
+}
+
+/// A parsed, fully validated GGUF file.
+pub struct GgufFile {
+    pub version: u32,
+    pub alignment: u64,
+    /// Absolute offset of the data section (header end rounded up to `alignment`). In a file
+    /// without tensors this may lie past the end, as such files may omit the final padding.
+    pub data_start: u64,
+    /// Tensors in file (header) order.
+    pub tensors: Vec<TensorInfo>,
+    metadata: Vec<(String, Value)>,
+    kv_index: HashMap<String, usize>,
+    tensor_index: HashMap<String, usize>,
+    src: Arc<Source>,
+}
+
+impl std::fmt::Debug for GgufFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufFile")
+            .field("version", &self.version)
+            .field("alignment", &self.alignment)
+            .field("data_start", &self.data_start)
+            .field("n_metadata", &self.metadata.len())
+            .field("n_tensors", &self.tensors.len())
+            .field("file_len", &self.file_len())
+            .finish()
+    }
+}
+
+impl GgufFile {
+    /// Memory-map and parse a GGUF file.
+    pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
+        let path = path.as_ref();
+        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        // Mapping an empty file fails on some platforms; an empty buffer parses to `Truncated`.
+        let src = if len == 0 {
+            Source::Owned(Vec::new())
+        } else {
+            // SAFETY: the map is read-only. Like every mmap-based loader we accept that another
+            // process truncating or rewriting the file while it is mapped is undefined behaviour.
+            let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+            Source::Mmap(map)
+        };
+        Self::parse(Arc::new(src))
+    }
+
+    /// Parse a GGUF file held in memory (tests, files built on the fly).
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<GgufFile> {
+        Self::parse(Arc::new(Source::Owned(bytes)))
+    }
+
+    fn parse(src: Arc<Source>) -> Result<GgufFile> {
+        let parsed = parse_header(src.as_slice())?;
+        Ok(GgufFile {
+            version: parsed.version,
+            alignment: parsed.alignment,
+            data_start: parsed.data_start,
+            tensors: parsed.tensors,
+            metadata: parsed.metadata,
+            kv_index: parsed.kv_index,
+            tensor_index: parsed.tensor_index,
+            src,
+        })
+    }
+
+    /// All metadata key/value pairs in file order.
+    pub fn metadata(&self) -> &[(String, Value)] {
+        &self.metadata
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Value> {
+        self.kv_index.get(key).and_then(|&i| self.metadata.get(i)).map(|(_, v)| v)
+    }
+
+    pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
+        self.tensor_index.get(name).and_then(|&i| self.tensors.get(i))
+    }
+
+    /// The bytes of a tensor of this file. Ranges were validated at parse time; a `TensorInfo`
+    /// from another file that does not fit yields an empty slice rather than a panic.
+    pub fn tensor_data(&self, t: &TensorInfo) -> &[u8] {
+        self.data_range(t)
+            .and_then(|(start, end)| self.src.as_slice().get(start..end))
+            .unwrap_or(&[])
+    }
+
+    /// A zero-copy view of a tensor's bytes that shares (and keeps alive) the file's source.
+    pub fn tensor_bytes(&self, t: &TensorInfo) -> TensorBytes {
+        self.data_range(t)
+            .and_then(|(start, end)| TensorBytes::new(self.src.clone(), start, end - start))
+            .unwrap_or_else(|| TensorBytes::from_vec(Vec::new()))
+    }
+
+    /// The shared byte source (memory map or buffer) of the whole file.
+    pub fn source(&self) -> &Arc<Source> {
+        &self.src
+    }
+
+    pub fn file_len(&self) -> u64 {
+        self.src.as_slice().len() as u64
+    }
+
+    fn data_range(&self, t: &TensorInfo) -> Option<(usize, usize)> {
+        let start = self.data_start.checked_add(t.offset)?;
+        let end = start.checked_add(t.n_bytes)?;
+        Some((usize::try_from(start).ok()?, usize::try_from(end).ok()?))
+    }
+}
+
+/// Everything the header yields, before it is attached to its source.
+struct Parsed {
+    version: u32,
+    alignment: u64,
+    data_start: u64,
+    tensors: Vec<TensorInfo>,
+    metadata: Vec<(String, Value)>,
+    kv_index: HashMap<String, usize>,
+    tensor_index: HashMap<String, usize>,
+}
+
+fn parse_header(buf: &[u8]) -> Parse<Parsed> {
+    let mut c = Cursor::new(buf);
+    let magic = c.u32("magic")?;
+    if magic != GGUF_MAGIC {
+        return Err(GgufError::BadMagic(magic));
+    }
+    let version = c.u32("version")?;
+    if version != 2 && version != 3 {
+        return Err(GgufError::UnsupportedVersion(version));
+    }
+    let tensor_count = c.u64("tensor count")?;
+    let kv_count = c.u64("metadata kv count")?;
+    // Both counts are bounded by the bytes left before either table is read, so a hostile count
+    // fails here instead of driving a huge `with_capacity` or a long loop.
+    c.check_count("tensor", tensor_count, MIN_TENSOR_INFO_SIZE)?;
+    c.check_count("metadata kv", kv_count, MIN_KV_SIZE)?;
+
+    let (metadata, kv_index) = read_metadata(&mut c, kv_count)?;
+    let alignment = alignment_of(&metadata, &kv_index)?;
+    let (tensors, tensor_index) = read_tensor_infos(&mut c, tensor_count, alignment)?;
+    let data_start = data_start(&c, alignment, !tensors.is_empty())?;
+    check_data_ranges(&tensors, data_start, c.file_len())?;
+    check_no_overlap(&tensors)?;
+    Ok(Parsed {
+        version,
+        alignment,
+        data_start,
+        tensors,
+        metadata,
+        kv_index,
+        tensor_index,
+    })
+}
+
+type Metadata = (Vec<(String, Value)>, HashMap<String, usize>);
+
+fn read_metadata(c: &mut Cursor<'_>, count: u64) -> Parse<Metadata> {
+    // `count` was bounded by the file length in `check_count`, so these fit in memory.
+    let n = count as usize;
+    let mut kvs = Vec::with_capacity(n);
+    let mut index = HashMap::with_capacity(n);
+    for i in 0..n {
+        let key = c.string("metadata key")?;
+        let ty = c.u32("metadata value type")?;
+        let value = read_value(c, ty, &key, 0)?;
+        if index.insert(key.clone(), i).is_some() {
+            return Err(GgufError::DuplicateKey(key));
+        }
+        kvs.push((key, value));
+    }
+    Ok((kvs, index))
+}
+
+/// Read one value of type `ty`; `depth` is the number of enclosing arrays.
+fn read_value(c: &mut Cursor<'_>, ty: u32, key: &str, depth: usize) -> Parse<Value> {
+    Ok(match ty {
+        type_id::U8 => Value::U8(c.u8("u8 value")?),
+        type_id::I8 => Value::I8(c.u8("i8 value")? as i8),
+        type_id::U16 => Value::U16(c.u16("u16 value")?),
+        type_id::I16 => Value::I16(c.u16("i16 value")? as i16),
+        type_id::U32 => Value::U32(c.u32("u32 value")?),
+        type_id::I32 => Value::I32(c.u32("i32 value")? as i32),
+        type_id::F32 => Value::F32(f32::from_bits(c.u32("f32 value")?)),
+        // The spec says 0 or 1; like ggml we read any non-zero byte as true.
+        type_id::BOOL => Value::Bool(c.u8("bool value")? != 0),
+        type_id::STRING => Value::String(c.string("string value")?),
+        type_id::ARRAY => Value::Array(read_array(c, key, depth + 1)?),
+        type_id::U64 => Value::U64(c.u64("u64 value")?),
+        type_id::I64 => Value::I64(c.u64("i64 value")? as i64),
+        type_id::F64 => Value::F64(f64::from_bits(c.u64("f64 value")?)),
+        _ => return Err(unknown_value_type(key, ty)),
+    })
+}
+
+/// Read an array body (`elem_type, count, elems`) at nesting level `depth` (1 = top-level array).
+fn read_array(c: &mut Cursor<'_>, key: &str, depth: usize) -> Parse<Vec<Value>> {
+    if depth > MAX_NESTING {
+        return Err(GgufError::NestingTooDeep(MAX_NESTING));
+    }
+    let elem_ty = c.u32("array element type")?;
+    let count = c.u64("array count")?;
+    let min_size = min_encoded_size(elem_ty).ok_or_else(|| unknown_value_type(key, elem_ty))?;
+    c.check_count("array element", count, min_size)?;
+    let mut items = Vec::with_capacity(count as usize);
+    if elem_ty == type_id::STRING {
+        // Tokenizer vocabularies are arrays of ~250k strings: skip the per-element dispatch.
+        for _ in 0..count {
+            items.push(Value::String(c.string("array string")?));
+        }
+    } else {
+        for _ in 0..count {
+            items.push(read_value(c, elem_ty, key, depth)?);
+        }
+    }
+    Ok(items)
+}
+
+fn unknown_value_type(key: &str, type_id: u32) -> GgufError {
+    GgufError::UnknownValueType {
+        key: key.to_owned(),
+        type_id,
+    }
+}
+
+/// `general.alignment` if present (must be a u32 power of two), else the default.
+fn alignment_of(kvs: &[(String, Value)], index: &HashMap<String, usize>) -> Parse<u64> {
+    let Some((_, value)) = index.get(ALIGNMENT_KEY).and_then(|&i| kvs.get(i)) else {
+        return Ok(DEFAULT_ALIGNMENT);
+    };
+    match *value {
+        Value::U32(a) if a.is_power_of_two() => Ok(a.into()),
+        Value::U32(a) => Err(GgufError::BadAlignment(a.into())),
+        _ => Err(GgufError::BadAlignmentType(value.type_name().to_owned())),
+    }
+}
+
+type Tensors = (Vec<TensorInfo>, HashMap<String, usize>);
+
+fn read_tensor_infos(c: &mut Cursor<'_>, count: u64, alignment: u64) -> Parse<Tensors> {
+    // Bounded by the file length in `check_count`.
+    let n = count as usize;
+    let mut tensors = Vec::with_capacity(n);
+    let mut index = HashMap::with_capacity(n);
+    for i in 0..n {
+        let t = read_tensor_info(c, alignment)?;
+        if index.insert(t.name.clone(), i).is_some() {
+            return Err(GgufError::DuplicateTensor(t.name));
+        }
+        tensors.push(t);
+    }
+    Ok((tensors, index))
+}
+
+fn read_tensor_info(c: &mut Cursor<'_>, alignment: u64) -> Parse<TensorInfo> {
+    let name = c.string("tensor name")?;
+    let n_dims = c.u32("tensor n_dims")?;
+    if !(1..=MAX_DIMS).contains(&n_dims) {
+        return Err(GgufError::BadDims { name, n_dims });
+    }
+    let mut ne = Vec::with_capacity(n_dims as usize);
+    for _ in 0..n_dims {
+        ne.push(c.u64("tensor dimension")?);
+    }
+    let type_id = c.u32("tensor type")?;
+    let offset = c.u64("tensor offset")?;
+
+    let Some(ggml_type) = GgmlType::from_id(type_id) else {
+        return Err(GgufError::UnknownTensorType { name, type_id });
+    };
+    let n_elements = element_count(&name, &ne)?;
+    let n_bytes = byte_size(&name, &ne, ggml_type)?;
+    if offset % alignment != 0 {
+        return Err(GgufError::Misaligned {
+            name,
+            offset,
+            align: alignment,
+        });
+    }
+    Ok(TensorInfo {
+        name,
+        ne,
+        ggml_type,
+        offset,
+        n_bytes,
+        n_elements,
+    })
+}
+
+/// Product of the dimensions; each must be non-zero and the product must fit in u64.
+fn element_count(name: &str, ne: &[u64]) -> Parse<u64> {
+    let mut n: u64 = 1;
+    for (dim, &d) in ne.iter().enumerate() {
+        n = match n.checked_mul(d) {
+            Some(p) if d != 0 => p,
+            _ => {
+                return Err(GgufError::BadShape {
+                    name: name.to_owned(),
+                    dim,
+                })
+            }
+        };
+    }
+    Ok(n)
+}
+
+/// Bytes of the tensor: whole blocks per row times the number of rows.
+fn byte_size(name: &str, ne: &[u64], ty: GgmlType) -> Parse<u64> {
+    let ne0 = ne.first().copied().unwrap_or(1);
+    if ne0 % ty.block_size() != 0 {
+        return Err(GgufError::RowNotBlockMultiple {
+            name: name.to_owned(),
+            ne0,
+            type_name: ty.name().to_owned(),
+            block: ty.block_size(),
+        });
+    }
+    let overflow = || GgufError::SizeOverflow {
+        name: name.to_owned(),
+    };
+    let row = ty.row_size(ne0).ok_or_else(overflow)?;
+    ne.iter()
+        .skip(1)
+        .try_fold(row, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(overflow)
+}
+
+/// Header end rounded up to the alignment. The padding must be present when tensors follow;
+/// vocab-only files (no tensors) written by llama.cpp omit it, and ggml accepts that.
+fn data_start(c: &Cursor<'_>, alignment: u64, has_tensors: bool) -> Parse<u64> {
+    let pos = c.pos as u64;
+    // pos <= file length and alignment <= 2^31, so this cannot overflow u64.
+    let start = pos.div_ceil(alignment) * alignment;
+    if has_tensors && start > c.file_len() {
+        return Err(GgufError::Truncated {
+            what: "padding before tensor data".to_owned(),
+            offset: pos,
+            needed: start - pos,
+            file_len: c.file_len(),
+        });
+    }
+    Ok(start)
+}
+
+fn check_data_ranges(tensors: &[TensorInfo], data_start: u64, file_len: u64) -> Parse<()> {
+    for t in tensors {
+        let start = data_start.checked_add(t.offset);
+        let end = start.and_then(|s| s.checked_add(t.n_bytes));
+        match (start, end) {
+            (Some(_), Some(end)) if end <= file_len => {}
+            _ => {
+                return Err(GgufError::DataOutOfBounds {
+                    name: t.name.clone(),
+                    start: start.unwrap_or(u64::MAX),
+                    end: end.unwrap_or(u64::MAX),
+                    file_len,
+                })
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Sorted by offset, each tensor must end before the next begins.
+fn check_no_overlap(tensors: &[TensorInfo]) -> Parse<()> {
+    let mut order: Vec<&TensorInfo> = tensors.iter().collect();
+    order.sort_unstable_by_key(|t| t.offset);
+    for pair in order.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        // Ranges were checked against the file, so offset + n_bytes cannot overflow.
+        if a.offset + a.n_bytes > b.offset {
+            return Err(GgufError::Overlap {
+                a: a.name.clone(),
+                b: b.name.clone(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// A bounds-checked little-endian reader over the file bytes.
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn new(buf: &'a [u8]) -> Self {
+        Cursor { buf, pos: 0 }
+    }
+
+    fn file_len(&self) -> u64 {
+        self.buf.len() as u64
+    }
+
+    fn remaining(&self) -> u64 {
+        (self.buf.len() - self.pos) as u64
+    }
+
+    /// The next `n` bytes, or `Truncated` if the file ends first.
+    fn take(&mut self, n: u64, what: &str) -> Parse<&'a [u8]> {
+        if n > self.remaining() {
+            return Err(GgufError::Truncated {
+                what: what.to_owned(),
+                offset: self.pos as u64,
+                needed: n,
+                file_len: self.file_len(),
+            });
+        }
+        // n <= remaining <= usize::MAX, so the cast and the slice are in bounds.
+        let start = self.pos;
+        self.pos += n as usize;
+        Ok(&self.buf[start..self.pos])
+    }
+
+    fn array<const N: usize>(&mut self, what: &str) -> Parse<[u8; N]> {
+        let bytes = self.take(N as u64, what)?;
+        let mut out = [0u8; N];
+        out.copy_from_slice(bytes);
+        Ok(out)
+    }
+
+    fn u8(&mut self, what: &str) -> Parse<u8> {
+        Ok(self.array::<1>(what)?[0])
+    }
+
+    fn u16(&mut self, what: &str) -> Parse<u16> {
+        self.array(what).map(u16::from_le_bytes)
+    }
+
+    fn u32(&mut self, what: &str) -> Parse<u32> {
+        self.array(what).map(u32::from_le_bytes)
+    }
+
+    fn u64(&mut self, what: &str) -> Parse<u64> {
+        self.array(what).map(u64::from_le_bytes)
+    }
+
+    /// A length-prefixed UTF-8 string; the length is checked before anything is allocated.
+    fn string(&mut self, what: &str) -> Parse<String> {
+        let len = self.u64(what)?;
+        let offset = self.pos as u64;
+        let bytes = self.take(len, what)?;
+        match std::str::from_utf8(bytes) {
+            Ok(s) => Ok(s.to_owned()),
+            Err(_) => Err(GgufError::BadUtf8 { offset }),
+        }
+    }
+
+    /// Reject `count` items of at least `min_size` bytes each that cannot fit in the rest of the file.
+    fn check_count(&self, what: &str, count: u64, min_size: u64) -> Parse<()> {
+        match count.checked_mul(min_size) {
+            Some(need) if need <= self.remaining() => Ok(()),
+            _ => Err(GgufError::CountTooLarge {
+                what: what.to_owned(),
+                count,
+                file_len: self.file_len(),
+            }),
+        }
+    }
+}
