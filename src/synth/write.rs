@@ -14,6 +14,7 @@ use super::shapes::{self, ShapeParams};
 use super::weights;
 use super::TypeCount;
 use crate::error::{Error, Result};
+use crate::gguf::reader::DEFAULT_ALIGNMENT;
 use crate::gguf::{GgmlType, GgufFile, GgufWriter, Value};
 
 /// Output bytes generated per batch: bounds memory (one batch in flight) while giving rayon
@@ -190,7 +191,7 @@ pub fn write_model(
         .into_iter()
         .chain(job.tokenizer.iter().cloned())
     {
-        gw.add_kv(&key, value);
+        gw.add_kv(key, value);
     }
     let mut mix_counts: BTreeMap<String, TypeCount> = BTreeMap::new();
     let mut data_bytes = 0u64;
@@ -213,22 +214,33 @@ pub fn write_model(
     let bar = progress_bar(job.progress, data_bytes);
     let mut batch: Vec<u8> = Vec::new();
     for (i, t) in planned.iter().enumerate() {
-        write_tensor(&gw, &mut w, i, t, &mut batch, &bar)?;
+        let written = write_tensor(&mut w, t, &mut batch, &bar)?;
+        // The header's offsets assume exactly tensor_size bytes plus alignment padding.
+        if written != gw.tensor_size(i) {
+            return Err(Error::tensor(
+                &t.spec.name,
+                format!("wrote {written} bytes, header says {}", gw.tensor_size(i)),
+            ));
+        }
+        write_padding(&mut w, written)?;
     }
     w.flush().map_err(|e| Error::io(path, e))?;
     bar.finish_and_clear();
     Ok((w.written, mix_counts, planned.len()))
 }
 
-/// Generate, quantize and write one tensor, `BATCH_BYTES` of output at a time.
+/// Generate, quantize and write one tensor, `BATCH_BYTES` of output at a time; returns the
+/// bytes written.
+///
+/// `GgufWriter::write_tensor_data` takes a whole tensor at once, but the LM head of the real
+/// shapes is up to ~1.3 GB, so synth streams the data section itself with the writer's rule
+/// (data, then zeros to the next multiple of the alignment; see `write_padding`).
 fn write_tensor<W: Write>(
-    gw: &GgufWriter,
     w: &mut W,
-    index: usize,
     t: &Planned,
     batch: &mut Vec<u8>,
     bar: &indicatif::ProgressBar,
-) -> Result<()> {
+) -> Result<u64> {
     let ne0 = t.spec.row_len();
     let n_rows = t.spec.n_rows();
     let row_bytes = t
@@ -255,10 +267,19 @@ fn write_tensor<W: Write>(
                     })
                 },
             )?;
-        gw.write_tensor_data(w, index, batch)?;
+        w.write_all(batch)?;
         bar.inc(batch.len() as u64);
         row0 += rows;
     }
+    Ok((n_rows * row_bytes) as u64)
+}
+
+/// Zeros after a tensor of `len` bytes up to the data alignment (synth never sets
+/// `general.alignment`, so it is the default).
+fn write_padding<W: Write>(w: &mut W, len: u64) -> Result<()> {
+    const ZEROS: [u8; DEFAULT_ALIGNMENT as usize] = [0; DEFAULT_ALIGNMENT as usize];
+    let pad = (DEFAULT_ALIGNMENT - len % DEFAULT_ALIGNMENT) % DEFAULT_ALIGNMENT;
+    w.write_all(&ZEROS[..pad as usize])?;
     Ok(())
 }
 
