@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::Path;
+use std::sync::mpsc;
 
 use rayon::prelude::*;
 
@@ -211,49 +212,107 @@ pub fn write_model(
     };
     gw.write_header(&mut w)?;
 
-    let bar = progress_bar(job.progress, data_bytes);
-    let mut batch: Vec<u8> = Vec::new();
-    for (i, t) in planned.iter().enumerate() {
-        let written = write_tensor(&mut w, t, &mut batch, &bar)?;
-        // The header's offsets assume exactly tensor_size bytes plus alignment padding.
-        if written != gw.tensor_size(i) {
-            return Err(Error::tensor(
-                &t.spec.name,
-                format!("wrote {written} bytes, header says {}", gw.tensor_size(i)),
-            ));
+    let padded_total: u64 = (0..planned.len())
+        .map(|i| gw.tensor_size(i) + padding(gw.tensor_size(i)))
+        .sum();
+    debug_assert!(padded_total >= data_bytes);
+    let bar = progress_bar(job.progress, padded_total);
+
+    // Generation (all cores, rayon) overlaps with writing (this scoped thread): two buffers
+    // circulate, so at most 2 × BATCH_BYTES of output is in memory.
+    let written = std::thread::scope(|s| -> Result<u64> {
+        let (full_tx, full_rx) = mpsc::sync_channel::<Vec<u8>>(1);
+        let (empty_tx, empty_rx) = mpsc::channel::<Vec<u8>>();
+        for _ in 0..2 {
+            // Cannot fail: the receiver is alive.
+            let _ = empty_tx.send(Vec::new());
         }
-        write_padding(&mut w, written)?;
-    }
-    w.flush().map_err(|e| Error::io(path, e))?;
+        let bar_w = bar.clone();
+        let writer = s.spawn(move || -> Result<u64> {
+            for buf in full_rx {
+                w.write_all(&buf).map_err(|e| Error::io(path, e))?;
+                bar_w.inc(buf.len() as u64);
+                // The producer may already be gone after its last batch.
+                let _ = empty_tx.send(buf);
+            }
+            w.flush().map_err(|e| Error::io(path, e))?;
+            Ok(w.written)
+        });
+        let pipe = Pipe {
+            full: full_tx,
+            empty: empty_rx,
+        };
+        let produced = planned.iter().enumerate().try_for_each(|(i, t)| {
+            let n = write_tensor(&pipe, t)?;
+            // The header's offsets assume exactly tensor_size bytes plus alignment padding.
+            if n == gw.tensor_size(i) {
+                Ok(())
+            } else {
+                Err(Error::tensor(
+                    &t.spec.name,
+                    format!("generated {n} bytes, header says {}", gw.tensor_size(i)),
+                ))
+            }
+        });
+        drop(pipe);
+        // A writer error is the root cause of a producer error (closed pipe), so report it first.
+        let written = writer
+            .join()
+            .map_err(|_| Error::InvalidArgument("synth writer thread panicked".into()))??;
+        produced?;
+        Ok(written)
+    })?;
     bar.finish_and_clear();
-    Ok((w.written, mix_counts, planned.len()))
+    Ok((written, mix_counts, planned.len()))
 }
 
-/// Generate, quantize and write one tensor, `BATCH_BYTES` of output at a time; returns the
-/// bytes written.
+/// The producer's end of the writer thread: hand over a full buffer, get an empty one back.
+struct Pipe {
+    full: mpsc::SyncSender<Vec<u8>>,
+    empty: mpsc::Receiver<Vec<u8>>,
+}
+
+impl Pipe {
+    fn take(&self) -> Result<Vec<u8>> {
+        self.empty.recv().map_err(|_| pipe_closed())
+    }
+    fn send(&self, buf: Vec<u8>) -> Result<()> {
+        self.full.send(buf).map_err(|_| pipe_closed())
+    }
+}
+
+fn pipe_closed() -> Error {
+    Error::InvalidArgument("synth writer thread stopped early".into())
+}
+
+/// Generate, quantize and send one tensor, `BATCH_BYTES` of output at a time, followed by its
+/// alignment padding; returns the tensor's bytes (without padding).
 ///
 /// `GgufWriter::write_tensor_data` takes a whole tensor at once, but the LM head of the real
-/// shapes is up to ~1.3 GB, so synth streams the data section itself with the writer's rule
-/// (data, then zeros to the next multiple of the alignment; see `write_padding`).
-fn write_tensor<W: Write>(
-    w: &mut W,
-    t: &Planned,
-    batch: &mut Vec<u8>,
-    bar: &indicatif::ProgressBar,
-) -> Result<u64> {
+/// shapes is up to ~1.3 GB, so synth streams the data section itself with the writer's rule:
+/// data, then zeros to the next multiple of the alignment.
+fn write_tensor(pipe: &Pipe, t: &Planned) -> Result<u64> {
     let ne0 = t.spec.row_len();
     let n_rows = t.spec.n_rows();
-    let row_bytes = t
-        .ty
-        .row_size(ne0 as u64)
-        .ok_or_else(|| Error::tensor(&t.spec.name, format!("{ne0} is not a multiple of the {} block", t.ty)))?
-        as usize;
+    let row_bytes = t.ty.row_size(ne0 as u64).ok_or_else(|| {
+        Error::tensor(
+            &t.spec.name,
+            format!("{ne0} is not a multiple of the {} block", t.ty),
+        )
+    })? as usize;
+    let total = (n_rows * row_bytes) as u64;
     let rows_per_batch = (BATCH_BYTES / row_bytes.max(1)).clamp(1, n_rows.max(1));
     let min_rows_per_task = (MIN_VALUES_PER_TASK / ne0.max(1)).max(1);
     let mut row0 = 0usize;
     while row0 < n_rows {
         let rows = rows_per_batch.min(n_rows - row0);
-        batch.resize(rows * row_bytes, 0);
+        let mut batch = pipe.take()?;
+        // Every byte is overwritten by `quantize`, so only grow (zero-filling) when needed.
+        let need = rows * row_bytes;
+        if batch.len() < need {
+            batch.resize(need, 0);
+        }
+        batch.truncate(need);
         batch
             .par_chunks_mut(row_bytes)
             .with_min_len(min_rows_per_task)
@@ -267,20 +326,19 @@ fn write_tensor<W: Write>(
                     })
                 },
             )?;
-        w.write_all(batch)?;
-        bar.inc(batch.len() as u64);
         row0 += rows;
+        if row0 == n_rows {
+            batch.resize(need + padding(total) as usize, 0);
+        }
+        pipe.send(batch)?;
     }
-    Ok((n_rows * row_bytes) as u64)
+    Ok(total)
 }
 
 /// Zeros after a tensor of `len` bytes up to the data alignment (synth never sets
 /// `general.alignment`, so it is the default).
-fn write_padding<W: Write>(w: &mut W, len: u64) -> Result<()> {
-    const ZEROS: [u8; DEFAULT_ALIGNMENT as usize] = [0; DEFAULT_ALIGNMENT as usize];
-    let pad = (DEFAULT_ALIGNMENT - len % DEFAULT_ALIGNMENT) % DEFAULT_ALIGNMENT;
-    w.write_all(&ZEROS[..pad as usize])?;
-    Ok(())
+fn padding(len: u64) -> u64 {
+    (DEFAULT_ALIGNMENT - len % DEFAULT_ALIGNMENT) % DEFAULT_ALIGNMENT
 }
 
 fn progress_bar(show: bool, total: u64) -> indicatif::ProgressBar {
