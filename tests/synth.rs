@@ -8,7 +8,9 @@ use rill::gguf::{GgmlType, GgufFile, Value};
 use rill::synth::{self, ShapeParams, SynthOptions};
 
 fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name)
 }
 
 /// A fresh path in the temp dir, unique per test and process.
@@ -70,7 +72,10 @@ fn tiny_dense_f16_matches_converter_layout() {
     let want = GgufFile::open(fixture("tiny-dense.F16.gguf")).unwrap();
     assert_same_layout(&got, &want, true);
     assert_eq!(report.tensor_count, want.tensors.len());
-    assert_eq!(report.bytes_written, std::fs::metadata(&o.output).unwrap().len());
+    assert_eq!(
+        report.bytes_written,
+        std::fs::metadata(&o.output).unwrap().len()
+    );
     // Same tensor sizes ⇒ same data section size as the converter's file.
     assert_eq!(
         got.file_len() - got.data_start,
@@ -142,14 +147,26 @@ fn q4_k_m_type_mix_and_padded_vocab() {
     for i in 0..8 {
         let more = [0, 3, 6, 7].contains(&i);
         let hi = |b: bool| if b { GgmlType::Q6K } else { GgmlType::Q4K };
-        assert_eq!(ty(&format!("blk.{i}.ffn_down.weight")), hi(more), "ffn_down {i}");
+        assert_eq!(
+            ty(&format!("blk.{i}.ffn_down.weight")),
+            hi(more),
+            "ffn_down {i}"
+        );
         assert_eq!(ty(&format!("blk.{i}.ffn_up.weight")), GgmlType::Q4K);
         if (i + 1) % 4 == 0 {
-            assert_eq!(ty(&format!("blk.{i}.attn_v.weight")), hi(more), "attn_v {i}");
+            assert_eq!(
+                ty(&format!("blk.{i}.attn_v.weight")),
+                hi(more),
+                "attn_v {i}"
+            );
             assert_eq!(ty(&format!("blk.{i}.attn_k.weight")), GgmlType::Q4K);
             assert_eq!(ty(&format!("blk.{i}.attn_q_norm.weight")), GgmlType::F32);
         } else {
-            assert_eq!(ty(&format!("blk.{i}.attn_qkv.weight")), hi(more), "attn_qkv {i}");
+            assert_eq!(
+                ty(&format!("blk.{i}.attn_qkv.weight")),
+                hi(more),
+                "attn_qkv {i}"
+            );
             assert_eq!(ty(&format!("blk.{i}.ssm_alpha.weight")), GgmlType::Q4K);
             assert_eq!(ty(&format!("blk.{i}.ssm_conv1d.weight")), GgmlType::F32);
             assert_eq!(ty(&format!("blk.{i}.ssm_a")), GgmlType::F32);
@@ -165,16 +182,28 @@ fn q4_k_m_type_mix_and_padded_vocab() {
     assert!(q4.tensors > report.type_mix["Q6_K"].tensors);
 
     // Vocabulary: 8192 real tokens, then [PAD<id>] UNUSED up to n_vocab.
-    let tokens = f.get("tokenizer.ggml.tokens").and_then(Value::as_array).unwrap();
-    let types = f.get("tokenizer.ggml.token_type").and_then(Value::as_array).unwrap();
+    let tokens = f
+        .get("tokenizer.ggml.tokens")
+        .and_then(Value::as_array)
+        .unwrap();
+    let types = f
+        .get("tokenizer.ggml.token_type")
+        .and_then(Value::as_array)
+        .unwrap();
     assert_eq!((tokens.len(), types.len()), (8200, 8200));
     assert_eq!(tokens[8199].as_str(), Some("[PAD8199]"));
     assert_eq!(tokens[8192].as_str(), Some("[PAD8192]"));
     assert_ne!(tokens[8191].as_str(), Some("[PAD8191]"));
     assert!(types[8192..].iter().all(|t| t.as_i64() == Some(5)));
     let src = GgufFile::open(fixture("tiny-dense.F16.gguf")).unwrap();
-    assert_eq!(f.get("tokenizer.ggml.merges"), src.get("tokenizer.ggml.merges"));
-    assert_eq!(f.get("tokenizer.chat_template"), src.get("tokenizer.chat_template"));
+    assert_eq!(
+        f.get("tokenizer.ggml.merges"),
+        src.get("tokenizer.ggml.merges")
+    );
+    assert_eq!(
+        f.get("tokenizer.chat_template"),
+        src.get("tokenizer.chat_template")
+    );
 }
 
 #[test]
@@ -210,9 +239,15 @@ fn weight_ranges() {
         rill::quant::dequantize(t.ggml_type, f.tensor_data(t), &mut v).unwrap();
         v
     };
-    assert!(values("blk.0.attn_norm.weight").iter().all(|x| (0.75..=1.25).contains(x)));
-    assert!(values("blk.0.ssm_norm.weight").iter().all(|x| (0.75..=1.25).contains(x)));
-    assert!(values("blk.0.ssm_a").iter().all(|x| (-4.0..=-0.02).contains(x)));
+    assert!(values("blk.0.attn_norm.weight")
+        .iter()
+        .all(|x| (0.75..=1.25).contains(x)));
+    assert!(values("blk.0.ssm_norm.weight")
+        .iter()
+        .all(|x| (0.75..=1.25).contains(x)));
+    assert!(values("blk.0.ssm_a")
+        .iter()
+        .all(|x| (-4.0..=-0.02).contains(x)));
     let router = values("blk.0.ffn_gate_inp.weight");
     let std = (router.iter().map(|x| x * x).sum::<f32>() / router.len() as f32).sqrt();
     assert!((std - 0.25).abs() < 0.03, "router std {std}");
@@ -228,7 +263,10 @@ fn layers_option_keeps_the_attention_pattern() {
     synth::synthesize(&o).unwrap();
     let f = GgufFile::open(&o.output).unwrap();
     assert_eq!(f.get("qwen35.block_count"), Some(&Value::U32(4)));
-    let rec = f.get("qwen35.attention.recurrent_layers").and_then(Value::as_array).unwrap();
+    let rec = f
+        .get("qwen35.attention.recurrent_layers")
+        .and_then(Value::as_array)
+        .unwrap();
     let rec: Vec<bool> = rec.iter().filter_map(Value::as_bool).collect();
     assert_eq!(rec, [true, true, true, false]);
     assert!(f.tensor("blk.3.attn_q.weight").is_some());

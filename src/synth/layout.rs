@@ -25,10 +25,7 @@ impl TensorSpec {
 }
 
 /// RMSNorm weights are stored as `1 + w` with HF's zero-centred `w ~ U(-0.25, 0.25)`.
-const NORM: Init = Init::Uniform {
-    lo: 0.75,
-    hi: 1.25,
-};
+const NORM: Init = Init::Uniform { lo: 0.75, hi: 1.25 };
 
 /// A linear layer `[out, in]` initialised N(0, 1/sqrt(in)) (the fixture recipe).
 fn linear(fan_in: usize) -> Init {
@@ -72,21 +69,39 @@ pub fn tensors(p: &ShapeParams) -> Vec<TensorSpec> {
         if !p.is_full_attention(i) {
             // Gated DeltaNet, HF `linear_attn.*` in name order: A_log, conv1d, dt_bias,
             // in_proj_a, in_proj_b, in_proj_qkv, in_proj_z, norm, out_proj.
-            push(b("ssm_a"), &[p.hv], Init::Uniform { lo: -4.0, hi: -0.02 }, l);
+            push(
+                b("ssm_a"),
+                &[p.hv],
+                Init::Uniform {
+                    lo: -4.0,
+                    hi: -0.02,
+                },
+                l,
+            );
             push(
                 b("ssm_conv1d.weight"),
                 &[p.conv_kernel, p.conv_dim()],
                 Init::Uniform { lo: -0.6, hi: 0.6 },
                 l,
             );
-            push(b("ssm_dt.bias"), &[p.hv], Init::Uniform { lo: -1.0, hi: 1.0 }, l);
+            push(
+                b("ssm_dt.bias"),
+                &[p.hv],
+                Init::Uniform { lo: -1.0, hi: 1.0 },
+                l,
+            );
             push(b("ssm_alpha.weight"), &[e, p.hv], linear(e), l);
             push(b("ssm_beta.weight"), &[e, p.hv], linear(e), l);
             push(b("attn_qkv.weight"), &[e, p.conv_dim()], linear(e), l);
             push(b("attn_gate.weight"), &[e, p.value_dim()], linear(e), l);
             // The gated norm is used as-is (not 1 + w), initialised around 1.
             push(b("ssm_norm.weight"), &[p.dv], NORM, l);
-            push(b("ssm_out.weight"), &[p.value_dim(), e], linear(p.value_dim()), l);
+            push(
+                b("ssm_out.weight"),
+                &[p.value_dim(), e],
+                linear(p.value_dim()),
+                l,
+            );
         }
         if p.is_moe() {
             let (x, f, s) = (p.n_expert, p.n_ff_exp, p.n_ff_shexp);
@@ -113,7 +128,12 @@ pub fn tensors(p: &ShapeParams) -> Vec<TensorSpec> {
             let kv = p.n_head_kv * d;
             push(b("attn_k_norm.weight"), &[d], NORM, l);
             push(b("attn_k.weight"), &[e, kv], linear(e), l);
-            push(b("attn_output.weight"), &[p.n_head * d, e], linear(p.n_head * d), l);
+            push(
+                b("attn_output.weight"),
+                &[p.n_head * d, e],
+                linear(p.n_head * d),
+                l,
+            );
             push(b("attn_q_norm.weight"), &[d], NORM, l);
             // Query and output gate interleaved per head: 2 * n_head * D rows.
             push(b("attn_q.weight"), &[e, 2 * p.n_head * d], linear(e), l);

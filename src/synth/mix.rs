@@ -43,7 +43,11 @@ impl Quant {
     }
 
     pub fn name(self) -> &'static str {
-        QUANTS.iter().find(|(_, q)| *q == self).map(|(n, _)| *n).unwrap_or("?")
+        QUANTS
+            .iter()
+            .find(|(_, q)| *q == self)
+            .map(|(n, _)| *n)
+            .unwrap_or("?")
     }
 
     /// `general.file_type` (llama ftype, spec/GGUF.md §4).
@@ -183,7 +187,10 @@ mod tests {
         let v: Vec<usize> = (0..8).filter(|&i| use_more_bits(i, 8)).collect();
         assert_eq!(v, [0, 3, 6, 7]);
         let v: Vec<usize> = (0..32).filter(|&i| use_more_bits(i, 32)).collect();
-        assert_eq!(v, [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31]);
+        assert_eq!(
+            v,
+            [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31]
+        );
     }
 
     /// The types llama-quantize gave tests/fixtures/tiny-dense.Q4_K_M.gguf (n_embd 64).
@@ -193,16 +200,46 @@ mod tests {
         let t = |name: &str, ne: &[u64], l: Option<usize>| tensor_type(q, &ctx(name, ne, l));
         assert_eq!(t("token_embd.weight", &[64, 8192], None), GgmlType::Q8_0);
         assert_eq!(t("output_norm.weight", &[64], None), GgmlType::F32);
-        assert_eq!(t("blk.0.attn_qkv.weight", &[64, 1024], Some(0)), GgmlType::Q8_0);
-        assert_eq!(t("blk.1.attn_qkv.weight", &[64, 1024], Some(1)), GgmlType::Q5_0);
-        assert_eq!(t("blk.3.attn_v.weight", &[64, 256], Some(3)), GgmlType::Q8_0);
-        assert_eq!(t("blk.3.attn_k.weight", &[64, 256], Some(3)), GgmlType::Q5_0);
-        assert_eq!(t("blk.6.ffn_down.weight", &[128, 64], Some(6)), GgmlType::Q8_0);
-        assert_eq!(t("blk.5.ffn_down.weight", &[128, 64], Some(5)), GgmlType::Q5_0);
-        assert_eq!(t("blk.5.ssm_out.weight", &[512, 64], Some(5)), GgmlType::Q4K);
-        assert_eq!(t("blk.7.attn_output.weight", &[512, 64], Some(7)), GgmlType::Q4K);
-        assert_eq!(t("blk.0.ssm_conv1d.weight", &[4, 1024], Some(0)), GgmlType::F32);
-        assert_eq!(t("blk.0.ssm_alpha.weight", &[64, 4], Some(0)), GgmlType::Q5_0);
+        assert_eq!(
+            t("blk.0.attn_qkv.weight", &[64, 1024], Some(0)),
+            GgmlType::Q8_0
+        );
+        assert_eq!(
+            t("blk.1.attn_qkv.weight", &[64, 1024], Some(1)),
+            GgmlType::Q5_0
+        );
+        assert_eq!(
+            t("blk.3.attn_v.weight", &[64, 256], Some(3)),
+            GgmlType::Q8_0
+        );
+        assert_eq!(
+            t("blk.3.attn_k.weight", &[64, 256], Some(3)),
+            GgmlType::Q5_0
+        );
+        assert_eq!(
+            t("blk.6.ffn_down.weight", &[128, 64], Some(6)),
+            GgmlType::Q8_0
+        );
+        assert_eq!(
+            t("blk.5.ffn_down.weight", &[128, 64], Some(5)),
+            GgmlType::Q5_0
+        );
+        assert_eq!(
+            t("blk.5.ssm_out.weight", &[512, 64], Some(5)),
+            GgmlType::Q4K
+        );
+        assert_eq!(
+            t("blk.7.attn_output.weight", &[512, 64], Some(7)),
+            GgmlType::Q4K
+        );
+        assert_eq!(
+            t("blk.0.ssm_conv1d.weight", &[4, 1024], Some(0)),
+            GgmlType::F32
+        );
+        assert_eq!(
+            t("blk.0.ssm_alpha.weight", &[64, 4], Some(0)),
+            GgmlType::Q5_0
+        );
     }
 
     #[test]

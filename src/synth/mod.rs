@@ -96,7 +96,12 @@ pub fn synthesize(opts: &SynthOptions) -> Result<SynthReport> {
 pub fn synthesize_params(p: &ShapeParams, opts: &SynthOptions) -> Result<SynthReport> {
     let start = Instant::now();
     let quant = Quant::parse(&opts.quant)?;
-    let name = format!("synth {} {} ({} layers)", opts.shape, quant.name(), p.n_layer);
+    let name = format!(
+        "synth {} {} ({} layers)",
+        opts.shape,
+        quant.name(),
+        p.n_layer
+    );
     let tokenizer = write::tokenizer_kvs(&opts.tokenizer_from, p.n_vocab)?;
     let (bytes_written, type_mix, tensor_count) = write::write_model(
         &opts.output,

@@ -87,7 +87,10 @@ mod tests {
     fn uniform_range_and_determinism() {
         let mut a = vec![0f32; 10_000];
         let mut b = vec![0f32; 10_000];
-        let init = Init::Uniform { lo: -4.0, hi: -0.02 };
+        let init = Init::Uniform {
+            lo: -4.0,
+            hi: -0.02,
+        };
         fill_row(tensor_seed(7, "blk.0.ssm_a"), 3, init, &mut a);
         fill_row(tensor_seed(7, "blk.0.ssm_a"), 3, init, &mut b);
         assert_eq!(a, b);

@@ -65,9 +65,9 @@ pub fn tokenizer_kvs(path: &Path, n_vocab: usize) -> Result<Vec<(String, Value)>
             continue;
         }
         let padded = match (key.as_str(), value) {
-            ("tokenizer.ggml.tokens", Value::Array(a)) => pad(a, n_vocab, |id| {
-                Value::String(format!("[PAD{id}]"))
-            }),
+            ("tokenizer.ggml.tokens", Value::Array(a)) => {
+                pad(a, n_vocab, |id| Value::String(format!("[PAD{id}]")))
+            }
             ("tokenizer.ggml.token_type", Value::Array(a)) => {
                 pad(a, n_vocab, |_| Value::I32(TOKEN_TYPE_UNUSED))
             }
@@ -107,7 +107,12 @@ fn model_kvs(p: &ShapeParams, quant: Quant, name: &str) -> Vec<(String, Value)> 
         (k("attention.head_count_kv"), u(p.n_head_kv)),
         (
             k("rope.dimension_sections"),
-            Value::Array(shapes::ROPE_SECTIONS.iter().map(|&s| Value::I32(s)).collect()),
+            Value::Array(
+                shapes::ROPE_SECTIONS
+                    .iter()
+                    .map(|&s| Value::I32(s))
+                    .collect(),
+            ),
         ),
         (k("rope.freq_base"), Value::F32(p.rope_theta)),
         (
@@ -182,10 +187,7 @@ fn plan(job: &Job) -> Vec<Planned> {
 }
 
 /// Write the whole file; returns (file bytes, type mix, tensor count).
-pub fn write_model(
-    path: &Path,
-    job: &Job,
-) -> Result<(u64, BTreeMap<String, TypeCount>, usize)> {
+pub fn write_model(path: &Path, job: &Job) -> Result<(u64, BTreeMap<String, TypeCount>, usize)> {
     let planned = plan(job);
     let mut gw = GgufWriter::new();
     for (key, value) in model_kvs(job.shape, job.quant, job.name)
