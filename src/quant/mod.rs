@@ -1,9 +1,22 @@
-//! Block formats: dequantization (the reference every backend is tested against) and quantizers.
+//! Block formats: dequantization (the reference every backend is tested against), the CPU
+//! GEMV inner product, and quantizers.
 //!
-//! PLACEHOLDER: only F32/F16/BF16 until the quant module lands; the signatures are the contract.
+//! Layouts and operation order follow spec/GGUF.md §3 and ggml's reference C code. One file per
+//! family: `float` (F32/F16/BF16), `legacy` (32-element Q4_0..Q8_0, MXFP4), `kquants`
+//! (Q2_K..Q6_K), `iq4` (IQ4_NL, IQ4_XS); `search` holds the K-quant scale searches, `blocks` the
+//! row drivers and `dot` the f32 accumulation kernel.
+
+mod blocks;
+mod dot;
+mod float;
+mod iq4;
+mod kquants;
+mod legacy;
+mod search;
 
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
+use blocks::{dequantize_blocks, dot_blocks, quantize_blocks};
 
 fn unsupported(ty: GgmlType) -> Error {
     Error::UnsupportedType {
@@ -13,49 +26,185 @@ fn unsupported(ty: GgmlType) -> Error {
     }
 }
 
-/// Dequantize `dst.len()` elements (a multiple of the block size) from `src`, which must hold
-/// exactly `dst.len() / block_size * type_size` bytes.
-pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<()> {
-    let need = ty
-        .row_size(dst.len() as u64)
-        .ok_or_else(|| Error::InvalidArgument(format!("{} elements is not a whole number of {ty} blocks", dst.len())))?;
-    if src.len() as u64 != need {
+/// Check that `bytes` holds exactly `n` elements of `ty` (`n` a whole number of blocks).
+fn check_len(op: &str, ty: GgmlType, bytes: usize, n: usize) -> Result<()> {
+    let need = ty.row_size(n as u64).ok_or_else(|| {
+        Error::InvalidArgument(format!("{n} elements is not a whole number of {ty} blocks"))
+    })?;
+    if bytes as u64 != need {
         return Err(Error::InvalidArgument(format!(
-            "dequantize {ty}: {} bytes for {} elements, expected {need}",
-            src.len(),
-            dst.len()
+            "{op} {ty}: {bytes} bytes for {n} elements, expected {need}"
         )));
     }
+    Ok(())
+}
+
+/// Whether [`dequantize`] and [`vec_dot`] handle `ty`.
+pub fn can_dequantize(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(
+        ty,
+        F32 | F16
+            | Bf16
+            | Q8_0
+            | Q4_0
+            | Q4_1
+            | Q5_0
+            | Q5_1
+            | Q2K
+            | Q3K
+            | Q4K
+            | Q5K
+            | Q6K
+            | Iq4Nl
+            | Iq4Xs
+            | Mxfp4
+    )
+}
+
+/// Whether [`quantize`] handles `ty`.
+pub fn can_quantize(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(
+        ty,
+        F32 | F16 | Bf16 | Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q4K | Q5K | Q6K
+    )
+}
+
+/// Dequantize `dst.len()` elements (a multiple of the block size) from `src`, which must hold
+/// exactly `dst.len() / block_size * type_size` bytes.
+///
+/// Bit-identical to ggml's `dequantize_row_*` (same f32 operations in the same order).
+pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<()> {
+    if !can_dequantize(ty) {
+        return Err(unsupported(ty));
+    }
+    check_len("dequantize", ty, src.len(), dst.len())?;
+    use GgmlType::*;
     match ty {
-        GgmlType::F32 => {
-            for (d, c) in dst.iter_mut().zip(src.chunks_exact(4)) {
-                *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-            }
-        }
-        GgmlType::F16 => {
-            for (d, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
-                *d = half::f16::from_le_bytes([c[0], c[1]]).to_f32();
-            }
-        }
-        GgmlType::Bf16 => {
-            for (d, c) in dst.iter_mut().zip(src.chunks_exact(2)) {
-                *d = half::bf16::from_le_bytes([c[0], c[1]]).to_f32();
-            }
-        }
+        F32 => float::dequantize_f32(src, dst),
+        F16 => float::dequantize_f16(src, dst),
+        Bf16 => float::dequantize_bf16(src, dst),
+        Q4_0 => dequantize_blocks(src, dst, legacy::deq_q4_0),
+        Q4_1 => dequantize_blocks(src, dst, legacy::deq_q4_1),
+        Q5_0 => dequantize_blocks(src, dst, legacy::deq_q5_0),
+        Q5_1 => dequantize_blocks(src, dst, legacy::deq_q5_1),
+        Q8_0 => dequantize_blocks(src, dst, legacy::deq_q8_0),
+        Mxfp4 => dequantize_blocks(src, dst, legacy::deq_mxfp4),
+        Iq4Nl => dequantize_blocks(src, dst, iq4::deq_iq4_nl),
+        Iq4Xs => dequantize_blocks(src, dst, iq4::deq_iq4_xs),
+        Q2K => dequantize_blocks(src, dst, kquants::deq_q2_k),
+        Q3K => dequantize_blocks(src, dst, kquants::deq_q3_k),
+        Q4K => dequantize_blocks(src, dst, kquants::deq_q4_k),
+        Q5K => dequantize_blocks(src, dst, kquants::deq_q5_k),
+        Q6K => dequantize_blocks(src, dst, kquants::deq_q6_k),
         _ => return Err(unsupported(ty)),
     }
     Ok(())
 }
 
-/// `dot(dequant(row), x)` without materialising the row; `x.len()` elements.
+/// `dot(dequantize(row), x)` without materialising the row; `x.len()` elements.
+///
+/// Blocks are decoded into a stack buffer and accumulated in 16 f32 lanes, so the result equals
+/// the dot product of the dequantized row up to f32 summation-order rounding.
 pub fn vec_dot(ty: GgmlType, row: &[u8], x: &[f32]) -> Result<f32> {
-    let mut tmp = vec![0f32; x.len()];
-    dequantize(ty, row, &mut tmp)?;
-    Ok(tmp.iter().zip(x).map(|(a, b)| a * b).sum())
+    if !can_dequantize(ty) {
+        return Err(unsupported(ty));
+    }
+    check_len("vec_dot", ty, row.len(), x.len())?;
+    use GgmlType::*;
+    Ok(match ty {
+        F32 => dot_plain(row, x, 4, float::dequantize_f32),
+        F16 => dot_plain(row, x, 2, float::dequantize_f16),
+        Bf16 => dot_plain(row, x, 2, float::dequantize_bf16),
+        Q4_0 => dot_blocks(row, x, legacy::deq_q4_0),
+        Q4_1 => dot_blocks(row, x, legacy::deq_q4_1),
+        Q5_0 => dot_blocks(row, x, legacy::deq_q5_0),
+        Q5_1 => dot_blocks(row, x, legacy::deq_q5_1),
+        Q8_0 => dot_blocks(row, x, legacy::deq_q8_0),
+        Mxfp4 => dot_blocks(row, x, legacy::deq_mxfp4),
+        Iq4Nl => dot_blocks(row, x, iq4::deq_iq4_nl),
+        Iq4Xs => dot_blocks(row, x, iq4::deq_iq4_xs),
+        Q2K => dot_blocks(row, x, kquants::deq_q2_k),
+        Q3K => dot_blocks(row, x, kquants::deq_q3_k),
+        Q4K => dot_blocks(row, x, kquants::deq_q4_k),
+        Q5K => dot_blocks(row, x, kquants::deq_q5_k),
+        Q6K => dot_blocks(row, x, kquants::deq_q6_k),
+        _ => return Err(unsupported(ty)),
+    })
+}
+
+/// Dot product for the one-element-per-"block" float formats, decoding 256 at a time.
+#[inline(always)]
+fn dot_plain(row: &[u8], x: &[f32], elem_bytes: usize, decode: impl Fn(&[u8], &mut [f32])) -> f32 {
+    const CHUNK: usize = 256;
+    let mut acc = dot::Acc::new();
+    let mut buf = [0f32; CHUNK];
+    for (b, xs) in row.chunks(CHUNK * elem_bytes).zip(x.chunks(CHUNK)) {
+        let y = &mut buf[..xs.len()];
+        decode(b, y);
+        acc.add(y, xs);
+    }
+    acc.sum()
 }
 
 /// Quantize `src` (a multiple of the block size) into `dst` (exactly the row size in bytes).
+///
+/// Legacy formats and F16/BF16 reproduce ggml's `quantize_row_*_ref` blocks bit for bit; the
+/// K-quants run ggml's scale search with a vectorised summation order (see `search.rs`).
+/// Single-threaded; see [`quantize_rows_par`] for whole tensors.
 pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<()> {
-    let _ = (src, dst);
-    Err(unsupported(ty))
+    if !can_quantize(ty) {
+        return Err(unsupported(ty));
+    }
+    check_len("quantize", ty, dst.len(), src.len())?;
+    use GgmlType::*;
+    match ty {
+        F32 => float::quantize_f32(src, dst),
+        F16 => float::quantize_f16(src, dst),
+        Bf16 => float::quantize_bf16(src, dst),
+        Q4_0 => quantize_blocks(src, dst, legacy::quant_q4_0),
+        Q4_1 => quantize_blocks(src, dst, legacy::quant_q4_1),
+        Q5_0 => quantize_blocks(src, dst, legacy::quant_q5_0),
+        Q5_1 => quantize_blocks(src, dst, legacy::quant_q5_1),
+        Q8_0 => quantize_blocks(src, dst, legacy::quant_q8_0),
+        Q4K => quantize_blocks(src, dst, kquants::quant_q4_k),
+        Q5K => quantize_blocks(src, dst, kquants::quant_q5_k),
+        Q6K => quantize_blocks(src, dst, kquants::quant_q6_k),
+        _ => return Err(unsupported(ty)),
+    }
+    Ok(())
+}
+
+/// Quantize a row-major matrix of rows of `row_len` elements in parallel (rayon, one task per
+/// group of rows). `src.len()` must be a multiple of `row_len`, `dst` exactly the tensor size.
+pub fn quantize_rows_par(ty: GgmlType, src: &[f32], row_len: usize, dst: &mut [u8]) -> Result<()> {
+    use rayon::prelude::*;
+    if !can_quantize(ty) {
+        return Err(unsupported(ty));
+    }
+    if row_len == 0 || src.len() % row_len != 0 {
+        return Err(Error::InvalidArgument(format!(
+            "quantize {ty}: {} elements is not a whole number of rows of {row_len}",
+            src.len()
+        )));
+    }
+    let row_bytes = ty.row_size(row_len as u64).ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "row of {row_len} elements is not a whole number of {ty} blocks"
+        ))
+    })? as usize;
+    let n_rows = src.len() / row_len;
+    if dst.len() != n_rows * row_bytes {
+        return Err(Error::InvalidArgument(format!(
+            "quantize {ty}: {} bytes for {n_rows} rows, expected {}",
+            dst.len(),
+            n_rows * row_bytes
+        )));
+    }
+    // About 64K elements per task keeps scheduling overhead negligible for small rows.
+    let rows_per_task = (65_536 / row_len).max(1);
+    src.par_chunks(rows_per_task * row_len)
+        .zip(dst.par_chunks_mut(rows_per_task * row_bytes))
+        .try_for_each(|(s, d)| quantize(ty, s, d))
 }

@@ -1,0 +1,319 @@
+//! K-quant super-blocks (256 elements): Q2_K, Q3_K, Q4_K, Q5_K, Q6_K.
+//!
+//! Dequantization follows ggml's `dequantize_row_*` operation order (`(d·sc)·q − dmin·m`), so it
+//! is bit-identical. Quantizers for Q4_K, Q5_K, Q6_K implement ggml's `quantize_row_*_ref`
+//! (scale/min search in `search.rs`, then 6/8-bit scale quantization and a re-quantization pass
+//! against the rounded scales).
+
+use super::float::{read_f16, write_f16};
+use super::search::{make_qkx2, make_qx, rne, QKX2_Q4K, QKX2_Q5K};
+
+pub(crate) const QK_K: usize = 256;
+
+// ---------------------------------------------------------------- dequantization
+
+#[inline(always)]
+pub(crate) fn deq_q2_k(b: &[u8; 84], y: &mut [f32; QK_K]) {
+    let scales = &b[0..16];
+    let qs = &b[16..80];
+    let d = read_f16(b, 80);
+    let dmin = read_f16(b, 82);
+    for h in 0..2 {
+        for s in 0..4 {
+            for half in 0..2 {
+                let sc = scales[8 * h + 2 * s + half];
+                let dl = d * (sc & 0xf) as f32;
+                let ml = dmin * (sc >> 4) as f32;
+                for l in 0..16 {
+                    let q = (qs[32 * h + 16 * half + l] >> (2 * s)) & 3;
+                    y[128 * h + 32 * s + 16 * half + l] = dl * q as f32 - ml;
+                }
+            }
+        }
+    }
+}
+
+/// Q3_K's sixteen 6-bit signed sub-block scales.
+#[inline(always)]
+fn q3_k_scales(s: &[u8]) -> [i32; 16] {
+    let mut out = [0i32; 16];
+    for (k, o) in out.iter_mut().enumerate() {
+        let low4 = if k < 8 { s[k] & 0xf } else { s[k - 8] >> 4 };
+        let high2 = (s[8 + (k % 4)] >> (2 * (k / 4))) & 3;
+        *o = (low4 | (high2 << 4)) as i32 - 32;
+    }
+    out
+}
+
+#[inline(always)]
+pub(crate) fn deq_q3_k(b: &[u8; 110], y: &mut [f32; QK_K]) {
+    let hmask = &b[0..32];
+    let qs = &b[32..96];
+    let sc = q3_k_scales(&b[96..108]);
+    let d = read_f16(b, 108);
+    for h in 0..2 {
+        for s in 0..4 {
+            let bit = 1u8 << (4 * h + s);
+            for half in 0..2 {
+                let i0 = 128 * h + 32 * s + 16 * half;
+                let dl = d * sc[i0 / 16] as f32;
+                for l in 0..16 {
+                    let ll = 16 * half + l;
+                    let q2 = ((qs[32 * h + ll] >> (2 * s)) & 3) as i32;
+                    let q = q2 - if hmask[ll] & bit != 0 { 0 } else { 4 };
+                    y[i0 + l] = dl * q as f32;
+                }
+            }
+        }
+    }
+}
+
+/// ggml's `get_scale_min_k4`: 6-bit scale and min of sub-block `j` from the 12 packed bytes.
+#[inline(always)]
+pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0xf) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+#[inline(always)]
+pub(crate) fn deq_q4_k(b: &[u8; 144], y: &mut [f32; QK_K]) {
+    let d = read_f16(b, 0);
+    let dmin = read_f16(b, 2);
+    let scales = &b[4..16];
+    let qs = &b[16..144];
+    for c in 0..4 {
+        let (sc1, m1) = scale_min_k4(2 * c, scales);
+        let (sc2, m2) = scale_min_k4(2 * c + 1, scales);
+        let (d1, m1) = (d * sc1 as f32, dmin * m1 as f32);
+        let (d2, m2) = (d * sc2 as f32, dmin * m2 as f32);
+        for l in 0..32 {
+            let q = qs[32 * c + l];
+            y[64 * c + l] = d1 * (q & 0xf) as f32 - m1;
+            y[64 * c + 32 + l] = d2 * (q >> 4) as f32 - m2;
+        }
+    }
+}
+
+#[inline(always)]
+pub(crate) fn deq_q5_k(b: &[u8; 176], y: &mut [f32; QK_K]) {
+    let d = read_f16(b, 0);
+    let dmin = read_f16(b, 2);
+    let scales = &b[4..16];
+    let qh = &b[16..48];
+    let qs = &b[48..176];
+    for c in 0..4 {
+        let (sc1, m1) = scale_min_k4(2 * c, scales);
+        let (sc2, m2) = scale_min_k4(2 * c + 1, scales);
+        let (d1, m1) = (d * sc1 as f32, dmin * m1 as f32);
+        let (d2, m2) = (d * sc2 as f32, dmin * m2 as f32);
+        for l in 0..32 {
+            let q = qs[32 * c + l];
+            let h = qh[l] >> (2 * c);
+            let lo = (q & 0xf) | ((h & 1) << 4);
+            let hi = (q >> 4) | (((h >> 1) & 1) << 4);
+            y[64 * c + l] = d1 * lo as f32 - m1;
+            y[64 * c + 32 + l] = d2 * hi as f32 - m2;
+        }
+    }
+}
+
+#[inline(always)]
+pub(crate) fn deq_q6_k(b: &[u8; 210], y: &mut [f32; QK_K]) {
+    let d = read_f16(b, 208);
+    for h in 0..2 {
+        let ql = &b[64 * h..64 * h + 64];
+        let qh = &b[128 + 32 * h..128 + 32 * h + 32];
+        let sc = &b[192 + 8 * h..192 + 8 * h + 8];
+        let yy = &mut y[128 * h..128 * h + 128];
+        for l in 0..32 {
+            let is = l / 16;
+            let q1 = ((ql[l] & 0xf) | ((qh[l] & 3) << 4)) as i32 - 32;
+            let q2 = ((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32;
+            let q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32;
+            let q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32;
+            yy[l] = d * (sc[is] as i8) as f32 * q1 as f32;
+            yy[l + 32] = d * (sc[is + 2] as i8) as f32 * q2 as f32;
+            yy[l + 64] = d * (sc[is + 4] as i8) as f32 * q3 as f32;
+            yy[l + 96] = d * (sc[is + 6] as i8) as f32 * q4 as f32;
+        }
+    }
+}
+
+// ---------------------------------------------------------------- quantization
+
+/// Sub-block scales and mins of Q4_K/Q5_K: search each 32-element sub-block, quantize the eight
+/// scales and eight mins to 6 bits against the super-block maxima, write `d`, `dmin` and the 12
+/// packed scale bytes into `head` (16 bytes), and return the final levels `0..=nmax`.
+fn quant_kx_scales(
+    x: &[f32; QK_K],
+    params: &super::search::Qkx2Params,
+    head: &mut [u8],
+) -> [f32; QK_K] {
+    let mut levels = [0f32; QK_K];
+    let mut scales = [0f32; 8];
+    let mut mins = [0f32; 8];
+    let mut max_scale = 0f32;
+    let mut max_min = 0f32;
+    for j in 0..8 {
+        let xs = sub::<32>(x, 32 * j);
+        // ggml weights each element by the sub-block RMS plus its own magnitude.
+        let mut sum_x2 = 0f32;
+        for &v in xs {
+            sum_x2 += v * v;
+        }
+        let av_x = (sum_x2 / 32.0).sqrt();
+        let mut w = [0f32; 32];
+        for (w, &v) in w.iter_mut().zip(xs) {
+            *w = av_x + v.abs();
+        }
+        let mut l = [0f32; 32];
+        let (scale, min) = make_qkx2(xs, &w, params, &mut l);
+        levels[32 * j..32 * j + 32].copy_from_slice(&l);
+        scales[j] = scale;
+        mins[j] = min;
+        if scale > max_scale {
+            max_scale = scale;
+        }
+        if min > max_min {
+            max_min = min;
+        }
+    }
+
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
+    let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
+    let packed = &mut head[4..16];
+    packed.fill(0);
+    for j in 0..8 {
+        let ls = rne(inv_scale * scales[j]).clamp(0.0, 63.0) as u8;
+        let lm = rne(inv_min * mins[j]).clamp(0.0, 63.0) as u8;
+        if j < 4 {
+            packed[j] = ls;
+            packed[j + 4] = lm;
+        } else {
+            packed[j + 4] = (ls & 0xf) | ((lm & 0xf) << 4);
+            packed[j - 4] |= (ls >> 4) << 6;
+            packed[j] |= (lm >> 4) << 6;
+        }
+    }
+    write_f16(head, 0, max_scale / 63.0);
+    write_f16(head, 2, max_min / 63.0);
+
+    // Re-quantize against the scales as they will be decoded.
+    let d_all = read_f16(head, 0);
+    let dmin_all = read_f16(head, 2);
+    let nmax = params.nmax;
+    for j in 0..8 {
+        let (sc, m) = scale_min_k4(j, &head[4..16]);
+        let d = d_all * sc as f32;
+        if d == 0.0 {
+            continue;
+        }
+        let dm = dmin_all * m as f32;
+        let xs = sub::<32>(x, 32 * j);
+        for (l, &v) in levels[32 * j..32 * j + 32].iter_mut().zip(xs) {
+            *l = rne(((v + dm) / d).clamp(0.0, nmax));
+        }
+    }
+    levels
+}
+
+/// `&x[at..at + N]` as an array (callers use constant, in-range offsets).
+#[inline(always)]
+fn sub<const N: usize>(x: &[f32], at: usize) -> &[f32; N] {
+    match x[at..].first_chunk::<N>() {
+        Some(a) => a,
+        None => unreachable!("sub-block offset {at} out of range"),
+    }
+}
+
+pub(crate) fn quant_q4_k(x: &[f32; QK_K], b: &mut [u8; 144]) {
+    let (head, qs) = b.split_at_mut(16);
+    let levels = quant_kx_scales(x, &QKX2_Q4K, head);
+    for c in 0..4 {
+        for l in 0..32 {
+            let lo = levels[64 * c + l] as u8;
+            let hi = levels[64 * c + 32 + l] as u8;
+            qs[32 * c + l] = lo | (hi << 4);
+        }
+    }
+}
+
+pub(crate) fn quant_q5_k(x: &[f32; QK_K], b: &mut [u8; 176]) {
+    let (head, rest) = b.split_at_mut(16);
+    let levels = quant_kx_scales(x, &QKX2_Q5K, head);
+    let (qh, qs) = rest.split_at_mut(32);
+    qh.fill(0);
+    for c in 0..4 {
+        for l in 0..32 {
+            let lo = levels[64 * c + l] as u8;
+            let hi = levels[64 * c + 32 + l] as u8;
+            qh[l] |= ((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1));
+            qs[32 * c + l] = (lo & 0xf) | ((hi & 0xf) << 4);
+        }
+    }
+}
+
+pub(crate) fn quant_q6_k(x: &[f32; QK_K], b: &mut [u8; 210]) {
+    // Levels are stored offset by 32 (0..=63).
+    let mut levels = [0f32; QK_K];
+    let mut scales = [0f32; 16];
+    let mut max_scale = 0f32;
+    let mut max_abs_scale = 0f32;
+    for ib in 0..16 {
+        let mut l = [0f32; 16];
+        let scale = make_qx(sub::<16>(x, 16 * ib), &mut l);
+        levels[16 * ib..16 * ib + 16].copy_from_slice(&l);
+        scales[ib] = scale;
+        if scale.abs() > max_abs_scale {
+            max_abs_scale = scale.abs();
+            max_scale = scale;
+        }
+    }
+    if max_abs_scale < super::search::GROUP_MAX_EPS {
+        // All (near) zero: ggml writes an all-zero block.
+        b.fill(0);
+        return;
+    }
+    let iscale = -128.0 / max_scale;
+    write_f16(b, 208, 1.0 / iscale);
+    let d_all = read_f16(b, 208);
+    for ib in 0..16 {
+        let s = rne((iscale * scales[ib]).clamp(-128.0, 127.0)) as i8;
+        b[192 + ib] = s as u8;
+        let d = d_all * s as f32;
+        if d == 0.0 {
+            continue;
+        }
+        let xs = sub::<16>(x, 16 * ib);
+        for (l, &v) in levels[16 * ib..16 * ib + 16].iter_mut().zip(xs) {
+            *l = rne((v / d).clamp(-32.0, 31.0)) + 32.0;
+        }
+    }
+    let (ql, rest) = b.split_at_mut(128);
+    let qh = &mut rest[..64];
+    for h in 0..2 {
+        for l in 0..32 {
+            let base = 128 * h + l;
+            let q = [
+                levels[base] as u8,
+                levels[base + 32] as u8,
+                levels[base + 64] as u8,
+                levels[base + 96] as u8,
+            ];
+            ql[64 * h + l] = (q[0] & 0xf) | ((q[2] & 0xf) << 4);
+            ql[64 * h + l + 32] = (q[1] & 0xf) | ((q[3] & 0xf) << 4);
+            qh[32 * h + l] =
+                (q[0] >> 4) | ((q[1] >> 4) << 2) | ((q[2] >> 4) << 4) | ((q[3] >> 4) << 6);
+        }
+    }
+}
