@@ -256,6 +256,45 @@ fn weight_ranges() {
     assert!((std - 0.125).abs() < 0.005, "attn_qkv std {std}");
 }
 
+/// Pooled tensors (large K-quant ones: here the 1024 × 8192 embedding and LM head) keep the
+/// init distribution and distinct rows, and are deterministic too.
+#[test]
+fn pooled_tensors_look_random() {
+    let p = ShapeParams {
+        n_embd: 1024,
+        n_layer: 4,
+        ..small_k_shape()
+    };
+    let o = opts("pooled", "q4_k_m", "tiny-dense.F16.gguf", "pooled");
+    synth::synthesize_params(&p, &o).unwrap();
+    let again = SynthOptions {
+        output: temp_out("pooled-again"),
+        ..o.clone()
+    };
+    synth::synthesize_params(&p, &again).unwrap();
+    assert!(std::fs::read(&o.output).unwrap() == std::fs::read(&again.output).unwrap());
+    let f = GgufFile::open(&o.output).unwrap();
+    for (name, want_std) in [("token_embd.weight", 1.0f32), ("output.weight", 0.5)] {
+        let t = f.tensor(name).unwrap();
+        let mut v = vec![0f32; t.n_elements as usize];
+        rill::quant::dequantize(t.ggml_type, f.tensor_data(t), &mut v).unwrap();
+        let n = v.len() as f32;
+        let mean = v.iter().sum::<f32>() / n;
+        let std = (v.iter().map(|x| (x - mean) * (x - mean)).sum::<f32>() / n).sqrt();
+        assert!(mean.abs() < 0.01, "{name}: mean {mean}");
+        assert!(
+            (std - want_std).abs() < 0.03 * want_std,
+            "{name}: std {std}"
+        );
+        let rows: BTreeSet<Vec<u32>> = v
+            .chunks(1024)
+            .take(2000)
+            .map(|r| r.iter().map(|x| x.to_bits()).collect())
+            .collect();
+        assert_eq!(rows.len(), 2000, "{name}: rows must be distinct");
+    }
+}
+
 #[test]
 fn layers_option_keeps_the_attention_pattern() {
     let mut o = opts("tiny-dense", "f16", "tiny-dense.F16.gguf", "dense-4l");
@@ -280,4 +319,44 @@ fn oversized_tokenizer_is_refused() {
     // The real Qwen3 vocabulary (151,936 ids) does not fit the tiny shapes' 8,192.
     let o = opts("tiny-dense", "f16", "qwen3-vocab.gguf", "too-big");
     assert!(synth::synthesize(&o).is_err());
+}
+
+/// Throughput check, not run by default:
+/// `RILL_SYNTH_SHAPE=qwen3.5-9b RILL_SYNTH_LAYERS=4 cargo test --release --test synth -- --ignored --nocapture`
+/// (`RILL_SYNTH_OUT` picks the output path; the file is deleted afterwards).
+#[test]
+#[ignore]
+fn synth_speed() {
+    let var = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
+    let o = SynthOptions {
+        shape: var("RILL_SYNTH_SHAPE", "qwen3.5-0.8b"),
+        quant: var("RILL_SYNTH_QUANT", "q4_k_m"),
+        layers: std::env::var("RILL_SYNTH_LAYERS")
+            .ok()
+            .and_then(|s| s.parse().ok()),
+        seed: 1,
+        tokenizer_from: std::env::var("RILL_SYNTH_TOKENIZER")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| fixture("qwen3-vocab.gguf")),
+        output: std::env::var("RILL_SYNTH_OUT")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| temp_out("speed")),
+        progress: false,
+    };
+    let r = synth::synthesize(&o).unwrap();
+    let f = GgufFile::open(&o.output).unwrap();
+    assert_eq!(f.tensors.len(), r.tensor_count);
+    println!(
+        "{} {} layers={:?}: {} tensors, {:.1} MB in {:.2} s = {:.0} MB/s on {} threads; mix {:?}",
+        o.shape,
+        o.quant,
+        o.layers,
+        r.tensor_count,
+        r.bytes_written as f64 / 1e6,
+        r.seconds,
+        r.mb_per_s(),
+        rayon::current_num_threads(),
+        r.type_mix
+    );
+    std::fs::remove_file(&o.output).unwrap();
 }

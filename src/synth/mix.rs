@@ -88,7 +88,8 @@ pub struct TensorCtx<'a> {
 
 /// llama.cpp's `use_more_bits`: first and last eighth of the layers and every third in between.
 pub fn use_more_bits(i: usize, n: usize) -> bool {
-    i < n / 8 || i >= 7 * n / 8 || (i >= n / 8 && (i - n / 8) % 3 == 2)
+    // `i - n / 8` cannot underflow: the first test short-circuits.
+    i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2
 }
 
 /// Tensors that neither the converter nor the quantizer ever store below F32 (GGUF.md §5.1).
@@ -151,7 +152,7 @@ fn quantizer_type(q: Quant, t: &TensorCtx) -> GgmlType {
 /// GGUF.md §5.4: when a row is not a whole number of blocks, llama-quantize falls back to a
 /// 32-block type of similar size, and to F16 when even that does not fit.
 pub fn fallback(ty: GgmlType, ne0: u64) -> GgmlType {
-    if ne0 % ty.block_size() == 0 {
+    if ne0.is_multiple_of(ty.block_size()) {
         return ty;
     }
     let alt = match ty {
@@ -160,7 +161,7 @@ pub fn fallback(ty: GgmlType, ne0: u64) -> GgmlType {
         GgmlType::Q6K => GgmlType::Q8_0,
         _ => GgmlType::F16,
     };
-    if ne0 % alt.block_size() == 0 {
+    if ne0.is_multiple_of(alt.block_size()) {
         alt
     } else {
         GgmlType::F16

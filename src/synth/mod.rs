@@ -5,10 +5,12 @@
 //! * `layout` — the tensor list (names, `ne`, init) in converter order;
 //! * `mix`    — the ggml type of each tensor for a `--quant` choice;
 //! * `weights`— deterministic per-row random values;
+//! * `pool`   — large K-quant tensors assembled from a pool of pre-quantized blocks;
 //! * `write`  — metadata, tokenizer copy and the streaming generate → quantize → write loop.
 
 mod layout;
 mod mix;
+mod pool;
 mod shapes;
 mod weights;
 mod write;

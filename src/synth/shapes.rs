@@ -43,7 +43,7 @@ impl ShapeParams {
     /// Layer `i` is a full-attention layer iff `(i + 1) % 4 == 0` (every Qwen3.5 config uses
     /// `full_attention_interval` 4; MODEL.md §2.1).
     pub fn is_full_attention(&self, i: usize) -> bool {
-        (i + 1) % FULL_ATTENTION_INTERVAL == 0
+        (i + 1).is_multiple_of(FULL_ATTENTION_INTERVAL)
     }
     pub fn key_dim(&self) -> usize {
         self.hk * self.dk
@@ -279,7 +279,10 @@ mod tests {
     fn table_is_consistent() {
         for name in shape_names() {
             let p = shape(name).unwrap();
-            assert!(p.hv % p.hk == 0, "{name}: Hv must be a multiple of Hk");
+            assert!(
+                p.hv.is_multiple_of(p.hk),
+                "{name}: Hv must be a multiple of Hk"
+            );
             assert_eq!(p.dk, p.dv, "{name}");
             assert_eq!(p.is_moe(), p.arch == "qwen35moe", "{name}");
             assert_eq!(p.is_moe(), p.n_ff == 0, "{name}");

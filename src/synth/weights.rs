@@ -43,9 +43,14 @@ pub fn tensor_seed(seed: u64, name: &str) -> u64 {
     SplitMix64::new(seed ^ name_hash(name)).next_u64()
 }
 
+/// The RNG stream of row `row` of a tensor (or of any other per-row sequence keyed by `seed`).
+pub fn row_stream(seed: u64, row: u64) -> SplitMix64 {
+    SplitMix64::new(seed ^ row.wrapping_mul(0xD6E8_FEB8_6659_FD93))
+}
+
 /// Fill one row with values drawn per `init`, from the stream of row `row`.
 pub fn fill_row(tensor_seed: u64, row: u64, init: Init, out: &mut [f32]) {
-    let mut rng = SplitMix64::new(tensor_seed ^ row.wrapping_mul(0xD6E8_FEB8_6659_FD93));
+    let mut rng = row_stream(tensor_seed, row);
     match init {
         Init::Normal { std } => {
             // Sum of four 16-bit uniforms: mean 4·32767.5, variance 4·(65536² − 1)/12.

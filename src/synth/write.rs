@@ -11,6 +11,7 @@ use rayon::prelude::*;
 
 use super::layout::{self, TensorSpec};
 use super::mix::{self, Quant, TensorCtx};
+use super::pool;
 use super::shapes::{self, ShapeParams};
 use super::weights;
 use super::TypeCount;
@@ -305,21 +306,30 @@ fn write_tensor(pipe: &Pipe, t: &Planned) -> Result<u64> {
     let total = (n_rows * row_bytes) as u64;
     let rows_per_batch = (BATCH_BYTES / row_bytes.max(1)).clamp(1, n_rows.max(1));
     let min_rows_per_task = (MIN_VALUES_PER_TASK / ne0.max(1)).max(1);
+    let pool = if pool::use_pool(t.ty, ne0, ne0 * n_rows) {
+        Some(pool::BlockPool::new(t.ty, t.spec.init, t.seed)?)
+    } else {
+        None
+    };
     let mut row0 = 0usize;
     while row0 < n_rows {
         let rows = rows_per_batch.min(n_rows - row0);
         let mut batch = pipe.take()?;
-        // Every byte is overwritten by `quantize`, so only grow (zero-filling) when needed.
+        // Every byte is overwritten below, so only grow (zero-filling) when needed.
         let need = rows * row_bytes;
         if batch.len() < need {
             batch.resize(need, 0);
         }
         batch.truncate(need);
-        batch
+        let rows_out = batch
             .par_chunks_mut(row_bytes)
             .with_min_len(min_rows_per_task)
-            .enumerate()
-            .try_for_each_init(
+            .enumerate();
+        match &pool {
+            Some(pool) => {
+                rows_out.for_each(|(j, out)| pool.fill_row(t.seed, (row0 + j) as u64, out))
+            }
+            None => rows_out.try_for_each_init(
                 || vec![0f32; ne0],
                 |vals, (j, out)| {
                     weights::fill_row(t.seed, (row0 + j) as u64, t.spec.init, vals);
@@ -327,7 +337,8 @@ fn write_tensor(pipe: &Pipe, t: &Planned) -> Result<u64> {
                         Error::tensor(&t.spec.name, format!("quantize to {}: {e}", t.ty))
                     })
                 },
-            )?;
+            )?,
+        }
         row0 += rows;
         if row0 == n_rows {
             batch.resize(need + padding(total) as usize, 0);
