@@ -264,8 +264,12 @@ pub fn write_model(path: &Path, job: &Job) -> Result<(u64, BTreeMap<String, Type
             .map_err(|_| Error::InvalidArgument("synth writer thread panicked".into()))??;
         produced?;
         Ok(written)
-    })?;
+    });
     bar.finish_and_clear();
+    let written = written.inspect_err(|_| {
+        // Do not leave a truncated GGUF behind that a later run might try to load.
+        let _ = std::fs::remove_file(path);
+    })?;
     Ok((written, mix_counts, planned.len()))
 }
 
