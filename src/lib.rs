@@ -8,7 +8,7 @@ pub mod gguf;
 pub mod model;
 pub mod quant;
 pub mod sample;
-
+pub mod synth;
 pub mod tokenizer;
 
 pub use error::{Error, Result};

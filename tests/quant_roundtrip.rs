@@ -344,39 +344,3 @@ fn length_and_type_errors() {
     // Empty input is fine.
     assert_eq!(vec_dot(GgmlType::Q4_0, &[], &[]).unwrap(), 0.0);
 }
-
-/// Throughput report (not an assertion): `cargo test --release --test quant_roundtrip -- --ignored --nocapture`.
-#[test]
-#[ignore]
-fn throughput_report() {
-    let mut rng = Rng::new(7);
-    let n = 1 << 22;
-    let x = rng.gauss_vec(n, 1.0);
-    let probe = rng.gauss_vec(n, 1.0);
-    for ty in QUANTIZABLE {
-        // Untimed first passes fault the output pages in.
-        let mut q = vec![0u8; row_bytes(ty, n)];
-        quantize(ty, &x, &mut q).unwrap();
-        let t = std::time::Instant::now();
-        quantize(ty, &x, &mut q).unwrap();
-        let qs = t.elapsed().as_secs_f64();
-        let mut y = vec![0f32; n];
-        dequantize(ty, &q, &mut y).unwrap();
-        let t = std::time::Instant::now();
-        dequantize(ty, &q, &mut y).unwrap();
-        let ds = t.elapsed().as_secs_f64();
-        let t = std::time::Instant::now();
-        let mut s = 0f32;
-        for _ in 0..4 {
-            s += vec_dot(ty, &q, &probe).unwrap();
-        }
-        let vs = t.elapsed().as_secs_f64() / 4.0;
-        eprintln!(
-            "{:>5}: quantize {:7.1} M/s   dequantize {:7.1} M/s   vec_dot {:7.1} M/s  ({s:.1})",
-            ty.name(),
-            n as f64 / qs / 1e6,
-            n as f64 / ds / 1e6,
-            n as f64 / vs / 1e6
-        );
-    }
-}

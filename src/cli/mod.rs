@@ -5,7 +5,7 @@ mod common;
 mod info;
 mod logits;
 mod run;
-// mod synth; (wired when the synth module lands)
+mod synth;
 mod tokenize;
 
 use clap::{Parser, Subcommand};
@@ -34,7 +34,7 @@ enum Command {
     /// Print a model's architecture, hyper-parameters and tensor type mix.
     Info(info::InfoArgs),
     /// Write a real-shaped GGUF with random weights (for benchmarks without downloads).
-    // SYNTH Synth(synth::SynthArgs),
+    Synth(synth::SynthArgs),
     /// Measure prompt-processing and generation speed (like llama-bench).
     Bench(bench::BenchArgs),
 }
@@ -47,7 +47,7 @@ pub fn main() -> Result<()> {
         Command::Logits(a) => logits::run(a),
         Command::Tokenize(a) => tokenize::run(a),
         Command::Info(a) => info::run(a),
-        // SYNTH Command::Synth(a) => synth::run(a),
+        Command::Synth(a) => synth::run(a),
         Command::Bench(a) => bench::run(a),
     }
 }

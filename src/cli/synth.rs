@@ -25,7 +25,7 @@ pub struct SynthArgs {
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// GGUF whose tokenizer is copied (padded to the shape's vocabulary size).
-    #[arg(long, default_value = "tests/fixtures/qwen3-vocab.gguf")]
+    #[arg(long, default_value = crate::synth::DEFAULT_TOKENIZER)]
     tokenizer_from: PathBuf,
 }
 
@@ -39,6 +39,19 @@ pub fn run(a: SynthArgs) -> Result<()> {
         output: a.output.clone(),
         progress: true,
     })?;
-    eprintln!("wrote {} ({report:?})", a.output.display());
+    let mix: Vec<String> = report
+        .type_mix
+        .iter()
+        .map(|(t, c)| format!("{t}: {} tensors", c.tensors))
+        .collect();
+    eprintln!(
+        "wrote {}: {} tensors, {:.2} GB in {:.1} s ({:.0} MB/s); {}",
+        a.output.display(),
+        report.tensor_count,
+        report.bytes_written as f64 / 1e9,
+        report.seconds,
+        report.mb_per_s(),
+        mix.join(", ")
+    );
     Ok(())
 }
