@@ -17,12 +17,10 @@ mkdir -p "$out"
 { nproc; grep -m1 'model name' /proc/cpuinfo || true; nvidia-smi -L 2>/dev/null || true; } > "$out/machine.txt"
 for q in $quants; do
     model="$tmp/$shape-$q.gguf"
-    /usr/bin/env time -f "synth wall %e s, max rss %M KiB" "$bin" synth --shape "$shape" --quant "$q" -o "$model" \
-        > "$out/synth-$q.log" 2>&1
+    "$bin" synth --shape "$shape" --quant "$q" -o "$model" > "$out/synth-$q.log" 2>&1
     "$bin" info -m "$model" > "$out/info-$q.txt"
     for b in $backends; do
         "$bin" bench -m "$model" --backend "$b" "${bench_args[@]}" > "$out/bench-$q-$b.md" 2> "$out/bench-$q-$b.log"
-        "$bin" bench -m "$model" --backend "$b" "${bench_args[@]}" --no-warmup -r 1 --json > "$out/bench-$q-$b.json" 2>/dev/null || true
     done
     rm -f "$model"
 done
