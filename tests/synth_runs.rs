@@ -1,0 +1,119 @@
+//! Synthesized files load and run: every quant on the CPU backend, with finite activations through
+//! a deep stack, and batched prefill agreeing with token-by-token decode.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use rill::backend;
+use rill::exec::{Logits, Model};
+use rill::synth::{self, ShapeParams, SynthOptions};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
+}
+
+fn out(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("rill-synth-runs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp");
+    dir.join(format!("{tag}.gguf"))
+}
+
+fn opts(shape: &str, quant: &str, tag: &str) -> SynthOptions {
+    SynthOptions {
+        shape: shape.into(),
+        quant: quant.into(),
+        layers: None,
+        seed: 7,
+        tokenizer_from: fixture("tiny-dense.F16.gguf"),
+        output: out(tag),
+        progress: false,
+    }
+}
+
+/// A deep model with 256-multiple rows so the K-quant types are used (not their fallbacks).
+fn deep_k_shape(moe: bool) -> ShapeParams {
+    let base = synth::shape(if moe { "tiny-moe" } else { "tiny-dense" }).expect("shape");
+    ShapeParams {
+        n_embd: 256,
+        n_layer: 24,
+        n_ff: if moe { base.n_ff } else { 512 },
+        n_ff_exp: if moe { 256 } else { base.n_ff_exp },
+        n_ff_shexp: if moe { 256 } else { base.n_ff_shexp },
+        source: "test",
+        ..base
+    }
+}
+
+/// Prefill 40 tokens (chunked delta rule) and compare the logits of every position with
+/// token-by-token decode; all finite and of sane magnitude.
+fn run_and_check(path: &Path, what: &str) {
+    let m = Model::open(path, backend::create("cpu").expect("cpu")).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let v = m.config.n_vocab;
+    let toks: Vec<u32> = (0..40u32).map(|i| (i * 977 + 13) % 8000).collect();
+    let mut s = m.new_session(64).expect("session");
+    let pre = m.prefill(&mut s, &toks, Logits::All, &mut |_, _| {}).expect("prefill");
+    let mut s2 = m.new_session(64).expect("session");
+    let mut dec = Vec::new();
+    for &t in &toks {
+        dec.extend(m.decode(&mut s2, t).expect("decode"));
+    }
+    assert_eq!(pre.len(), toks.len() * v);
+    let mut max_abs = 0f32;
+    for (p, d) in pre.iter().zip(&dec) {
+        assert!(p.is_finite() && d.is_finite(), "{what}: non-finite logits");
+        max_abs = max_abs.max(p.abs());
+        assert!((p - d).abs() <= 1e-3 * (1.0 + p.abs()), "{what}: prefill {p} vs decode {d}");
+    }
+    assert!(max_abs > 1e-3 && max_abs < 1e3, "{what}: logits magnitude {max_abs}");
+}
+
+#[test]
+fn every_quant_of_the_tiny_shapes_runs() {
+    for shape in ["tiny-dense", "tiny-moe"] {
+        for q in synth::quant_names() {
+            let o = opts(shape, q, &format!("{shape}-{q}"));
+            synth::synthesize(&o).unwrap_or_else(|e| panic!("{shape} {q}: {e}"));
+            run_and_check(&o.output, &format!("{shape} {q}"));
+            let _ = std::fs::remove_file(&o.output);
+        }
+    }
+}
+
+#[test]
+fn deep_k_quant_models_stay_finite() {
+    for moe in [false, true] {
+        for q in ["q4_k_m", "q6_k", "bf16"] {
+            let o = opts(if moe { "tiny-moe" } else { "tiny-dense" }, q, &format!("deep-{moe}-{q}"));
+            synth::synthesize_params(&deep_k_shape(moe), &o).unwrap_or_else(|e| panic!("deep {q}: {e}"));
+            run_and_check(&o.output, &format!("deep moe={moe} {q}"));
+            let _ = std::fs::remove_file(&o.output);
+        }
+    }
+}
+
+#[test]
+fn cli_synth_then_info_prints_the_q4_k_m_mix() {
+    let path = out("cli-q4km");
+    let bin = env!("CARGO_BIN_EXE_rill");
+    let st = Command::new(bin)
+        .args(["synth", "--shape", "tiny-dense", "--quant", "q4_k_m", "-o"])
+        .arg(&path)
+        .arg("--tokenizer-from")
+        .arg(fixture("tiny-dense.F16.gguf"))
+        .output()
+        .expect("run synth");
+    assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
+    let info = Command::new(bin).args(["info", "-m"]).arg(&path).output().expect("run info");
+    assert!(info.status.success());
+    let s = String::from_utf8_lossy(&info.stdout);
+    // The quantizer's mix for these 64/128/512-wide rows (see the fixture README): Q4_K only for the
+    // 512-wide rows, Q5_0 / Q8_0 fallbacks elsewhere, F32 vectors.
+    for (ty, count) in [("Q5_0", 46), ("Q8_0", 9), ("Q4_K", 8), ("F32", 45)] {
+        let line = s
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{ty} ")))
+            .unwrap_or_else(|| panic!("no {ty} line in:\n{s}"));
+        assert!(line.contains(&format!("{count} tensors")), "{ty}: {line}");
+    }
+    let _ = std::fs::remove_file(&path);
+}
