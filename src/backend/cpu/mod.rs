@@ -307,6 +307,20 @@ pub(crate) fn check_numel(op: &str, name: &str, t: &Tensor, want: usize) -> Resu
 
 /// `Σ a[i]·b[i]` over the shorter length, accumulated in 16 lanes.
 #[inline]
+/// A zero-filled vector of `n` elements, or a typed out-of-memory error instead of an abort
+/// (sizes can come from a hostile file's metadata).
+fn zeroed_vec<T: Copy + Default>(n: usize, shape: &[usize]) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| {
+        Error::Backend(format!(
+            "out of memory: cannot allocate {} bytes for a tensor of shape {shape:?}",
+            n.saturating_mul(std::mem::size_of::<T>())
+        ))
+    })?;
+    v.resize(n, T::default());
+    Ok(v)
+}
+
 /// `dot` of two weight rows against two input rows at once (a 2x2 register tile: each loaded
 /// value feeds two products). Every (row, input) pair is accumulated in exactly the order `dot`
 /// uses, so the four results are bit-identical to four `dot` calls.
@@ -433,10 +447,13 @@ impl Backend for CpuBackend {
     }
 
     fn alloc(&self, dtype: DType, shape: &[usize]) -> Result<Tensor> {
-        let n: usize = shape.iter().product();
+        let n = shape
+            .iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| shape_err("alloc", format!("shape {shape:?} overflows")))?;
         let buf: Arc<dyn DeviceBuffer> = match dtype {
-            DType::F32 => Arc::new(CpuBuffer::F32(RwLock::new(vec![0f32; n]))),
-            DType::U32 => Arc::new(CpuBuffer::U32(RwLock::new(vec![0u32; n]))),
+            DType::F32 => Arc::new(CpuBuffer::F32(RwLock::new(zeroed_vec(n, shape)?))),
+            DType::U32 => Arc::new(CpuBuffer::U32(RwLock::new(zeroed_vec(n, shape)?))),
             DType::Ggml(_) => return Err(shape_err("alloc", "only F32 and U32 tensors can be allocated")),
         };
         Ok(Tensor {
