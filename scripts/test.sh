@@ -1,11 +1,23 @@
 #!/usr/bin/env bash
 # Sets up everything the test suite needs on a fresh machine, then runs it.
 # Today the tests need only the Rust toolchain (CPU backend); GPU-backend tests will add their
-# installs here (e.g. lavapipe for wgpu).
+# installs here (e.g. lavapipe for wgpu). Extra arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v cargo >/dev/null 2>&1; then
     echo "cargo not found: install Rust (https://rustup.rs) first" >&2
     exit 1
 fi
-cargo test --release --all-targets "$@"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --release --lib --tests "$@" 2>&1 | tee "$log" || status=$?
+# One closing line for the whole run: the sum over every test binary.
+passed=$(grep -Eo '^test result: .* ([0-9]+) passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
+failed=$(grep -Eo '; ([0-9]+) failed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')
+if [ "$status" -eq 0 ] && [ "$passed" -eq 0 ]; then
+    echo "no tests ran" >&2
+    status=1
+fi
+echo "$passed passed, $failed failed"
+exit "$status"

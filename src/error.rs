@@ -54,6 +54,9 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
+    #[error("formatting output failed")]
+    Fmt(#[from] std::fmt::Error),
+
     #[error("safetensors: {0}")]
     SafeTensors(String),
 }

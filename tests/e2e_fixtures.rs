@@ -324,3 +324,26 @@ fn prompt_longer_than_context_is_a_typed_error() {
     let err = m.decode(&mut s, 1).unwrap_err();
     assert!(matches!(err, rill::Error::ContextOverflow { .. }), "{err}");
 }
+
+/// A snapshot taken after a prompt continues exactly like the original session (multi-turn reuse,
+/// prompt caching), and the original is unaffected by work done on the copy.
+#[test]
+fn session_snapshot_restores_exactly() {
+    let r = reference("tiny-moe.reference.safetensors", "tiny-moe.reference.safetensors");
+    let m = load("tiny-moe.F16.gguf", DeltaMode::Auto);
+    let mut s = m.new_session(64).expect("session");
+    m.prefill(&mut s, &r.prompt_a, Logits::None, &mut |_, _| {})
+        .expect("prefill");
+    let mut copy = s.snapshot(m.backend().as_ref()).expect("snapshot");
+    // Advance the copy by some unrelated tokens first, then restore from a second snapshot.
+    let fresh = s.snapshot(m.backend().as_ref()).expect("snapshot");
+    for t in [5u32, 6, 7] {
+        m.decode(&mut copy, t).expect("decode");
+    }
+    let mut restored = fresh;
+    let a = m.decode(&mut s, r.greedy[0]).expect("decode original");
+    let b = m.decode(&mut restored, r.greedy[0]).expect("decode restored");
+    assert_eq!(a, b, "restored snapshot must continue bit-identically");
+    assert_eq!(copy.pos, r.prompt_a.len() + 3);
+    assert_eq!(s.pos, r.prompt_a.len() + 1);
+}

@@ -62,7 +62,10 @@ fn run_and_check(path: &Path, what: &str) {
     for (p, d) in pre.iter().zip(&dec) {
         assert!(p.is_finite() && d.is_finite(), "{what}: non-finite logits");
         max_abs = max_abs.max(p.abs());
-        assert!((p - d).abs() <= 1e-3 * (1.0 + p.abs()), "{what}: prefill {p} vs decode {d}");
+        assert!(
+            (p - d).abs() <= 1e-3 * (1.0 + p.abs()),
+            "{what}: prefill {p} vs decode {d}"
+        );
     }
     assert!(max_abs > 1e-3 && max_abs < 1e3, "{what}: logits magnitude {max_abs}");
 }
@@ -83,7 +86,11 @@ fn every_quant_of_the_tiny_shapes_runs() {
 fn deep_k_quant_models_stay_finite() {
     for moe in [false, true] {
         for q in ["q4_k_m", "q6_k", "bf16"] {
-            let o = opts(if moe { "tiny-moe" } else { "tiny-dense" }, q, &format!("deep-{moe}-{q}"));
+            let o = opts(
+                if moe { "tiny-moe" } else { "tiny-dense" },
+                q,
+                &format!("deep-{moe}-{q}"),
+            );
             synth::synthesize_params(&deep_k_shape(moe), &o).unwrap_or_else(|e| panic!("deep {q}: {e}"));
             run_and_check(&o.output, &format!("deep moe={moe} {q}"));
             let _ = std::fs::remove_file(&o.output);
@@ -103,7 +110,11 @@ fn cli_synth_then_info_prints_the_q4_k_m_mix() {
         .output()
         .expect("run synth");
     assert!(st.status.success(), "{}", String::from_utf8_lossy(&st.stderr));
-    let info = Command::new(bin).args(["info", "-m"]).arg(&path).output().expect("run info");
+    let info = Command::new(bin)
+        .args(["info", "-m"])
+        .arg(&path)
+        .output()
+        .expect("run info");
     assert!(info.status.success());
     let s = String::from_utf8_lossy(&info.stdout);
     // The quantizer's mix for these 64/128/512-wide rows (see the fixture README): Q4_K only for the

@@ -3,6 +3,7 @@
 //! session, greedy on the device); tokens/s as mean ± standard deviation over repetitions after a
 //! warm-up run.
 
+use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -140,6 +141,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
         cfg.n_embd,
         cfg.n_vocab
     );
+    let mut o = String::new();
     if a.json {
         let tests: Vec<serde_json::Value> = rows
             .iter()
@@ -155,33 +157,36 @@ pub fn run(a: BenchArgs) -> Result<()> {
             "params": params, "type_mix": mix_s, "backend": be.name(), "device": be.device_name(),
             "driver": be.driver_info(), "commit": COMMIT, "reps": a.reps, "tests": tests,
         });
-        println!(
+        writeln!(
+            o,
             "{}",
             serde_json::to_string_pretty(&v).map_err(|e| Error::InvalidArgument(e.to_string()))?
-        );
-        return Ok(());
+        )?;
+        return common::emit(&o);
     }
-    println!("model:   {} ({model_desc})", a.model.display());
-    println!("size:    {} , {} params", human_bytes(size), params);
-    println!("types:   {}", mix_s.join(", "));
-    println!(
+    writeln!(o, "model:   {} ({model_desc})", a.model.display())?;
+    writeln!(o, "size:    {} , {} params", human_bytes(size), params)?;
+    writeln!(o, "types:   {}", mix_s.join(", "))?;
+    writeln!(
+        o,
         "backend: {} | device: {} | driver: {}",
         be.name(),
         be.device_name(),
         be.driver_info()
-    );
-    println!(
+    )?;
+    writeln!(
+        o,
         "commit:  {COMMIT} | reps: {}{}",
         a.reps,
         if a.no_warmup { "" } else { " (after warm-up)" }
-    );
-    println!();
-    println!("| test | t/s |");
-    println!("|---|---|");
+    )?;
+    writeln!(o)?;
+    writeln!(o, "| test | t/s |")?;
+    writeln!(o, "|---|---|")?;
     for r in &rows {
-        println!("| {} | {:.2} ± {:.2} |", r.test, r.mean(), r.std());
+        writeln!(o, "| {} | {:.2} ± {:.2} |", r.test, r.mean(), r.std())?;
     }
-    Ok(())
+    common::emit(&o)
 }
 
 fn measure(a: &BenchArgs, kind: &str, n: usize, mut f: impl FnMut(u64) -> Result<f64>) -> Result<Row> {

@@ -76,3 +76,14 @@ pub fn parse_ids(s: &str) -> Result<Vec<u32>> {
 pub fn default_ctx(model: &Model, needed: usize) -> usize {
     model.config.context_length.clamp(1, 8192).max(needed)
 }
+
+/// Write `text` to stdout. A closed pipe (`rill info | head -1`) is not an error: the reader is
+/// done, so the output simply stops.
+pub fn emit(text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(crate::Error::IoPlain(e)),
+        _ => Ok(()),
+    }
+}

@@ -1,10 +1,12 @@
 //! `rill info`: architecture, hyper-parameters, tensor count and the quant-type mix with sizes.
 
 use std::collections::BTreeMap;
+use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use clap::Args;
 
+use super::common;
 use crate::error::Result;
 use crate::gguf::GgufFile;
 use crate::model::Config;
@@ -47,59 +49,68 @@ pub fn type_mix(file: &GgufFile) -> Vec<(String, usize, u64)> {
 
 pub fn run(a: InfoArgs) -> Result<()> {
     let file = GgufFile::open(&a.model)?;
-    println!("file:         {}", a.model.display());
-    println!("gguf version: {}", file.version);
-    println!("file size:    {}", human_bytes(file.file_len()));
+    let mut o = String::new();
+    writeln!(o, "file:         {}", a.model.display())?;
+    writeln!(o, "gguf version: {}", file.version)?;
+    writeln!(o, "file size:    {}", human_bytes(file.file_len()))?;
     match Config::from_gguf(&file) {
-        Ok(c) => print_config(&c),
-        Err(e) => println!("model:        not runnable by rill ({e})"),
+        Ok(c) => print_config(&mut o, &c)?,
+        Err(e) => writeln!(o, "model:        not runnable by rill ({e})")?,
     }
     let total: u64 = file.tensors.iter().map(|t| t.n_bytes).sum();
     let params: u64 = file.tensors.iter().map(|t| t.n_elements).sum();
-    println!(
+    writeln!(
+        o,
         "tensors:      {} ({} parameters, {})",
         file.tensors.len(),
         params,
         human_bytes(total)
-    );
-    println!("type mix:");
+    )?;
+    writeln!(o, "type mix:")?;
     for (name, count, bytes) in type_mix(&file) {
-        println!(
+        writeln!(
+            o,
             "  {name:<8} {count:>5} tensors  {:>12}  {:5.1}%",
             human_bytes(bytes),
             100.0 * bytes as f64 / total.max(1) as f64
-        );
+        )?;
     }
-    Ok(())
+    common::emit(&o)
 }
 
-fn print_config(c: &Config) {
+fn print_config(o: &mut String, c: &Config) -> Result<()> {
     let n_attn = c.n_layer - c.n_linear_layers();
-    println!("architecture: {} ({})", c.arch.gguf_name(), c.name);
-    println!(
+    writeln!(o, "architecture: {} ({})", c.arch.gguf_name(), c.name)?;
+    writeln!(
+        o,
         "layers:       {} ({} Gated DeltaNet, {} gated attention)",
         c.n_layer,
         c.n_linear_layers(),
         n_attn
-    );
-    println!(
+    )?;
+    writeln!(
+        o,
         "embedding:    {}  vocab: {}  trained context: {}",
         c.n_embd, c.n_vocab, c.context_length
-    );
-    println!(
+    )?;
+    writeln!(
+        o,
         "attention:    {} heads, {} kv heads, head dim {}, rope {} dims theta {}",
         c.attn.n_head, c.attn.n_head_kv, c.attn.head_dim, c.n_rot, c.rope_theta
-    );
-    println!(
+    )?;
+    writeln!(
+        o,
         "delta-net:    {} key heads, {} value heads, head dim {}, conv kernel {}",
         c.gdn.hk, c.gdn.hv, c.gdn.dk, c.conv_kernel
-    );
+    )?;
     match &c.moe {
-        Some(m) => println!(
+        Some(m) => writeln!(
+            o,
             "ffn:          MoE {} experts, top-{}, expert ffn {}, shared expert ffn {}",
             m.n_expert, m.n_expert_used, m.n_ff_exp, m.n_ff_shexp
-        ),
-        None => println!("ffn:          dense SwiGLU {}", c.n_ff),
+        )?,
+        None => writeln!(o, "ffn:          dense SwiGLU {}", c.n_ff)?,
     }
-    println!("rms eps:      {:e}", c.eps);
+    writeln!(o, "rms eps:      {:e}", c.eps)?;
+    Ok(())
 }

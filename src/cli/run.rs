@@ -137,12 +137,15 @@ pub fn run(a: RunArgs) -> Result<()> {
         generated += 1;
         if tok.is_eog(next) {
             if a.show_special {
-                write!(out, "{}", dec.push(next)).map_err(Error::IoPlain)?;
+                let piece = dec.push(next);
+                write_out(&mut out, &piece)?;
             }
             break;
         }
-        write!(out, "{}", dec.push(next)).map_err(Error::IoPlain)?;
-        out.flush().map_err(Error::IoPlain)?;
+        let piece = dec.push(next);
+        if !write_out(&mut out, &piece)? {
+            break; // the reader closed the pipe: stop generating
+        }
         if generated == a.n_predict {
             break;
         }
@@ -155,8 +158,9 @@ pub fn run(a: RunArgs) -> Result<()> {
             sampler.sample(&logits)?
         };
     }
-    write!(out, "{}", dec.finish()).map_err(Error::IoPlain)?;
-    writeln!(out).map_err(Error::IoPlain)?;
+    let tail = dec.finish();
+    write_out(&mut out, &tail)?;
+    write_out(&mut out, "\n")?;
     let t_gen = t1.elapsed().as_secs_f64();
     eprintln!(
         "prompt: {} tokens in {:.3} s ({:.1} tokens/s) | generation: {} tokens in {:.3} s ({:.1} tokens/s) | backend {}",
@@ -169,4 +173,13 @@ pub fn run(a: RunArgs) -> Result<()> {
         model.backend().name()
     );
     Ok(())
+}
+
+/// Write and flush a piece of generated text. `Ok(false)` when stdout is a closed pipe.
+fn write_out(out: &mut impl Write, text: &str) -> Result<bool> {
+    match out.write_all(text.as_bytes()).and_then(|_| out.flush()) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(Error::IoPlain(e)),
+    }
 }

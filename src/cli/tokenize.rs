@@ -25,6 +25,5 @@ pub fn run(a: TokenizeArgs) -> Result<()> {
     let tok = Tokenizer::from_gguf(&file)?;
     let ids = tok.encode(&a.text, !a.no_special);
     let parts: Vec<String> = ids.iter().map(|i| i.to_string()).collect();
-    println!("[{}]", parts.join(", "));
-    Ok(())
+    super::common::emit(&format!("[{}]\n", parts.join(", ")))
 }
