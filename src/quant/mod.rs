@@ -13,6 +13,7 @@ mod iq4;
 mod kquants;
 mod legacy;
 mod search;
+pub(crate) mod simd;
 
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
@@ -66,6 +67,30 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<()> {
         return Err(unsupported(ty));
     }
     check_len("dequantize", ty, src.len(), dst.len())?;
+    #[cfg(target_arch = "x86_64")]
+    if simd::avx2() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked at run time just above).
+        let ok = unsafe { dequantize_avx2(ty, src, dst) };
+        return if ok { Ok(()) } else { Err(unsupported(ty)) };
+    }
+    if dequantize_any(ty, src, dst) {
+        Ok(())
+    } else {
+        Err(unsupported(ty))
+    }
+}
+
+/// The same code compiled with AVX2 enabled (wider auto-vectorisation; Rust never contracts to FMA,
+/// so results are bit-identical to the baseline build).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dequantize_avx2(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> bool {
+    dequantize_any(ty, src, dst)
+}
+
+/// Dispatch on the type; `false` for a type without a dequantizer. Lengths are already checked.
+#[inline(always)]
+fn dequantize_any(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> bool {
     use GgmlType::*;
     match ty {
         F32 => float::dequantize_f32(src, dst),
@@ -84,9 +109,9 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<()> {
         Q4K => dequantize_blocks(src, dst, kquants::deq_q4_k),
         Q5K => dequantize_blocks(src, dst, kquants::deq_q5_k),
         Q6K => dequantize_blocks(src, dst, kquants::deq_q6_k),
-        _ => return Err(unsupported(ty)),
+        _ => return false,
     }
-    Ok(())
+    true
 }
 
 /// `dot(dequantize(row), x)` without materialising the row; `x.len()` elements.
@@ -98,8 +123,26 @@ pub fn vec_dot(ty: GgmlType, row: &[u8], x: &[f32]) -> Result<f32> {
         return Err(unsupported(ty));
     }
     check_len("vec_dot", ty, row.len(), x.len())?;
+    #[cfg(target_arch = "x86_64")]
+    if simd::avx2() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked at run time just above).
+        return unsafe { vec_dot_avx2(ty, row, x) }.ok_or_else(|| unsupported(ty));
+    }
+    vec_dot_any(ty, row, x).ok_or_else(|| unsupported(ty))
+}
+
+/// `vec_dot_any` compiled with AVX2 enabled (bit-identical results, wider vectors).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn vec_dot_avx2(ty: GgmlType, row: &[u8], x: &[f32]) -> Option<f32> {
+    vec_dot_any(ty, row, x)
+}
+
+/// Dispatch on the type; `None` for a type without a dequantizer. Lengths are already checked.
+#[inline(always)]
+fn vec_dot_any(ty: GgmlType, row: &[u8], x: &[f32]) -> Option<f32> {
     use GgmlType::*;
-    Ok(match ty {
+    Some(match ty {
         F32 => dot_plain(row, x, 4, float::dequantize_f32),
         F16 => dot_plain(row, x, 2, float::dequantize_f16),
         Bf16 => dot_plain(row, x, 2, float::dequantize_bf16),
@@ -116,7 +159,7 @@ pub fn vec_dot(ty: GgmlType, row: &[u8], x: &[f32]) -> Result<f32> {
         Q4K => dot_blocks(row, x, kquants::deq_q4_k),
         Q5K => dot_blocks(row, x, kquants::deq_q5_k),
         Q6K => dot_blocks(row, x, kquants::deq_q6_k),
-        _ => return Err(unsupported(ty)),
+        _ => return None,
     })
 }
 

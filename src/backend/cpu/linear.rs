@@ -79,6 +79,24 @@ pub(crate) fn gemm_t(w: WeightRef<'_>, cols: usize, x: &[f32], n: usize, yt: &mu
 /// `yt[r * n + t] = dot(w[r], x[t])` for the `w.len() / cols` rows of `w` and the `n` rows of `x`,
 /// with 2x2 register tiles (bit-identical to plain `dot`).
 fn dot_block(w: &[f32], cols: usize, x: &[f32], n: usize, yt: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if crate::quant::simd::avx2() {
+        // SAFETY: the CPU supports AVX2 and FMA (checked at run time just above).
+        return unsafe { dot_block_avx2(w, cols, x, n, yt) };
+    }
+    dot_block_any(w, cols, x, n, yt)
+}
+
+/// `dot_block_any` compiled with AVX2 enabled (bit-identical results: Rust never contracts to FMA).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_block_avx2(w: &[f32], cols: usize, x: &[f32], n: usize, yt: &mut [f32]) {
+    dot_block_any(w, cols, x, n, yt)
+}
+
+#[inline(always)]
+fn dot_block_any(w: &[f32], cols: usize, x: &[f32], n: usize, yt: &mut [f32]) {
+    #[inline(always)]
     fn row(m: &[f32], cols: usize, i: usize) -> &[f32] {
         &m[i * cols..(i + 1) * cols]
     }

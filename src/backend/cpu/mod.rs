@@ -324,6 +324,7 @@ fn zeroed_vec<T: Copy + Default>(n: usize, shape: &[usize]) -> Result<Vec<T>> {
 /// `dot` of two weight rows against two input rows at once (a 2x2 register tile: each loaded
 /// value feeds two products). Every (row, input) pair is accumulated in exactly the order `dot`
 /// uses, so the four results are bit-identical to four `dot` calls.
+#[inline(always)]
 pub(crate) fn dot_2x2(w0: &[f32], w1: &[f32], x0: &[f32], x1: &[f32]) -> [[f32; 2]; 2] {
     let n = w0.len();
     debug_assert!(w1.len() == n && x0.len() == n && x1.len() == n);
@@ -364,6 +365,7 @@ pub(crate) fn dot_2x2(w0: &[f32], w1: &[f32], x0: &[f32], x1: &[f32]) -> [[f32; 
     out
 }
 
+#[inline(always)]
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
     let (a, b) = (&a[..n], &b[..n]);
