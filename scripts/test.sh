@@ -12,6 +12,12 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
 cargo test --release --lib --tests "$@" 2>&1 | tee "$log" || status=$?
+# The CPU hot loops are compiled twice (AVX2 and baseline x86-64, chosen at run time): run the
+# numeric tests again on the baseline path.
+if [ "$status" -eq 0 ] && [ "$(uname -m)" = "x86_64" ]; then
+    RILL_NO_AVX2=1 cargo test --release --test quant_roundtrip --test quant_vectors --test cpu_ops \
+        --test delta_rule --test e2e_fixtures "$@" 2>&1 | tee -a "$log" || status=$?
+fi
 # One closing line for the whole run: the sum over every test binary.
 passed=$(grep -Eo '^test result: .* ([0-9]+) passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '; ([0-9]+) failed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')
