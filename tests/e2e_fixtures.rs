@@ -347,3 +347,38 @@ fn session_snapshot_restores_exactly() {
     assert_eq!(copy.pos, r.prompt_a.len() + 3);
     assert_eq!(s.pos, r.prompt_a.len() + 1);
 }
+
+/// Layer by layer: the embedding, every decoder layer's output and the final norm at the last
+/// position of prompt A against transformers (fixture README: ~1e-4 relative).
+#[test]
+fn hidden_states_match_transformers_layer_by_layer() {
+    for (file, refname) in [
+        ("tiny-dense.F16.gguf", "tiny-dense.reference.safetensors"),
+        ("tiny-moe.F16.gguf", "tiny-moe.reference.safetensors"),
+    ] {
+        let bytes = std::fs::read(Path::new(FIX).join(refname)).expect("reference");
+        let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
+        let r = reference(refname, refname);
+        let m = load(file, DeltaMode::Auto);
+        let d = m.config.n_embd;
+        let mut s = m.new_session(r.prompt_a.len()).expect("session");
+        let tr = m.trace_hidden(&mut s, &r.prompt_a).expect("trace");
+        let last = |v: &[f32]| v[v.len() - d..].to_vec();
+        let rel = |got: &[f32], want: &[f32]| {
+            let num: f64 = got.iter().zip(want).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
+            let den: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
+            (num / den).sqrt()
+        };
+        let embed = f32s(&read_tensor(&st, "embed_a_last"));
+        assert!(rel(&last(&tr.embed), &embed) <= 1e-6, "{file}: embedding");
+        let per_layer = f32s(&read_tensor(&st, "hidden_a_last_per_layer"));
+        assert_eq!(tr.layers.len() * d, per_layer.len());
+        for (i, h) in tr.layers.iter().enumerate() {
+            let e = rel(&last(h), &per_layer[i * d..(i + 1) * d]);
+            assert!(e <= 1e-4, "{file}: layer {i} rel error {e}");
+        }
+        let fin = f32s(&read_tensor(&st, "hidden_a_last_final_norm"));
+        let e = rel(&last(&tr.final_norm), &fin);
+        assert!(e <= 1e-4, "{file}: final norm rel error {e}");
+    }
+}

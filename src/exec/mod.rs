@@ -54,6 +54,17 @@ pub enum Logits {
     All,
 }
 
+/// Residual-stream snapshots of one batch (`Model::trace_hidden`), each `[T, d]` row-major.
+#[derive(Debug, Clone, Default)]
+pub struct HiddenTrace {
+    /// Token embeddings.
+    pub embed: Vec<f32>,
+    /// Output of each decoder layer (residual stream before the final norm).
+    pub layers: Vec<Vec<f32>>,
+    /// After the final RMSNorm (the LM head's input).
+    pub final_norm: Vec<f32>,
+}
+
 /// Buffers of the final norm + LM head for a given number of rows.
 struct HeadBuffers {
     /// `[1, d]`: the last residual row, when only the last position's logits are wanted.
@@ -185,6 +196,40 @@ impl Model {
         self.head_argmax(1)
     }
 
+    /// Run `tokens` as one batch (like one prefill micro-batch) and return the residual stream
+    /// `[T, d]` after the embedding, after every layer, and after the final norm. For debugging
+    /// and layer-by-layer comparisons with a reference implementation.
+    pub fn trace_hidden(&self, s: &mut Session, tokens: &[u32]) -> Result<HiddenTrace> {
+        if tokens.is_empty() {
+            return Err(Error::InvalidArgument("empty prompt".into()));
+        }
+        self.check_room(s, tokens.len())?;
+        let mode = match self.options.delta {
+            DeltaMode::Auto if tokens.len() > 1 => DeltaMode::Chunked,
+            DeltaMode::Auto => DeltaMode::Recurrent,
+            m => m,
+        };
+        let mut trace = HiddenTrace::default();
+        let mut obs = |layer: Option<usize>, h: Vec<f32>| match layer {
+            None => trace.embed = h,
+            Some(_) => trace.layers.push(h),
+        };
+        self.run_layers_observed(s, tokens, mode, Some(&mut obs))?;
+        let be = self.backend.as_ref();
+        let t = tokens.len();
+        let normed = be.alloc(DType::F32, &[t, self.config.n_embd])?;
+        {
+            let cache = self
+                .scratch
+                .lock()
+                .map_err(|_| Error::Backend("scratch lock poisoned".into()))?;
+            let sc = cache.get(&t).ok_or_else(|| Error::Backend("scratch missing".into()))?;
+            be.rms_norm(&sc.h, &self.weights.output_norm, self.config.eps, &normed)?;
+        }
+        trace.final_norm = be.read_f32(&normed)?;
+        Ok(trace)
+    }
+
     fn decode_mode(&self) -> DeltaMode {
         match self.options.delta {
             DeltaMode::Chunked => DeltaMode::Chunked,
@@ -214,6 +259,18 @@ impl Model {
 
     /// Embed `tokens` and run every layer, leaving the residual stream in the scratch `h`.
     fn run_layers(&self, s: &mut Session, tokens: &[u32], mode: DeltaMode) -> Result<()> {
+        self.run_layers_observed(s, tokens, mode, None)
+    }
+
+    /// `run_layers`, optionally reading the residual stream back after the embedding (`None`) and
+    /// after each layer (`Some(i)`). Only debugging and tests observe; the token loop passes `None`.
+    fn run_layers_observed(
+        &self,
+        s: &mut Session,
+        tokens: &[u32],
+        mode: DeltaMode,
+        mut observe: Option<&mut dyn FnMut(Option<usize>, Vec<f32>)>,
+    ) -> Result<()> {
         let be = self.backend.as_ref();
         let t = tokens.len();
         let mut cache = self
@@ -229,9 +286,15 @@ impl Model {
         let sc = cache.get(&t).ok_or_else(|| Error::Backend("scratch missing".into()))?;
         be.write_u32(&sc.ids, tokens)?;
         be.embed(&self.weights.token_embd, &sc.ids, &sc.h)?;
+        if let Some(f) = observe.as_mut() {
+            f(None, be.read_f32(&sc.h)?);
+        }
         let pos0 = s.pos;
-        for (layer, state) in self.weights.layers.iter().zip(s.layers.iter()) {
+        for (i, (layer, state)) in self.weights.layers.iter().zip(s.layers.iter()).enumerate() {
             self.run_layer(layer, state, sc, pos0, mode)?;
+            if let Some(f) = observe.as_mut() {
+                f(Some(i), be.read_f32(&sc.h)?);
+            }
         }
         s.pos += t;
         Ok(())
