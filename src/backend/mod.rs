@@ -11,6 +11,8 @@
 //! `y[t][o] = dot(W[o], x[t])`.
 
 pub mod cpu;
+#[cfg(feature = "wgpu")]
+pub mod wgpu;
 
 use std::any::Any;
 use std::sync::Arc;
@@ -254,13 +256,19 @@ pub trait Backend: Send + Sync {
 
 /// Names of the backends compiled into this build.
 pub fn available() -> Vec<&'static str> {
-    vec!["cpu"]
+    let mut v = vec!["cpu"];
+    if cfg!(feature = "wgpu") {
+        v.push("wgpu");
+    }
+    v
 }
 
 /// Create a backend by name (`--backend`).
 pub fn create(name: &str) -> Result<Arc<dyn Backend>> {
     match name {
         "cpu" => Ok(Arc::new(cpu::CpuBackend::new())),
+        #[cfg(feature = "wgpu")]
+        "wgpu" => wgpu::create(),
         other => Err(Error::UnknownBackend(other.to_string(), available().join(", "))),
     }
 }

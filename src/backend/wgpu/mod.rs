@@ -1,0 +1,391 @@
+//! wgpu backend: WGSL compute shaders on Vulkan, Metal, DX12 (and WebGPU in the browser).
+//!
+//! Buffers live on the device; ops are recorded into one command encoder and submitted when the
+//! host needs a result (`read_*`, `sync`) or the per-submission parameter arena is full. Each op
+//! is one dispatch of a shader from `shaders-wgsl/` (one file per op; weight formats are spliced in
+//! from `dequant_<type>.wgsl`), compiled once per (shader, variant) and cached.
+
+mod buffer;
+mod ops;
+mod pipelines;
+
+use std::sync::{Arc, Mutex};
+
+use crate::backend::{AttnDims, Backend, DType, GdnDims, Tensor, WeightData};
+use crate::error::{Error, Result};
+use pipelines::PipelineCache;
+
+/// Parameter block per dispatch: one aligned slot of a per-submission uniform arena.
+const PARAM_SLOT: u64 = 256;
+/// Dispatches per submission before the arena is flushed.
+const PARAM_SLOTS: u64 = 1024;
+
+/// Recording state: the open encoder and the parameter arena of the current submission.
+struct Recorder {
+    encoder: Option<wgpu::CommandEncoder>,
+    params: Vec<u8>,
+}
+
+pub struct WgpuBackend {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    info: wgpu::AdapterInfo,
+    limits: wgpu::Limits,
+    pipelines: PipelineCache,
+    param_buf: wgpu::Buffer,
+    rec: Mutex<Recorder>,
+}
+
+pub(crate) fn gpu_err(msg: impl std::fmt::Display) -> Error {
+    Error::Backend(format!("wgpu: {msg}"))
+}
+
+impl WgpuBackend {
+    /// Pick the best adapter (a discrete or integrated GPU over a CPU fallback such as lavapipe;
+    /// `RILL_WGPU_ADAPTER=substring` picks by name) and open a device with its full limits.
+    pub fn new() -> Result<WgpuBackend> {
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+        let want = std::env::var("RILL_WGPU_ADAPTER").ok().map(|s| s.to_lowercase());
+        let rank = |a: &wgpu::Adapter| {
+            let i = a.get_info();
+            let kind = match i.device_type {
+                wgpu::DeviceType::DiscreteGpu => 0,
+                wgpu::DeviceType::IntegratedGpu => 1,
+                wgpu::DeviceType::VirtualGpu => 2,
+                wgpu::DeviceType::Other => 3,
+                wgpu::DeviceType::Cpu => 4,
+            };
+            // Prefer Vulkan/Metal/DX12 over GL for the same device.
+            let api = if i.backend == wgpu::Backend::Gl { 1 } else { 0 };
+            (kind, api)
+        };
+        let adapter = adapters
+            .into_iter()
+            .filter(|a| {
+                let i = a.get_info();
+                want.as_ref().is_none_or(|w| i.name.to_lowercase().contains(w))
+                    && a.get_downlevel_capabilities()
+                        .flags
+                        .contains(wgpu::DownlevelFlags::COMPUTE_SHADERS)
+            })
+            .min_by_key(rank)
+            .ok_or_else(|| {
+                gpu_err("no GPU adapter with compute shaders found (install a Vulkan driver, e.g. mesa-vulkan-drivers)")
+            })?;
+        let info = adapter.get_info();
+        let limits = adapter.limits();
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("rill"),
+            required_features: wgpu::Features::empty(),
+            required_limits: limits.clone(),
+            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: wgpu::Trace::Off,
+        }))
+        .map_err(|e| gpu_err(format!("cannot open {}: {e}", info.name)))?;
+        let param_buf = device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("params"),
+            size: PARAM_SLOT * PARAM_SLOTS,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        Ok(WgpuBackend {
+            pipelines: PipelineCache::new(),
+            device,
+            queue,
+            info,
+            limits,
+            param_buf,
+            rec: Mutex::new(Recorder {
+                encoder: None,
+                params: Vec::new(),
+            }),
+        })
+    }
+
+    fn recorder(&self) -> Result<std::sync::MutexGuard<'_, Recorder>> {
+        self.rec.lock().map_err(|_| gpu_err("recorder lock poisoned"))
+    }
+
+    /// Submit everything recorded so far (params first, then the commands).
+    fn flush_locked(&self, rec: &mut Recorder) {
+        if let Some(enc) = rec.encoder.take() {
+            if !rec.params.is_empty() {
+                self.queue.write_buffer(&self.param_buf, 0, &rec.params);
+            }
+            self.queue.submit([enc.finish()]);
+        }
+        rec.params.clear();
+    }
+
+    fn encoder<'a>(&self, rec: &'a mut Recorder) -> &'a mut wgpu::CommandEncoder {
+        rec.encoder.get_or_insert_with(|| {
+            self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("rill ops"),
+            })
+        })
+    }
+
+    /// Record one dispatch of `shader` (file stem in `shaders-wgsl/`) in `variant` (a weight type
+    /// name such as `q4_k`, or "" for none). `params` fill the shader's uniform `P` (binding 0);
+    /// `bindings` are the storage buffers at bindings 1, 2, ... in order.
+    pub(crate) fn dispatch(
+        &self,
+        shader: &str,
+        variant: &str,
+        params: &[u32],
+        bindings: &[&Tensor],
+        workgroups: [u32; 3],
+    ) -> Result<()> {
+        if workgroups.contains(&0) {
+            return Ok(());
+        }
+        let max = self.limits.max_compute_workgroups_per_dimension;
+        if workgroups.iter().any(|&w| w > max) {
+            return Err(gpu_err(format!(
+                "{shader}: dispatch {workgroups:?} exceeds {max} per dimension"
+            )));
+        }
+        if params.len() * 4 > PARAM_SLOT as usize {
+            return Err(gpu_err(format!("{shader}: too many parameters")));
+        }
+        let pipeline = self.pipelines.get(&self.device, shader, variant)?;
+        let mut bufs = Vec::with_capacity(bindings.len());
+        for t in bindings {
+            let b = buffer::get(t)?;
+            if b.size > self.limits.max_storage_buffer_binding_size as u64 {
+                return Err(gpu_err(format!(
+                    "{shader}: a buffer of {} bytes exceeds this device's storage binding limit of {} bytes",
+                    b.size, self.limits.max_storage_buffer_binding_size
+                )));
+            }
+            bufs.push(b);
+        }
+        let mut rec = self.recorder()?;
+        if rec.params.len() as u64 >= PARAM_SLOT * PARAM_SLOTS {
+            self.flush_locked(&mut rec);
+        }
+        let offset = rec.params.len() as u64;
+        let mut slot = [0u8; PARAM_SLOT as usize];
+        for (i, w) in params.iter().enumerate() {
+            slot[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
+        }
+        rec.params.extend_from_slice(&slot);
+        let layout = pipeline.get_bind_group_layout(0);
+        let mut entries = Vec::with_capacity(bufs.len() + 1);
+        entries.push(wgpu::BindGroupEntry {
+            binding: 0,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: &self.param_buf,
+                offset,
+                size: wgpu::BufferSize::new(PARAM_SLOT),
+            }),
+        });
+        for (i, b) in bufs.iter().enumerate() {
+            entries.push(wgpu::BindGroupEntry {
+                binding: i as u32 + 1,
+                resource: b.buffer.as_entire_binding(),
+            });
+        }
+        let bg = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(shader),
+            layout: &layout,
+            entries: &entries,
+        });
+        let enc = self.encoder(&mut rec);
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some(shader),
+            timestamp_writes: None,
+        });
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &bg, &[]);
+        pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
+        Ok(())
+    }
+
+    /// Split `n` workgroups over x and y so that neither exceeds the per-dimension limit.
+    /// Shaders recover the linear index as `wg.x + wg.y * nwg.x`.
+    pub(crate) fn grid(&self, n: u32) -> [u32; 2] {
+        let max = self.limits.max_compute_workgroups_per_dimension.max(1);
+        if n <= max {
+            [n, 1]
+        } else {
+            [max, n.div_ceil(max)]
+        }
+    }
+}
+
+impl Backend for WgpuBackend {
+    fn name(&self) -> &'static str {
+        "wgpu"
+    }
+
+    fn device_name(&self) -> String {
+        format!(
+            "{} ({:?}, {:?})",
+            self.info.name, self.info.backend, self.info.device_type
+        )
+    }
+
+    fn driver_info(&self) -> String {
+        format!("{} {}", self.info.driver, self.info.driver_info)
+            .trim()
+            .to_string()
+    }
+
+    fn alloc(&self, dtype: DType, shape: &[usize]) -> Result<Tensor> {
+        buffer::alloc(self, dtype, shape)
+    }
+    fn upload_f32(&self, data: &[f32], shape: &[usize]) -> Result<Tensor> {
+        buffer::upload(self, DType::F32, shape, bytemuck::cast_slice(data), data.len())
+    }
+    fn upload_u32(&self, data: &[u32], shape: &[usize]) -> Result<Tensor> {
+        buffer::upload(self, DType::U32, shape, bytemuck::cast_slice(data), data.len())
+    }
+    fn upload_weight(&self, w: &WeightData) -> Result<Tensor> {
+        buffer::upload_weight(self, w)
+    }
+    fn write_u32(&self, t: &Tensor, data: &[u32]) -> Result<()> {
+        buffer::write(self, t, DType::U32, bytemuck::cast_slice(data), data.len())
+    }
+    fn read_f32(&self, t: &Tensor) -> Result<Vec<f32>> {
+        buffer::check_dtype("read_f32", t, DType::F32)?;
+        let bytes = buffer::read(self, t)?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+    fn read_u32(&self, t: &Tensor) -> Result<Vec<u32>> {
+        buffer::check_dtype("read_u32", t, DType::U32)?;
+        let bytes = buffer::read(self, t)?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+    fn zero(&self, t: &Tensor) -> Result<()> {
+        buffer::zero(self, t)
+    }
+    fn copy(&self, src: &Tensor, dst: &Tensor) -> Result<()> {
+        buffer::copy(self, src, dst)
+    }
+    fn copy_rows(&self, src: &Tensor, src_row: usize, dst: &Tensor, dst_row: usize, n: usize) -> Result<()> {
+        buffer::copy_rows(self, src, src_row, dst, dst_row, n)
+    }
+    fn sync(&self) -> Result<()> {
+        let mut rec = self.recorder()?;
+        self.flush_locked(&mut rec);
+        drop(rec);
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| gpu_err(format!("device poll: {e}")))?;
+        Ok(())
+    }
+
+    fn embed(&self, table: &Tensor, ids: &Tensor, out: &Tensor) -> Result<()> {
+        ops::embed(self, table, ids, out)
+    }
+    fn matmul(&self, w: &Tensor, x: &Tensor, out: &Tensor) -> Result<()> {
+        ops::matmul(self, w, x, out)
+    }
+    fn rms_norm(&self, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
+        ops::rms_norm(self, x, w, eps, out)
+    }
+    fn add_assign(&self, acc: &Tensor, x: &Tensor) -> Result<()> {
+        ops::add_assign(self, acc, x)
+    }
+    fn swiglu(&self, gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<()> {
+        ops::swiglu(self, gate, up, out)
+    }
+    fn sigmoid_mul_assign(&self, x: &Tensor, gate: &Tensor) -> Result<()> {
+        ops::sigmoid_mul_assign(self, x, gate)
+    }
+    fn sigmoid_scale_add(&self, acc: &Tensor, x: &Tensor, gate_logit: &Tensor) -> Result<()> {
+        ops::sigmoid_scale_add(self, acc, x, gate_logit)
+    }
+    fn conv1d_causal_silu(&self, x: &Tensor, w: &Tensor, state: &Tensor, out: &Tensor) -> Result<()> {
+        ops::conv1d_causal_silu(self, x, w, state, out)
+    }
+    fn gdn_gates(
+        &self,
+        a: &Tensor,
+        b: &Tensor,
+        ssm_a: &Tensor,
+        dt_bias: &Tensor,
+        g_out: &Tensor,
+        beta_out: &Tensor,
+    ) -> Result<()> {
+        ops::gdn_gates(self, a, b, ssm_a, dt_bias, g_out, beta_out)
+    }
+    fn l2_norm_qk(&self, u: &Tensor, dims: GdnDims, eps: f32) -> Result<()> {
+        ops::l2_norm_qk(self, u, dims, eps)
+    }
+    fn delta_rule_recurrent(
+        &self,
+        u: &Tensor,
+        g: &Tensor,
+        beta: &Tensor,
+        state: &Tensor,
+        out: &Tensor,
+        dims: GdnDims,
+    ) -> Result<()> {
+        ops::delta_rule_recurrent(self, u, g, beta, state, out, dims)
+    }
+    fn delta_rule_chunked(
+        &self,
+        u: &Tensor,
+        g: &Tensor,
+        beta: &Tensor,
+        state: &Tensor,
+        out: &Tensor,
+        dims: GdnDims,
+    ) -> Result<()> {
+        ops::delta_rule_chunked(self, u, g, beta, state, out, dims)
+    }
+    fn gated_rms_norm(&self, x: &Tensor, z: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
+        ops::gated_rms_norm(self, x, z, w, eps, out)
+    }
+    fn split_qgate(&self, qg: &Tensor, head_dim: usize, q: &Tensor, gate: &Tensor) -> Result<()> {
+        ops::split_qgate(self, qg, head_dim, q, gate)
+    }
+    fn rope_neox(&self, x: &Tensor, head_dim: usize, n_rot: usize, theta: f32, pos0: usize) -> Result<()> {
+        ops::rope_neox(self, x, head_dim, n_rot, theta, pos0)
+    }
+    fn attention(
+        &self,
+        q: &Tensor,
+        k_cache: &Tensor,
+        v_cache: &Tensor,
+        pos0: usize,
+        dims: AttnDims,
+        scale: f32,
+        out: &Tensor,
+    ) -> Result<()> {
+        ops::attention(self, q, k_cache, v_cache, pos0, dims, scale, out)
+    }
+    fn moe_route(&self, logits: &Tensor, k: usize, scale: f32, ids: &Tensor, weights: &Tensor) -> Result<()> {
+        ops::moe_route(self, logits, k, scale, ids, weights)
+    }
+    fn moe_experts(
+        &self,
+        x: &Tensor,
+        gate_exps: &Tensor,
+        up_exps: &Tensor,
+        down_exps: &Tensor,
+        ids: &Tensor,
+        weights: &Tensor,
+        out: &Tensor,
+    ) -> Result<()> {
+        ops::moe_experts(self, x, gate_exps, up_exps, down_exps, ids, weights, out)
+    }
+    fn argmax(&self, logits: &Tensor, out: &Tensor) -> Result<()> {
+        ops::argmax(self, logits, out)
+    }
+}
+
+/// Shared handle for `backend::create`.
+pub fn create() -> Result<Arc<dyn Backend>> {
+    Ok(Arc::new(WgpuBackend::new()?))
+}
