@@ -61,8 +61,14 @@ fn reference(ids_from: &str, logits_from: &str) -> Reference {
     }
 }
 
-fn load(file: &str, mode: DeltaMode) -> Model {
-    let be = backend::create("cpu").expect("cpu backend");
+/// Every backend compiled into this build: each end-to-end test runs on all of them
+/// (wgpu on lavapipe in CI). A backend that cannot start fails the test; nothing is skipped.
+fn backends() -> Vec<&'static str> {
+    backend::available()
+}
+
+fn load(backend_name: &str, file: &str, mode: DeltaMode) -> Model {
+    let be = backend::create(backend_name).unwrap_or_else(|e| panic!("backend {backend_name}: {e}"));
     let mut m = Model::open(Path::new(FIX).join(file), be).expect("model loads");
     m.options.delta = mode;
     m
@@ -174,94 +180,129 @@ const Q_REL: f32 = 1e-4;
 
 #[test]
 fn dense_f16_prefill_matches_transformers() {
-    let r = reference("tiny-dense.reference.safetensors", "tiny-dense.reference.safetensors");
-    check_prompts(
-        &load("tiny-dense.F16.gguf", DeltaMode::Auto),
-        &r,
-        false,
-        F16_ABS,
-        F16_REL,
-        "dense prefill",
-    );
+    for b in backends() {
+        let r = reference("tiny-dense.reference.safetensors", "tiny-dense.reference.safetensors");
+        check_prompts(
+            &load(b, "tiny-dense.F16.gguf", DeltaMode::Auto),
+            &r,
+            false,
+            F16_ABS,
+            F16_REL,
+            &format!("{b} dense prefill"),
+        );
+    }
 }
 
 #[test]
 fn dense_f16_decode_matches_transformers() {
-    let r = reference("tiny-dense.reference.safetensors", "tiny-dense.reference.safetensors");
-    check_prompts(
-        &load("tiny-dense.F16.gguf", DeltaMode::Auto),
-        &r,
-        true,
-        F16_ABS,
-        F16_REL,
-        "dense decode",
-    );
+    for b in backends() {
+        let r = reference("tiny-dense.reference.safetensors", "tiny-dense.reference.safetensors");
+        check_prompts(
+            &load(b, "tiny-dense.F16.gguf", DeltaMode::Auto),
+            &r,
+            true,
+            F16_ABS,
+            F16_REL,
+            &format!("{b} dense decode"),
+        );
+    }
 }
 
 #[test]
 fn dense_f16_greedy_matches_transformers() {
-    let r = reference("tiny-dense.reference.safetensors", "tiny-dense.reference.safetensors");
-    let m = load("tiny-dense.F16.gguf", DeltaMode::Auto);
-    assert_eq!(greedy(&m, &r.prompt_a, 32), r.greedy, "greedy after prefill");
-    assert_eq!(greedy_by_decode(&m, &r.prompt_a, 32), r.greedy, "greedy token by token");
+    for b in backends() {
+        let r = reference("tiny-dense.reference.safetensors", "tiny-dense.reference.safetensors");
+        let m = load(b, "tiny-dense.F16.gguf", DeltaMode::Auto);
+        assert_eq!(greedy(&m, &r.prompt_a, 32), r.greedy, "{b}: greedy after prefill");
+        assert_eq!(greedy_by_decode(&m, &r.prompt_a, 32), r.greedy, "{b}: greedy token by token");
+    }
 }
 
 #[test]
 fn moe_f16_prefill_matches_transformers() {
-    let r = reference("tiny-moe.reference.safetensors", "tiny-moe.reference.safetensors");
-    check_prompts(
-        &load("tiny-moe.F16.gguf", DeltaMode::Auto),
-        &r,
-        false,
-        F16_ABS,
-        F16_REL,
-        "moe prefill",
-    );
+    for b in backends() {
+        let r = reference("tiny-moe.reference.safetensors", "tiny-moe.reference.safetensors");
+        check_prompts(
+            &load(b, "tiny-moe.F16.gguf", DeltaMode::Auto),
+            &r,
+            false,
+            F16_ABS,
+            F16_REL,
+            &format!("{b} moe prefill"),
+        );
+    }
 }
 
 #[test]
 fn moe_f16_decode_matches_transformers() {
-    let r = reference("tiny-moe.reference.safetensors", "tiny-moe.reference.safetensors");
-    check_prompts(
-        &load("tiny-moe.F16.gguf", DeltaMode::Auto),
-        &r,
-        true,
-        F16_ABS,
-        F16_REL,
-        "moe decode",
-    );
+    for b in backends() {
+        let r = reference("tiny-moe.reference.safetensors", "tiny-moe.reference.safetensors");
+        check_prompts(
+            &load(b, "tiny-moe.F16.gguf", DeltaMode::Auto),
+            &r,
+            true,
+            F16_ABS,
+            F16_REL,
+            &format!("{b} moe decode"),
+        );
+    }
 }
 
 #[test]
 fn moe_f16_greedy_matches_transformers() {
-    let r = reference("tiny-moe.reference.safetensors", "tiny-moe.reference.safetensors");
-    let m = load("tiny-moe.F16.gguf", DeltaMode::Auto);
-    assert_eq!(greedy(&m, &r.prompt_a, 32), r.greedy, "greedy after prefill");
-    assert_eq!(greedy_by_decode(&m, &r.prompt_a, 32), r.greedy, "greedy token by token");
+    for b in backends() {
+        let r = reference("tiny-moe.reference.safetensors", "tiny-moe.reference.safetensors");
+        let m = load(b, "tiny-moe.F16.gguf", DeltaMode::Auto);
+        assert_eq!(greedy(&m, &r.prompt_a, 32), r.greedy, "{b}: greedy after prefill");
+        assert_eq!(greedy_by_decode(&m, &r.prompt_a, 32), r.greedy, "{b}: greedy token by token");
+    }
 }
 
 /// Chunked prefill of part of prompt B, then recurrent decode of the rest, equals the reference.
 #[test]
 fn prefill_then_decode_continues_the_state() {
-    for (file, refname) in [
-        ("tiny-dense.F16.gguf", "tiny-dense.reference.safetensors"),
-        ("tiny-moe.F16.gguf", "tiny-moe.reference.safetensors"),
-    ] {
-        let r = reference(refname, refname);
-        let m = load(file, DeltaMode::Auto);
-        let v = r.vocab;
-        let split = 130;
-        let mut s = m.new_session(r.prompt_b.len()).expect("session");
-        let mut logits = m
-            .prefill(&mut s, &r.prompt_b[..split], Logits::All, &mut |_, _| {})
-            .expect("prefill");
-        for &t in &r.prompt_b[split..] {
-            logits.extend(m.decode(&mut s, t).expect("decode"));
+    for b in backends() {
+        for (file, refname) in [
+            ("tiny-dense.F16.gguf", "tiny-dense.reference.safetensors"),
+            ("tiny-moe.F16.gguf", "tiny-moe.reference.safetensors"),
+        ] {
+            let r = reference(refname, refname);
+            let m = load(b, file, DeltaMode::Auto);
+            let v = r.vocab;
+            let split = 130;
+            let mut s = m.new_session(r.prompt_b.len()).expect("session");
+            let mut logits = m
+                .prefill(&mut s, &r.prompt_b[..split], Logits::All, &mut |_, _| {})
+                .expect("prefill");
+            for &t in &r.prompt_b[split..] {
+                logits.extend(m.decode(&mut s, t).expect("decode"));
+            }
+            for (i, &p) in r.b_positions.iter().enumerate() {
+                check_row(
+                    &format!("{file} split B[{p}]"),
+                    &logits[p * v..(p + 1) * v],
+                    &r.logits_b[i * v..(i + 1) * v],
+                    F16_ABS,
+                    F16_REL,
+                );
+            }
         }
+    }
+}
+
+/// Small micro-batches (prefill split across many calls, each chunked) give the same logits.
+#[test]
+fn ubatch_size_does_not_change_results() {
+    for b in backends() {
+        let r = reference("tiny-dense.reference.safetensors", "tiny-dense.reference.safetensors");
+        let mut m = load(b, "tiny-dense.F16.gguf", DeltaMode::Auto);
+        m.options.ubatch = 37;
+        let v = r.vocab;
+        let lb = all_logits(&m, &r.prompt_b, false);
         for (i, &p) in r.b_positions.iter().enumerate() {
             check_row(
-                &format!("{file} split B[{p}]"),
-                &logits[p * v..(p + 1) * v],
+                &format!("ubatch37 B[{p}]"),
+                &lb[p * v..(p + 1) * v],
                 &r.logits_b[i * v..(i + 1) * v],
                 F16_ABS,
                 F16_REL,
@@ -270,115 +311,106 @@ fn prefill_then_decode_continues_the_state() {
     }
 }
 
-/// Small micro-batches (prefill split across many calls, each chunked) give the same logits.
 #[test]
-fn ubatch_size_does_not_change_results() {
-    let r = reference("tiny-dense.reference.safetensors", "tiny-dense.reference.safetensors");
-    let mut m = load("tiny-dense.F16.gguf", DeltaMode::Auto);
-    m.options.ubatch = 37;
-    let v = r.vocab;
-    let lb = all_logits(&m, &r.prompt_b, false);
-    for (i, &p) in r.b_positions.iter().enumerate() {
-        check_row(
-            &format!("ubatch37 B[{p}]"),
-            &lb[p * v..(p + 1) * v],
-            &r.logits_b[i * v..(i + 1) * v],
-            F16_ABS,
-            F16_REL,
+fn q8_0_matches_llamacpp_dequant_f32() {
+    for b in backends() {
+        let r = reference(
+            "tiny-dense.reference.safetensors",
+            "tiny-dense.Q8_0.dequant-f32.llamacpp.safetensors",
         );
+        let m = load(b, "tiny-dense.Q8_0.gguf", DeltaMode::Auto);
+        check_prompts(&m, &r, false, Q_ABS, Q_REL, &format!("{b} q8_0 prefill"));
+        check_prompts(&m, &r, true, Q_ABS, Q_REL, &format!("{b} q8_0 decode"));
+        assert_eq!(greedy(&m, &r.prompt_a, 32), r.greedy, "{b}: q8_0 greedy");
     }
 }
 
 #[test]
-fn q8_0_matches_llamacpp_dequant_f32() {
-    let r = reference(
-        "tiny-dense.reference.safetensors",
-        "tiny-dense.Q8_0.dequant-f32.llamacpp.safetensors",
-    );
-    let m = load("tiny-dense.Q8_0.gguf", DeltaMode::Auto);
-    check_prompts(&m, &r, false, Q_ABS, Q_REL, "q8_0 prefill");
-    check_prompts(&m, &r, true, Q_ABS, Q_REL, "q8_0 decode");
-    assert_eq!(greedy(&m, &r.prompt_a, 32), r.greedy, "q8_0 greedy");
-}
-
-#[test]
 fn q4_k_m_matches_llamacpp_dequant_f32() {
-    let r = reference(
-        "tiny-dense.reference.safetensors",
-        "tiny-dense.Q4_K_M.dequant-f32.llamacpp.safetensors",
-    );
-    let m = load("tiny-dense.Q4_K_M.gguf", DeltaMode::Auto);
-    check_prompts(&m, &r, false, Q_ABS, Q_REL, "q4_k_m prefill");
-    check_prompts(&m, &r, true, Q_ABS, Q_REL, "q4_k_m decode");
-    assert_eq!(greedy(&m, &r.prompt_a, 32), r.greedy, "q4_k_m greedy");
+    for b in backends() {
+        let r = reference(
+            "tiny-dense.reference.safetensors",
+            "tiny-dense.Q4_K_M.dequant-f32.llamacpp.safetensors",
+        );
+        let m = load(b, "tiny-dense.Q4_K_M.gguf", DeltaMode::Auto);
+        check_prompts(&m, &r, false, Q_ABS, Q_REL, &format!("{b} q4_k_m prefill"));
+        check_prompts(&m, &r, true, Q_ABS, Q_REL, &format!("{b} q4_k_m decode"));
+        assert_eq!(greedy(&m, &r.prompt_a, 32), r.greedy, "{b}: q4_k_m greedy");
+    }
 }
 
 #[test]
 fn prompt_longer_than_context_is_a_typed_error() {
-    let m = load("tiny-dense.F16.gguf", DeltaMode::Auto);
-    let mut s = m.new_session(8).expect("session");
-    let err = m.prefill(&mut s, &[1; 9], Logits::Last, &mut |_, _| {}).unwrap_err();
-    assert!(matches!(err, rill::Error::ContextOverflow { .. }), "{err}");
-    m.prefill(&mut s, &[1; 8], Logits::Last, &mut |_, _| {})
-        .expect("fits exactly");
-    let err = m.decode(&mut s, 1).unwrap_err();
-    assert!(matches!(err, rill::Error::ContextOverflow { .. }), "{err}");
+    for b in backends() {
+        let m = load(b, "tiny-dense.F16.gguf", DeltaMode::Auto);
+        let mut s = m.new_session(8).expect("session");
+        let err = m.prefill(&mut s, &[1; 9], Logits::Last, &mut |_, _| {}).unwrap_err();
+        assert!(matches!(err, rill::Error::ContextOverflow { .. }), "{err}");
+        m.prefill(&mut s, &[1; 8], Logits::Last, &mut |_, _| {})
+            .expect("fits exactly");
+        let err = m.decode(&mut s, 1).unwrap_err();
+        assert!(matches!(err, rill::Error::ContextOverflow { .. }), "{err}");
+    }
 }
 
 /// A snapshot taken after a prompt continues exactly like the original session (multi-turn reuse,
 /// prompt caching), and the original is unaffected by work done on the copy.
 #[test]
 fn session_snapshot_restores_exactly() {
-    let r = reference("tiny-moe.reference.safetensors", "tiny-moe.reference.safetensors");
-    let m = load("tiny-moe.F16.gguf", DeltaMode::Auto);
-    let mut s = m.new_session(64).expect("session");
-    m.prefill(&mut s, &r.prompt_a, Logits::None, &mut |_, _| {})
-        .expect("prefill");
-    let mut copy = s.snapshot(m.backend().as_ref()).expect("snapshot");
-    // Advance the copy by some unrelated tokens first, then restore from a second snapshot.
-    let fresh = s.snapshot(m.backend().as_ref()).expect("snapshot");
-    for t in [5u32, 6, 7] {
-        m.decode(&mut copy, t).expect("decode");
+    for b in backends() {
+        let r = reference("tiny-moe.reference.safetensors", "tiny-moe.reference.safetensors");
+        let m = load(b, "tiny-moe.F16.gguf", DeltaMode::Auto);
+        let mut s = m.new_session(64).expect("session");
+        m.prefill(&mut s, &r.prompt_a, Logits::None, &mut |_, _| {})
+            .expect("prefill");
+        let mut copy = s.snapshot(m.backend().as_ref()).expect("snapshot");
+        // Advance the copy by some unrelated tokens first, then restore from a second snapshot.
+        let fresh = s.snapshot(m.backend().as_ref()).expect("snapshot");
+        for t in [5u32, 6, 7] {
+            m.decode(&mut copy, t).expect("decode");
+        }
+        let mut restored = fresh;
+        let a = m.decode(&mut s, r.greedy[0]).expect("decode original");
+        let b = m.decode(&mut restored, r.greedy[0]).expect("decode restored");
+        assert_eq!(a, b, "restored snapshot must continue bit-identically");
+        assert_eq!(copy.pos, r.prompt_a.len() + 3);
+        assert_eq!(s.pos, r.prompt_a.len() + 1);
     }
-    let mut restored = fresh;
-    let a = m.decode(&mut s, r.greedy[0]).expect("decode original");
-    let b = m.decode(&mut restored, r.greedy[0]).expect("decode restored");
-    assert_eq!(a, b, "restored snapshot must continue bit-identically");
-    assert_eq!(copy.pos, r.prompt_a.len() + 3);
-    assert_eq!(s.pos, r.prompt_a.len() + 1);
 }
 
 /// Layer by layer: the embedding, every decoder layer's output and the final norm at the last
 /// position of prompt A against transformers (fixture README: ~1e-4 relative).
 #[test]
 fn hidden_states_match_transformers_layer_by_layer() {
-    for (file, refname) in [
-        ("tiny-dense.F16.gguf", "tiny-dense.reference.safetensors"),
-        ("tiny-moe.F16.gguf", "tiny-moe.reference.safetensors"),
-    ] {
-        let bytes = std::fs::read(Path::new(FIX).join(refname)).expect("reference");
-        let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
-        let r = reference(refname, refname);
-        let m = load(file, DeltaMode::Auto);
-        let d = m.config.n_embd;
-        let mut s = m.new_session(r.prompt_a.len()).expect("session");
-        let tr = m.trace_hidden(&mut s, &r.prompt_a).expect("trace");
-        let last = |v: &[f32]| v[v.len() - d..].to_vec();
-        let rel = |got: &[f32], want: &[f32]| {
-            let num: f64 = got.iter().zip(want).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
-            let den: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
-            (num / den).sqrt()
-        };
-        let embed = f32s(&read_tensor(&st, "embed_a_last"));
-        assert!(rel(&last(&tr.embed), &embed) <= 1e-6, "{file}: embedding");
-        let per_layer = f32s(&read_tensor(&st, "hidden_a_last_per_layer"));
-        assert_eq!(tr.layers.len() * d, per_layer.len());
-        for (i, h) in tr.layers.iter().enumerate() {
-            let e = rel(&last(h), &per_layer[i * d..(i + 1) * d]);
-            assert!(e <= 1e-4, "{file}: layer {i} rel error {e}");
+    for b in backends() {
+        for (file, refname) in [
+            ("tiny-dense.F16.gguf", "tiny-dense.reference.safetensors"),
+            ("tiny-moe.F16.gguf", "tiny-moe.reference.safetensors"),
+        ] {
+            let bytes = std::fs::read(Path::new(FIX).join(refname)).expect("reference");
+            let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
+            let r = reference(refname, refname);
+            let m = load(b, file, DeltaMode::Auto);
+            let d = m.config.n_embd;
+            let mut s = m.new_session(r.prompt_a.len()).expect("session");
+            let tr = m.trace_hidden(&mut s, &r.prompt_a).expect("trace");
+            let last = |v: &[f32]| v[v.len() - d..].to_vec();
+            let rel = |got: &[f32], want: &[f32]| {
+                let num: f64 = got.iter().zip(want).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
+                let den: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
+                (num / den).sqrt()
+            };
+            let embed = f32s(&read_tensor(&st, "embed_a_last"));
+            assert!(rel(&last(&tr.embed), &embed) <= 1e-6, "{file}: embedding");
+            let per_layer = f32s(&read_tensor(&st, "hidden_a_last_per_layer"));
+            assert_eq!(tr.layers.len() * d, per_layer.len());
+            for (i, h) in tr.layers.iter().enumerate() {
+                let e = rel(&last(h), &per_layer[i * d..(i + 1) * d]);
+                assert!(e <= 1e-4, "{file}: layer {i} rel error {e}");
+            }
+            let fin = f32s(&read_tensor(&st, "hidden_a_last_final_norm"));
+            let e = rel(&last(&tr.final_norm), &fin);
+            assert!(e <= 1e-4, "{file}: final norm rel error {e}");
         }
-        let fin = f32s(&read_tensor(&st, "hidden_a_last_final_norm"));
-        let e = rel(&last(&tr.final_norm), &fin);
-        assert!(e <= 1e-4, "{file}: final norm rel error {e}");
     }
 }
