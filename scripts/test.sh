@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# Sets up everything the test suite needs on a fresh machine, then runs it.
-# Today the tests need only the Rust toolchain (CPU backend); GPU-backend tests will add their
-# installs here (e.g. lavapipe for wgpu). Extra arguments go to `cargo test`.
+# Sets up everything the test suite needs on a fresh machine, then runs it: the Rust toolchain must
+# exist; the wgpu backend's tests need a Vulkan driver, so without a GPU this installs lavapipe
+# (Mesa's Vulkan on the CPU). Extra arguments go to `cargo test`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v cargo >/dev/null 2>&1; then
     echo "cargo not found: install Rust (https://rustup.rs) first" >&2
     exit 1
 fi
+if [ "$(uname -s)" = Linux ] && ! ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/dev/null 2>&1; then
+    echo "installing lavapipe (mesa-vulkan-drivers) for the wgpu tests" >&2
+    sudo=""
+    [ "$(id -u)" -eq 0 ] || sudo=sudo
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq mesa-vulkan-drivers libvulkan1 >/dev/null
+fi
+export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp} # quiets Mesa
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0

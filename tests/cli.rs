@@ -77,7 +77,7 @@ fn greedy_run_streams_the_reference_continuation() {
         .collect();
     let want = tok.decode(&greedy[..8], false);
     let got = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(got.trim_end_matches('\n'), want);
+    assert_eq!(got.trim_end_matches('\n'), want, "backend {backend}");
 }
 
 #[test]

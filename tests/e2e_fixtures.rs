@@ -214,7 +214,11 @@ fn dense_f16_greedy_matches_transformers() {
         let r = reference("tiny-dense.reference.safetensors", "tiny-dense.reference.safetensors");
         let m = load(b, "tiny-dense.F16.gguf", DeltaMode::Auto);
         assert_eq!(greedy(&m, &r.prompt_a, 32), r.greedy, "{b}: greedy after prefill");
-        assert_eq!(greedy_by_decode(&m, &r.prompt_a, 32), r.greedy, "{b}: greedy token by token");
+        assert_eq!(
+            greedy_by_decode(&m, &r.prompt_a, 32),
+            r.greedy,
+            "{b}: greedy token by token"
+        );
     }
 }
 
@@ -254,7 +258,11 @@ fn moe_f16_greedy_matches_transformers() {
         let r = reference("tiny-moe.reference.safetensors", "tiny-moe.reference.safetensors");
         let m = load(b, "tiny-moe.F16.gguf", DeltaMode::Auto);
         assert_eq!(greedy(&m, &r.prompt_a, 32), r.greedy, "{b}: greedy after prefill");
-        assert_eq!(greedy_by_decode(&m, &r.prompt_a, 32), r.greedy, "{b}: greedy token by token");
+        assert_eq!(
+            greedy_by_decode(&m, &r.prompt_a, 32),
+            r.greedy,
+            "{b}: greedy token by token"
+        );
     }
 }
 

@@ -1,4 +1,4 @@
-//! Synthesized files load and run: every quant on the CPU backend, with finite activations through
+//! Synthesized files load and run: every quant on every compiled backend, with finite activations through
 //! a deep stack, and batched prefill agreeing with token-by-token decode.
 
 use std::path::{Path, PathBuf};
@@ -47,7 +47,14 @@ fn deep_k_shape(moe: bool) -> ShapeParams {
 /// Prefill 40 tokens (chunked delta rule) and compare the logits of every position with
 /// token-by-token decode; all finite and of sane magnitude.
 fn run_and_check(path: &Path, what: &str) {
-    let m = Model::open(path, backend::create("cpu").expect("cpu")).unwrap_or_else(|e| panic!("{what}: {e}"));
+    for b in backend::available() {
+        run_and_check_on(b, path, &format!("{what} on {b}"));
+    }
+}
+
+fn run_and_check_on(backend_name: &str, path: &Path, what: &str) {
+    let be = backend::create(backend_name).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let m = Model::open(path, be).unwrap_or_else(|e| panic!("{what}: {e}"));
     let v = m.config.n_vocab;
     let toks: Vec<u32> = (0..40u32).map(|i| (i * 977 + 13) % 8000).collect();
     let mut s = m.new_session(64).expect("session");
