@@ -257,15 +257,26 @@ pub trait Backend: Send + Sync {
 /// Names of the backends compiled into this build.
 pub fn available() -> Vec<&'static str> {
     let mut v = vec!["cpu"];
+    // `auto` is accepted by `create` but is not a backend of its own.
     if cfg!(feature = "wgpu") {
         v.push("wgpu");
     }
     v
 }
 
-/// Create a backend by name (`--backend`).
+/// Create a backend by name (`--backend`). `auto` picks wgpu when this build has it and a real GPU
+/// adapter exists (not a CPU emulation such as lavapipe), else the CPU backend.
 pub fn create(name: &str) -> Result<Arc<dyn Backend>> {
     match name {
+        "auto" => {
+            #[cfg(feature = "wgpu")]
+            if let Ok(b) = wgpu::WgpuBackend::new() {
+                if !b.is_cpu_adapter() {
+                    return Ok(Arc::new(b));
+                }
+            }
+            Ok(Arc::new(cpu::CpuBackend::new()))
+        }
         "cpu" => Ok(Arc::new(cpu::CpuBackend::new())),
         #[cfg(feature = "wgpu")]
         "wgpu" => wgpu::create(),

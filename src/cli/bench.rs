@@ -20,8 +20,8 @@ pub struct BenchArgs {
     /// GGUF model file.
     #[arg(short, long)]
     model: PathBuf,
-    /// Compute backend.
-    #[arg(long, default_value = "cpu")]
+    /// Compute backend: auto (a GPU through wgpu if there is one, else cpu), cpu, wgpu.
+    #[arg(long, default_value = "auto")]
     backend: String,
     /// Prompt lengths to test (comma-separated; empty to skip).
     #[arg(short = 'p', long, default_value = "512")]

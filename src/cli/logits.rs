@@ -27,8 +27,8 @@ pub struct LogitsArgs {
     /// Feed the tokens one at a time (recurrent decode path) instead of one batched prefill.
     #[arg(long)]
     decode: bool,
-    /// Compute backend.
-    #[arg(long, default_value = "cpu")]
+    /// Compute backend: auto (a GPU through wgpu if there is one, else cpu), cpu, wgpu.
+    #[arg(long, default_value = "auto")]
     backend: String,
 }
 

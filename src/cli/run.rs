@@ -56,8 +56,8 @@ pub struct RunArgs {
     /// Context size in tokens (default: prompt + n, at least the model's context up to 8192).
     #[arg(long)]
     ctx: Option<usize>,
-    /// Compute backend.
-    #[arg(long, default_value = "cpu")]
+    /// Compute backend: auto (a GPU through wgpu if there is one, else cpu), cpu, wgpu.
+    #[arg(long, default_value = "auto")]
     backend: String,
 }
 

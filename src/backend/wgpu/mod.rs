@@ -204,6 +204,11 @@ impl WgpuBackend {
         Ok(())
     }
 
+    /// Whether the adapter is a CPU emulation (lavapipe, SwiftShader, WARP).
+    pub fn is_cpu_adapter(&self) -> bool {
+        self.info.device_type == wgpu::DeviceType::Cpu
+    }
+
     /// Split `n` workgroups over x and y so that neither exceeds the per-dimension limit.
     /// Shaders recover the linear index as `wg.x + wg.y * nwg.x`.
     pub(crate) fn grid(&self, n: u32) -> [u32; 2] {
