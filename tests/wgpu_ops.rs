@@ -143,7 +143,7 @@ fn gdn_gates_matches() {
 
 /// CPU argmax of a row, for readable expectations.
 fn argmax_of(p: &Pair, data: &[f32], t: usize, v: usize) -> (Vec<u32>, Vec<u32>) {
-    let (l, _) = (p.g.upload_f32(data, &[t, v]).expect("up"), ());
+    let l = p.g.upload_f32(data, &[t, v]).expect("up");
     let lc = p.c.upload_f32(data, &[t, v]).expect("up");
     let og = p.g.alloc(DType::U32, &[t]).expect("alloc");
     let oc = p.c.alloc(DType::U32, &[t]).expect("alloc");
@@ -213,7 +213,7 @@ fn rms_norm_matches() {
             let out = p.zeros(&[t, width]);
             p.g.rms_norm(&x.0, &w.0, 1e-6, &out.0).expect("wgpu rms_norm");
             p.c.rms_norm(&x.1, &w.1, 1e-6, &out.1).expect("cpu rms_norm");
-            p.check(&format!("rms_norm t={t} width={width} d={d}"), &out, 1e-6, 2e-5);
+            p.check(&format!("rms_norm t={t} width={width} d={d}"), &out, 1e-6, 1e-5);
 
             let z = p.up(&rng.normals(t * width, 2.0), &[t, width]);
             let out = p.zeros(&[t, width]);
@@ -221,7 +221,7 @@ fn rms_norm_matches() {
                 .expect("wgpu gated_rms_norm");
             p.c.gated_rms_norm(&x.1, &z.1, &w.1, 1e-6, &out.1)
                 .expect("cpu gated_rms_norm");
-            p.check(&format!("gated_rms_norm t={t} width={width} d={d}"), &out, 1e-6, 2e-5);
+            p.check(&format!("gated_rms_norm t={t} width={width} d={d}"), &out, 1e-6, 1e-5);
         }
     }
     // A zero group: eps keeps the result finite (0).
@@ -324,7 +324,6 @@ fn conv1d_matches_and_carries_state() {
     }
 }
 
-/// Largest |got - want| / (pos * |x|max) over a RoPE result, for the error model in the docs.
 #[test]
 fn rope_neox_matches() {
     let p = Pair::new();
@@ -340,8 +339,9 @@ fn rope_neox_matches() {
                 p.g.rope_neox(&xs.0, d, n_rot, theta, pos0).expect("wgpu rope");
                 p.c.rope_neox(&xs.1, d, n_rot, theta, pos0).expect("cpu rope");
                 // Error model (see rope_neox.wgsl): the f32 angle is off by a few ulp of the
-                // position, at most ~4 * pos * 2^-24 rad, which moves a rotated pair (a, b) by
-                // that angle times |(a, b)|; plus ~1e-6 for sin/cos and the products.
+                // position (measured up to 2.5 * pos * 2^-24 rad, bounded here by 4x), which
+                // moves a rotated pair (a, b) by that angle times |(a, b)|; plus ~2e-6 relative for
+                // sin/cos and the products. At pos 4096 that is ~5e-4 * |(a, b)|.
                 let (got, want) = (read(p.g.as_ref(), &xs.0), read(p.c.as_ref(), &xs.1));
                 let cols = nh * d;
                 for r in 0..t {
@@ -390,11 +390,13 @@ fn attention_case(p: &Pair, rng: &mut Rng, t: usize, pos0: usize, extra: usize, 
         .expect("wgpu attention");
     p.c.attention(&q.1, &k.1, &v.1, pos0, dims, scale, &out.1)
         .expect("cpu attention");
-    // Outputs are convex combinations of N(0,1) values: an absolute floor for outputs near 0.
+    // Outputs are convex combinations of N(0,1) values, so the rounding of the n-term sums is
+    // absolute, ~sqrt(n) * 2^-24 * max|v| (measured <= 7e-7): 5e-6 covers outputs that cancel to
+    // near 0, 1e-4 relative the rest (scores, exp and the online rescaling each add a few ulp).
     p.check(
         &format!("attention t={t} pos0={pos0} ctx={ctx} {dims:?} q*{q_scale}"),
         &out,
-        2e-5,
+        5e-6,
         1e-4,
     );
 }

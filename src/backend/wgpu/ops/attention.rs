@@ -15,9 +15,11 @@ const MAX_HEAD_DIM: usize = 256;
 
 /// In place NeoX RoPE on the first `n_rot` dims of every head of x `[T, nh*D]`.
 ///
-/// The angle is computed in f32 on the device (the CPU reference uses f64): its error is a few
-/// ulp of the position, ~`pos * 2^-23` rad, so results drift from the reference by about
-/// `|x| * pos * 2^-23` (≈ 1e-4 relative at pos 1000, ≈ 5e-4 at pos 4096; see tests/wgpu_ops.rs).
+/// The angle is computed in f32 on the device (the CPU reference uses f64, llama.cpp's GPU
+/// kernels use f32 too): its error is a few ulp of the position, measured 1.8-2.5 * pos * 2^-24
+/// rad, so a rotated pair (a, b) differs from the reference by about `pos * 2^-23 * |(a, b)|`:
+/// within 1e-5 of |(a, b)| up to pos ≈ 80, 1e-4 up to pos ≈ 800, 5e-4 at pos 4096, 4e-2 at
+/// pos 250k (tests/wgpu_ops.rs checks a 4 * pos * 2^-24 bound up to pos 4096).
 pub(crate) fn rope_neox(
     be: &WgpuBackend,
     x: &Tensor,
