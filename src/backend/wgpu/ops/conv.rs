@@ -1,17 +1,47 @@
-//! (placeholder until implemented)
+//! Causal depthwise conv1d + SiLU with a rolling state (spec/MODEL.md §5.3).
 
+use super::eltwise::{check_f32, check_f32_in, check_numel, no_alias, u32_of};
 use crate::backend::wgpu::{gpu_err, WgpuBackend};
 use crate::backend::Tensor;
 use crate::error::Result;
 
-pub(crate) const SHADERS: &[(&str, &str)] = &[];
+pub(crate) const SHADERS: &[(&str, &str)] = &[(
+    "conv1d_causal_silu",
+    include_str!("../../../../shaders-wgsl/conv1d_causal_silu.wgsl"),
+)];
 
-pub(crate) fn conv1d_causal_silu(
-    _be: &WgpuBackend,
-    _x: &Tensor,
-    _w: &Tensor,
-    _state: &Tensor,
-    _out: &Tensor,
-) -> Result<()> {
-    Err(gpu_err("conv1d_causal_silu: not implemented"))
+/// Largest kernel width: the shader keeps the K-1 previous inputs in a private array of this size.
+const MAX_K: usize = 16;
+/// Channels per workgroup (one invocation per channel).
+const WG: u32 = 64;
+
+/// x `[T, C]`, w `[C, K]` (tap K-1 = newest token), state `[K-1, C]` oldest first (updated),
+/// out `[T, C]`. One invocation per channel loops over the tokens with a rolling window.
+pub(crate) fn conv1d_causal_silu(be: &WgpuBackend, x: &Tensor, w: &Tensor, state: &Tensor, out: &Tensor) -> Result<()> {
+    let op = "conv1d_causal_silu";
+    check_f32(op, &[x, state, out])?;
+    check_f32_in(op, "w", w)?;
+    let (t_len, c) = (x.rows(), x.cols());
+    let k = w.cols();
+    if k == 0 || w.rows() != c {
+        return Err(gpu_err(format!("{op}: w {:?} does not match x {:?}", w.shape, x.shape)));
+    }
+    if k > MAX_K {
+        return Err(gpu_err(format!("{op}: kernel width {k} exceeds {MAX_K}")));
+    }
+    check_numel(op, "state", state, (k - 1) * c)?;
+    check_numel(op, "out", out, t_len * c)?;
+    no_alias(op, &[state, out], &[x, w])?;
+    u32_of(op, x.numel().max(w.numel()))?;
+    if c == 0 {
+        return Ok(());
+    }
+    let [gx, gy] = be.grid((c as u32).div_ceil(WG));
+    be.dispatch(
+        op,
+        "",
+        &[t_len as u32, c as u32, k as u32],
+        &[x, w, state, out],
+        [gx, gy, 1],
+    )
 }
