@@ -5,6 +5,7 @@
 //! (scale/min search in `search.rs`, then 6/8-bit scale quantization and a re-quantization pass
 //! against the rounded scales).
 
+use super::dot::{sub, Acc};
 use super::float::{read_f16, write_f16};
 use super::search::{make_qkx2, make_qx, round_clamped, Qkx2Params, QKX2_Q4K, QKX2_Q5K};
 
@@ -141,6 +142,88 @@ pub(crate) fn deq_q6_k(b: &[u8; 210], y: &mut [f32; QK_K]) {
             yy[l + 32] = d * (sc[is + 2] as i8) as f32 * q2 as f32;
             yy[l + 64] = d * (sc[is + 4] as i8) as f32 * q3 as f32;
             yy[l + 96] = d * (sc[is + 6] as i8) as f32 * q4 as f32;
+        }
+    }
+}
+
+// ---------------------------------------------------------------- fused dot products
+//
+// `Σ y·x` over one super-block, each `y` computed in registers with exactly the f32 operations of
+// the `deq_*` function above (so the products equal those of `dot(deq_*(b), x)`).
+
+/// The eight 6-bit scales and mins of Q4_K/Q5_K ([`scale_min_k4`] for every sub-block, unrolled
+/// so that no index is data-dependent).
+#[inline(always)]
+fn scales_mins_k4(q: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+    let (mut sc, mut m) = ([0u8; 8], [0u8; 8]);
+    for j in 0..4 {
+        sc[j] = q[j] & 63;
+        m[j] = q[j + 4] & 63;
+        sc[j + 4] = (q[j + 8] & 0xf) | ((q[j] >> 6) << 4);
+        m[j + 4] = (q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4);
+    }
+    (sc, m)
+}
+
+#[inline(always)]
+pub(crate) fn dot_q4_k(b: &[u8; 144], x: &[f32; QK_K], acc: &mut Acc) {
+    let d = read_f16(b, 0);
+    let dmin = read_f16(b, 2);
+    let (sc, m) = scales_mins_k4(sub::<12, _>(b, 4));
+    for c in 0..4 {
+        let q = sub::<32, _>(b, 16 + 32 * c);
+        let (d1, m1) = (d * sc[2 * c] as f32, dmin * m[2 * c] as f32);
+        let (d2, m2) = (d * sc[2 * c + 1] as f32, dmin * m[2 * c + 1] as f32);
+        acc.add_with(sub::<32, _>(x, 64 * c), |l| d1 * (q[l] & 0xf) as f32 - m1);
+        acc.add_with(sub::<32, _>(x, 64 * c + 32), |l| d2 * (q[l] >> 4) as f32 - m2);
+    }
+}
+
+#[inline(always)]
+pub(crate) fn dot_q5_k(b: &[u8; 176], x: &[f32; QK_K], acc: &mut Acc) {
+    let d = read_f16(b, 0);
+    let dmin = read_f16(b, 2);
+    let (sc, m) = scales_mins_k4(sub::<12, _>(b, 4));
+    let qh = sub::<32, _>(b, 16);
+    for c in 0..4 {
+        let q = sub::<32, _>(b, 48 + 32 * c);
+        let (d1, m1) = (d * sc[2 * c] as f32, dmin * m[2 * c] as f32);
+        let (d2, m2) = (d * sc[2 * c + 1] as f32, dmin * m[2 * c + 1] as f32);
+        acc.add_with(sub::<32, _>(x, 64 * c), |l| {
+            d1 * ((q[l] & 0xf) | (((qh[l] >> (2 * c)) & 1) << 4)) as f32 - m1
+        });
+        acc.add_with(sub::<32, _>(x, 64 * c + 32), |l| {
+            d2 * ((q[l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4)) as f32 - m2
+        });
+    }
+}
+
+#[inline(always)]
+pub(crate) fn dot_q6_k(b: &[u8; 210], x: &[f32; QK_K], acc: &mut Acc) {
+    let d = read_f16(b, 208);
+    for h in 0..2 {
+        let sc = sub::<8, _>(b, 192 + 8 * h);
+        let qh = sub::<32, _>(b, 128 + 32 * h);
+        for is in 0..2 {
+            // Element l of each 16-element sub-block below is ql/qh byte `16·is + l`.
+            let ql = sub::<16, _>(b, 64 * h + 16 * is);
+            let ql2 = sub::<16, _>(b, 64 * h + 32 + 16 * is);
+            let qh = sub::<16, _>(qh, 16 * is);
+            let at = |k: usize| sub::<16, _>(x, 128 * h + 32 * k + 16 * is);
+            let ds = |k: usize| d * (sc[is + 2 * k] as i8) as f32;
+            let (d1, d2, d3, d4) = (ds(0), ds(1), ds(2), ds(3));
+            acc.add_with(at(0), |l| {
+                d1 * (((ql[l] & 0xf) | ((qh[l] & 3) << 4)) as i32 - 32) as f32
+            });
+            acc.add_with(at(1), |l| {
+                d2 * (((ql2[l] & 0xf) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32) as f32
+            });
+            acc.add_with(at(2), |l| {
+                d3 * (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32) as f32
+            });
+            acc.add_with(at(3), |l| {
+                d4 * (((ql2[l] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32) as f32
+            });
         }
     }
 }

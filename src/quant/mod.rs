@@ -17,7 +17,7 @@ pub(crate) mod simd;
 
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
-use blocks::{dequantize_blocks, dot_blocks, quantize_blocks};
+use blocks::{dequantize_blocks, dot_blocks, dot_fused, quantize_blocks};
 
 fn unsupported(ty: GgmlType) -> Error {
     Error::UnsupportedType {
@@ -138,6 +138,20 @@ unsafe fn vec_dot_avx2(ty: GgmlType, row: &[u8], x: &[f32]) -> Option<f32> {
     vec_dot_any(ty, row, x)
 }
 
+/// `$driver(row, x, kernel)` with `kernel` wrapped in an `#[inline(always)]` closure. A function
+/// item passed as `impl Fn` is called through a shim that LLVM does not inline into the driver's
+/// loop; the kernel then stays an out-of-line call compiled once, without AVX2, for both paths.
+macro_rules! inlined {
+    ($driver:ident, $row:expr, $x:expr, $kernel:path) => {
+        $driver(
+            $row,
+            $x,
+            #[inline(always)]
+            |b, xs, acc| $kernel(b, xs, acc),
+        )
+    };
+}
+
 /// Dispatch on the type; `None` for a type without a dequantizer. Lengths are already checked.
 #[inline(always)]
 fn vec_dot_any(ty: GgmlType, row: &[u8], x: &[f32]) -> Option<f32> {
@@ -146,19 +160,19 @@ fn vec_dot_any(ty: GgmlType, row: &[u8], x: &[f32]) -> Option<f32> {
         F32 => dot_plain(row, x, 4, float::dequantize_f32),
         F16 => dot_plain(row, x, 2, float::dequantize_f16),
         Bf16 => dot_plain(row, x, 2, float::dequantize_bf16),
-        Q4_0 => dot_blocks(row, x, legacy::deq_q4_0),
-        Q4_1 => dot_blocks(row, x, legacy::deq_q4_1),
-        Q5_0 => dot_blocks(row, x, legacy::deq_q5_0),
-        Q5_1 => dot_blocks(row, x, legacy::deq_q5_1),
-        Q8_0 => dot_blocks(row, x, legacy::deq_q8_0),
+        Q4_0 => inlined!(dot_fused, row, x, legacy::dot_q4_0),
+        Q4_1 => inlined!(dot_fused, row, x, legacy::dot_q4_1),
+        Q5_0 => inlined!(dot_fused, row, x, legacy::dot_q5_0),
+        Q5_1 => inlined!(dot_fused, row, x, legacy::dot_q5_1),
+        Q8_0 => inlined!(dot_fused, row, x, legacy::dot_q8_0),
         Mxfp4 => dot_blocks(row, x, legacy::deq_mxfp4),
         Iq4Nl => dot_blocks(row, x, iq4::deq_iq4_nl),
         Iq4Xs => dot_blocks(row, x, iq4::deq_iq4_xs),
         Q2K => dot_blocks(row, x, kquants::deq_q2_k),
         Q3K => dot_blocks(row, x, kquants::deq_q3_k),
-        Q4K => dot_blocks(row, x, kquants::deq_q4_k),
-        Q5K => dot_blocks(row, x, kquants::deq_q5_k),
-        Q6K => dot_blocks(row, x, kquants::deq_q6_k),
+        Q4K => inlined!(dot_fused, row, x, kquants::dot_q4_k),
+        Q5K => inlined!(dot_fused, row, x, kquants::dot_q5_k),
+        Q6K => inlined!(dot_fused, row, x, kquants::dot_q6_k),
         _ => return None,
     })
 }
