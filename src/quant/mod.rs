@@ -142,12 +142,12 @@ unsafe fn vec_dot_avx2(ty: GgmlType, row: &[u8], x: &[f32]) -> Option<f32> {
 /// item passed as `impl Fn` is called through a shim that LLVM does not inline into the driver's
 /// loop; the kernel then stays an out-of-line call compiled once, without AVX2, for both paths.
 macro_rules! inlined {
-    ($driver:ident, $row:expr, $x:expr, $kernel:path) => {
+    ($driver:ident, $row:expr, $x:expr, |$($arg:ident),*| $kernel:path) => {
         $driver(
             $row,
             $x,
             #[inline(always)]
-            |b, xs, acc| $kernel(b, xs, acc),
+            |$($arg),*| $kernel($($arg),*),
         )
     };
 }
@@ -160,19 +160,19 @@ fn vec_dot_any(ty: GgmlType, row: &[u8], x: &[f32]) -> Option<f32> {
         F32 => dot_plain(row, x, 4, float::dequantize_f32),
         F16 => dot_plain(row, x, 2, float::dequantize_f16),
         Bf16 => dot_plain(row, x, 2, float::dequantize_bf16),
-        Q4_0 => inlined!(dot_fused, row, x, legacy::dot_q4_0),
-        Q4_1 => inlined!(dot_fused, row, x, legacy::dot_q4_1),
-        Q5_0 => inlined!(dot_fused, row, x, legacy::dot_q5_0),
-        Q5_1 => inlined!(dot_fused, row, x, legacy::dot_q5_1),
-        Q8_0 => inlined!(dot_fused, row, x, legacy::dot_q8_0),
-        Mxfp4 => dot_blocks(row, x, legacy::deq_mxfp4),
-        Iq4Nl => dot_blocks(row, x, iq4::deq_iq4_nl),
-        Iq4Xs => dot_blocks(row, x, iq4::deq_iq4_xs),
-        Q2K => dot_blocks(row, x, kquants::deq_q2_k),
-        Q3K => dot_blocks(row, x, kquants::deq_q3_k),
-        Q4K => inlined!(dot_fused, row, x, kquants::dot_q4_k),
-        Q5K => inlined!(dot_fused, row, x, kquants::dot_q5_k),
-        Q6K => inlined!(dot_fused, row, x, kquants::dot_q6_k),
+        Q4_0 => inlined!(dot_fused, row, x, |b, xs, acc| legacy::dot_q4_0),
+        Q4_1 => inlined!(dot_fused, row, x, |b, xs, acc| legacy::dot_q4_1),
+        Q5_0 => inlined!(dot_fused, row, x, |b, xs, acc| legacy::dot_q5_0),
+        Q5_1 => inlined!(dot_fused, row, x, |b, xs, acc| legacy::dot_q5_1),
+        Q8_0 => inlined!(dot_fused, row, x, |b, xs, acc| legacy::dot_q8_0),
+        Mxfp4 => inlined!(dot_blocks, row, x, |b, y| legacy::deq_mxfp4),
+        Iq4Nl => inlined!(dot_blocks, row, x, |b, y| iq4::deq_iq4_nl),
+        Iq4Xs => inlined!(dot_blocks, row, x, |b, y| iq4::deq_iq4_xs),
+        Q2K => inlined!(dot_blocks, row, x, |b, y| kquants::deq_q2_k),
+        Q3K => inlined!(dot_blocks, row, x, |b, y| kquants::deq_q3_k),
+        Q4K => inlined!(dot_fused, row, x, |b, xs, acc| kquants::dot_q4_k),
+        Q5K => inlined!(dot_fused, row, x, |b, xs, acc| kquants::dot_q5_k),
+        Q6K => inlined!(dot_fused, row, x, |b, xs, acc| kquants::dot_q6_k),
         _ => return None,
     })
 }
