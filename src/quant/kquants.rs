@@ -151,10 +151,10 @@ pub(crate) fn deq_q6_k(b: &[u8; 210], y: &mut [f32; QK_K]) {
 // `Σ y·x` over one super-block, each `y` computed in registers with exactly the f32 operations of
 // the `deq_*` function above (so the products equal those of `dot(deq_*(b), x)`).
 
-/// The eight 6-bit scales and mins of Q4_K/Q5_K ([`scale_min_k4`] for every sub-block, unrolled
-/// so that no index is data-dependent).
+/// The eight sub-block scales `d·sc` and mins `dmin·m` of Q4_K/Q5_K, in f32 as `deq_q4_k` forms
+/// them ([`scale_min_k4`] for every sub-block, unrolled so that no index is data-dependent).
 #[inline(always)]
-fn scales_mins_k4(q: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
+fn scales_mins_k4(d: f32, dmin: f32, q: &[u8; 12]) -> ([f32; 8], [f32; 8]) {
     let (mut sc, mut m) = ([0u8; 8], [0u8; 8]);
     for j in 0..4 {
         sc[j] = q[j] & 63;
@@ -162,18 +162,17 @@ fn scales_mins_k4(q: &[u8; 12]) -> ([u8; 8], [u8; 8]) {
         sc[j + 4] = (q[j + 8] & 0xf) | ((q[j] >> 6) << 4);
         m[j + 4] = (q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4);
     }
-    (sc, m)
+    (sc.map(|v| d * v as f32), m.map(|v| dmin * v as f32))
 }
 
 #[inline(always)]
 pub(crate) fn dot_q4_k(b: &[u8; 144], x: &[f32; QK_K], acc: &mut Acc) {
     let d = read_f16(b, 0);
     let dmin = read_f16(b, 2);
-    let (sc, m) = scales_mins_k4(sub::<12, _>(b, 4));
+    let (ds, ms) = scales_mins_k4(d, dmin, sub::<12, _>(b, 4));
     for c in 0..4 {
         let q = sub::<32, _>(b, 16 + 32 * c);
-        let (d1, m1) = (d * sc[2 * c] as f32, dmin * m[2 * c] as f32);
-        let (d2, m2) = (d * sc[2 * c + 1] as f32, dmin * m[2 * c + 1] as f32);
+        let (d1, m1, d2, m2) = (ds[2 * c], ms[2 * c], ds[2 * c + 1], ms[2 * c + 1]);
         acc.add_with(sub::<32, _>(x, 64 * c), |l| d1 * (q[l] & 0xf) as f32 - m1);
         acc.add_with(sub::<32, _>(x, 64 * c + 32), |l| d2 * (q[l] >> 4) as f32 - m2);
     }
@@ -183,12 +182,11 @@ pub(crate) fn dot_q4_k(b: &[u8; 144], x: &[f32; QK_K], acc: &mut Acc) {
 pub(crate) fn dot_q5_k(b: &[u8; 176], x: &[f32; QK_K], acc: &mut Acc) {
     let d = read_f16(b, 0);
     let dmin = read_f16(b, 2);
-    let (sc, m) = scales_mins_k4(sub::<12, _>(b, 4));
+    let (ds, ms) = scales_mins_k4(d, dmin, sub::<12, _>(b, 4));
     let qh = sub::<32, _>(b, 16);
     for c in 0..4 {
         let q = sub::<32, _>(b, 48 + 32 * c);
-        let (d1, m1) = (d * sc[2 * c] as f32, dmin * m[2 * c] as f32);
-        let (d2, m2) = (d * sc[2 * c + 1] as f32, dmin * m[2 * c + 1] as f32);
+        let (d1, m1, d2, m2) = (ds[2 * c], ms[2 * c], ds[2 * c + 1], ms[2 * c + 1]);
         acc.add_with(sub::<32, _>(x, 64 * c), |l| {
             d1 * ((q[l] & 0xf) | (((qh[l] >> (2 * c)) & 1) << 4)) as f32 - m1
         });
