@@ -199,8 +199,10 @@ pub(crate) fn dot_q5_k(b: &[u8; 176], x: &[f32; QK_K], acc: &mut Acc) {
 #[inline(always)]
 pub(crate) fn dot_q6_k(b: &[u8; 210], x: &[f32; QK_K], acc: &mut Acc) {
     let d = read_f16(b, 208);
+    // The sixteen sub-block scales `d·sc` as `deq_q6_k` forms them, one 16-lane vector.
+    let ds = sub::<16, _>(b, 192).map(|s| d * (s as i8) as f32);
     for h in 0..2 {
-        let sc = sub::<8, _>(b, 192 + 8 * h);
+        let sc = sub::<8, _>(&ds, 8 * h);
         let qh = sub::<32, _>(b, 128 + 32 * h);
         for is in 0..2 {
             // Element l of each 16-element sub-block below is ql/qh byte `16·is + l`.
@@ -208,8 +210,7 @@ pub(crate) fn dot_q6_k(b: &[u8; 210], x: &[f32; QK_K], acc: &mut Acc) {
             let ql2 = sub::<16, _>(b, 64 * h + 32 + 16 * is);
             let qh = sub::<16, _>(qh, 16 * is);
             let at = |k: usize| sub::<16, _>(x, 128 * h + 32 * k + 16 * is);
-            let ds = |k: usize| d * (sc[is + 2 * k] as i8) as f32;
-            let (d1, d2, d3, d4) = (ds(0), ds(1), ds(2), ds(3));
+            let (d1, d2, d3, d4) = (sc[is], sc[is + 2], sc[is + 4], sc[is + 6]);
             acc.add_with(at(0), |l| {
                 d1 * (((ql[l] & 0xf) | ((qh[l] & 3) << 4)) as i32 - 32) as f32
             });
