@@ -1,8 +1,10 @@
-//! The f32 dot-product kernel every `vec_dot` ends in.
+//! The f32 dot-product accumulator every `vec_dot` ends in.
 //!
 //! Sixteen independent lanes let LLVM keep four SSE (or two AVX) accumulators in flight, so the
 //! loop is bound by throughput, not by the latency of one serial add chain. The order of the
 //! additions therefore differs from a naive left-to-right sum; callers compare to tolerance.
+//! Element `i` of a row always lands in lane `i % 16` (block and sub-block sizes are multiples of
+//! 16), whichever kernel produced the product.
 
 const LANES: usize = 16;
 

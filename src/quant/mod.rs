@@ -3,8 +3,9 @@
 //!
 //! Layouts and operation order follow spec/GGUF.md §3 and ggml's reference C code. One file per
 //! family: `float` (F32/F16/BF16), `legacy` (32-element Q4_0..Q8_0, MXFP4), `kquants`
-//! (Q2_K..Q6_K), `iq4` (IQ4_NL, IQ4_XS); `search` holds the K-quant scale searches, `blocks` the
-//! row drivers and `dot` the f32 accumulation kernel.
+//! (Q2_K..Q6_K), `iq4` (IQ4_NL, IQ4_XS), each with its block decoders and, for the common types,
+//! fused decode-and-dot kernels; `search` holds the K-quant scale searches, `blocks` the row
+//! drivers and `dot` the f32 accumulator.
 
 mod blocks;
 mod dot;
@@ -116,8 +117,12 @@ fn dequantize_any(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> bool {
 
 /// `dot(dequantize(row), x)` without materialising the row; `x.len()` elements.
 ///
-/// Blocks are decoded into a stack buffer and accumulated in 16 f32 lanes, so the result equals
-/// the dot product of the dequantized row up to f32 summation-order rounding.
+/// Every product is `y_i·x_i` with `y_i` bit-identical to `dequantize` (the fused kernels of
+/// Q4_0..Q8_0 and Q4_K..Q6_K recompute each element in registers with the same f32 operations;
+/// the other types decode a block into a stack buffer), accumulated in 16 f32 lanes (element `i`
+/// of a row in lane `i % 16`) and reduced pairwise. The result therefore equals the dot product
+/// of the dequantized row up to f32 summation-order rounding, `|error| <= γ_(n/16+5)·Σ|y_i·x_i|`,
+/// and is the same with and without AVX2.
 pub fn vec_dot(ty: GgmlType, row: &[u8], x: &[f32]) -> Result<f32> {
     if !can_dequantize(ty) {
         return Err(unsupported(ty));
