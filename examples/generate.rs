@@ -9,7 +9,9 @@ use rill::tokenizer::Tokenizer;
 
 fn main() -> rill::Result<()> {
     let mut args = std::env::args().skip(1);
-    let path = args.next().unwrap_or_else(|| "tests/fixtures/tiny-dense.F16.gguf".into());
+    let path = args
+        .next()
+        .unwrap_or_else(|| "tests/fixtures/tiny-dense.F16.gguf".into());
     let prompt = args.next().unwrap_or_else(|| "The capital of France is".into());
 
     let file = GgufFile::open(&path)?; // zero-copy, every size checked

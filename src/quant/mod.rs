@@ -89,6 +89,20 @@ unsafe fn dequantize_avx2(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> bool {
     dequantize_any(ty, src, dst)
 }
 
+/// `$driver(row, x, kernel)` with `kernel` wrapped in an `#[inline(always)]` closure. A function
+/// item passed as `impl Fn` is called through a shim that LLVM does not inline into the driver's
+/// loop; the kernel then stays an out-of-line call compiled once, without AVX2, for both paths.
+macro_rules! inlined {
+    ($driver:ident, $row:expr, $x:expr, |$($arg:ident),*| $kernel:path) => {
+        $driver(
+            $row,
+            $x,
+            #[inline(always)]
+            |$($arg),*| $kernel($($arg),*),
+        )
+    };
+}
+
 /// Dispatch on the type; `false` for a type without a dequantizer. Lengths are already checked.
 #[inline(always)]
 fn dequantize_any(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> bool {
@@ -97,19 +111,19 @@ fn dequantize_any(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> bool {
         F32 => float::dequantize_f32(src, dst),
         F16 => float::dequantize_f16(src, dst),
         Bf16 => float::dequantize_bf16(src, dst),
-        Q4_0 => dequantize_blocks(src, dst, legacy::deq_q4_0),
-        Q4_1 => dequantize_blocks(src, dst, legacy::deq_q4_1),
-        Q5_0 => dequantize_blocks(src, dst, legacy::deq_q5_0),
-        Q5_1 => dequantize_blocks(src, dst, legacy::deq_q5_1),
-        Q8_0 => dequantize_blocks(src, dst, legacy::deq_q8_0),
-        Mxfp4 => dequantize_blocks(src, dst, legacy::deq_mxfp4),
-        Iq4Nl => dequantize_blocks(src, dst, iq4::deq_iq4_nl),
-        Iq4Xs => dequantize_blocks(src, dst, iq4::deq_iq4_xs),
-        Q2K => dequantize_blocks(src, dst, kquants::deq_q2_k),
-        Q3K => dequantize_blocks(src, dst, kquants::deq_q3_k),
-        Q4K => dequantize_blocks(src, dst, kquants::deq_q4_k),
-        Q5K => dequantize_blocks(src, dst, kquants::deq_q5_k),
-        Q6K => dequantize_blocks(src, dst, kquants::deq_q6_k),
+        Q4_0 => inlined!(dequantize_blocks, src, dst, |b, y| legacy::deq_q4_0),
+        Q4_1 => inlined!(dequantize_blocks, src, dst, |b, y| legacy::deq_q4_1),
+        Q5_0 => inlined!(dequantize_blocks, src, dst, |b, y| legacy::deq_q5_0),
+        Q5_1 => inlined!(dequantize_blocks, src, dst, |b, y| legacy::deq_q5_1),
+        Q8_0 => inlined!(dequantize_blocks, src, dst, |b, y| legacy::deq_q8_0),
+        Mxfp4 => inlined!(dequantize_blocks, src, dst, |b, y| legacy::deq_mxfp4),
+        Iq4Nl => inlined!(dequantize_blocks, src, dst, |b, y| iq4::deq_iq4_nl),
+        Iq4Xs => inlined!(dequantize_blocks, src, dst, |b, y| iq4::deq_iq4_xs),
+        Q2K => inlined!(dequantize_blocks, src, dst, |b, y| kquants::deq_q2_k),
+        Q3K => inlined!(dequantize_blocks, src, dst, |b, y| kquants::deq_q3_k),
+        Q4K => inlined!(dequantize_blocks, src, dst, |b, y| kquants::deq_q4_k),
+        Q5K => inlined!(dequantize_blocks, src, dst, |b, y| kquants::deq_q5_k),
+        Q6K => inlined!(dequantize_blocks, src, dst, |b, y| kquants::deq_q6_k),
         _ => return false,
     }
     true
@@ -141,20 +155,6 @@ pub fn vec_dot(ty: GgmlType, row: &[u8], x: &[f32]) -> Result<f32> {
 #[target_feature(enable = "avx2,fma")]
 unsafe fn vec_dot_avx2(ty: GgmlType, row: &[u8], x: &[f32]) -> Option<f32> {
     vec_dot_any(ty, row, x)
-}
-
-/// `$driver(row, x, kernel)` with `kernel` wrapped in an `#[inline(always)]` closure. A function
-/// item passed as `impl Fn` is called through a shim that LLVM does not inline into the driver's
-/// loop; the kernel then stays an out-of-line call compiled once, without AVX2, for both paths.
-macro_rules! inlined {
-    ($driver:ident, $row:expr, $x:expr, |$($arg:ident),*| $kernel:path) => {
-        $driver(
-            $row,
-            $x,
-            #[inline(always)]
-            |$($arg),*| $kernel($($arg),*),
-        )
-    };
 }
 
 /// Dispatch on the type; `None` for a type without a dequantizer. Lengths are already checked.
