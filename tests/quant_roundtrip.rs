@@ -344,3 +344,78 @@ fn length_and_type_errors() {
     // Empty input is fine.
     assert_eq!(vec_dot(GgmlType::Q4_0, &[], &[]).unwrap(), 0.0);
 }
+
+#[test]
+fn vec_dot_decodes_every_element_like_dequantize() {
+    // Against a one-hot x, vec_dot must return exactly the dequantized element: the fused
+    // kernels compute each value in registers with the same f32 operations as `dequantize`, and
+    // every other product is ±0, which adds exactly. Checks every position of every format's
+    // layout (both SIMD paths when run with and without RILL_NO_AVX2).
+    let mut rng = Rng::new(7);
+    let n = 512;
+    for ty in DEQUANTIZABLE {
+        for _ in 0..3 {
+            let row = random_row(ty, n, &mut rng);
+            let mut y = vec![0f32; n];
+            dequantize(ty, &row, &mut y).unwrap();
+            let mut x = vec![0f32; n];
+            for i in 0..n {
+                x[i] = 1.0;
+                let got = vec_dot(ty, &row, &x).unwrap();
+                x[i] = 0.0;
+                assert!(got == y[i], "{ty} element {i}: vec_dot {got} vs dequantize {}", y[i]);
+            }
+        }
+    }
+}
+
+#[test]
+fn vec_dot_error_within_summation_bound_over_wide_ranges() {
+    // Block scales spread over 2^-20..2^12 (f16 subnormals through large values) and x with
+    // a few ±1e4 outliers (massive activations). vec_dot rounds each product once and sums
+    // them in 16 lanes of n/16 sequential additions followed by a 4-level pairwise reduction,
+    // so the classic bound |error| <= γ_k · Σ|y·x| holds with k = 1 + n/16 + 4 and
+    // γ_k = k·u / (1 − k·u), u = 2^-24 (plus a tiny absolute term for underflowing products).
+    // The bound is a property of the summation alone, not tuned to the data.
+    let mut rng = Rng::new(8);
+    let u = 2f64.powi(-24);
+    for ty in DEQUANTIZABLE {
+        for n in [256usize, 1024, 4096 + 512] {
+            let mut row = random_row(ty, n, &mut rng);
+            let bs = ty.type_size() as usize;
+            let scale_at: &[usize] = match ty {
+                GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::Iq4Nl | GgmlType::Iq4Xs => &[0],
+                GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
+                GgmlType::Q2K => &[80, 82],
+                GgmlType::Q3K => &[108],
+                GgmlType::Q6K => &[208],
+                _ => &[],
+            };
+            for block in row.chunks_exact_mut(bs) {
+                for &at in scale_at {
+                    let e = (rng.uniform() * 32.0) as i32 - 20;
+                    let v = 2f32.powi(e) * (1.0 + rng.uniform() as f32) * if rng.uniform() < 0.5 { -1.0 } else { 1.0 };
+                    block[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
+                }
+            }
+            let mut x = rng.gauss_vec(n, 1.0);
+            for _ in 0..4 {
+                let i = (rng.next_u64() % n as u64) as usize;
+                x[i] = if rng.uniform() < 0.5 { 1e4 } else { -1e4 };
+            }
+            let mut y = vec![0f32; n];
+            dequantize(ty, &row, &mut y).unwrap();
+            assert_finite(ty, "wide-range row", &y);
+            let exact: f64 = y.iter().zip(&x).map(|(a, b)| *a as f64 * *b as f64).sum();
+            let scale: f64 = y.iter().zip(&x).map(|(a, b)| (*a as f64 * *b as f64).abs()).sum();
+            let k = (1 + n / 16 + 4) as f64;
+            let gamma = k * u / (1.0 - k * u);
+            let got = vec_dot(ty, &row, &x).unwrap() as f64;
+            assert!(
+                (got - exact).abs() <= gamma * scale + 1e-37 * n as f64,
+                "{ty} n={n}: vec_dot {got} vs {exact} (bound {})",
+                gamma * scale
+            );
+        }
+    }
+}

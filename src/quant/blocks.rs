@@ -38,6 +38,23 @@ pub(crate) fn dot_blocks<const BS: usize, const QK: usize>(
     acc.sum()
 }
 
+/// `dot(dequantize(row), x)` with a fused kernel that accumulates one block straight from its
+/// bytes (the dequantized values never leave registers).
+#[inline(always)]
+pub(crate) fn dot_fused<const BS: usize, const QK: usize>(
+    row: &[u8],
+    x: &[f32],
+    kernel: impl Fn(&[u8; BS], &[f32; QK], &mut Acc),
+) -> f32 {
+    let mut acc = Acc::new();
+    for (b, xs) in row.chunks_exact(BS).zip(x.chunks_exact(QK)) {
+        if let (Some(b), Some(xs)) = (b.first_chunk::<BS>(), xs.first_chunk::<QK>()) {
+            kernel(b, xs, &mut acc);
+        }
+    }
+    acc.sum()
+}
+
 /// Encode every `QK` elements of `src` into one block of `dst`.
 #[inline(always)]
 pub(crate) fn quantize_blocks<const BS: usize, const QK: usize>(

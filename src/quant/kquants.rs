@@ -5,6 +5,7 @@
 //! (scale/min search in `search.rs`, then 6/8-bit scale quantization and a re-quantization pass
 //! against the rounded scales).
 
+use super::dot::{sub, Acc};
 use super::float::{read_f16, write_f16};
 use super::search::{make_qkx2, make_qx, round_clamped, Qkx2Params, QKX2_Q4K, QKX2_Q5K};
 
@@ -141,6 +142,87 @@ pub(crate) fn deq_q6_k(b: &[u8; 210], y: &mut [f32; QK_K]) {
             yy[l + 32] = d * (sc[is + 2] as i8) as f32 * q2 as f32;
             yy[l + 64] = d * (sc[is + 4] as i8) as f32 * q3 as f32;
             yy[l + 96] = d * (sc[is + 6] as i8) as f32 * q4 as f32;
+        }
+    }
+}
+
+// ---------------------------------------------------------------- fused dot products
+//
+// `Σ y·x` over one super-block, each `y` computed in registers with exactly the f32 operations of
+// the `deq_*` function above (so the products equal those of `dot(deq_*(b), x)`).
+
+/// The eight sub-block scales `d·sc` and mins `dmin·m` of Q4_K/Q5_K, in f32 as `deq_q4_k` forms
+/// them ([`scale_min_k4`] for every sub-block, unrolled so that no index is data-dependent).
+#[inline(always)]
+fn scales_mins_k4(d: f32, dmin: f32, q: &[u8; 12]) -> ([f32; 8], [f32; 8]) {
+    let (mut sc, mut m) = ([0u8; 8], [0u8; 8]);
+    for j in 0..4 {
+        sc[j] = q[j] & 63;
+        m[j] = q[j + 4] & 63;
+        sc[j + 4] = (q[j + 8] & 0xf) | ((q[j] >> 6) << 4);
+        m[j + 4] = (q[j + 8] >> 4) | ((q[j + 4] >> 6) << 4);
+    }
+    (sc.map(|v| d * v as f32), m.map(|v| dmin * v as f32))
+}
+
+#[inline(always)]
+pub(crate) fn dot_q4_k(b: &[u8; 144], x: &[f32; QK_K], acc: &mut Acc) {
+    let d = read_f16(b, 0);
+    let dmin = read_f16(b, 2);
+    let (ds, ms) = scales_mins_k4(d, dmin, sub::<12, _>(b, 4));
+    for c in 0..4 {
+        let q = sub::<32, _>(b, 16 + 32 * c);
+        let (d1, m1, d2, m2) = (ds[2 * c], ms[2 * c], ds[2 * c + 1], ms[2 * c + 1]);
+        acc.add_with(sub::<32, _>(x, 64 * c), |l| d1 * (q[l] & 0xf) as f32 - m1);
+        acc.add_with(sub::<32, _>(x, 64 * c + 32), |l| d2 * (q[l] >> 4) as f32 - m2);
+    }
+}
+
+#[inline(always)]
+pub(crate) fn dot_q5_k(b: &[u8; 176], x: &[f32; QK_K], acc: &mut Acc) {
+    let d = read_f16(b, 0);
+    let dmin = read_f16(b, 2);
+    let (ds, ms) = scales_mins_k4(d, dmin, sub::<12, _>(b, 4));
+    let qh = sub::<32, _>(b, 16);
+    for c in 0..4 {
+        let q = sub::<32, _>(b, 48 + 32 * c);
+        let (d1, m1, d2, m2) = (ds[2 * c], ms[2 * c], ds[2 * c + 1], ms[2 * c + 1]);
+        acc.add_with(sub::<32, _>(x, 64 * c), |l| {
+            d1 * ((q[l] & 0xf) | (((qh[l] >> (2 * c)) & 1) << 4)) as f32 - m1
+        });
+        acc.add_with(sub::<32, _>(x, 64 * c + 32), |l| {
+            d2 * ((q[l] >> 4) | (((qh[l] >> (2 * c + 1)) & 1) << 4)) as f32 - m2
+        });
+    }
+}
+
+#[inline(always)]
+pub(crate) fn dot_q6_k(b: &[u8; 210], x: &[f32; QK_K], acc: &mut Acc) {
+    let d = read_f16(b, 208);
+    // The sixteen sub-block scales `d·sc` as `deq_q6_k` forms them, one 16-lane vector.
+    let ds = sub::<16, _>(b, 192).map(|s| d * (s as i8) as f32);
+    for h in 0..2 {
+        let sc = sub::<8, _>(&ds, 8 * h);
+        let qh = sub::<32, _>(b, 128 + 32 * h);
+        for is in 0..2 {
+            // Element l of each 16-element sub-block below is ql/qh byte `16·is + l`.
+            let ql = sub::<16, _>(b, 64 * h + 16 * is);
+            let ql2 = sub::<16, _>(b, 64 * h + 32 + 16 * is);
+            let qh = sub::<16, _>(qh, 16 * is);
+            let at = |k: usize| sub::<16, _>(x, 128 * h + 32 * k + 16 * is);
+            let (d1, d2, d3, d4) = (sc[is], sc[is + 2], sc[is + 4], sc[is + 6]);
+            acc.add_with(at(0), |l| {
+                d1 * (((ql[l] & 0xf) | ((qh[l] & 3) << 4)) as i32 - 32) as f32
+            });
+            acc.add_with(at(1), |l| {
+                d2 * (((ql2[l] & 0xf) | (((qh[l] >> 2) & 3) << 4)) as i32 - 32) as f32
+            });
+            acc.add_with(at(2), |l| {
+                d3 * (((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i32 - 32) as f32
+            });
+            acc.add_with(at(3), |l| {
+                d4 * (((ql2[l] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i32 - 32) as f32
+            });
         }
     }
 }

@@ -4,6 +4,7 @@
 //! bit-identical to ggml's `dequantize_row_*`. Quantizers follow ggml's `quantize_row_*_ref`
 //! step by step (same f32 operations, same truncating casts) and reproduce its blocks exactly.
 
+use super::dot::{sub, Acc};
 use super::float::{read_f16, write_f16};
 
 pub(crate) const QK: usize = 32;
@@ -95,6 +96,70 @@ pub(crate) fn deq_mxfp4(b: &[u8; 17], y: &mut [f32; QK]) {
         y[j] = MXFP4_VALUES[(q & 0xf) as usize] as f32 * d;
         y[j + 16] = MXFP4_VALUES[(q >> 4) as usize] as f32 * d;
     }
+}
+
+// ---------------------------------------------------------------- fused dot products
+//
+// `Σ y·x` over one block, each `y` computed in registers with exactly the f32 operations of the
+// `deq_*` function above (so the products equal those of `dot(deq_*(b), x)`).
+
+/// Bit `i` of the Q5 high-bit word as the 5th bit (0 or 16), as `deq_q5_*` extracts it. (A
+/// per-lane mask test instead of the per-lane shift is canonicalised back into shifts by LLVM,
+/// and measured slower with AVX2.)
+#[inline(always)]
+fn bit5(qh: u32, i: usize) -> u32 {
+    ((qh >> i) << 4) & 0x10
+}
+
+#[inline(always)]
+pub(crate) fn dot_q4_0(b: &[u8; 18], x: &[f32; QK], acc: &mut Acc) {
+    let d = read_f16(b, 0);
+    let q = sub::<16, _>(b, 2);
+    acc.add_with(sub::<16, _>(x, 0), |j| ((q[j] & 0xf) as i32 - 8) as f32 * d);
+    acc.add_with(sub::<16, _>(x, 16), |j| ((q[j] >> 4) as i32 - 8) as f32 * d);
+}
+
+#[inline(always)]
+pub(crate) fn dot_q4_1(b: &[u8; 20], x: &[f32; QK], acc: &mut Acc) {
+    let d = read_f16(b, 0);
+    let m = read_f16(b, 2);
+    let q = sub::<16, _>(b, 4);
+    acc.add_with(sub::<16, _>(x, 0), |j| (q[j] & 0xf) as f32 * d + m);
+    acc.add_with(sub::<16, _>(x, 16), |j| (q[j] >> 4) as f32 * d + m);
+}
+
+#[inline(always)]
+pub(crate) fn dot_q5_0(b: &[u8; 22], x: &[f32; QK], acc: &mut Acc) {
+    let d = read_f16(b, 0);
+    let qh = high_bits([b[2], b[3], b[4], b[5]]);
+    let q = sub::<16, _>(b, 6);
+    acc.add_with(sub::<16, _>(x, 0), |j| {
+        (((q[j] & 0xf) as u32 | bit5(qh, j)) as i32 - 16) as f32 * d
+    });
+    acc.add_with(sub::<16, _>(x, 16), |j| {
+        (((q[j] >> 4) as u32 | bit5(qh, j + 16)) as i32 - 16) as f32 * d
+    });
+}
+
+#[inline(always)]
+pub(crate) fn dot_q5_1(b: &[u8; 24], x: &[f32; QK], acc: &mut Acc) {
+    let d = read_f16(b, 0);
+    let m = read_f16(b, 2);
+    let qh = high_bits([b[4], b[5], b[6], b[7]]);
+    let q = sub::<16, _>(b, 8);
+    acc.add_with(sub::<16, _>(x, 0), |j| {
+        ((q[j] & 0xf) as u32 | bit5(qh, j)) as f32 * d + m
+    });
+    acc.add_with(sub::<16, _>(x, 16), |j| {
+        ((q[j] >> 4) as u32 | bit5(qh, j + 16)) as f32 * d + m
+    });
+}
+
+#[inline(always)]
+pub(crate) fn dot_q8_0(b: &[u8; 34], x: &[f32; QK], acc: &mut Acc) {
+    let d = read_f16(b, 0);
+    let q = sub::<QK, _>(b, 2);
+    acc.add_with(x, |j| (q[j] as i8) as f32 * d);
 }
 
 // ---------------------------------------------------------------- quantization

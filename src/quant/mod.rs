@@ -3,8 +3,9 @@
 //!
 //! Layouts and operation order follow spec/GGUF.md §3 and ggml's reference C code. One file per
 //! family: `float` (F32/F16/BF16), `legacy` (32-element Q4_0..Q8_0, MXFP4), `kquants`
-//! (Q2_K..Q6_K), `iq4` (IQ4_NL, IQ4_XS); `search` holds the K-quant scale searches, `blocks` the
-//! row drivers and `dot` the f32 accumulation kernel.
+//! (Q2_K..Q6_K), `iq4` (IQ4_NL, IQ4_XS), each with its block decoders and, for the common types,
+//! fused decode-and-dot kernels; `search` holds the K-quant scale searches, `blocks` the row
+//! drivers and `dot` the f32 accumulator.
 
 mod blocks;
 mod dot;
@@ -17,7 +18,7 @@ pub(crate) mod simd;
 
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
-use blocks::{dequantize_blocks, dot_blocks, quantize_blocks};
+use blocks::{dequantize_blocks, dot_blocks, dot_fused, quantize_blocks};
 
 fn unsupported(ty: GgmlType) -> Error {
     Error::UnsupportedType {
@@ -88,6 +89,20 @@ unsafe fn dequantize_avx2(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> bool {
     dequantize_any(ty, src, dst)
 }
 
+/// `$driver(row, x, kernel)` with `kernel` wrapped in an `#[inline(always)]` closure. A function
+/// item passed as `impl Fn` is called through a shim that LLVM does not inline into the driver's
+/// loop; the kernel then stays an out-of-line call compiled once, without AVX2, for both paths.
+macro_rules! inlined {
+    ($driver:ident, $row:expr, $x:expr, |$($arg:ident),*| $kernel:path) => {
+        $driver(
+            $row,
+            $x,
+            #[inline(always)]
+            |$($arg),*| $kernel($($arg),*),
+        )
+    };
+}
+
 /// Dispatch on the type; `false` for a type without a dequantizer. Lengths are already checked.
 #[inline(always)]
 fn dequantize_any(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> bool {
@@ -96,19 +111,19 @@ fn dequantize_any(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> bool {
         F32 => float::dequantize_f32(src, dst),
         F16 => float::dequantize_f16(src, dst),
         Bf16 => float::dequantize_bf16(src, dst),
-        Q4_0 => dequantize_blocks(src, dst, legacy::deq_q4_0),
-        Q4_1 => dequantize_blocks(src, dst, legacy::deq_q4_1),
-        Q5_0 => dequantize_blocks(src, dst, legacy::deq_q5_0),
-        Q5_1 => dequantize_blocks(src, dst, legacy::deq_q5_1),
-        Q8_0 => dequantize_blocks(src, dst, legacy::deq_q8_0),
-        Mxfp4 => dequantize_blocks(src, dst, legacy::deq_mxfp4),
-        Iq4Nl => dequantize_blocks(src, dst, iq4::deq_iq4_nl),
-        Iq4Xs => dequantize_blocks(src, dst, iq4::deq_iq4_xs),
-        Q2K => dequantize_blocks(src, dst, kquants::deq_q2_k),
-        Q3K => dequantize_blocks(src, dst, kquants::deq_q3_k),
-        Q4K => dequantize_blocks(src, dst, kquants::deq_q4_k),
-        Q5K => dequantize_blocks(src, dst, kquants::deq_q5_k),
-        Q6K => dequantize_blocks(src, dst, kquants::deq_q6_k),
+        Q4_0 => inlined!(dequantize_blocks, src, dst, |b, y| legacy::deq_q4_0),
+        Q4_1 => inlined!(dequantize_blocks, src, dst, |b, y| legacy::deq_q4_1),
+        Q5_0 => inlined!(dequantize_blocks, src, dst, |b, y| legacy::deq_q5_0),
+        Q5_1 => inlined!(dequantize_blocks, src, dst, |b, y| legacy::deq_q5_1),
+        Q8_0 => inlined!(dequantize_blocks, src, dst, |b, y| legacy::deq_q8_0),
+        Mxfp4 => inlined!(dequantize_blocks, src, dst, |b, y| legacy::deq_mxfp4),
+        Iq4Nl => inlined!(dequantize_blocks, src, dst, |b, y| iq4::deq_iq4_nl),
+        Iq4Xs => inlined!(dequantize_blocks, src, dst, |b, y| iq4::deq_iq4_xs),
+        Q2K => inlined!(dequantize_blocks, src, dst, |b, y| kquants::deq_q2_k),
+        Q3K => inlined!(dequantize_blocks, src, dst, |b, y| kquants::deq_q3_k),
+        Q4K => inlined!(dequantize_blocks, src, dst, |b, y| kquants::deq_q4_k),
+        Q5K => inlined!(dequantize_blocks, src, dst, |b, y| kquants::deq_q5_k),
+        Q6K => inlined!(dequantize_blocks, src, dst, |b, y| kquants::deq_q6_k),
         _ => return false,
     }
     true
@@ -116,8 +131,12 @@ fn dequantize_any(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> bool {
 
 /// `dot(dequantize(row), x)` without materialising the row; `x.len()` elements.
 ///
-/// Blocks are decoded into a stack buffer and accumulated in 16 f32 lanes, so the result equals
-/// the dot product of the dequantized row up to f32 summation-order rounding.
+/// Every product is `y_i·x_i` with `y_i` bit-identical to `dequantize` (the fused kernels of
+/// Q4_0..Q8_0 and Q4_K..Q6_K recompute each element in registers with the same f32 operations;
+/// the other types decode a block into a stack buffer), accumulated in 16 f32 lanes (element `i`
+/// of a row in lane `i % 16`) and reduced pairwise. The result therefore equals the dot product
+/// of the dequantized row up to f32 summation-order rounding, `|error| <= γ_(n/16+5)·Σ|y_i·x_i|`,
+/// and is the same with and without AVX2.
 pub fn vec_dot(ty: GgmlType, row: &[u8], x: &[f32]) -> Result<f32> {
     if !can_dequantize(ty) {
         return Err(unsupported(ty));
@@ -146,19 +165,19 @@ fn vec_dot_any(ty: GgmlType, row: &[u8], x: &[f32]) -> Option<f32> {
         F32 => dot_plain(row, x, 4, float::dequantize_f32),
         F16 => dot_plain(row, x, 2, float::dequantize_f16),
         Bf16 => dot_plain(row, x, 2, float::dequantize_bf16),
-        Q4_0 => dot_blocks(row, x, legacy::deq_q4_0),
-        Q4_1 => dot_blocks(row, x, legacy::deq_q4_1),
-        Q5_0 => dot_blocks(row, x, legacy::deq_q5_0),
-        Q5_1 => dot_blocks(row, x, legacy::deq_q5_1),
-        Q8_0 => dot_blocks(row, x, legacy::deq_q8_0),
-        Mxfp4 => dot_blocks(row, x, legacy::deq_mxfp4),
-        Iq4Nl => dot_blocks(row, x, iq4::deq_iq4_nl),
-        Iq4Xs => dot_blocks(row, x, iq4::deq_iq4_xs),
-        Q2K => dot_blocks(row, x, kquants::deq_q2_k),
-        Q3K => dot_blocks(row, x, kquants::deq_q3_k),
-        Q4K => dot_blocks(row, x, kquants::deq_q4_k),
-        Q5K => dot_blocks(row, x, kquants::deq_q5_k),
-        Q6K => dot_blocks(row, x, kquants::deq_q6_k),
+        Q4_0 => inlined!(dot_fused, row, x, |b, xs, acc| legacy::dot_q4_0),
+        Q4_1 => inlined!(dot_fused, row, x, |b, xs, acc| legacy::dot_q4_1),
+        Q5_0 => inlined!(dot_fused, row, x, |b, xs, acc| legacy::dot_q5_0),
+        Q5_1 => inlined!(dot_fused, row, x, |b, xs, acc| legacy::dot_q5_1),
+        Q8_0 => inlined!(dot_fused, row, x, |b, xs, acc| legacy::dot_q8_0),
+        Mxfp4 => inlined!(dot_blocks, row, x, |b, y| legacy::deq_mxfp4),
+        Iq4Nl => inlined!(dot_blocks, row, x, |b, y| iq4::deq_iq4_nl),
+        Iq4Xs => inlined!(dot_blocks, row, x, |b, y| iq4::deq_iq4_xs),
+        Q2K => inlined!(dot_blocks, row, x, |b, y| kquants::deq_q2_k),
+        Q3K => inlined!(dot_blocks, row, x, |b, y| kquants::deq_q3_k),
+        Q4K => inlined!(dot_fused, row, x, |b, xs, acc| kquants::dot_q4_k),
+        Q5K => inlined!(dot_fused, row, x, |b, xs, acc| kquants::dot_q5_k),
+        Q6K => inlined!(dot_fused, row, x, |b, xs, acc| kquants::dot_q6_k),
         _ => return None,
     })
 }

@@ -72,6 +72,14 @@ impl PreTokenizer {
     }
 }
 
+/// Pre-tokens of `text` under `variant` (TOKENIZER.md §3.2), exactly as the reference split regex
+/// would isolate them. No normalisation is applied: `encode` runs this after NFC.
+pub fn pretokenize(text: &str, variant: PreTokenizer) -> Vec<&str> {
+    let mut out = Vec::new();
+    pretokenize::split(text, variant, &mut out);
+    out
+}
+
 /// Raw vocabulary as stored in GGUF (`tokenizer.ggml.*`), the input of `Tokenizer::new`.
 #[derive(Debug, Clone, Default)]
 pub struct TokenizerData {

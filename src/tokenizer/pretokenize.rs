@@ -39,6 +39,21 @@ fn class_of(c: char) -> u8 {
     }
 }
 
+/// Case folding as the reference regex engine applies it to `(?i:'s|'t|'re|'ve|'m|'ll|'d)`.
+/// Besides ASCII upper case, the only code point that folds to one of the letters s t r e v m l d
+/// is U+017F LATIN SMALL LETTER LONG S (→ `s`; checked over all code points against HF
+/// `tokenizers`/Oniguruma): `"'ſa"` splits as `'ſ`, `a`. llama.cpp spells the group `'[sS]|…` and
+/// differs here; we follow the HF reference. (Other non-ASCII folds, e.g. KELVIN SIGN → `k`,
+/// target letters no contraction uses.)
+#[inline]
+fn fold_case(c: char) -> char {
+    if c == '\u{17f}' {
+        's'
+    } else {
+        c.to_ascii_lowercase()
+    }
+}
+
 /// Split `text` into pre-tokens, appending them to `out` (every byte of `text` lands in exactly
 /// one piece, in order).
 pub fn split<'a>(text: &'a str, variant: PreTokenizer, out: &mut Vec<&'a str>) {
@@ -83,12 +98,12 @@ fn next_end(
 
     // 1. Contractions ('s 't 're 've 'm 'll 'd), case-insensitive.
     if c == '\'' && p + 1 < n {
-        let c1 = chars[p + 1].to_ascii_lowercase();
+        let c1 = fold_case(chars[p + 1]);
         if matches!(c1, 's' | 't' | 'm' | 'd') {
             return p + 2;
         }
         if p + 2 < n {
-            let c2 = chars[p + 2].to_ascii_lowercase();
+            let c2 = fold_case(chars[p + 2]);
             if matches!((c1, c2), ('r', 'e') | ('v', 'e') | ('l', 'l')) {
                 return p + 3;
             }
@@ -182,6 +197,16 @@ mod tests {
         assert_eq!(sp("hi!!\n\nyo", v), ["hi", "!!\n\n", "yo"]);
         assert_eq!(sp("\tfoo", v), ["\tfoo"]);
         assert_eq!(sp("a \r\n b", v), ["a", " \r\n", " b"]);
+    }
+
+    #[test]
+    fn long_s_is_a_contraction_letter() {
+        // `(?i:'s)` matches U+017F under Unicode case folding (HF tokenizers does this).
+        for v in [PreTokenizer::Qwen2, PreTokenizer::Qwen35] {
+            assert_eq!(sp("'\u{17f}a", v), ["'\u{17f}", "a"]);
+            assert_eq!(sp("x'\u{17f}t", v), ["x", "'\u{17f}", "t"]);
+            assert_eq!(sp("'\u{17f}", v), ["'\u{17f}"]);
+        }
     }
 
     #[test]
