@@ -154,7 +154,7 @@ impl WgpuBackend {
         let mut bufs = Vec::with_capacity(bindings.len());
         for t in bindings {
             let b = buffer::get(t)?;
-            if b.size > self.limits.max_storage_buffer_binding_size as u64 {
+            if b.size > self.limits.max_storage_buffer_binding_size {
                 return Err(gpu_err(format!(
                     "{shader}: a buffer of {} bytes exceeds this device's storage binding limit of {} bytes",
                     b.size, self.limits.max_storage_buffer_binding_size
