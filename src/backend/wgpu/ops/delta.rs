@@ -42,9 +42,10 @@ const RECURRENT_TOKENS_PER_DISPATCH: usize = 128;
 /// The same budget for the chunk-state kernel: ~C·(2·dk + C/2 + 3) ≈ 18.6K back-edges per chunk
 /// with dk = 128, so two chunks per dispatch (~37K).
 const STATE_CHUNKS_PER_DISPATCH: usize = 2;
-/// Upper bound on the chunks processed per batch (bounds the scratch memory: with Hv = 32 and
-/// dk = dv = 128 each of A, P and X is 32 MiB at this size).
-const MAX_BATCH_CHUNKS: usize = 64;
+/// Upper bound on the chunks per scratch batch (bounds the scratch memory: with Hv = 32 and
+/// dk = dv = 128, X is 32 MiB and A, P are 8 MiB each at 16 chunks; 16 × Hv prep workgroups
+/// are still plenty of parallelism).
+const MAX_BATCH_CHUNKS: usize = 16;
 
 /// Shared argument checks of both ops; returns the token count T.
 fn check(
