@@ -1,4 +1,4 @@
-// F16 weights: one value per 2-byte "block".
+// F16 weights: one IEEE binary16 per "block" (subnormals decoded exactly).
 const QK: u32 = 1u;
 const BLOCK_BYTES: u32 = 2u;
 

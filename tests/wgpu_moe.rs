@@ -284,6 +284,33 @@ fn experts_f16_match_cpu() {
     }
 }
 
+#[test]
+fn experts_q8_0_match_cpu() {
+    for &(e, k, d, n_ff, t) in CASES {
+        experts_case(Some(GgmlType::Q8_0), e, k, d, n_ff, t);
+    }
+}
+
+/// K-quants need rows of whole 256-element blocks: d = 256, n_ff = 512.
+#[test]
+fn experts_q4_k_match_cpu() {
+    for &(e, k, d, n_ff, t) in CASES.iter().filter(|c| c.2 % 256 == 0 && c.3 % 256 == 0) {
+        experts_case(Some(GgmlType::Q4K), e, k, d, n_ff, t);
+    }
+}
+
+/// The other formats through the same path (small shapes).
+#[test]
+fn experts_other_formats_match_cpu() {
+    use GgmlType::*;
+    for ty in [Bf16, Q4_0, Q4_1, Q5_0, Q5_1] {
+        experts_case(Some(ty), 8, 2, 64, 64, 3);
+    }
+    for ty in [Q5K, Q6K] {
+        experts_case(Some(ty), 8, 2, 256, 256, 3);
+    }
+}
+
 /// End to end: GPU routing feeding the GPU experts equals the CPU pipeline.
 #[test]
 fn route_then_experts() {

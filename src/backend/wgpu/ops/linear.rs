@@ -1,15 +1,164 @@
-//! (placeholder until implemented)
+//! Weight formats (`dequant_<type>.wgsl`), `embed` and `matmul`.
+//!
+//! Every weight stays in its GGUF block format on the device; the op shaders call the
+//! format's `deq(block_byte, i)` per element. A weight of `DType::F32` (e.g. the MoE router) has
+//! the same layout as a GGUF F32 weight and uses the `f32` variant.
 
-use crate::backend::wgpu::{gpu_err, WgpuBackend};
-use crate::backend::Tensor;
+use crate::backend::wgpu::{buffer, gpu_err, WgpuBackend};
+use crate::backend::{DType, Tensor};
 use crate::error::Result;
+use crate::gguf::GgmlType;
 
-pub(crate) const SHADERS: &[(&str, &str)] = &[];
-
-pub(crate) fn embed(_be: &WgpuBackend, _table: &Tensor, _ids: &Tensor, _out: &Tensor) -> Result<()> {
-    Err(gpu_err("embed: not implemented"))
+macro_rules! wgsl {
+    ($name:literal) => {
+        (
+            $name,
+            include_str!(concat!("../../../../shaders-wgsl/", $name, ".wgsl")),
+        )
+    };
 }
 
-pub(crate) fn matmul(_be: &WgpuBackend, _w: &Tensor, _x: &Tensor, _out: &Tensor) -> Result<()> {
-    Err(gpu_err("matmul: not implemented"))
+pub(crate) const SHADERS: &[(&str, &str)] = &[
+    wgsl!("embed"),
+    wgsl!("matmul"),
+    wgsl!("dequant_f32"),
+    wgsl!("dequant_f16"),
+    wgsl!("dequant_bf16"),
+    wgsl!("dequant_q4_0"),
+    wgsl!("dequant_q4_1"),
+    wgsl!("dequant_q5_0"),
+    wgsl!("dequant_q5_1"),
+    wgsl!("dequant_q8_0"),
+    wgsl!("dequant_q2_k"),
+    wgsl!("dequant_q3_k"),
+    wgsl!("dequant_q4_k"),
+    wgsl!("dequant_q5_k"),
+    wgsl!("dequant_q6_k"),
+    wgsl!("dequant_iq4_nl"),
+    wgsl!("dequant_iq4_xs"),
+    wgsl!("dequant_mxfp4"),
+];
+
+/// Tokens per workgroup in `matmul.wgsl` (its `TILE`).
+const MATMUL_TILE: usize = 8;
+/// Invocations per workgroup in `embed.wgsl`.
+const EMBED_WG: usize = 256;
+
+/// The WGSL dequantizer variant (`dequant_<variant>.wgsl`) of a weight's dtype, and its ggml
+/// type (for the block geometry). F32 tensors read as the `f32` format.
+pub(crate) fn weight_variant(op: &str, dtype: DType) -> Result<(&'static str, GgmlType)> {
+    use GgmlType::*;
+    let ty = match dtype {
+        DType::F32 => F32,
+        DType::Ggml(ty) => ty,
+        DType::U32 => return Err(gpu_err(format!("{op}: a U32 tensor is not a weight"))),
+    };
+    let v = match ty {
+        F32 => "f32",
+        F16 => "f16",
+        Bf16 => "bf16",
+        Q4_0 => "q4_0",
+        Q4_1 => "q4_1",
+        Q5_0 => "q5_0",
+        Q5_1 => "q5_1",
+        Q8_0 => "q8_0",
+        Q2K => "q2_k",
+        Q3K => "q3_k",
+        Q4K => "q4_k",
+        Q5K => "q5_k",
+        Q6K => "q6_k",
+        Iq4Nl => "iq4_nl",
+        Iq4Xs => "iq4_xs",
+        Mxfp4 => "mxfp4",
+        other => {
+            return Err(gpu_err(format!(
+                "{op}: weight type {other} is not supported by the wgpu backend"
+            )))
+        }
+    };
+    Ok((v, ty))
+}
+
+/// Bytes of one weight row of `cols` elements, checking that the whole weight (`rows` rows) is
+/// present in the buffer and addressable with the shaders' u32 byte offsets.
+fn row_bytes(op: &str, w: &Tensor, ty: GgmlType, rows: usize, cols: usize) -> Result<u32> {
+    let rb = ty
+        .row_size(cols as u64)
+        .ok_or_else(|| gpu_err(format!("{op}: row of {cols} is not a whole number of {ty} blocks")))?;
+    let total = rb
+        .checked_mul(rows as u64)
+        .ok_or_else(|| gpu_err(format!("{op}: weight {:?} overflows", w.shape)))?;
+    if total > buffer::get(w)?.size {
+        return Err(gpu_err(format!(
+            "{op}: weight {:?} {ty} needs {total} bytes, its buffer is smaller",
+            w.shape
+        )));
+    }
+    if total > u32::MAX as u64 {
+        return Err(gpu_err(format!(
+            "{op}: weight {:?} {ty} ({total} bytes) exceeds the 4 GiB a shader can address",
+            w.shape
+        )));
+    }
+    Ok(rb as u32)
+}
+
+/// A count that must fit the shaders' u32 indices.
+fn u32_count(op: &str, what: &str, n: usize) -> Result<u32> {
+    u32::try_from(n).map_err(|_| gpu_err(format!("{op}: {what} ({n}) exceeds u32 indexing")))
+}
+
+/// `out[t] = dequant(table[ids[t]])`. Ids >= vocab give a zero row (checked in the shader; the
+/// host cannot see device ids without a readback). The CPU backend errors instead.
+pub(crate) fn embed(be: &WgpuBackend, table: &Tensor, ids: &Tensor, out: &Tensor) -> Result<()> {
+    let op = "embed";
+    let (variant, ty) = weight_variant(op, table.dtype)?;
+    buffer::check_dtype(op, ids, DType::U32)?;
+    buffer::check_dtype(op, out, DType::F32)?;
+    if out.same_buffer(table) || out.same_buffer(ids) {
+        return Err(gpu_err(format!("{op}: out shares its buffer with an input")));
+    }
+    let (vocab, d) = (table.rows(), table.cols());
+    let n_tok = ids.numel();
+    if out.cols() != d || Some(out.numel()) != n_tok.checked_mul(d) {
+        return Err(gpu_err(format!(
+            "{op}: table {:?}, ids {:?} -> out {:?}",
+            table.shape, ids.shape, out.shape
+        )));
+    }
+    let rb = row_bytes(op, table, ty, vocab, d)?;
+    let n = u32_count(op, "output size", n_tok * d)?;
+    let params = [u32_count(op, "d", d)?, n_tok as u32, u32_count(op, "vocab", vocab)?, rb];
+    let [gx, gy] = be.grid(n.div_ceil(EMBED_WG as u32));
+    be.dispatch("embed", variant, &params, &[table, ids, out], [gx, gy, 1])
+}
+
+/// `out[t][o] = dot(W[o], x[t])`; W `[n_out, n_in]` (any supported weight type or F32),
+/// x `[T, n_in]`, out `[T, n_out]`.
+pub(crate) fn matmul(be: &WgpuBackend, w: &Tensor, x: &Tensor, out: &Tensor) -> Result<()> {
+    let op = "matmul";
+    let (variant, ty) = weight_variant(op, w.dtype)?;
+    buffer::check_dtype(op, x, DType::F32)?;
+    buffer::check_dtype(op, out, DType::F32)?;
+    if out.same_buffer(w) || out.same_buffer(x) {
+        return Err(gpu_err(format!("{op}: out shares its buffer with an input")));
+    }
+    let (n_out, n_in) = (w.rows(), w.cols());
+    let n_tok = x.rows();
+    if x.cols() != n_in || out.cols() != n_out || out.rows() != n_tok {
+        return Err(gpu_err(format!(
+            "{op}: W {:?} x {:?} -> out {:?}",
+            w.shape, x.shape, out.shape
+        )));
+    }
+    let rb = row_bytes(op, w, ty, n_out, n_in)?;
+    // Flat indices into x and out are u32 in the shader.
+    u32_count(op, "x size", x.numel())?;
+    u32_count(op, "out size", out.numel())?;
+    u32_count(op, "T", n_tok)?;
+    let (n_in32, n_out32) = (u32_count(op, "n_in", n_in)?, u32_count(op, "n_out", n_out)?);
+    let params = [n_in32, n_out32, n_tok as u32, rb];
+    let [gx, gy] = be.grid(n_out32);
+    let gz = u32_count(op, "token tiles", n_tok.div_ceil(MATMUL_TILE))?;
+    be.dispatch("matmul", variant, &params, &[w, x, out], [gx, gy, gz])
 }

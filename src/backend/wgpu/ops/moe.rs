@@ -6,19 +6,16 @@
 //! projection combined in place into `h = silu(gate) · up`, down projection into `y [T·k, d]`, and
 //! the weighted sum over each token's slots into `out`.
 
+use super::linear::weight_variant;
 use crate::backend::wgpu::buffer::{self, check_dtype};
 use crate::backend::wgpu::{gpu_err, WgpuBackend};
 use crate::backend::{DType, Tensor};
 use crate::error::Result;
-use crate::gguf::GgmlType;
 
 pub(crate) const SHADERS: &[(&str, &str)] = &[
     ("moe_route", include_str!("../../../../shaders-wgsl/moe_route.wgsl")),
     ("moe_matvec", include_str!("../../../../shaders-wgsl/moe_matvec.wgsl")),
     ("moe_combine", include_str!("../../../../shaders-wgsl/moe_combine.wgsl")),
-    // Temporary until the weight-format snippets of `linear` land.
-    ("dequant_f32", include_str!("../../../../shaders-wgsl/dequant_f32.wgsl")),
-    ("dequant_f16", include_str!("../../../../shaders-wgsl/dequant_f16.wgsl")),
 ];
 
 /// Most experts per token (`moe_route.wgsl`/`moe_combine.wgsl` keep per-slot workgroup arrays).
@@ -27,24 +24,6 @@ const MAX_K: usize = 16;
 const MAX_EXPERTS: usize = 2048;
 /// Workgroup geometry of `moe_matvec.wgsl`: output rows per workgroup.
 const MATVEC_ROWS: usize = 8;
-
-/// Weight-format variant of an expert tensor (temporary; replaced by `linear::variant`).
-fn variant(t: &Tensor) -> Result<&'static str> {
-    match t.dtype {
-        DType::F32 | DType::Ggml(GgmlType::F32) => Ok("f32"),
-        DType::Ggml(GgmlType::F16) => Ok("f16"),
-        other => Err(gpu_err(format!("no WGSL dequantizer for {other:?}"))),
-    }
-}
-
-/// Bytes of one row of `cols` values of weight `t`.
-fn row_bytes(t: &Tensor, cols: usize) -> Option<u64> {
-    match t.dtype {
-        DType::F32 => Some(cols as u64 * 4),
-        DType::Ggml(ty) => ty.row_size(cols as u64),
-        DType::U32 => None,
-    }
-}
 
 fn u32_of(op: &str, what: &str, v: usize) -> Result<u32> {
     u32::try_from(v).map_err(|_| gpu_err(format!("{op}: {what} = {v} does not fit in 32 bits")))
@@ -144,13 +123,10 @@ pub(crate) fn moe_experts(
     // Variants and byte geometry of the three weights; every byte offset must fit in a u32.
     let mut geo = Vec::with_capacity(3);
     for (w, rows, cols) in [(gate_exps, n_ff, d), (up_exps, n_ff, d), (down_exps, d, n_ff)] {
-        let v = variant(w)?;
-        let rb = row_bytes(w, cols).ok_or_else(|| {
-            gpu_err(format!(
-                "{op}: a row of {cols} is not a whole number of {:?} blocks",
-                w.dtype
-            ))
-        })?;
+        let (v, ty) = weight_variant(op, w.dtype)?;
+        let rb = ty
+            .row_size(cols as u64)
+            .ok_or_else(|| gpu_err(format!("{op}: a row of {cols} is not a whole number of {ty} blocks")))?;
         let total = rb
             .checked_mul(rows as u64)
             .and_then(|b| b.checked_mul(n_exp as u64))

@@ -1,0 +1,8 @@
+// Q8_0 (34 bytes / 32): f16 d, 32 signed bytes. y = q * d.
+const QK: u32 = 32u;
+const BLOCK_BYTES: u32 = 34u;
+
+fn deq(block_byte: u32, i: u32) -> f32 {
+    let d = wf16(block_byte);
+    return f32(wi8(block_byte + 2u + i)) * d;
+}

@@ -1,0 +1,70 @@
+// out[t][o] = dot(W[o], x[t]) for a weight W [n_out, n_in] in the block format spliced in above
+// (deq/QK/BLOCK_BYTES), x [T, n_in], out [T, n_out].
+//
+// One workgroup per output row o (2-D grid over x/y: the LM head has ~250K rows) and a tile of
+// up to TILE tokens (grid z). Each invocation strides over the row, dequantizing each weight
+// once and multiplying it with the tile's x values (consecutive invocations read consecutive
+// elements, so both W and x loads coalesce); a workgroup tree reduction then sums the partial
+// dot products of each token. W is re-read once per token tile (T / TILE times in prefill).
+
+struct Params {
+    n_in: u32,
+    n_out: u32,
+    n_tok: u32,
+    row_bytes: u32, // bytes of one weight row: n_in / QK * BLOCK_BYTES
+}
+
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> W: array<u32>;
+@group(0) @binding(2) var<storage, read> x: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+
+const WG: u32 = 128u;
+const TILE: u32 = 8u;
+
+// Partial sums, token-major: red[t * WG + li]. 8 * 128 * 4 bytes = 4 KiB.
+var<workgroup> red: array<f32, 1024>;
+
+@compute @workgroup_size(128)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+    let o = linear_wg(wg, nwg);
+    // Uniform per workgroup, so returning early keeps the barriers below in uniform control flow.
+    if (o >= P.n_out) {
+        return;
+    }
+    let t0 = wg.z * TILE;
+    let nt = min(TILE, P.n_tok - t0);
+    let row = o * P.row_bytes;
+
+    // Constant trip counts over the tile let the compiler keep acc in registers; the `t < nt`
+    // guards are uniform branches.
+    var acc: array<f32, TILE>;
+    for (var t = 0u; t < TILE; t++) {
+        acc[t] = 0.0;
+    }
+    for (var i = li; i < P.n_in; i += WG) {
+        let w = deq(row + (i / QK) * BLOCK_BYTES, i % QK);
+        for (var t = 0u; t < TILE; t++) {
+            if (t < nt) {
+                acc[t] += w * x[(t0 + t) * P.n_in + i];
+            }
+        }
+    }
+
+    for (var t = 0u; t < TILE; t++) {
+        red[t * WG + li] = acc[t];
+    }
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+        if (li < s) {
+            for (var t = 0u; t < TILE; t++) {
+                red[t * WG + li] += red[t * WG + li + s];
+            }
+        }
+        workgroupBarrier();
+    }
+    if (li < nt) {
+        out[(t0 + li) * P.n_out + o] = red[li * WG];
+    }
+}
