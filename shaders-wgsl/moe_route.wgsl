@@ -24,6 +24,11 @@ var<workgroup> rv: array<f32, WG>;
 var<workgroup> ri: array<u32, WG>;
 var<workgroup> sel: array<f32, MAX_K>;
 
+// f32 from bits at run time: a const-expression that evaluates to inf is a WGSL creation error.
+fn from_bits(b: u32) -> f32 {
+    return bitcast<f32>(b);
+}
+
 // Bit test, immune to fast-math assumptions about NaN.
 fn is_nan(x: f32) -> bool {
     return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
@@ -59,7 +64,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     let base = t * P.n_exp;
 
     // Max over the row (NaN ignored, like f32::max).
-    var m = -bitcast<f32>(0x7f800000u);
+    var m = from_bits(0xff800000u); // -inf
     for (var i = li; i < ne; i += WG) {
         let v = logits[base + i];
         m = select(m, v, v > m);

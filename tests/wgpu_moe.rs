@@ -67,6 +67,16 @@ fn route_ties_go_to_lower_index() {
         }
         route_case(g.as_ref(), c.as_ref(), &logits, t, e, k, 1.0);
     }
+    // Masked experts (-inf logits, probability 0): with fewer finite logits than k the zeros are
+    // taken by lower index.
+    let e = 64;
+    let mut logits = rng.normals(2 * e, 1.0);
+    for (i, v) in logits.iter_mut().enumerate() {
+        if i % 64 >= 3 && i % 5 != 0 {
+            *v = f32::NEG_INFINITY;
+        }
+    }
+    route_case(g.as_ref(), c.as_ref(), &logits, 2, e, 16, 1.0);
     // All equal: the first k experts, each weight scale / k.
     let l = g.upload_f32(&[0.5; 16], &[1, 16]).expect("up");
     let ids = g.alloc(DType::U32, &[1, 4]).expect("alloc");
