@@ -1,0 +1,149 @@
+// MoE routing, one workgroup per token: softmax over all E experts (max-subtracted), top-k by k
+// rounds of an argmax reduction (ties -> lower index; NaN never beats a number), renormalise the
+// selected probabilities (sum clamped >= 6.1035e-5) and multiply by `scale`.
+struct Params {
+    n_tok: u32,
+    n_exp: u32,
+    k: u32,
+    scale: u32, // f32 bits
+}
+
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> logits: array<f32>;
+@group(0) @binding(2) var<storage, read_write> ids: array<u32>;
+@group(0) @binding(3) var<storage, read_write> weights: array<f32>;
+
+const WG: u32 = 256u;
+const MAX_E: u32 = 2048u; // the host checks n_exp <= MAX_E; each thread owns <= MAX_E / WG experts
+const MAX_K: u32 = 16u;
+const MIN_SUM: f32 = 6.1035e-5;
+const NONE: u32 = 0xffffffffu;
+
+var<workgroup> sp: array<f32, MAX_E>;
+var<workgroup> rv: array<f32, WG>;
+var<workgroup> ri: array<u32, WG>;
+var<workgroup> sel: array<f32, MAX_K>;
+
+// f32 from bits at run time: a const-expression that evaluates to inf is a WGSL creation error.
+fn from_bits(b: u32) -> f32 {
+    return bitcast<f32>(b);
+}
+
+// Bit test, immune to fast-math assumptions about NaN.
+fn is_nan(x: f32) -> bool {
+    return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
+}
+
+// Whether candidate (av, ai) beats (bv, bi) in the CPU's selection order: a number beats NaN,
+// a larger value wins, ties (and NaN vs NaN) go to the lower index; NONE never wins.
+fn better(av: f32, ai: u32, bv: f32, bi: u32) -> bool {
+    if (ai == NONE) {
+        return false;
+    }
+    if (bi == NONE) {
+        return true;
+    }
+    let an = is_nan(av);
+    let bn = is_nan(bv);
+    if (an != bn) {
+        return bn;
+    }
+    if (!an && av != bv) {
+        return av > bv;
+    }
+    return ai < bi;
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+    let t = linear_wg(wg, nwg);
+    // Uniform per workgroup, so the barriers below stay in uniform control flow.
+    let live = t < P.n_tok;
+    let ne = select(0u, P.n_exp, live);
+    let base = t * P.n_exp;
+
+    // Max over the row (NaN ignored, like f32::max).
+    var m = from_bits(0xff800000u); // -inf
+    for (var i = li; i < ne; i += WG) {
+        let v = logits[base + i];
+        m = select(m, v, v > m);
+    }
+    rv[li] = m;
+    for (var off = WG / 2u; off > 0u; off >>= 1u) {
+        workgroupBarrier();
+        if (li < off) {
+            let o = rv[li + off];
+            rv[li] = select(rv[li], o, o > rv[li]);
+        }
+    }
+    workgroupBarrier();
+    let mx = rv[0];
+    workgroupBarrier();
+
+    // exp and sum.
+    var s = 0.0;
+    for (var i = li; i < ne; i += WG) {
+        let e = exp(logits[base + i] - mx);
+        sp[i] = e;
+        s += e;
+    }
+    rv[li] = s;
+    for (var off = WG / 2u; off > 0u; off >>= 1u) {
+        workgroupBarrier();
+        if (li < off) {
+            rv[li] += rv[li + off];
+        }
+    }
+    workgroupBarrier();
+    let sum = rv[0];
+    for (var i = li; i < ne; i += WG) {
+        sp[i] = sp[i] / sum;
+    }
+
+    // Top-k. Thread li owns experts li, li + WG, ...; `taken` has bit r for expert li + r * WG.
+    var taken = 0u;
+    for (var j = 0u; j < P.k; j++) {
+        var bv = 0.0;
+        var bi = NONE;
+        var r = 0u;
+        for (var i = li; i < ne; i += WG) {
+            if ((taken & (1u << r)) == 0u && better(sp[i], i, bv, bi)) {
+                bv = sp[i];
+                bi = i;
+            }
+            r++;
+        }
+        workgroupBarrier();
+        rv[li] = bv;
+        ri[li] = bi;
+        for (var off = WG / 2u; off > 0u; off >>= 1u) {
+            workgroupBarrier();
+            if (li < off && better(rv[li + off], ri[li + off], rv[li], ri[li])) {
+                rv[li] = rv[li + off];
+                ri[li] = ri[li + off];
+            }
+        }
+        workgroupBarrier();
+        let win = ri[0];
+        if (win != NONE && win % WG == li) {
+            taken |= 1u << (win / WG);
+        }
+        if (li == 0u && live) {
+            ids[t * P.k + j] = win;
+            sel[j] = rv[0];
+        }
+    }
+
+    if (li == 0u && live) {
+        var ssum = 0.0;
+        for (var j = 0u; j < P.k; j++) {
+            ssum += sel[j];
+        }
+        // max(ssum, MIN_SUM) with NaN -> MIN_SUM, like f32::max.
+        let norm = bitcast<f32>(P.scale) / select(MIN_SUM, ssum, ssum >= MIN_SUM);
+        for (var j = 0u; j < P.k; j++) {
+            weights[t * P.k + j] = sel[j] * norm;
+        }
+    }
+}
