@@ -48,17 +48,27 @@ fn tokenize_prints_json_ids() {
 
 #[test]
 fn greedy_run_streams_the_reference_continuation() {
-    let out = rill(&[
+    for b in rill::backend::available() {
+        greedy_run_on(b);
+    }
+}
+
+fn greedy_run_on(backend: &str) {
+    let model = fixture("tiny-dense.F16.gguf");
+    let args = [
         "run",
         "-m",
-        &fixture("tiny-dense.F16.gguf"),
+        &model,
         "-p",
         PROMPT_A,
         "-n",
         "8",
         "--temp",
         "0",
-    ]);
+        "--backend",
+        backend,
+    ];
+    let out = rill(&args);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("prompt: 14 tokens"), "speed line missing: {err}");
