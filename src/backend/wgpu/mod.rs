@@ -9,6 +9,7 @@ mod buffer;
 mod ops;
 mod pipelines;
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use crate::backend::{AttnDims, Backend, DType, GdnDims, Tensor, WeightData};
@@ -26,7 +27,16 @@ struct Recorder {
     params: Vec<u8>,
 }
 
+/// Per-shader wall time when `RILL_PROFILE=1` (every dispatch is then submitted and waited for,
+/// so the totals are exclusive but the run is slower). Printed to stderr when the backend drops.
+#[derive(Default)]
+struct Profile {
+    on: bool,
+    by_shader: HashMap<String, (u64, f64)>,
+}
+
 pub struct WgpuBackend {
+    profile: Mutex<Profile>,
     device: wgpu::Device,
     queue: wgpu::Queue,
     info: wgpu::AdapterInfo,
@@ -91,6 +101,10 @@ impl WgpuBackend {
             mapped_at_creation: false,
         });
         Ok(WgpuBackend {
+            profile: Mutex::new(Profile {
+                on: std::env::var_os("RILL_PROFILE").is_some_and(|v| v == "1"),
+                ..Default::default()
+            }),
             pipelines: PipelineCache::new(),
             device,
             queue,
@@ -201,6 +215,21 @@ impl WgpuBackend {
         pass.set_pipeline(&pipeline);
         pass.set_bind_group(0, &bg, &[]);
         pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
+        drop(pass);
+        if self.profile.lock().is_ok_and(|p| p.on) {
+            let t0 = std::time::Instant::now();
+            self.flush_locked(&mut rec);
+            drop(rec);
+            self.device
+                .poll(wgpu::PollType::wait_indefinitely())
+                .map_err(|e| gpu_err(format!("device poll: {e}")))?;
+            let dt = t0.elapsed().as_secs_f64();
+            if let Ok(mut p) = self.profile.lock() {
+                let e = p.by_shader.entry(format!("{shader}/{variant}")).or_default();
+                e.0 += 1;
+                e.1 += dt;
+            }
+        }
         Ok(())
     }
 
@@ -217,6 +246,25 @@ impl WgpuBackend {
             [n, 1]
         } else {
             [max, n.div_ceil(max)]
+        }
+    }
+}
+
+impl Drop for WgpuBackend {
+    fn drop(&mut self) {
+        if let Ok(p) = self.profile.lock() {
+            if p.on && !p.by_shader.is_empty() {
+                let mut v: Vec<_> = p.by_shader.iter().collect();
+                v.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+                let total: f64 = v.iter().map(|e| e.1 .1).sum();
+                eprintln!("wgpu profile ({total:.3} s in dispatches):");
+                for (name, (n, t)) in v {
+                    eprintln!(
+                        "  {name:<32} {n:>8} dispatches {t:>9.4} s {:>5.1}%",
+                        100.0 * t / total.max(1e-12)
+                    );
+                }
+            }
         }
     }
 }

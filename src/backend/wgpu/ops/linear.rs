@@ -18,9 +18,15 @@ macro_rules! wgsl {
     };
 }
 
+/// Rows up to this length use `matmul_rows.wgsl` (one invocation per output row).
+const MATMUL_ROWS_MAX_IN: usize = 256;
+/// Invocations per workgroup of `matmul_rows.wgsl`.
+const MATMUL_ROWS_WG: u32 = 64;
+
 pub(crate) const SHADERS: &[(&str, &str)] = &[
     wgsl!("embed"),
     wgsl!("matmul"),
+    wgsl!("matmul_rows"),
     wgsl!("dequant_f32"),
     wgsl!("dequant_f16"),
     wgsl!("dequant_bf16"),
@@ -158,7 +164,13 @@ pub(crate) fn matmul(be: &WgpuBackend, w: &Tensor, x: &Tensor, out: &Tensor) -> 
     u32_count(op, "T", n_tok)?;
     let (n_in32, n_out32) = (u32_count(op, "n_in", n_in)?, u32_count(op, "n_out", n_out)?);
     let params = [n_in32, n_out32, n_tok as u32, rb];
-    let [gx, gy] = be.grid(n_out32);
     let gz = u32_count(op, "token tiles", n_tok.div_ceil(MATMUL_TILE))?;
+    // Short rows (and CPU adapters, where barriers are expensive): one invocation per row.
+    // Long rows on a GPU: a workgroup per row, so the row's loads coalesce.
+    if n_in <= MATMUL_ROWS_MAX_IN || be.is_cpu_adapter() {
+        let [gx, gy] = be.grid(n_out32.div_ceil(MATMUL_ROWS_WG));
+        return be.dispatch("matmul_rows", variant, &params, &[w, x, out], [gx, gy, gz]);
+    }
+    let [gx, gy] = be.grid(n_out32);
     be.dispatch("matmul", variant, &params, &[w, x, out], [gx, gy, gz])
 }

@@ -1,0 +1,45 @@
+// out[t][o] = dot(W[o], x[t]), one invocation per output row: the variant for short rows and for
+// CPU adapters (lavapipe), where a workgroup per row spends its time in barriers and reductions.
+// Same bindings and parameters as matmul.wgsl; token tiles of TILE on grid z.
+
+struct Params {
+    n_in: u32,
+    n_out: u32,
+    n_tok: u32,
+    row_bytes: u32,
+}
+
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> W: array<u32>;
+@group(0) @binding(2) var<storage, read> x: array<f32>;
+@group(0) @binding(3) var<storage, read_write> out: array<f32>;
+
+const WG: u32 = 64u;
+const TILE: u32 = 8u;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+    let o = linear_wg(wg, nwg) * WG + li;
+    if (o >= P.n_out) {
+        return;
+    }
+    let t0 = wg.z * TILE;
+    let nt = min(TILE, P.n_tok - t0);
+    let row = o * P.row_bytes;
+    var acc: array<f32, TILE>;
+    for (var t = 0u; t < TILE; t++) {
+        acc[t] = 0.0;
+    }
+    for (var i = 0u; i < P.n_in; i++) {
+        let w = deq(row + (i / QK) * BLOCK_BYTES, i % QK);
+        for (var t = 0u; t < TILE; t++) {
+            if (t < nt) {
+                acc[t] += w * x[(t0 + t) * P.n_in + i];
+            }
+        }
+    }
+    for (var t = 0u; t < nt; t++) {
+        out[(t0 + t) * P.n_out + o] = acc[t];
+    }
+}
