@@ -37,23 +37,26 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     let nt = min(TILE, P.n_tok - t0);
     let row = o * P.row_bytes;
 
-    // Constant trip counts over the tile let the compiler keep acc in registers; the `t < nt`
-    // guards are uniform branches.
-    var acc: array<f32, TILE>;
-    for (var t = 0u; t < TILE; t++) {
-        acc[t] = 0.0;
-    }
+    // Two vec4 accumulators rather than a private array (lavapipe leaks the scratch of dynamically
+    // indexed private arrays on every dispatch). Slots past the last token re-read the last
+    // token's x and are never stored.
+    var lo = vec4<f32>(0.0);
+    var hi = vec4<f32>(0.0);
+    let last = nt - 1u;
     for (var i = li; i < P.n_in; i += WG) {
         let w = deq(row + (i / QK) * BLOCK_BYTES, i % QK);
-        for (var t = 0u; t < TILE; t++) {
-            if (t < nt) {
-                acc[t] += w * x[(t0 + t) * P.n_in + i];
-            }
+        let b = t0 * P.n_in + i;
+        lo += w * vec4<f32>(x[b], x[b + min(1u, last) * P.n_in], x[b + min(2u, last) * P.n_in],
+                            x[b + min(3u, last) * P.n_in]);
+        if (nt > 4u) {
+            hi += w * vec4<f32>(x[b + 4u * P.n_in], x[b + min(5u, last) * P.n_in],
+                                x[b + min(6u, last) * P.n_in], x[b + min(7u, last) * P.n_in]);
         }
     }
 
-    for (var t = 0u; t < TILE; t++) {
-        red[t * WG + li] = acc[t];
+    for (var t = 0u; t < 4u; t++) {
+        red[t * WG + li] = lo[t];
+        red[(t + 4u) * WG + li] = hi[t];
     }
     workgroupBarrier();
     for (var s = WG / 2u; s > 0u; s >>= 1u) {

@@ -27,19 +27,23 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     let t0 = wg.z * TILE;
     let nt = min(TILE, P.n_tok - t0);
     let row = o * P.row_bytes;
-    var acc: array<f32, TILE>;
-    for (var t = 0u; t < TILE; t++) {
-        acc[t] = 0.0;
-    }
+    // Two vec4 accumulators instead of a private array: lavapipe leaks the scratch of dynamically
+    // indexed private arrays on every dispatch. Rows past the last token re-read the last token's
+    // x (in cache) and are never stored.
+    var lo = vec4<f32>(0.0);
+    var hi = vec4<f32>(0.0);
+    let last = nt - 1u;
     for (var i = 0u; i < P.n_in; i++) {
         let w = deq(row + (i / QK) * BLOCK_BYTES, i % QK);
-        for (var t = 0u; t < TILE; t++) {
-            if (t < nt) {
-                acc[t] += w * x[(t0 + t) * P.n_in + i];
-            }
+        let b = t0 * P.n_in + i;
+        lo += w * vec4<f32>(x[b], x[b + min(1u, last) * P.n_in], x[b + min(2u, last) * P.n_in],
+                            x[b + min(3u, last) * P.n_in]);
+        if (nt > 4u) {
+            hi += w * vec4<f32>(x[b + 4u * P.n_in], x[b + min(5u, last) * P.n_in],
+                                x[b + min(6u, last) * P.n_in], x[b + min(7u, last) * P.n_in]);
         }
     }
     for (var t = 0u; t < nt; t++) {
-        out[(t0 + t) * P.n_out + o] = acc[t];
+        out[(t0 + t) * P.n_out + o] = select(hi[max(t, 4u) - 4u], lo[min(t, 3u)], t < 4u);
     }
 }
