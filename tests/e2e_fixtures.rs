@@ -68,7 +68,7 @@ fn backends() -> Vec<&'static str> {
 }
 
 fn load(backend_name: &str, file: &str, mode: DeltaMode) -> Model {
-    let be = backend::create(backend_name).unwrap_or_else(|e| panic!("backend {backend_name}: {e}"));
+    let be = shared_backend(backend_name);
     let mut m = Model::open(Path::new(FIX).join(file), be).expect("model loads");
     m.options.delta = mode;
     m
@@ -421,4 +421,20 @@ fn hidden_states_match_transformers_layer_by_layer() {
             assert!(e <= 1e-4, "{file}: final norm rel error {e}");
         }
     }
+}
+
+/// One backend per name for the whole test process: the tests run on parallel threads, and several
+/// GPU devices at once in one process hung on the NVIDIA Vulkan driver.
+fn shared_backend(name: &str) -> std::sync::Arc<dyn rill::backend::Backend> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+    static SHARED: OnceLock<Mutex<HashMap<String, Arc<dyn rill::backend::Backend>>>> = OnceLock::new();
+    let mut map = SHARED
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .expect("backend map");
+    Arc::clone(
+        map.entry(name.to_string())
+            .or_insert_with(|| rill::backend::create(name).unwrap_or_else(|e| panic!("backend {name}: {e}"))),
+    )
 }

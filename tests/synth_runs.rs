@@ -53,7 +53,7 @@ fn run_and_check(path: &Path, what: &str) {
 }
 
 fn run_and_check_on(backend_name: &str, path: &Path, what: &str) {
-    let be = backend::create(backend_name).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let be = shared_backend(backend_name);
     let m = Model::open(path, be).unwrap_or_else(|e| panic!("{what}: {e}"));
     let v = m.config.n_vocab;
     let toks: Vec<u32> = (0..40u32).map(|i| (i * 977 + 13) % 8000).collect();
@@ -134,4 +134,20 @@ fn cli_synth_then_info_prints_the_q4_k_m_mix() {
         assert!(line.contains(&format!("{count} tensors")), "{ty}: {line}");
     }
     let _ = std::fs::remove_file(&path);
+}
+
+/// One backend per name for the whole test process: the tests run on parallel threads, and several
+/// GPU devices at once in one process hung on the NVIDIA Vulkan driver.
+fn shared_backend(name: &str) -> std::sync::Arc<dyn rill::backend::Backend> {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex, OnceLock};
+    static SHARED: OnceLock<Mutex<HashMap<String, Arc<dyn rill::backend::Backend>>>> = OnceLock::new();
+    let mut map = SHARED
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .expect("backend map");
+    Arc::clone(
+        map.entry(name.to_string())
+            .or_insert_with(|| rill::backend::create(name).unwrap_or_else(|e| panic!("backend {name}: {e}"))),
+    )
 }

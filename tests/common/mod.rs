@@ -36,10 +36,14 @@ pub fn cpu() -> Arc<dyn Backend> {
     backend::create("cpu").expect("cpu backend")
 }
 
-/// The wgpu backend. Tests fail (never skip) when no adapter exists: install lavapipe
-/// (`scripts/test.sh` does).
+/// The wgpu backend, one device shared by every test of the process (tests run on parallel
+/// threads; several devices at once in one process hung on the NVIDIA Vulkan driver). Tests fail
+/// (never skip) when no adapter exists: install lavapipe (`scripts/test.sh` does).
 pub fn wgpu() -> Arc<dyn Backend> {
-    backend::create("wgpu").unwrap_or_else(|e| panic!("wgpu backend unavailable: {e}"))
+    static SHARED: std::sync::OnceLock<Arc<dyn Backend>> = std::sync::OnceLock::new();
+    Arc::clone(
+        SHARED.get_or_init(|| backend::create("wgpu").unwrap_or_else(|e| panic!("wgpu backend unavailable: {e}"))),
+    )
 }
 
 /// Upload the same f32 data to a backend.
