@@ -1,6 +1,8 @@
 //! Shared helpers for the backend-comparison tests: a deterministic RNG and tolerance checks.
 #![allow(dead_code)]
 
+pub mod delta;
+
 use std::sync::Arc;
 
 use rill::backend::{self, Backend, Tensor};
