@@ -307,6 +307,15 @@ pub(crate) fn check_numel(op: &str, name: &str, t: &Tensor, want: usize) -> Resu
 
 /// `Σ a[i]·b[i]` over the shorter length, accumulated in 16 lanes.
 #[inline]
+/// A copy of `data`, which must hold exactly the elements of `shape`.
+fn checked_copy<T: Copy>(op: &str, data: &[T], shape: &[usize]) -> Result<Vec<T>> {
+    let n: Option<usize> = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
+    if n != Some(data.len()) {
+        return Err(shape_err(op, format!("{} values for shape {shape:?}", data.len())));
+    }
+    Ok(data.to_vec())
+}
+
 /// A zero-filled vector of `n` elements, or a typed out-of-memory error instead of an abort
 /// (sizes can come from a hostile file's metadata).
 fn zeroed_vec<T: Copy + Default>(n: usize, shape: &[usize]) -> Result<Vec<T>> {
@@ -466,30 +475,18 @@ impl Backend for CpuBackend {
     }
 
     fn upload_f32(&self, data: &[f32], shape: &[usize]) -> Result<Tensor> {
-        let n: usize = shape.iter().product();
-        if n != data.len() {
-            return Err(shape_err(
-                "upload_f32",
-                format!("{} values for shape {shape:?}", data.len()),
-            ));
-        }
+        let buf = CpuBuffer::F32(RwLock::new(checked_copy("upload_f32", data, shape)?));
         Ok(Tensor {
-            buf: Arc::new(CpuBuffer::F32(RwLock::new(data.to_vec()))),
+            buf: Arc::new(buf),
             dtype: DType::F32,
             shape: shape.to_vec(),
         })
     }
 
     fn upload_u32(&self, data: &[u32], shape: &[usize]) -> Result<Tensor> {
-        let n: usize = shape.iter().product();
-        if n != data.len() {
-            return Err(shape_err(
-                "upload_u32",
-                format!("{} values for shape {shape:?}", data.len()),
-            ));
-        }
+        let buf = CpuBuffer::U32(RwLock::new(checked_copy("upload_u32", data, shape)?));
         Ok(Tensor {
-            buf: Arc::new(CpuBuffer::U32(RwLock::new(data.to_vec()))),
+            buf: Arc::new(buf),
             dtype: DType::U32,
             shape: shape.to_vec(),
         })

@@ -146,20 +146,27 @@ pub(crate) fn read(be: &WgpuBackend, t: &Tensor) -> Result<Vec<u8>> {
     if bytes == 0 {
         return Ok(Vec::new());
     }
-    let staging = be.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("readback"),
-        size: padded(bytes),
-        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: false,
-    });
+    // One staging buffer, grown on demand and reused: decode reads back a token id every step,
+    // and a fresh buffer per read would allocate in the token loop. The lock also serialises reads.
+    let mut cache = be.readback.lock().map_err(|_| gpu_err("readback lock poisoned"))?;
+    if cache.as_ref().is_none_or(|b| b.size() < padded(bytes)) {
+        *cache = Some(be.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size: padded(bytes).next_power_of_two().max(256),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        }));
+    }
+    let staging = cache.as_ref().ok_or_else(|| gpu_err("readback buffer missing"))?;
     {
         let mut rec = be.recorder()?;
         be.encoder(&mut rec)
-            .copy_buffer_to_buffer(&b.buffer, 0, &staging, 0, padded(bytes));
+            .copy_buffer_to_buffer(&b.buffer, 0, staging, 0, padded(bytes));
         be.flush_locked(&mut rec);
     }
+    let slice = staging.slice(..padded(bytes));
     let (tx, rx) = std::sync::mpsc::channel();
-    staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+    slice.map_async(wgpu::MapMode::Read, move |r| {
         let _ = tx.send(r);
     });
     be.device
@@ -169,8 +176,7 @@ pub(crate) fn read(be: &WgpuBackend, t: &Tensor) -> Result<Vec<u8>> {
         .map_err(|_| gpu_err("readback callback dropped"))?
         .map_err(|e| gpu_err(format!("readback map: {e}")))?;
     let out = {
-        let view = staging
-            .slice(..)
+        let view = slice
             .get_mapped_range()
             .map_err(|e| gpu_err(format!("readback view: {e}")))?;
         view[..bytes as usize].to_vec()

@@ -43,6 +43,8 @@ pub struct WgpuBackend {
     limits: wgpu::Limits,
     pipelines: PipelineCache,
     param_buf: wgpu::Buffer,
+    /// Reused host-readback staging buffer (see `buffer::read`).
+    readback: Mutex<Option<wgpu::Buffer>>,
     rec: Mutex<Recorder>,
 }
 
@@ -111,6 +113,7 @@ impl WgpuBackend {
             info,
             limits,
             param_buf,
+            readback: Mutex::new(None),
             rec: Mutex::new(Recorder {
                 encoder: None,
                 params: Vec::new(),
