@@ -1,5 +1,7 @@
 //! The `rill` binary end to end: output formats, streaming text, and one-line errors (never a panic).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -48,8 +50,8 @@ fn tokenize_prints_json_ids() {
 
 #[test]
 fn greedy_run_streams_the_reference_continuation() {
-    for b in rill::backend::available() {
-        greedy_run_on(b);
+    for be in common::backends() {
+        greedy_run_on(be.name());
     }
 }
 
