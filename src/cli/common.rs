@@ -12,7 +12,7 @@ use crate::exec::Model;
 use crate::gguf::GgufFile;
 use crate::tokenizer::Tokenizer;
 
-/// A model, its tokenizer and the parsed file, ready to run.
+/// A model and its tokenizer, ready to run.
 pub struct Loaded {
     pub model: Model,
     pub tokenizer: Tokenizer,
