@@ -1,6 +1,7 @@
 //! rill: an inference engine for Qwen3.5 hybrid models (Gated DeltaNet + gated attention) from GGUF files.
 
 pub mod backend;
+pub mod cache;
 pub mod cli;
 pub mod error;
 pub mod exec;
@@ -8,6 +9,7 @@ pub mod gguf;
 pub mod model;
 pub mod quant;
 pub mod sample;
+pub mod server;
 pub mod synth;
 pub mod tokenizer;
 

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-pub use session::{LayerState, Session};
+pub use session::{LayerState, Session, Snapshot, SnapshotLayer};
 
 use crate::backend::{Backend, DType, Tensor};
 use crate::error::{Error, Result};
