@@ -212,6 +212,10 @@ fn run_job(engine: &mut Engine, tok: &Tokenizer, job: Job, shared: &Shared) -> R
         Finish::Eog | Finish::Stopped if !reply.tool_calls.is_empty() => "tool_calls",
         Finish::Eog | Finish::Stopped => "stop",
     };
+    // Counters first, so a client that asks /health right after its answer sees its request.
+    if let Ok(mut s) = shared.stats.lock() {
+        *s = engine.stats();
+    }
     let _ = job.events.send(Event::Done(Done {
         finish_reason,
         prompt_tokens: outcome.prompt_tokens,
@@ -220,6 +224,15 @@ fn run_job(engine: &mut Engine, tok: &Tokenizer, job: Job, shared: &Shared) -> R
         first_token_secs: outcome.first_token_secs,
         decode_secs: outcome.decode_secs,
     }));
+    eprintln!(
+        "request: prompt {} tokens ({} from cache, {} run), first token after {:.1} ms, {} generated in {:.1} ms, {finish_reason}",
+        outcome.prompt_tokens,
+        outcome.cached_tokens,
+        outcome.prompt_tokens - outcome.cached_tokens,
+        outcome.first_token_secs * 1e3,
+        outcome.generated.len(),
+        outcome.decode_secs * 1e3,
+    );
     if gone {
         return Ok(false);
     }
