@@ -262,9 +262,15 @@ impl Engine {
         if !self.cache.enabled() || self.tokens.is_empty() || self.cache.contains(&self.tokens) {
             return Ok(());
         }
-        let snap = self.session.snapshot_compact(self.model.backend().as_ref())?;
-        self.cache.insert(self.tokens.clone(), snap);
-        Ok(())
+        match self.session.snapshot_compact(self.model.backend().as_ref()) {
+            Ok(snap) => {
+                self.cache.insert(self.tokens.clone(), snap);
+                Ok(())
+            }
+            // The device is full: serve without caching this point rather than fail the request.
+            Err(Error::OutOfMemory { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Make the state after exactly `tokens` available to later requests: resume from the longest

@@ -13,7 +13,7 @@ use std::path::Path;
 
 use crate::backend::{Backend, Tensor};
 use crate::error::{Error, Result};
-use crate::exec::{Snapshot, SnapshotLayer};
+use crate::exec::{Session, Snapshot, SnapshotLayer};
 use crate::gguf::GgufFile;
 use crate::model::Config;
 
@@ -158,15 +158,9 @@ pub fn read_state(
     }
     let pos = pos as usize;
     let meta_len = u64::from_le_bytes(r.array()?);
-    let g = cfg.gdn;
-    let conv_len = (cfg.conv_kernel.saturating_sub(1)) as u64 * g.conv_dim() as u64;
-    let delta_len = (g.hv * g.dv * g.dk) as u64;
-    let kv_width = (cfg.attn.n_head_kv * cfg.attn.head_dim) as u64;
-    let n_linear = cfg.is_linear.iter().filter(|&&l| l).count() as u64;
-    let n_attn = cfg.is_linear.len() as u64 - n_linear;
     // Everything after the metadata, in bytes: layer count, kinds, tensors, checksum.
-    let floats = n_linear * (conv_len + delta_len) + n_attn * 2 * pos as u64 * kv_width;
-    let expected = 8 + 4 + 8 + 8 + 8 + meta_len as u128 + 4 + cfg.is_linear.len() as u128 + 4 * floats as u128 + 8;
+    let tensors = Session::bytes_needed(cfg, pos) as u128;
+    let expected = 8 + 4 + 8 + 8 + 8 + meta_len as u128 + 4 + cfg.is_linear.len() as u128 + tensors + 8;
     if meta_len > MAX_META || expected != file_len as u128 {
         return Err(bad(format!(
             "{file_len} bytes, expected {expected} for {pos} positions of this model (truncated or corrupt)"
@@ -179,6 +173,8 @@ pub fn read_state(
     if n_layers != cfg.is_linear.len() {
         return Err(bad(format!("{n_layers} layers, the model has {}", cfg.is_linear.len())));
     }
+    let g = cfg.gdn;
+    let kv_width = cfg.attn.n_head_kv * cfg.attn.head_dim;
     let mut layers = Vec::with_capacity(n_layers);
     for (i, &linear) in cfg.is_linear.iter().enumerate() {
         let [kind] = r.array()?;
@@ -202,9 +198,8 @@ pub fn read_state(
         } else if pos == 0 {
             SnapshotLayer::Attn { kv: None }
         } else {
-            let w = kv_width as usize;
             SnapshotLayer::Attn {
-                kv: Some((tensor(&[pos, w])?, tensor(&[pos, w])?)),
+                kv: Some((tensor(&[pos, kv_width])?, tensor(&[pos, kv_width])?)),
             }
         });
     }

@@ -197,6 +197,16 @@ fn tensor_bytes(t: &Tensor) -> u64 {
 impl Session {
     /// A compact copy of the current state on the device (see [`Snapshot`]).
     pub fn snapshot_compact(&self, backend: &dyn Backend) -> Result<Snapshot> {
+        if let Some(available) = backend.memory_available() {
+            let needed = self.compact_bytes();
+            if needed > available {
+                return Err(Error::OutOfMemory {
+                    what: format!("a snapshot of {} positions", self.pos),
+                    needed,
+                    available,
+                });
+            }
+        }
         let copy = |t: &Tensor| -> Result<Tensor> {
             let n = backend.alloc(t.dtype, &t.shape)?;
             backend.copy(t, &n)?;
@@ -224,6 +234,17 @@ impl Session {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Snapshot::from_parts(layers, self.pos))
+    }
+
+    /// Device bytes a compact snapshot of the current state takes.
+    pub fn compact_bytes(&self) -> u64 {
+        self.layers
+            .iter()
+            .map(|l| match l {
+                LayerState::Gdn { conv, delta } => tensor_bytes(conv) + tensor_bytes(delta),
+                LayerState::Attn { k, v } => (k.cols() + v.cols()) as u64 * self.pos as u64 * 4,
+            })
+            .sum()
     }
 
     /// Continue from `snap`: copy its state into this session's own buffers (never replacing
