@@ -276,17 +276,23 @@ impl Engine {
     /// Make the state after exactly `tokens` available to later requests: resume from the longest
     /// known prefix, prefill the rest and snapshot. Used after a chat turn to cache the
     /// conversation the way the template will render it next time (which differs from the tokens
-    /// that were generated: the template drops the reasoning of earlier turns).
+    /// that were generated: the template drops the reasoning of earlier turns). Does nothing when
+    /// no known prefix exists (that would be a whole prefill) or the snapshot could not be kept.
     pub fn cache_sequence(&mut self, tokens: &[u32]) -> Result<()> {
         if !self.cache.enabled() || tokens.is_empty() || self.cache.contains(tokens) {
             return Ok(());
         }
-        if tokens.len() > self.session.n_ctx {
-            return Ok(()); // cannot be continued anyway
+        // Not worth a prefill when the result could not be kept or continued.
+        let size = Session::bytes_needed(&self.model.config, tokens.len());
+        if tokens.len() > self.session.n_ctx || size > self.cache.stats().budget {
+            return Ok(());
         }
         let result = (|| {
             if self.tokens != tokens {
                 let start = self.resume(tokens)?;
+                if start == 0 {
+                    return Ok(()); // nothing to extend: this would be a whole prefill
+                }
                 self.advance(&tokens[start..])?;
             }
             self.store_snapshot()
