@@ -59,6 +59,23 @@ pub enum Error {
 
     #[error("safetensors: {0}")]
     SafeTensors(String),
+
+    // Hostile input (issue 12): sizes from files and the command line, and path arguments.
+    /// A host allocation whose size came from a file or the command line failed.
+    #[error("out of memory: cannot allocate {bytes} bytes for {what}")]
+    Alloc { what: String, bytes: u128 },
+
+    /// A GGUF file given by path is malformed.
+    #[error("{path}: malformed GGUF: {source}")]
+    GgufFile {
+        path: PathBuf,
+        #[source]
+        source: GgufError,
+    },
+
+    /// A path argument names something rill cannot use (a directory, a FIFO, a device...).
+    #[error("{path}: {problem}")]
+    BadPath { path: PathBuf, problem: String },
 }
 
 /// Precise reasons a GGUF file is rejected.
@@ -75,8 +92,25 @@ pub enum GgufError {
         needed: u64,
         file_len: u64,
     },
-    #[error("{what} count {count} is impossible for a file of {file_len} bytes")]
-    CountTooLarge { what: String, count: u64, file_len: u64 },
+    #[error(
+        "{what} count {count} does not fit in the {remaining} bytes left of the file's {file_len} \
+         (a corrupt count or a truncated file)"
+    )]
+    CountTooLarge {
+        what: String,
+        count: u64,
+        remaining: u64,
+        file_len: u64,
+    },
+    #[error("{what} at offset {offset} claims a length of {len} bytes, more than the whole file ({file_len} bytes)")]
+    ImpossibleLength {
+        what: String,
+        offset: u64,
+        len: u64,
+        file_len: u64,
+    },
+    #[error("{what} count {count} is more than rill accepts ({max})")]
+    TooMany { what: String, count: u64, max: u64 },
     #[error("string at offset {offset} is not valid UTF-8")]
     BadUtf8 { offset: u64 },
     #[error("unknown metadata value type {type_id} for key '{key}'")]
