@@ -41,7 +41,9 @@ pub enum Error {
     #[error("tokenizer: {0}")]
     Tokenizer(String),
 
-    #[error("prompt of {prompt} tokens plus {generate} to generate exceeds the context of {ctx} tokens")]
+    /// `prompt`: tokens already in the sequence (the prompt, or the position reached while
+    /// generating); `generate`: the tokens that were to follow.
+    #[error("{prompt} tokens in the sequence plus {generate} more would exceed the context of {ctx} tokens")]
     ContextOverflow { prompt: usize, generate: usize, ctx: usize },
 
     #[error("backend '{0}' is not available in this build (available: {1})")]

@@ -4,6 +4,7 @@ mod bench;
 mod common;
 mod info;
 mod logits;
+mod output;
 mod run;
 mod synth;
 mod tokenize;

@@ -13,7 +13,8 @@ pub struct TokenizeArgs {
     /// GGUF model (or vocab-only) file.
     #[arg(short, long)]
     model: PathBuf,
-    /// Text to tokenize.
+    /// Text to tokenize. May start with '-'.
+    #[arg(allow_hyphen_values = true)]
     text: String,
     /// Treat control tokens such as <|im_start|> as plain text.
     #[arg(long)]

@@ -359,6 +359,24 @@ impl Config {
         })
     }
 
+    /// The tokenizer must have exactly one token per embedding row: fewer, and ids the model
+    /// generates could not be decoded (they would vanish from the output); more, and the
+    /// tokenizer could produce ids the model cannot embed.
+    pub fn check_tokenizer_size(&self, n_tokens: usize) -> Result<()> {
+        if n_tokens == self.n_vocab {
+            return Ok(());
+        }
+        let consequence = if n_tokens < self.n_vocab {
+            "ids it cannot decode could be generated"
+        } else {
+            "it could produce ids the model cannot embed"
+        };
+        Err(Error::Tokenizer(format!(
+            "the tokenizer has {n_tokens} tokens but token_embd.weight has {} rows; {consequence}",
+            self.n_vocab
+        )))
+    }
+
     pub fn n_linear_layers(&self) -> usize {
         self.is_linear.iter().filter(|&&l| l).count()
     }
