@@ -75,6 +75,14 @@ pub enum Error {
         source: GgufError,
     },
 
+    /// A model file given by path is not a usable model (its metadata, tensors or tokenizer).
+    #[error("{path}: {source}")]
+    InModel {
+        path: PathBuf,
+        #[source]
+        source: Box<Error>,
+    },
+
     /// A path argument names something rill cannot use (a directory, a FIFO, a device...).
     #[error("{path}: {problem}")]
     BadPath { path: PathBuf, problem: String },
@@ -162,6 +170,21 @@ impl Error {
         Error::Tensor {
             name: name.into(),
             problem: problem.into(),
+        }
+    }
+    /// Attach the model file's path to an error about its contents (errors that already name a
+    /// path, and errors of the device or the arguments, are returned as they are).
+    pub fn in_model(self, path: impl Into<PathBuf>) -> Self {
+        match self {
+            Error::Metadata(_)
+            | Error::Tensor { .. }
+            | Error::Tokenizer(_)
+            | Error::UnsupportedArch(_)
+            | Error::UnsupportedType { .. } => Error::InModel {
+                path: path.into(),
+                source: Box::new(self),
+            },
+            other => other,
         }
     }
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {

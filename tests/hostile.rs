@@ -379,8 +379,9 @@ fn tokenizer_smaller_than_the_embedding_is_refused() {
     };
     let p = rewrite_fixture("tiny-dense.F16.gguf", "small-vocab.gguf", shrink, Vec::new(), keep_t);
     let out = rill(&["run", "-m", s(&p), "-p", "hi", "-n", "1", "--backend", "cpu"]);
-    assert_clean_error(
-        &out,
-        "the tokenizer has 8190 tokens but token_embd.weight has 8192 rows",
+    let needle = format!(
+        "{}: tokenizer: the tokenizer has 8190 tokens but token_embd.weight has 8192 rows",
+        s(&p)
     );
+    assert_clean_error(&out, &needle);
 }

@@ -24,12 +24,15 @@ pub struct Loaded {
 pub fn load(path: &Path, backend_name: &str) -> Result<Loaded> {
     // Parse the file before starting a (possibly slow) device, so bad files fail fast.
     let file = GgufFile::open(path)?;
-    let tokenizer = Tokenizer::from_gguf(&file)?;
-    Config::from_gguf(&file)?.check_tokenizer_size(tokenizer.vocab_size())?;
+    let in_model = |e: crate::Error| e.in_model(path);
+    let tokenizer = Tokenizer::from_gguf(&file).map_err(in_model)?;
+    Config::from_gguf(&file)
+        .and_then(|c| c.check_tokenizer_size(tokenizer.vocab_size()))
+        .map_err(in_model)?;
     let be = backend::create(backend_name)?;
     let total: u64 = file.tensors.iter().map(|t| t.n_bytes).sum();
     let bar = progress_bar(total, "loading");
-    let model = Model::load(&file, Arc::clone(&be), &mut |n| bar.inc(n))?;
+    let model = Model::load(&file, Arc::clone(&be), &mut |n| bar.inc(n)).map_err(in_model)?;
     bar.finish_and_clear();
     Ok(Loaded { model, tokenizer })
 }
