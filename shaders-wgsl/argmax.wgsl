@@ -1,7 +1,7 @@
 // Row-wise argmax of logits [T, V] into out [T] (U32). One workgroup per row: each invocation
 // scans a strided slice of the row, then a tree reduction in workgroup memory picks the winner.
-// Same order as the CPU backend: the first index wins ties, NaN loses against every number (and
-// a row of NaNs gives index 0).
+// The CPU backend's rule (the sampler's): the first index wins ties, NaN and -inf are never
+// chosen, and a row with nothing else gives NON_FINITE (0xffffffff).
 const WG: u32 = 256u;
 
 struct Params {
@@ -63,6 +63,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         workgroupBarrier();
     }
     if (li == 0u) {
-        out[row] = best_idx[0];
+        // The winner is NaN or -inf only when the row has no allowed value.
+        let b = best_val[0];
+        if (is_nan(b) || b == bitcast<f32>(0xff800000u)) {
+            out[row] = 0xffffffffu;
+        } else {
+            out[row] = best_idx[0];
+        }
     }
 }

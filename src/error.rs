@@ -49,9 +49,17 @@ pub enum Error {
     #[error("backend '{0}' is not available in this build (available: {1})")]
     UnknownBackend(String, String),
 
-    /// An error from a compute backend (device lost, out of memory, shape mismatch in an op).
+    /// An error from a compute backend (device lost, shape mismatch in an op).
     #[error("backend: {0}")]
     Backend(String),
+
+    /// Not enough memory (host or device) for a buffer.
+    #[error("out of memory: {what} needs {needed} bytes, {available} are available")]
+    OutOfMemory { what: String, needed: u64, available: u64 },
+
+    /// Every logit of the position to sample was NaN or -inf (a broken model or input).
+    #[error("no token has a finite logit (all NaN or -inf): the model produced non-finite output")]
+    NonFiniteLogits,
 
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

@@ -7,7 +7,7 @@
 //! dequantized matrix, not the original f32 one).
 
 use rill::backend::cpu::CpuBackend;
-use rill::backend::{AttnDims, Backend, DType, GdnDims, Tensor, WeightData};
+use rill::backend::{AttnDims, Backend, DType, GdnDims, Pos, Tensor, WeightData, NON_FINITE};
 use rill::gguf::{GgmlType, TensorBytes};
 
 /// xorshift64* + Box-Muller: tiny, deterministic, no crates.
@@ -541,15 +541,18 @@ fn rope_neox_partial() {
         for &pos0 in &[0usize, 7, 5000] {
             let xv = rng.vec(t * heads * hd);
             let x = up(&b, &xv, &[t, heads * hd]);
-            b.rope_neox(&x, hd, n_rot, theta, pos0).unwrap();
+            let pt = b.upload_u32(&[pos0 as u32], &[1]).unwrap();
+            b.rope_neox(&x, hd, n_rot, theta, Pos { host: pos0, dev: &pt }).unwrap();
             let want = rope_ref(&xv, t, hd, n_rot, theta as f64, pos0);
             assert_close(&b.read_f32(&x).unwrap(), &want, 1e-6, 1e-6, "rope");
         }
     }
     let x = zeros(&b, &[2, 3 * hd]);
-    assert!(b.rope_neox(&x, hd, hd + 2, 1e4, 0).is_err(), "n_rot > head_dim");
-    assert!(b.rope_neox(&x, hd, 15, 1e4, 0).is_err(), "odd n_rot");
-    assert!(b.rope_neox(&x, 20, 16, 1e4, 0).is_err(), "not whole heads");
+    let p0 = b.upload_u32(&[0], &[1]).unwrap();
+    let at0 = Pos { host: 0, dev: &p0 };
+    assert!(b.rope_neox(&x, hd, hd + 2, 1e4, at0).is_err(), "n_rot > head_dim");
+    assert!(b.rope_neox(&x, hd, 15, 1e4, at0).is_err(), "odd n_rot");
+    assert!(b.rope_neox(&x, 20, 16, 1e4, at0).is_err(), "not whole heads");
 }
 
 #[test]
@@ -575,7 +578,9 @@ fn attention_causal_gqa() {
                 up(&b, &kv, &[ctx, nkv * d]),
                 up(&b, &vv, &[ctx, nkv * d]),
             );
-            b.attention(&q, &kc, &vc, pos0, dims, scale, &out).unwrap();
+            let pt = b.upload_u32(&[pos0 as u32], &[1]).unwrap();
+            b.attention(&q, &kc, &vc, Pos { host: pos0, dev: &pt }, dims, scale, &out)
+                .unwrap();
             let mut want = vec![0f64; t * nh * d];
             for tt in 0..t {
                 for h in 0..nh {
@@ -611,17 +616,27 @@ fn attention_causal_gqa() {
     let q = zeros(&b, &[3, nh * d]);
     let kc = zeros(&b, &[4, nkv * d]);
     let out = zeros(&b, &[3, nh * d]);
-    assert!(b.attention(&q, &kc, &kc, 1, dims, scale, &out).is_ok());
+    let at = |p: usize| b.upload_u32(&[p as u32], &[1]).unwrap();
+    let (p0, p1, p2) = (at(0), at(1), at(2));
+    let (at0, at1, at2) = (
+        Pos { host: 0, dev: &p0 },
+        Pos { host: 1, dev: &p1 },
+        Pos { host: 2, dev: &p2 },
+    );
+    assert!(b.attention(&q, &kc, &kc, at1, dims, scale, &out).is_ok());
     assert!(
-        b.attention(&q, &kc, &kc, 2, dims, scale, &out).is_err(),
+        b.attention(&q, &kc, &kc, at2, dims, scale, &out).is_err(),
         "positions past the cache"
     );
     let bad = AttnDims { n_head: 5, ..dims };
     assert!(
-        b.attention(&q, &kc, &kc, 0, bad, scale, &out).is_err(),
+        b.attention(&q, &kc, &kc, at0, bad, scale, &out).is_err(),
         "H not a multiple of Hkv"
     );
-    assert!(b.attention(&q, &kc, &kc, 0, dims, scale, &q).is_err(), "out aliases q");
+    assert!(
+        b.attention(&q, &kc, &kc, at0, dims, scale, &q).is_err(),
+        "out aliases q"
+    );
 }
 
 #[test]
@@ -765,17 +780,25 @@ fn argmax_ties_and_nan() {
         f32::NAN,
         -5.0, // NaN loses, tie -> 1
         f32::NAN,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        -7.0, // NaN and -inf are never chosen -> 3
         f32::NAN,
         f32::NAN,
-        f32::NEG_INFINITY, // only number -> 3
         f32::NAN,
+        f32::NAN, // all NaN -> NON_FINITE
+        f32::NEG_INFINITY,
         f32::NAN,
-        f32::NAN,
-        f32::NAN, // all NaN -> 0
+        f32::NEG_INFINITY,
+        f32::NEG_INFINITY, // nothing allowed -> NON_FINITE
+        f32::NEG_INFINITY,
+        f32::INFINITY,
+        3.0,
+        f32::INFINITY, // first +inf -> 1
     ];
-    let out = b.alloc(DType::U32, &[4]).unwrap();
-    b.argmax(&up(&b, &v, &[4, 4]), &out).unwrap();
-    assert_eq!(b.read_u32(&out).unwrap(), vec![1, 1, 3, 0]);
+    let out = b.alloc(DType::U32, &[6]).unwrap();
+    b.argmax(&up(&b, &v, &[6, 4]), &out).unwrap();
+    assert_eq!(b.read_u32(&out).unwrap(), vec![1, 1, 3, NON_FINITE, NON_FINITE, 1]);
     let mut rng = Rng::new(15);
     for &t in &TS {
         let l = rng.vec(t * 101);

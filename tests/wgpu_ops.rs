@@ -11,7 +11,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
-use rill::backend::{AttnDims, Backend, DType, GdnDims, Tensor};
+use rill::backend::{AttnDims, Backend, DType, GdnDims, Pos, Tensor, NON_FINITE};
 
 /// The same data on both backends.
 fn up2(g: &dyn Backend, c: &dyn Backend, data: &[f32], shape: &[usize]) -> (Tensor, Tensor) {
@@ -178,19 +178,25 @@ fn argmax_matches() {
     rows.push(with(&[(1000, 50.0), (1001, 50.0), (1256, 50.0)])); // tie within one stride: 1000
     rows.push(with(&[(248_319, 50.0), (248_063, 50.0)])); // tie near the end: 248063
     rows.push(with(&[(0, nan), (5, 60.0), (6, nan)])); // NaN never wins: 5
-    rows.push(vec![nan; v]); // all NaN: 0
+    rows.push(vec![nan; v]); // all NaN: NON_FINITE
     rows.push({
         let mut r = vec![nan; v];
         r[123_457] = -1e30;
         r
     }); // a single number among NaNs: 123457
-    rows.push(vec![f32::NEG_INFINITY; v]); // all -inf: first
+    rows.push(vec![f32::NEG_INFINITY; v]); // all -inf: NON_FINITE
+    rows.push(
+        (0..v)
+            .map(|i| if i % 3 == 0 { nan } else { f32::NEG_INFINITY })
+            .collect(),
+    ); // NaN and -inf only: NON_FINITE
     rows.push(with(&[(3, f32::INFINITY), (9, f32::INFINITY)])); // +inf tie: 3
     rows.push(vec![0.25; v]); // constant: 0
     let t = rows.len();
     let data: Vec<f32> = rows.concat();
     let (g, c) = argmax_of(&p, &data, t, v);
-    assert_eq!(c, [7, 1000, 248_063, 5, 0, 123_457, 0, 3, 0], "cpu reference");
+    let nf = NON_FINITE;
+    assert_eq!(c, [7, 1000, 248_063, 5, nf, 123_457, nf, nf, 3, 0], "cpu reference");
     assert_eq!(g, c, "argmax special rows");
 }
 
@@ -336,8 +342,14 @@ fn rope_neox_matches() {
             for (t, pos0) in [(1usize, 0usize), (3, 5), (64, 100), (65, 0), (1, 1000), (3, 4093)] {
                 let x = rng.normals(t * nh * d, 1.0);
                 let xs = p.up(&x, &[t, nh * d]);
-                p.g.rope_neox(&xs.0, d, n_rot, theta, pos0).expect("wgpu rope");
-                p.c.rope_neox(&xs.1, d, n_rot, theta, pos0).expect("cpu rope");
+                let (pg, pc) = (
+                    p.g.upload_u32(&[pos0 as u32], &[1]).expect("pos"),
+                    p.c.upload_u32(&[pos0 as u32], &[1]).expect("pos"),
+                );
+                p.g.rope_neox(&xs.0, d, n_rot, theta, Pos { host: pos0, dev: &pg })
+                    .expect("wgpu rope");
+                p.c.rope_neox(&xs.1, d, n_rot, theta, Pos { host: pos0, dev: &pc })
+                    .expect("cpu rope");
                 // Error model (see rope_neox.wgsl): the f32 angle is off by a few ulp of the
                 // position (measured up to 2.5 * pos * 2^-24 rad, bounded here by 4x), which
                 // moves a rotated pair (a, b) by that angle times |(a, b)|; plus ~2e-6 relative for
@@ -386,9 +398,13 @@ fn attention_case(p: &Pair, rng: &mut Rng, t: usize, pos0: usize, extra: usize, 
     let v = p.up(&rng.normals(ctx * nkv * d, 1.0), &[ctx, nkv * d]);
     let out = p.zeros(&[t, nh * d]);
     let scale = 1.0 / (d as f32).sqrt();
-    p.g.attention(&q.0, &k.0, &v.0, pos0, dims, scale, &out.0)
+    let (pg, pc) = (
+        p.g.upload_u32(&[pos0 as u32], &[1]).expect("pos"),
+        p.c.upload_u32(&[pos0 as u32], &[1]).expect("pos"),
+    );
+    p.g.attention(&q.0, &k.0, &v.0, Pos { host: pos0, dev: &pg }, dims, scale, &out.0)
         .expect("wgpu attention");
-    p.c.attention(&q.1, &k.1, &v.1, pos0, dims, scale, &out.1)
+    p.c.attention(&q.1, &k.1, &v.1, Pos { host: pos0, dev: &pc }, dims, scale, &out.1)
         .expect("cpu attention");
     // Outputs are convex combinations of N(0,1) values, so the rounding of the n-term sums is
     // absolute, ~sqrt(n) * 2^-24 * max|v| (measured <= 7e-7): 5e-6 covers outputs that cancel to
@@ -475,9 +491,13 @@ fn errors_are_reported() {
     assert!(g.conv1d_causal_silu(&x, &f(&[5, 4]), &st, &st).is_err());
     assert!(g.conv1d_causal_silu(&x, &f(&[5, 4]), &f(&[3, 5]), &x).is_err());
     // RoPE: partial heads, odd n_rot, n_rot > head_dim.
-    assert!(g.rope_neox(&f(&[2, 10]), 4, 4, 1e4, 0).is_err());
-    assert!(g.rope_neox(&f(&[2, 8]), 4, 3, 1e4, 0).is_err());
-    assert!(g.rope_neox(&f(&[2, 8]), 4, 6, 1e4, 0).is_err());
+    let p0 = g.upload_u32(&[0], &[1]).expect("pos");
+    let p4 = g.upload_u32(&[4], &[1]).expect("pos");
+    let at0 = Pos { host: 0, dev: &p0 };
+    let at4 = Pos { host: 4, dev: &p4 };
+    assert!(g.rope_neox(&f(&[2, 10]), 4, 4, 1e4, at0).is_err());
+    assert!(g.rope_neox(&f(&[2, 8]), 4, 3, 1e4, at0).is_err());
+    assert!(g.rope_neox(&f(&[2, 8]), 4, 6, 1e4, at0).is_err());
     // Attention: bad dims, past the cache, head_dim over the kernel's bound, aliasing.
     let ad = |n_head, n_head_kv, head_dim| AttnDims {
         n_head,
@@ -485,19 +505,19 @@ fn errors_are_reported() {
         head_dim,
     };
     let (q, kc, vc) = (f(&[2, 16]), f(&[5, 8]), f(&[5, 8]));
-    assert!(g.attention(&q, &kc, &vc, 0, ad(4, 3, 4), 0.5, &f(&[2, 16])).is_err());
-    assert!(g.attention(&q, &kc, &vc, 4, ad(4, 2, 4), 0.5, &f(&[2, 16])).is_err());
+    assert!(g.attention(&q, &kc, &vc, at0, ad(4, 3, 4), 0.5, &f(&[2, 16])).is_err());
+    assert!(g.attention(&q, &kc, &vc, at4, ad(4, 2, 4), 0.5, &f(&[2, 16])).is_err());
     assert!(g
-        .attention(&q, &kc, &f(&[4, 8]), 0, ad(4, 2, 4), 0.5, &f(&[2, 16]))
+        .attention(&q, &kc, &f(&[4, 8]), at0, ad(4, 2, 4), 0.5, &f(&[2, 16]))
         .is_err());
-    assert!(g.attention(&q, &kc, &vc, 0, ad(4, 2, 4), 0.5, &f(&[2, 15])).is_err());
-    assert!(g.attention(&q, &kc, &vc, 0, ad(4, 2, 4), 0.5, &q).is_err());
+    assert!(g.attention(&q, &kc, &vc, at0, ad(4, 2, 4), 0.5, &f(&[2, 15])).is_err());
+    assert!(g.attention(&q, &kc, &vc, at0, ad(4, 2, 4), 0.5, &q).is_err());
     assert!(g
         .attention(
             &f(&[1, 512]),
             &f(&[2, 512]),
             &f(&[2, 512]),
-            0,
+            at0,
             ad(1, 1, 512),
             0.5,
             &f(&[1, 512])

@@ -10,11 +10,14 @@
 //! rows of `in` contiguous values (quant blocks run along the row); `matmul` computes
 //! `y[t][o] = dot(W[o], x[t])`.
 
+pub mod check;
 pub mod cpu;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
 
 use std::any::Any;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
@@ -118,9 +121,82 @@ pub struct AttnDims {
     pub head_dim: usize,
 }
 
+/// The position of the first token of a batch, known on the host and on the device: `dev` is a
+/// U32 tensor `[1]` holding `host`. Backends that run ops as they are called may use `host`;
+/// a backend that replays a recorded step (a CUDA graph) must read `dev`, which the executor
+/// rewrites before every step, so the recording stays valid from token to token.
+#[derive(Clone, Copy)]
+pub struct Pos<'a> {
+    pub host: usize,
+    pub dev: &'a Tensor,
+}
+
+/// What a backend does with the ops of one decode step (`Backend::step_begin`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StepMode {
+    /// Execute the ops as they are called.
+    Run,
+    /// The ops are being recorded, not executed; `step_end` finishes the recording and runs it.
+    Record,
+    /// The backend launched its recording of this step; the executor skips the ops.
+    Replayed,
+}
+
+/// Which precision tier a backend's kernels run at (../shared/fixtures/README.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    /// Strict tier: f32 activations on dequantized weights (every backend has it).
+    #[default]
+    Exact,
+    /// The backend's faster tier (f16/bf16 tensor-core products, quantized activations); each
+    /// backend documents which tier its fast paths meet. Backends without one run `Exact`.
+    Fast,
+}
+
+impl Precision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Exact => "exact",
+            Precision::Fast => "fast",
+        }
+    }
+}
+
+impl std::str::FromStr for Precision {
+    type Err = Error;
+    fn from_str(s: &str) -> Result<Precision> {
+        match s {
+            "exact" => Ok(Precision::Exact),
+            "fast" => Ok(Precision::Fast),
+            other => Err(Error::InvalidArgument(format!(
+                "unknown precision '{other}' (expected exact or fast)"
+            ))),
+        }
+    }
+}
+
+/// Options for `create_with`.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BackendOptions {
+    pub precision: Precision,
+}
+
+/// What `argmax` writes for a row with no allowed value (every logit NaN or -inf), the same rows
+/// the sampler rejects. The executor turns it into `Error::NonFiniteLogits`.
+pub const NON_FINITE: u32 = u32::MAX;
+
+/// A device-to-host read that the caller can await (the browser cannot block on the GPU).
+pub type ReadFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + 'a>>;
+
 /// The op set. Every op checks dtypes and shapes and returns `Error::Backend` on a mismatch.
 /// Output tensors are preallocated by the caller and must not alias inputs unless the op says
-/// it works in place. All arithmetic is f32 unless a backend documents otherwise.
+/// it works in place. All arithmetic is f32 unless a backend documents otherwise (`Precision`).
+/// The rules of each op (dtypes, shapes, aliasing) are written once, in `check`, and every
+/// backend calls them; the CPU backend defines the math.
+///
+/// Fused ops (`add_rms_norm`, `matmul_swiglu`, `conv1d_silu_l2qk`, `kv_store`) have default
+/// implementations that compose the plain ops, so they are the CPU reference by construction;
+/// GPU backends override them with one kernel where that saves launches or passes.
 pub trait Backend: Send + Sync {
     /// Short name used by `--backend` (`cpu`, `wgpu`, `cuda`).
     fn name(&self) -> &'static str;
@@ -129,6 +205,14 @@ pub trait Backend: Send + Sync {
     /// Driver / runtime description for benchmarks.
     fn driver_info(&self) -> String {
         String::new()
+    }
+    /// The precision tier this backend instance runs at.
+    fn precision(&self) -> Precision {
+        Precision::Exact
+    }
+    /// Bytes of device memory free for new buffers, when the backend can tell.
+    fn memory_available(&self) -> Option<u64> {
+        None
     }
 
     // ---- memory ----
@@ -142,6 +226,15 @@ pub trait Backend: Send + Sync {
     fn write_u32(&self, t: &Tensor, data: &[u32]) -> Result<()>;
     fn read_f32(&self, t: &Tensor) -> Result<Vec<f32>>;
     fn read_u32(&self, t: &Tensor) -> Result<Vec<u32>>;
+    /// `read_f32` that can be awaited instead of blocking (the browser); the default reads
+    /// synchronously.
+    fn read_f32_async<'a>(&'a self, t: &'a Tensor) -> ReadFuture<'a, Vec<f32>> {
+        Box::pin(std::future::ready(self.read_f32(t)))
+    }
+    /// `read_u32` that can be awaited instead of blocking.
+    fn read_u32_async<'a>(&'a self, t: &'a Tensor) -> ReadFuture<'a, Vec<u32>> {
+        Box::pin(std::future::ready(self.read_u32(t)))
+    }
     /// Fill an F32/U32 tensor with zeros.
     fn zero(&self, t: &Tensor) -> Result<()>;
     /// Copy all of `src` into `dst` (same dtype and element count).
@@ -150,6 +243,20 @@ pub trait Backend: Send + Sync {
     fn copy_rows(&self, src: &Tensor, src_row: usize, dst: &Tensor, dst_row: usize, n: usize) -> Result<()>;
     /// Submit everything enqueued and wait for it.
     fn sync(&self) -> Result<()>;
+
+    // ---- recorded steps ----
+    /// Called by the executor before one decode step (the layers and the head of one token).
+    /// `key` names the step's buffers and op sequence: the same key always means the same ops on
+    /// the same buffers (only the contents of the token-id and position tensors change, written
+    /// with `write_u32` before this call). A backend that can record and replay returns `Record`
+    /// the first time and `Replayed` afterwards; no op inside a step reads to the host or syncs.
+    fn step_begin(&self, _key: u64) -> Result<StepMode> {
+        Ok(StepMode::Run)
+    }
+    /// Ends the step begun with `key`. `ok == false`: an op failed, discard any recording.
+    fn step_end(&self, _key: u64, _ok: bool) -> Result<()> {
+        Ok(())
+    }
 
     // ---- ops ----
     /// `out[t] = dequant(table[ids[t]])`; table `[vocab, d]` (any weight type), ids U32 `[T]`, out `[T, d]`.
@@ -161,8 +268,30 @@ pub trait Backend: Send + Sync {
     fn rms_norm(&self, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()>;
     /// `acc += x` elementwise (in place).
     fn add_assign(&self, acc: &Tensor, x: &Tensor) -> Result<()>;
+    /// Fused residual add and the next RMSNorm: `acc += x; out = rms_norm(acc; w)`.
+    fn add_rms_norm(&self, acc: &Tensor, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
+        check::add_rms_norm(acc, x, w, out)?;
+        self.add_assign(acc, x)?;
+        self.rms_norm(acc, w, eps, out)
+    }
     /// `out = silu(gate) * up`.
     fn swiglu(&self, gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<()>;
+    /// The FFN's input side in one op: `out = silu(W_gate x) * (W_up x)`. `gate_tmp` and
+    /// `up_tmp` `[T, n_ff]` are scratch: their contents afterwards are unspecified.
+    fn matmul_swiglu(
+        &self,
+        w_gate: &Tensor,
+        w_up: &Tensor,
+        x: &Tensor,
+        gate_tmp: &Tensor,
+        up_tmp: &Tensor,
+        out: &Tensor,
+    ) -> Result<()> {
+        check::matmul_swiglu(w_gate, w_up, x, gate_tmp, up_tmp, out)?;
+        self.matmul(w_gate, x, gate_tmp)?;
+        self.matmul(w_up, x, up_tmp)?;
+        self.swiglu(gate_tmp, up_tmp, out)
+    }
     /// `x *= sigmoid(gate)` elementwise (in place).
     fn sigmoid_mul_assign(&self, x: &Tensor, gate: &Tensor) -> Result<()>;
     /// `acc[t] += sigmoid(gate_logit[t]) * x[t]`; acc, x `[T, d]`, gate_logit `[T, 1]`.
@@ -172,6 +301,19 @@ pub trait Backend: Send + Sync {
     /// x `[T, C]` raw projections; w `[C, K]` F32 (tap K-1 multiplies the newest token);
     /// state `[K-1, C]` (oldest first) holds the raw inputs of the previous K-1 tokens; out `[T, C]`.
     fn conv1d_causal_silu(&self, x: &Tensor, w: &Tensor, state: &Tensor, out: &Tensor) -> Result<()>;
+    /// `conv1d_causal_silu` followed by `l2_norm_qk` on its output.
+    fn conv1d_silu_l2qk(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        state: &Tensor,
+        out: &Tensor,
+        dims: GdnDims,
+        eps: f32,
+    ) -> Result<()> {
+        self.conv1d_causal_silu(x, w, state, out)?;
+        self.l2_norm_qk(out, dims, eps)
+    }
     /// Per-head delta-rule scalars: `beta = sigmoid(b)`, `g = ssm_a * softplus(a + dt_bias)`.
     /// a, b `[T, Hv]`; ssm_a, dt_bias `[Hv]`; g_out, beta_out `[T, Hv]`.
     fn gdn_gates(
@@ -216,10 +358,17 @@ pub trait Backend: Send + Sync {
     /// into `q` `[T, H*D]` and `gate` `[T, H*D]`.
     fn split_qgate(&self, qg: &Tensor, head_dim: usize, q: &Tensor, gate: &Tensor) -> Result<()>;
     /// In place NeoX ("rotate half") RoPE on the first `n_rot` dims of every head of x `[T, nh*D]`,
-    /// pair `(i, i + n_rot/2)`, frequency `theta^(-2i/n_rot)`, position `pos0 + t`.
-    fn rope_neox(&self, x: &Tensor, head_dim: usize, n_rot: usize, theta: f32, pos0: usize) -> Result<()>;
-    /// Causal GQA softmax attention of the T new queries (positions `pos0..pos0+T`) against the
-    /// cache rows `0..pos0+T`. q `[T, H*D]`; k_cache, v_cache `[ctx, Hkv*D]`; out `[T, H*D]`.
+    /// pair `(i, i + n_rot/2)`, frequency `theta^(-2i/n_rot)`, position `pos + t`.
+    fn rope_neox(&self, x: &Tensor, head_dim: usize, n_rot: usize, theta: f32, pos: Pos) -> Result<()>;
+    /// Append T rows to the KV cache: `k_cache[pos + t] = k[t]`, `v_cache[pos + t] = v[t]`;
+    /// k, v `[T, W]`, caches `[ctx, W]`.
+    fn kv_store(&self, k: &Tensor, v: &Tensor, k_cache: &Tensor, v_cache: &Tensor, pos: Pos) -> Result<()> {
+        let t = check::kv_store(k, v, k_cache, v_cache, pos)?;
+        self.copy_rows(k, 0, k_cache, pos.host, t)?;
+        self.copy_rows(v, 0, v_cache, pos.host, t)
+    }
+    /// Causal GQA softmax attention of the T new queries (positions `pos..pos+T`) against the
+    /// cache rows `0..pos+T`. q `[T, H*D]`; k_cache, v_cache `[ctx, Hkv*D]`; out `[T, H*D]`.
     /// Query head h uses KV head `h / (H / Hkv)`.
     #[allow(clippy::too_many_arguments)]
     fn attention(
@@ -227,7 +376,7 @@ pub trait Backend: Send + Sync {
         q: &Tensor,
         k_cache: &Tensor,
         v_cache: &Tensor,
-        pos0: usize,
+        pos: Pos,
         dims: AttnDims,
         scale: f32,
         out: &Tensor,
@@ -250,7 +399,9 @@ pub trait Backend: Send + Sync {
         out: &Tensor,
     ) -> Result<()>;
 
-    /// Row-wise argmax of `logits` `[T, V]` into U32 `out` `[T]` (first index on ties).
+    /// Row-wise argmax of `logits` `[T, V]` into U32 `out` `[T]`: the first index of the largest
+    /// value, NaN and -inf never chosen (the sampler's rule), `NON_FINITE` for a row where every
+    /// value is NaN or -inf.
     fn argmax(&self, logits: &Tensor, out: &Tensor) -> Result<()>;
 }
 
@@ -264,9 +415,16 @@ pub fn available() -> Vec<&'static str> {
     v
 }
 
-/// Create a backend by name (`--backend`). `auto` picks wgpu when this build has it and a real GPU
-/// adapter exists (not a CPU emulation such as lavapipe), else the CPU backend.
+/// Create a backend by name (`--backend`) at the exact precision. `auto` picks wgpu when this
+/// build has it and a real GPU adapter exists (not a CPU emulation such as lavapipe), else the
+/// CPU backend.
 pub fn create(name: &str) -> Result<Arc<dyn Backend>> {
+    create_with(name, &BackendOptions::default())
+}
+
+/// `create` with options. A backend without a faster tier runs `Exact` whatever is asked;
+/// `Backend::precision` says what it runs.
+pub fn create_with(name: &str, _opts: &BackendOptions) -> Result<Arc<dyn Backend>> {
     match name {
         "auto" => {
             #[cfg(feature = "wgpu")]
@@ -284,7 +442,7 @@ pub fn create(name: &str) -> Result<Arc<dyn Backend>> {
     }
 }
 
-/// Helper for backends: a shape-mismatch error naming the op.
+/// A shape-mismatch error naming the op.
 pub fn shape_err(op: &str, msg: impl std::fmt::Display) -> Error {
     Error::Backend(format!("{op}: {msg}"))
 }

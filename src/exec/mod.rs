@@ -4,18 +4,26 @@
 mod scratch;
 mod session;
 
+use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use session::{LayerState, Session};
 
-use crate::backend::{Backend, DType, Tensor};
+use crate::backend::{Backend, DType, Pos, StepMode, Tensor, NON_FINITE};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
-use crate::model::weights::{AttnWeights, Ffn, GdnWeights, Layer, Mixer};
+use crate::model::weights::{AttnWeights, Ffn, GdnWeights, Mixer};
 use crate::model::{Config, Weights};
-use scratch::Scratch;
+use scratch::{HeadBuffers, Scratch};
+
+/// A process-wide unique id for sessions and scratches (the keys of recorded steps).
+pub(crate) fn next_uid() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
 
 /// Which delta-rule algorithm a batch of tokens uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,16 +73,49 @@ pub struct HiddenTrace {
     pub final_norm: Vec<f32>,
 }
 
-/// Buffers of the final norm + LM head for a given number of rows.
-struct HeadBuffers {
-    /// `[1, d]`: the last residual row, when only the last position's logits are wanted.
-    last_row: Tensor,
-    /// `[rows, d]` normed hidden states.
-    normed: Tensor,
-    /// `[rows, n_vocab]`.
-    logits: Tensor,
-    /// U32 `[rows]` on-device argmax.
-    argmax: Tensor,
+/// What a forward step leaves for the host to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Head {
+    /// Nothing (a prefill batch whose logits nobody wants).
+    None,
+    /// The logits of the last position.
+    LastLogits,
+    /// The logits of every position.
+    AllLogits,
+    /// The argmax of the last position's logits, computed on the device.
+    LastArgmax,
+}
+
+/// What a forward step returns.
+enum StepOut {
+    None,
+    Logits(Vec<f32>),
+    Token(u32),
+}
+
+/// The executor's reusable buffers. One lock guards them all, and a forward step holds it from
+/// its first op to its last read: two threads stepping two sessions of one `Model` take turns and
+/// never see each other's activations.
+struct ExecState {
+    /// Activation buffers per batch size.
+    scratch: HashMap<usize, Scratch>,
+}
+
+/// Batch sizes whose scratch is kept besides T = 1 (decode's, which is never evicted).
+const MAX_SCRATCHES: usize = 3;
+
+impl ExecState {
+    /// The scratch for batches of `t` tokens, allocated on first use.
+    fn scratch(&mut self, be: &dyn Backend, cfg: &Config, t: usize) -> Result<&mut Scratch> {
+        if !self.scratch.contains_key(&t) && self.scratch.len() >= MAX_SCRATCHES {
+            // Drop the other batch sizes; decode's buffers stay so its recorded step stays valid.
+            self.scratch.retain(|&k, _| k == 1);
+        }
+        Ok(match self.scratch.entry(t) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(v) => v.insert(Scratch::new(be, cfg, t, next_uid())?),
+        })
+    }
 }
 
 /// A loaded model bound to a backend.
@@ -83,10 +124,7 @@ pub struct Model {
     backend: Arc<dyn Backend>,
     weights: Weights,
     pub options: ExecOptions,
-    /// Activation buffers per batch size, reused across calls.
-    scratch: Mutex<HashMap<usize, Scratch>>,
-    /// LM-head buffers per row count.
-    head: Mutex<HashMap<usize, HeadBuffers>>,
+    state: Mutex<ExecState>,
 }
 
 impl Model {
@@ -101,8 +139,9 @@ impl Model {
             backend,
             weights,
             options: ExecOptions::default(),
-            scratch: Mutex::new(HashMap::new()),
-            head: Mutex::new(HashMap::new()),
+            state: Mutex::new(ExecState {
+                scratch: HashMap::new(),
+            }),
         })
     }
 
@@ -121,9 +160,45 @@ impl Model {
         Session::new(self.backend.as_ref(), &self.config, n_ctx)
     }
 
+    // ---- the token loop, blocking (native) ----
+
     /// Run a prompt through the model in batches of at most `options.ubatch` tokens, continuing from
     /// the session's state. `progress(done, total)` is called after each batch.
     pub fn prefill(
+        &self,
+        s: &mut Session,
+        tokens: &[u32],
+        want: Logits,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Vec<f32>> {
+        pollster::block_on(self.prefill_async(s, tokens, want, progress))
+    }
+
+    /// One decode step: feed `token`, return the logits `[n_vocab]` of its position.
+    pub fn decode(&self, s: &mut Session, token: u32) -> Result<Vec<f32>> {
+        pollster::block_on(self.decode_async(s, token))
+    }
+
+    /// One decode step that returns the argmax token, computed on the device (one 4-byte read).
+    /// Fails with `Error::NonFiniteLogits` when every logit is NaN or -inf.
+    pub fn decode_greedy(&self, s: &mut Session, token: u32) -> Result<u32> {
+        pollster::block_on(self.decode_greedy_async(s, token))
+    }
+
+    /// The argmax of the last position of a prefill, computed on the device.
+    pub fn prefill_greedy(
+        &self,
+        s: &mut Session,
+        tokens: &[u32],
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<u32> {
+        pollster::block_on(self.prefill_greedy_async(s, tokens, progress))
+    }
+
+    // ---- the token loop, awaitable (the browser cannot block on the GPU) ----
+
+    /// `prefill`, awaiting the device instead of blocking.
+    pub async fn prefill_async(
         &self,
         s: &mut Session,
         tokens: &[u32],
@@ -139,61 +214,52 @@ impl Model {
         let mut done = 0;
         for chunk in tokens.chunks(ub) {
             let last_chunk = done + chunk.len() == tokens.len();
-            let w = match want {
-                Logits::All => Logits::All,
-                Logits::Last if last_chunk => Logits::Last,
-                _ => Logits::None,
+            let head = match want {
+                Logits::All => Head::AllLogits,
+                Logits::Last if last_chunk => Head::LastLogits,
+                _ => Head::None,
             };
-            let mode = match self.options.delta {
-                DeltaMode::Auto if chunk.len() > 1 => DeltaMode::Chunked,
-                DeltaMode::Auto => DeltaMode::Recurrent,
-                m => m,
-            };
-            let part = self.forward(s, chunk, w, mode)?;
-            out.extend_from_slice(&part);
+            if let StepOut::Logits(l) = self.step(s, chunk, head).await? {
+                out.extend_from_slice(&l);
+            }
             done += chunk.len();
             progress(done, tokens.len());
         }
         Ok(out)
     }
 
-    /// One decode step: feed `token`, return the logits `[n_vocab]` of its position.
-    pub fn decode(&self, s: &mut Session, token: u32) -> Result<Vec<f32>> {
-        self.check_room(s, 1)?;
-        let mode = self.decode_mode();
-        self.forward(s, &[token], Logits::Last, mode)
+    /// `decode`, awaitable.
+    pub async fn decode_async(&self, s: &mut Session, token: u32) -> Result<Vec<f32>> {
+        match self.step(s, &[token], Head::LastLogits).await? {
+            StepOut::Logits(l) => Ok(l),
+            _ => Err(Error::Backend("decode step returned no logits".into())),
+        }
     }
 
-    /// One decode step that returns the argmax token, computed on the device (one 4-byte read).
-    pub fn decode_greedy(&self, s: &mut Session, token: u32) -> Result<u32> {
-        self.check_room(s, 1)?;
-        let mode = self.decode_mode();
-        self.run_layers(s, &[token], mode)?;
-        self.head_argmax(1)
+    /// `decode_greedy`, awaitable.
+    pub async fn decode_greedy_async(&self, s: &mut Session, token: u32) -> Result<u32> {
+        match self.step(s, &[token], Head::LastArgmax).await? {
+            StepOut::Token(t) => Ok(t),
+            _ => Err(Error::Backend("greedy step returned no token".into())),
+        }
     }
 
-    /// The argmax of the last position of a prefill, computed on the device.
-    pub fn prefill_greedy(
+    /// `prefill_greedy`, awaitable. The prompt's last token runs as a decode step, so its
+    /// argmax comes from the same (recorded) step as every later token's.
+    pub async fn prefill_greedy_async(
         &self,
         s: &mut Session,
         tokens: &[u32],
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<u32> {
-        if tokens.is_empty() {
+        let Some((&last, head)) = tokens.split_last() else {
             return Err(Error::InvalidArgument("empty prompt".into()));
-        }
-        let (head, last) = tokens.split_at(tokens.len() - 1);
-        if !head.is_empty() {
-            self.prefill(s, head, Logits::None, progress)?;
-        }
-        self.check_room(s, 1)?;
-        let mode = if head.is_empty() {
-            DeltaMode::Recurrent
-        } else {
-            self.decode_mode()
         };
-        self.run_layers(s, last, mode)?;
-        self.head_argmax(1)
+        self.check_room(s, tokens.len())?;
+        if !head.is_empty() {
+            self.prefill_async(s, head, Logits::None, progress).await?;
+        }
+        self.decode_greedy_async(s, last).await
     }
 
     /// Run `tokens` as one batch (like one prefill micro-batch) and return the residual stream
@@ -204,41 +270,41 @@ impl Model {
             return Err(Error::InvalidArgument("empty prompt".into()));
         }
         self.check_room(s, tokens.len())?;
-        let mode = match self.options.delta {
-            DeltaMode::Auto if tokens.len() > 1 => DeltaMode::Chunked,
-            DeltaMode::Auto => DeltaMode::Recurrent,
-            m => m,
-        };
+        let be = self.backend.as_ref();
+        let mut guard = self.lock()?;
+        let sc = self.prepare(&mut guard, s, tokens)?;
         let mut trace = HiddenTrace::default();
         let mut obs = |layer: Option<usize>, h: Vec<f32>| match layer {
             None => trace.embed = h,
             Some(_) => trace.layers.push(h),
         };
-        self.run_layers_observed(s, tokens, mode, Some(&mut obs))?;
-        let be = self.backend.as_ref();
-        let t = tokens.len();
-        let normed = be.alloc(DType::F32, &[t, self.config.n_embd])?;
-        {
-            let cache = self
-                .scratch
-                .lock()
-                .map_err(|_| Error::Backend("scratch lock poisoned".into()))?;
-            let sc = cache.get(&t).ok_or_else(|| Error::Backend("scratch missing".into()))?;
-            be.rms_norm(&sc.h, &self.weights.output_norm, self.config.eps, &normed)?;
-        }
+        self.run_layers(s, sc, None, Some(&mut obs))?;
+        let normed = be.alloc(DType::F32, &[tokens.len(), self.config.n_embd])?;
+        be.rms_norm(&sc.h, &self.weights.output_norm, self.config.eps, &normed)?;
         trace.final_norm = be.read_f32(&normed)?;
+        s.pos += tokens.len();
         Ok(trace)
     }
 
-    fn decode_mode(&self) -> DeltaMode {
+    // ---- one forward step ----
+
+    fn lock(&self) -> Result<MutexGuard<'_, ExecState>> {
+        self.state
+            .lock()
+            .map_err(|_| Error::Backend("executor state lock poisoned by an earlier panic".into()))
+    }
+
+    /// The delta-rule algorithm for a batch of `t` tokens.
+    fn delta_mode(&self, t: usize) -> DeltaMode {
         match self.options.delta {
-            DeltaMode::Chunked => DeltaMode::Chunked,
-            _ => DeltaMode::Recurrent,
+            DeltaMode::Auto if t > 1 => DeltaMode::Chunked,
+            DeltaMode::Auto => DeltaMode::Recurrent,
+            m => m,
         }
     }
 
     fn check_room(&self, s: &Session, n: usize) -> Result<()> {
-        if s.pos + n > s.n_ctx {
+        if s.pos.checked_add(n).is_none_or(|end| end > s.n_ctx) {
             return Err(Error::ContextOverflow {
                 prompt: s.pos,
                 generate: n,
@@ -248,85 +314,167 @@ impl Model {
         Ok(())
     }
 
-    fn forward(&self, s: &mut Session, tokens: &[u32], want: Logits, mode: DeltaMode) -> Result<Vec<f32>> {
-        self.run_layers(s, tokens, mode)?;
-        match want {
-            Logits::None => Ok(Vec::new()),
-            Logits::Last => self.head_logits(tokens.len(), true),
-            Logits::All => self.head_logits(tokens.len(), false),
+    /// The scratch for this batch, with the token ids and the position written to the device.
+    fn prepare<'a>(&self, st: &'a mut ExecState, s: &Session, tokens: &[u32]) -> Result<&'a mut Scratch> {
+        let be = self.backend.as_ref();
+        let sc = st.scratch(be, &self.config, tokens.len())?;
+        be.write_u32(&sc.ids, tokens)?;
+        // Session::new keeps n_ctx (and so every position) within u32.
+        let pos = u32::try_from(s.pos).map_err(|_| Error::InvalidArgument(format!("position {}", s.pos)))?;
+        be.write_u32(&sc.pos, &[pos])?;
+        Ok(sc)
+    }
+
+    /// Run `tokens` through the layers and the head, continuing from `s`, and read back what
+    /// `head` asks for. A one-token step is offered to the backend for recording and replay
+    /// (`Backend::step_begin`): it is the same ops on the same buffers every token.
+    ///
+    /// The state lock is held across the final read's await on purpose: the read is of this
+    /// step's buffers, which the next step would overwrite. Native callers block on the future
+    /// (`pollster`); in the browser one generation runs at a time.
+    #[allow(clippy::await_holding_lock)]
+    async fn step(&self, s: &mut Session, tokens: &[u32], head: Head) -> Result<StepOut> {
+        if tokens.is_empty() {
+            return Err(Error::InvalidArgument("empty batch".into()));
+        }
+        self.check_room(s, tokens.len())?;
+        let be = self.backend.as_ref();
+        let t = tokens.len();
+        let mut guard = self.lock()?;
+        let sc = self.prepare(&mut guard, s, tokens)?;
+        if head == Head::AllLogits && sc.head_all.is_none() {
+            sc.head_all = Some(HeadBuffers::new(be, &self.config, t)?);
+        }
+        let sc: &Scratch = sc;
+        let mode = if t == 1 {
+            // Session and scratch uids are below 2^30 in any realistic run; the low bits name
+            // what the head computes.
+            let key = (s.uid << 32) ^ (sc.uid << 2) ^ head as u64;
+            be.step_begin(key).map(|m| (m, key))?
+        } else {
+            (StepMode::Run, 0)
+        };
+        if mode.0 != StepMode::Replayed {
+            let r = self
+                .run_layers(s, sc, Some(head), None)
+                .and_then(|()| self.run_head(sc, head));
+            if t == 1 {
+                be.step_end(mode.1, r.is_ok())?;
+            }
+            r?;
+        }
+        s.pos += t;
+        match head {
+            Head::None => Ok(StepOut::None),
+            Head::LastLogits => Ok(StepOut::Logits(be.read_f32_async(&sc.head_last.logits).await?)),
+            Head::AllLogits => {
+                let hb = sc
+                    .head_all
+                    .as_ref()
+                    .ok_or_else(|| Error::Backend("head buffers missing".into()))?;
+                Ok(StepOut::Logits(be.read_f32_async(&hb.logits).await?))
+            }
+            Head::LastArgmax => {
+                let v = be.read_u32_async(&sc.head_last.argmax).await?;
+                match v.first() {
+                    Some(&NON_FINITE) => Err(Error::NonFiniteLogits),
+                    Some(&id) => Ok(StepOut::Token(id)),
+                    None => Err(Error::Backend("argmax returned nothing".into())),
+                }
+            }
         }
     }
 
-    /// Embed `tokens` and run every layer, leaving the residual stream in the scratch `h`.
-    fn run_layers(&self, s: &mut Session, tokens: &[u32], mode: DeltaMode) -> Result<()> {
-        self.run_layers_observed(s, tokens, mode, None)
-    }
-
-    /// `run_layers`, optionally reading the residual stream back after the embedding (`None`) and
-    /// after each layer (`Some(i)`). Only debugging and tests observe; the token loop passes `None`.
-    fn run_layers_observed(
+    /// Embed the batch and run every layer. With a one-token batch whose head wants the last
+    /// position, the last layer's residual add is fused with the final norm into the head's input.
+    /// `observe` reads the residual stream back after the embedding (`None`) and after each layer
+    /// (`Some(i)`); only debugging and tests observe.
+    fn run_layers(
         &self,
-        s: &mut Session,
-        tokens: &[u32],
-        mode: DeltaMode,
+        s: &Session,
+        sc: &Scratch,
+        head: Option<Head>,
         mut observe: Option<&mut dyn FnMut(Option<usize>, Vec<f32>)>,
     ) -> Result<()> {
         let be = self.backend.as_ref();
-        let t = tokens.len();
-        let mut cache = self
-            .scratch
-            .lock()
-            .map_err(|_| Error::Backend("scratch lock poisoned".into()))?;
-        if !cache.contains_key(&t) {
-            if cache.len() >= 3 {
-                cache.clear();
-            }
-            cache.insert(t, Scratch::new(be, &self.config, t)?);
-        }
-        let sc = cache.get(&t).ok_or_else(|| Error::Backend("scratch missing".into()))?;
-        be.write_u32(&sc.ids, tokens)?;
+        let eps = self.config.eps;
+        let mode = self.delta_mode(sc.t);
+        let pos = Pos {
+            host: s.pos,
+            dev: &sc.pos,
+        };
         be.embed(&self.weights.token_embd, &sc.ids, &sc.h)?;
         if let Some(f) = observe.as_mut() {
             f(None, be.read_f32(&sc.h)?);
         }
-        let pos0 = s.pos;
-        for (i, (layer, state)) in self.weights.layers.iter().zip(s.layers.iter()).enumerate() {
-            self.run_layer(layer, state, sc, pos0, mode)?;
+        let layers = &self.weights.layers;
+        let Some(first) = layers.first() else {
+            return Ok(());
+        };
+        be.rms_norm(&sc.h, &first.attn_norm, eps, &sc.xn)?;
+        let fuse_final = sc.t == 1 && matches!(head, Some(Head::LastLogits | Head::LastArgmax));
+        for (i, (l, state)) in layers.iter().zip(s.layers.iter()).enumerate() {
+            match (&l.mixer, state) {
+                (Mixer::Gdn(w), LayerState::Gdn { conv, delta }) => self.gdn(w, conv, delta, sc, mode)?,
+                (Mixer::Attn(w), LayerState::Attn { k, v }) => self.attention(w, k, v, sc, pos)?,
+                _ => return Err(Error::Backend("session does not match the model's layer types".into())),
+            }
+            be.add_rms_norm(&sc.h, &sc.mix, &l.post_norm, eps, &sc.xn)?;
+            self.ffn(&l.ffn, sc)?;
+            match layers.get(i + 1) {
+                Some(next) => be.add_rms_norm(&sc.h, &sc.mix, &next.attn_norm, eps, &sc.xn)?,
+                None if fuse_final => {
+                    be.add_rms_norm(&sc.h, &sc.mix, &self.weights.output_norm, eps, &sc.head_last.normed)?
+                }
+                None => be.add_assign(&sc.h, &sc.mix)?,
+            }
             if let Some(f) = observe.as_mut() {
                 f(Some(i), be.read_f32(&sc.h)?);
             }
         }
-        s.pos += t;
         Ok(())
     }
 
-    fn run_layer(&self, l: &Layer, state: &LayerState, sc: &Scratch, pos0: usize, mode: DeltaMode) -> Result<()> {
+    /// Final norm and LM head, only on the positions whose logits are wanted.
+    fn run_head(&self, sc: &Scratch, head: Head) -> Result<()> {
         let be = self.backend.as_ref();
-        let eps = self.config.eps;
-        be.rms_norm(&sc.h, &l.attn_norm, eps, &sc.xn)?;
-        match (&l.mixer, state) {
-            (Mixer::Gdn(w), LayerState::Gdn { conv, delta }) => self.gdn(w, conv, delta, sc, mode)?,
-            (Mixer::Attn(w), LayerState::Attn { k, v }) => self.attention(w, k, v, sc, pos0)?,
-            _ => return Err(Error::Backend("session does not match the model's layer types".into())),
+        let (norm, eps) = (&self.weights.output_norm, self.config.eps);
+        match head {
+            Head::None => return Ok(()),
+            Head::AllLogits => {
+                let hb = sc
+                    .head_all
+                    .as_ref()
+                    .ok_or_else(|| Error::Backend("head buffers missing".into()))?;
+                be.rms_norm(&sc.h, norm, eps, &hb.normed)?;
+                return be.matmul(&self.weights.output, &hb.normed, &hb.logits);
+            }
+            Head::LastLogits | Head::LastArgmax => {}
         }
-        be.add_assign(&sc.h, &sc.mix)?;
-        be.rms_norm(&sc.h, &l.post_norm, eps, &sc.xn)?;
-        self.ffn(&l.ffn, sc)?;
-        be.add_assign(&sc.h, &sc.mix)
+        let hb = &sc.head_last;
+        if sc.t > 1 {
+            // `run_layers` fused the norm only for one-token batches.
+            be.copy_rows(&sc.h, sc.t - 1, &hb.last_row, 0, 1)?;
+            be.rms_norm(&hb.last_row, norm, eps, &hb.normed)?;
+        }
+        be.matmul(&self.weights.output, &hb.normed, &hb.logits)?;
+        if head == Head::LastArgmax {
+            be.argmax(&hb.logits, &hb.argmax)?;
+        }
+        Ok(())
     }
 
     /// Gated DeltaNet mixer (spec/MODEL.md §5): xn -> mix.
     fn gdn(&self, w: &GdnWeights, conv: &Tensor, delta: &Tensor, sc: &Scratch, mode: DeltaMode) -> Result<()> {
         let be = self.backend.as_ref();
         let dims = self.config.gdn;
-        be.matmul(&w.qkv, &sc.xn, &sc.mixed)?;
+        be.matmul(&w.qkv, &sc.xn, &sc.qkv)?;
         be.matmul(&w.gate, &sc.xn, &sc.z)?;
         be.matmul(&w.beta, &sc.xn, &sc.b)?;
         be.matmul(&w.alpha, &sc.xn, &sc.a)?;
         be.gdn_gates(&sc.a, &sc.b, &w.ssm_a, &w.dt_bias, &sc.g, &sc.beta)?;
-        be.conv1d_causal_silu(&sc.mixed, &w.conv1d, conv, &sc.conv_out)?;
         // HF's kernel uses a fixed 1e-6 for the q/k L2 norm (spec/MODEL.md §4.1).
-        be.l2_norm_qk(&sc.conv_out, dims, 1e-6)?;
+        be.conv1d_silu_l2qk(&sc.qkv, &w.conv1d, conv, &sc.conv_out, dims, 1e-6)?;
         match mode {
             DeltaMode::Chunked => be.delta_rule_chunked(&sc.conv_out, &sc.g, &sc.beta, delta, &sc.o, dims)?,
             _ => be.delta_rule_recurrent(&sc.conv_out, &sc.g, &sc.beta, delta, &sc.o, dims)?,
@@ -336,7 +484,7 @@ impl Model {
     }
 
     /// Gated full attention (spec/MODEL.md §6): xn -> mix, appending to the KV cache.
-    fn attention(&self, w: &AttnWeights, kc: &Tensor, vc: &Tensor, sc: &Scratch, pos0: usize) -> Result<()> {
+    fn attention(&self, w: &AttnWeights, kc: &Tensor, vc: &Tensor, sc: &Scratch, pos: Pos) -> Result<()> {
         let be = self.backend.as_ref();
         let cfg = &self.config;
         let dims = cfg.attn;
@@ -347,12 +495,11 @@ impl Model {
         be.split_qgate(&sc.qg, hd, &sc.q, &sc.gate)?;
         be.rms_norm(&sc.q, &w.q_norm, cfg.eps, &sc.q_normed)?;
         be.rms_norm(&sc.k, &w.k_norm, cfg.eps, &sc.k_normed)?;
-        be.rope_neox(&sc.q_normed, hd, cfg.n_rot, cfg.rope_theta, pos0)?;
-        be.rope_neox(&sc.k_normed, hd, cfg.n_rot, cfg.rope_theta, pos0)?;
-        be.copy_rows(&sc.k_normed, 0, kc, pos0, sc.t)?;
-        be.copy_rows(&sc.v, 0, vc, pos0, sc.t)?;
+        be.rope_neox(&sc.q_normed, hd, cfg.n_rot, cfg.rope_theta, pos)?;
+        be.rope_neox(&sc.k_normed, hd, cfg.n_rot, cfg.rope_theta, pos)?;
+        be.kv_store(&sc.k_normed, &sc.v, kc, vc, pos)?;
         let scale = 1.0 / (hd as f32).sqrt();
-        be.attention(&sc.q_normed, kc, vc, pos0, dims, scale, &sc.att)?;
+        be.attention(&sc.q_normed, kc, vc, pos, dims, scale, &sc.att)?;
         be.sigmoid_mul_assign(&sc.att, &sc.gate)?;
         be.matmul(&w.out, &sc.att, &sc.mix)
     }
@@ -391,71 +538,7 @@ impl Model {
 
     fn swiglu_mlp(&self, gate: &Tensor, up: &Tensor, down: &Tensor, sc: &Scratch, out: &Tensor) -> Result<()> {
         let be = self.backend.as_ref();
-        be.matmul(gate, &sc.xn, &sc.ff_gate)?;
-        be.matmul(up, &sc.xn, &sc.ff_up)?;
-        be.swiglu(&sc.ff_gate, &sc.ff_up, &sc.ff_act)?;
+        be.matmul_swiglu(gate, up, &sc.xn, &sc.ff_gate, &sc.ff_up, &sc.ff_act)?;
         be.matmul(down, &sc.ff_act, out)
-    }
-
-    /// Final norm + LM head on the last `rows` positions of the scratch for batch size `t`
-    /// (`last_only`: just the last row). Returns the logits read back to the host.
-    fn head_logits(&self, t: usize, last_only: bool) -> Result<Vec<f32>> {
-        let logits = self.head(t, last_only)?;
-        self.backend.read_f32(&logits)
-    }
-
-    fn head_argmax(&self, t: usize) -> Result<u32> {
-        let logits = self.head(t, true)?;
-        let heads = self
-            .head
-            .lock()
-            .map_err(|_| Error::Backend("head lock poisoned".into()))?;
-        let hb = heads
-            .get(&1)
-            .ok_or_else(|| Error::Backend("head buffers missing".into()))?;
-        self.backend.argmax(&logits, &hb.argmax)?;
-        let v = self.backend.read_u32(&hb.argmax)?;
-        v.first()
-            .copied()
-            .ok_or_else(|| Error::Backend("argmax returned nothing".into()))
-    }
-
-    /// Compute the logits tensor for the last row (or all `t` rows) of the current batch.
-    fn head(&self, t: usize, last_only: bool) -> Result<Tensor> {
-        let be = self.backend.as_ref();
-        let cfg = &self.config;
-        let rows = if last_only { 1 } else { t };
-        let cache = self
-            .scratch
-            .lock()
-            .map_err(|_| Error::Backend("scratch lock poisoned".into()))?;
-        let sc = cache.get(&t).ok_or_else(|| Error::Backend("scratch missing".into()))?;
-        let mut heads = self
-            .head
-            .lock()
-            .map_err(|_| Error::Backend("head lock poisoned".into()))?;
-        if !heads.contains_key(&rows) {
-            if heads.len() >= 3 {
-                heads.clear();
-            }
-            let hb = HeadBuffers {
-                last_row: be.alloc(DType::F32, &[1, cfg.n_embd])?,
-                normed: be.alloc(DType::F32, &[rows, cfg.n_embd])?,
-                logits: be.alloc(DType::F32, &[rows, cfg.n_vocab])?,
-                argmax: be.alloc(DType::U32, &[rows])?,
-            };
-            heads.insert(rows, hb);
-        }
-        let hb = heads
-            .get(&rows)
-            .ok_or_else(|| Error::Backend("head buffers missing".into()))?;
-        if last_only {
-            be.copy_rows(&sc.h, t - 1, &hb.last_row, 0, 1)?;
-            be.rms_norm(&hb.last_row, &self.weights.output_norm, cfg.eps, &hb.normed)?;
-        } else {
-            be.rms_norm(&sc.h, &self.weights.output_norm, cfg.eps, &hb.normed)?;
-        }
-        be.matmul(&self.weights.output, &hb.normed, &hb.logits)?;
-        Ok(hb.logits.clone())
     }
 }

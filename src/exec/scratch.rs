@@ -5,17 +5,47 @@ use crate::backend::{Backend, DType, Tensor};
 use crate::error::Result;
 use crate::model::Config;
 
+/// Final norm + LM head buffers for `rows` positions.
+pub struct HeadBuffers {
+    /// `[1, d]`: the last residual row of a multi-token batch, when only its logits are wanted.
+    pub last_row: Tensor,
+    /// `[rows, d]` normed hidden states.
+    pub normed: Tensor,
+    /// `[rows, n_vocab]`.
+    pub logits: Tensor,
+    /// U32 `[rows]` on-device argmax.
+    pub argmax: Tensor,
+}
+
+impl HeadBuffers {
+    pub fn new(backend: &dyn Backend, cfg: &Config, rows: usize) -> Result<HeadBuffers> {
+        Ok(HeadBuffers {
+            last_row: backend.alloc(DType::F32, &[1, cfg.n_embd])?,
+            normed: backend.alloc(DType::F32, &[rows, cfg.n_embd])?,
+            logits: backend.alloc(DType::F32, &[rows, cfg.n_vocab])?,
+            argmax: backend.alloc(DType::U32, &[rows])?,
+        })
+    }
+}
+
 pub struct Scratch {
+    /// Unique among the executor's scratches and sessions (`super::next_uid`): recorded steps
+    /// are keyed by it, so new buffers never replay an old recording.
+    pub uid: u64,
     pub t: usize,
+    /// U32 `[T]` token ids of the batch.
     pub ids: Tensor,
+    /// U32 `[1]` position of the batch's first token (`Pos::dev`).
+    pub pos: Tensor,
     /// Residual stream `[T, d]`.
     pub h: Tensor,
     /// Normed input of a mixer/FFN `[T, d]`.
     pub xn: Tensor,
-    /// Output of a mixer/FFN `[T, d]`.
+    /// Output of a mixer/FFN `[T, d]`, added into `h`.
     pub mix: Tensor,
     // Gated DeltaNet
-    pub mixed: Tensor,
+    /// The raw `[q | k | v]` projection `[T, conv_dim]` (conv input).
+    pub qkv: Tensor,
     pub conv_out: Tensor,
     pub z: Tensor,
     pub a: Tensor,
@@ -43,10 +73,14 @@ pub struct Scratch {
     pub expert_w: Option<Tensor>,
     pub shared_out: Option<Tensor>,
     pub shared_gate: Option<Tensor>,
+    /// LM head of the last position.
+    pub head_last: HeadBuffers,
+    /// LM head of all T positions, made when first asked for.
+    pub head_all: Option<HeadBuffers>,
 }
 
 impl Scratch {
-    pub fn new(backend: &dyn Backend, cfg: &Config, t: usize) -> Result<Scratch> {
+    pub fn new(backend: &dyn Backend, cfg: &Config, t: usize, uid: u64) -> Result<Scratch> {
         let f = |shape: &[usize]| backend.alloc(DType::F32, shape);
         let d = cfg.n_embd;
         let g = cfg.gdn;
@@ -59,12 +93,14 @@ impl Scratch {
         };
         let moe = cfg.moe.as_ref();
         Ok(Scratch {
+            uid,
             t,
             ids: backend.alloc(DType::U32, &[t])?,
+            pos: backend.alloc(DType::U32, &[1])?,
             h: f(&[t, d])?,
             xn: f(&[t, d])?,
             mix: f(&[t, d])?,
-            mixed: f(&[t, g.conv_dim()])?,
+            qkv: f(&[t, g.conv_dim()])?,
             conv_out: f(&[t, g.conv_dim()])?,
             z: f(&[t, g.value_dim()])?,
             a: f(&[t, g.hv])?,
@@ -91,6 +127,8 @@ impl Scratch {
             expert_w: moe.map(|m| f(&[t, m.n_expert_used])).transpose()?,
             shared_out: moe.map(|_| f(&[t, d])).transpose()?,
             shared_gate: moe.map(|_| f(&[t, 1])).transpose()?,
+            head_last: HeadBuffers::new(backend, cfg, 1)?,
+            head_all: None,
         })
     }
 }

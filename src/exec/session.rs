@@ -22,6 +22,9 @@ pub enum LayerState {
 
 /// One sequence's caches. Decode continues from exactly the state prefill left.
 pub struct Session {
+    /// Unique per set of state buffers (`super::next_uid`): a backend that records decode steps
+    /// keys them by it. Restoring a snapshot copies into these buffers and keeps the uid.
+    pub(crate) uid: u64,
     pub layers: Vec<LayerState>,
     /// Tokens processed so far (= position of the next token).
     pub pos: usize,
@@ -34,8 +37,25 @@ impl Session {
         if n_ctx == 0 {
             return Err(Error::InvalidArgument("context size must be at least 1".into()));
         }
+        // Positions reach the device as u32.
+        if u32::try_from(n_ctx).is_err() {
+            return Err(Error::InvalidArgument(format!(
+                "context size {n_ctx} exceeds the largest supported ({})",
+                u32::MAX
+            )));
+        }
         let g = cfg.gdn;
         let kv_width = cfg.attn.n_head_kv * cfg.attn.head_dim;
+        let needed = Session::bytes_needed(cfg, n_ctx);
+        if let Some(available) = backend.memory_available() {
+            if needed > available {
+                return Err(Error::OutOfMemory {
+                    what: format!("a session of {n_ctx} tokens of context (KV cache and recurrent state)"),
+                    needed,
+                    available,
+                });
+            }
+        }
         let layers = cfg
             .is_linear
             .iter()
@@ -53,7 +73,29 @@ impl Session {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(Session { layers, pos: 0, n_ctx })
+        Ok(Session {
+            uid: super::next_uid(),
+            layers,
+            pos: 0,
+            n_ctx,
+        })
+    }
+
+    /// Bytes of state a session of `n_ctx` tokens holds (f32 KV caches, conv and delta states).
+    pub fn bytes_needed(cfg: &Config, n_ctx: usize) -> u64 {
+        let g = cfg.gdn;
+        let kv_width = (cfg.attn.n_head_kv * cfg.attn.head_dim) as u64;
+        let per_layer = |linear: bool| -> u64 {
+            if linear {
+                ((cfg.conv_kernel.saturating_sub(1) * g.conv_dim()) as u64).saturating_add((g.hv * g.dv * g.dk) as u64)
+            } else {
+                2u64.saturating_mul(n_ctx as u64).saturating_mul(kv_width)
+            }
+        };
+        cfg.is_linear
+            .iter()
+            .fold(0u64, |acc, &l| acc.saturating_add(per_layer(l)))
+            .saturating_mul(4)
     }
 
     /// Forget everything: zero all state and restart at position 0.
@@ -95,6 +137,7 @@ impl Session {
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Session {
+            uid: super::next_uid(),
             layers,
             pos: self.pos,
             n_ctx: self.n_ctx,

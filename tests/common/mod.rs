@@ -48,17 +48,41 @@ pub fn wgpu() -> Arc<dyn Backend> {
     )
 }
 
+/// The backend `name` (`cpu`, `wgpu`, ...), one instance shared by every test of the process
+/// (several GPU devices at once in one process hung on the NVIDIA Vulkan driver). A backend that
+/// cannot start fails the test; nothing is skipped.
+pub fn shared(name: &str) -> Arc<dyn Backend> {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static SHARED: OnceLock<Mutex<HashMap<String, Arc<dyn Backend>>>> = OnceLock::new();
+    let mut map = SHARED
+        .get_or_init(|| Mutex::new(HashMap::new()))
+        .lock()
+        .expect("backend map");
+    Arc::clone(
+        map.entry(name.to_string())
+            .or_insert_with(|| backend::create(name).unwrap_or_else(|e| panic!("backend {name}: {e}"))),
+    )
+}
+
 /// Upload the same f32 data to a backend.
 pub fn up(be: &dyn Backend, data: &[f32], shape: &[usize]) -> Tensor {
     be.upload_f32(data, shape).expect("upload")
 }
 
 /// Assert `|got - want| <= atol + rtol * |want|` elementwise, reporting the worst element.
+/// Non-finite values never pass on a tolerance: an infinity must be matched by the same
+/// infinity, and a NaN on either side fails (a kernel returning NaN must not pass a test whose
+/// reference happens to be NaN too).
 pub fn assert_close(what: &str, got: &[f32], want: &[f32], atol: f32, rtol: f32) {
     assert_eq!(got.len(), want.len(), "{what}: length");
     let mut worst = (0usize, 0f32);
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        assert!(g.is_finite() == w.is_finite(), "{what}[{i}]: {g} vs {w}");
+        assert!(!g.is_nan() && !w.is_nan(), "{what}[{i}]: NaN ({g} vs {w})");
+        if g.is_infinite() || w.is_infinite() {
+            assert!(g == w, "{what}[{i}]: {g} vs {w}");
+            continue;
+        }
         let excess = (g - w).abs() - (atol + rtol * w.abs());
         if excess > worst.1 {
             worst = (i, excess);

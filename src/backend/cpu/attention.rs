@@ -2,27 +2,18 @@
 
 use rayon::prelude::*;
 
-use super::{axpy, check_dtype, check_numel, dot, no_alias, read_f32s, write_f32s};
-use crate::backend::{shape_err, AttnDims, DType, Tensor};
+use super::{axpy, dot, read_f32s, write_f32s};
+use crate::backend::{check, AttnDims, Pos, Tensor};
 use crate::error::Result;
 
 /// In place NeoX RoPE on the first `n_rot` dims of every head of x `[T, nh*D]`.
 ///
 /// The angle `pos · θ^(−2i/n_rot)` and its cos/sin are computed in f64 and rounded once to f32,
 /// so the reference carries no angle error even at large positions.
-pub(crate) fn rope_neox(x: &Tensor, head_dim: usize, n_rot: usize, theta: f32, pos0: usize) -> Result<()> {
+pub(crate) fn rope_neox(x: &Tensor, head_dim: usize, n_rot: usize, theta: f32, pos: Pos) -> Result<()> {
     let op = "rope_neox";
-    check_dtype(op, "x", x, DType::F32)?;
-    let (t_len, cols) = (x.rows(), x.cols());
-    if head_dim == 0 || !cols.is_multiple_of(head_dim) || !n_rot.is_multiple_of(2) || n_rot > head_dim {
-        return Err(shape_err(
-            op,
-            format!(
-                "x {:?}, head_dim {head_dim}, n_rot {n_rot}: need whole heads and even n_rot <= head_dim",
-                x.shape
-            ),
-        ));
-    }
+    let t_len = check::rope_neox(x, head_dim, n_rot, theta, pos)?.t;
+    let (cols, pos0) = (x.cols(), pos.host);
     let half = n_rot / 2;
     if half == 0 {
         return Ok(());
@@ -56,52 +47,24 @@ pub(crate) fn rope_neox(x: &Tensor, head_dim: usize, n_rot: usize, theta: f32, p
 }
 
 /// Causal GQA attention of T queries at positions `pos0..pos0+T` against cache rows
-/// `0..=pos0+t`. q `[T, H*D]`, caches `[ctx, Hkv*D]`, out `[T, H*D]`.
+/// `0..=pos0+t` (`pos0 = pos.host`). q `[T, H*D]`, caches `[ctx, Hkv*D]`, out `[T, H*D]`.
 pub(crate) fn attention(
     q: &Tensor,
     k_cache: &Tensor,
     v_cache: &Tensor,
-    pos0: usize,
+    pos: Pos,
     dims: AttnDims,
     scale: f32,
     out: &Tensor,
 ) -> Result<()> {
     let op = "attention";
-    for (name, t) in [("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("out", out)] {
-        check_dtype(op, name, t, DType::F32)?;
-    }
+    let t_len = check::attention(q, k_cache, v_cache, pos, dims, out)?;
     let AttnDims {
         n_head: nh,
         n_head_kv: nkv,
         head_dim: d,
     } = dims;
-    if nh == 0 || nkv == 0 || d == 0 || nh % nkv != 0 {
-        return Err(shape_err(op, format!("bad dims {dims:?}")));
-    }
-    if q.cols() != nh * d || k_cache.cols() != nkv * d || v_cache.cols() != nkv * d {
-        return Err(shape_err(
-            op,
-            format!(
-                "q {:?}, k {:?}, v {:?} vs {dims:?}",
-                q.shape, k_cache.shape, v_cache.shape
-            ),
-        ));
-    }
-    let t_len = q.rows();
-    let ctx = k_cache.rows();
-    if v_cache.rows() != ctx || pos0 + t_len > ctx {
-        return Err(shape_err(
-            op,
-            format!(
-                "positions {pos0}..{} do not fit caches {:?} / {:?}",
-                pos0 + t_len,
-                k_cache.shape,
-                v_cache.shape
-            ),
-        ));
-    }
-    check_numel(op, "out", out, t_len * nh * d)?;
-    no_alias(op, &[out], &[q, k_cache, v_cache])?;
+    let pos0 = pos.host;
     let group = nh / nkv;
     let (qs, ks, vs) = (read_f32s(q, op)?, read_f32s(k_cache, op)?, read_f32s(v_cache, op)?);
     let mut os = write_f32s(out, op)?;

@@ -2,8 +2,8 @@
 
 use rayon::prelude::*;
 
-use super::{check_dtype, check_f32_in, check_numel, min_rows, no_alias, read_f32s, silu, write_f32s};
-use crate::backend::{shape_err, DType, Tensor};
+use super::{min_rows, read_f32s, silu, write_f32s};
+use crate::backend::{check, Tensor};
 use crate::error::Result;
 
 /// x `[T, C]`, w `[C, K]` (tap K-1 = newest token), state `[K-1, C]` oldest first, out `[T, C]`.
@@ -12,18 +12,7 @@ use crate::error::Result;
 /// silu(Σ_j w[c][j] · X[t+j][c])`, and the new state is the last K-1 rows of `X`.
 pub(crate) fn conv1d_causal_silu(x: &Tensor, w: &Tensor, state: &Tensor, out: &Tensor) -> Result<()> {
     let op = "conv1d_causal_silu";
-    check_dtype(op, "x", x, DType::F32)?;
-    check_f32_in(op, "w", w)?;
-    check_dtype(op, "state", state, DType::F32)?;
-    check_dtype(op, "out", out, DType::F32)?;
-    let (t_len, c) = (x.rows(), x.cols());
-    let k = w.cols();
-    if k == 0 || w.rows() != c {
-        return Err(shape_err(op, format!("w {:?} does not match x {:?}", w.shape, x.shape)));
-    }
-    check_numel(op, "state", state, (k - 1) * c)?;
-    check_numel(op, "out", out, t_len * c)?;
-    no_alias(op, &[state, out], &[x, w])?;
+    let check::ConvDims { t: t_len, c, k } = check::conv1d(x, w, state, out)?;
 
     let xs = read_f32s(x, op)?;
     let ws = read_f32s(w, op)?;

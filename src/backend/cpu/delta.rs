@@ -10,8 +10,8 @@
 
 use rayon::prelude::*;
 
-use super::{axpy, check_dtype, check_numel, dot, no_alias, read_f32s, write_f32s};
-use crate::backend::{shape_err, DType, GdnDims, Tensor};
+use super::{axpy, dot, read_f32s, write_f32s};
+use crate::backend::{check, GdnDims, Tensor};
 use crate::error::Result;
 
 /// Chunk length of the chunked algorithm.
@@ -76,26 +76,8 @@ pub(crate) fn delta_rule(
         Algo::Recurrent => "delta_rule_recurrent",
         Algo::Chunked => "delta_rule_chunked",
     };
-    for (name, t) in [("u", u), ("g", g), ("beta", beta), ("state", state), ("out", out)] {
-        check_dtype(op, name, t, DType::F32)?;
-    }
-    let GdnDims { hk, hv, dk, dv } = dims;
-    if hk == 0 || hv == 0 || dk == 0 || dv == 0 || !hv.is_multiple_of(hk) {
-        return Err(shape_err(op, format!("bad dims {dims:?}")));
-    }
-    let cd = dims.conv_dim();
-    if u.cols() != cd {
-        return Err(shape_err(
-            op,
-            format!("u {:?} does not have conv_dim {cd} columns", u.shape),
-        ));
-    }
-    let t_len = u.rows();
-    check_numel(op, "g", g, t_len * hv)?;
-    check_numel(op, "beta", beta, t_len * hv)?;
-    check_numel(op, "state", state, hv * dv * dk)?;
-    check_numel(op, "out", out, t_len * hv * dv)?;
-    no_alias(op, &[state, out], &[u, g, beta])?;
+    let t_len = check::delta_rule(op, u, g, beta, state, out, dims)?;
+    let GdnDims { hv, dk, dv, .. } = dims;
 
     let us = read_f32s(u, op)?;
     let gs = read_f32s(g, op)?;

@@ -2,20 +2,14 @@
 
 use rayon::prelude::*;
 
-use super::{
-    check_dtype, check_f32_in, check_numel, min_rows, no_alias, read_f32s, sigmoid, silu, write_f32s, write_u32s,
-    PAR_MIN_ELEMS,
-};
-use crate::backend::{shape_err, DType, Tensor};
+use super::{min_rows, read_f32s, sigmoid, silu, write_f32s, write_u32s, PAR_MIN_ELEMS};
+use crate::backend::{check, Tensor, NON_FINITE};
 use crate::error::Result;
 
 /// `acc += x`.
 pub(crate) fn add_assign(acc: &Tensor, x: &Tensor) -> Result<()> {
     let op = "add_assign";
-    check_dtype(op, "acc", acc, DType::F32)?;
-    check_f32_in(op, "x", x)?;
-    check_numel(op, "x", x, acc.numel())?;
-    no_alias(op, &[acc], &[x])?;
+    check::add_assign(acc, x)?;
     let xs = read_f32s(x, op)?;
     let mut a = write_f32s(acc, op)?;
     a.par_chunks_mut(PAR_MIN_ELEMS)
@@ -27,12 +21,7 @@ pub(crate) fn add_assign(acc: &Tensor, x: &Tensor) -> Result<()> {
 /// `out = silu(gate) * up`.
 pub(crate) fn swiglu(gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<()> {
     let op = "swiglu";
-    check_dtype(op, "gate", gate, DType::F32)?;
-    check_dtype(op, "up", up, DType::F32)?;
-    check_dtype(op, "out", out, DType::F32)?;
-    check_numel(op, "up", up, gate.numel())?;
-    check_numel(op, "out", out, gate.numel())?;
-    no_alias(op, &[out], &[gate, up])?;
+    check::swiglu(gate, up, out)?;
     let g = read_f32s(gate, op)?;
     let u = read_f32s(up, op)?;
     let mut y = write_f32s(out, op)?;
@@ -49,10 +38,7 @@ pub(crate) fn swiglu(gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<()> {
 /// `x *= sigmoid(gate)`.
 pub(crate) fn sigmoid_mul_assign(x: &Tensor, gate: &Tensor) -> Result<()> {
     let op = "sigmoid_mul_assign";
-    check_dtype(op, "x", x, DType::F32)?;
-    check_dtype(op, "gate", gate, DType::F32)?;
-    check_numel(op, "gate", gate, x.numel())?;
-    no_alias(op, &[x], &[gate])?;
+    check::sigmoid_mul_assign(x, gate)?;
     let g = read_f32s(gate, op)?;
     let mut xs = write_f32s(x, op)?;
     xs.par_chunks_mut(PAR_MIN_ELEMS)
@@ -64,13 +50,7 @@ pub(crate) fn sigmoid_mul_assign(x: &Tensor, gate: &Tensor) -> Result<()> {
 /// `acc[t] += sigmoid(gate_logit[t]) * x[t]`; one gate scalar per row.
 pub(crate) fn sigmoid_scale_add(acc: &Tensor, x: &Tensor, gate_logit: &Tensor) -> Result<()> {
     let op = "sigmoid_scale_add";
-    check_dtype(op, "acc", acc, DType::F32)?;
-    check_dtype(op, "x", x, DType::F32)?;
-    check_dtype(op, "gate_logit", gate_logit, DType::F32)?;
-    let (t_len, d) = (acc.rows(), acc.cols());
-    check_numel(op, "x", x, t_len * d)?;
-    check_numel(op, "gate_logit", gate_logit, t_len)?;
-    no_alias(op, &[acc], &[x, gate_logit])?;
+    let (_, d) = check::sigmoid_scale_add(acc, x, gate_logit)?;
     let xs = read_f32s(x, op)?;
     let gl = read_f32s(gate_logit, op)?;
     let mut a = write_f32s(acc, op)?;
@@ -109,22 +89,7 @@ pub(crate) fn gdn_gates(
     beta_out: &Tensor,
 ) -> Result<()> {
     let op = "gdn_gates";
-    check_dtype(op, "a", a, DType::F32)?;
-    check_dtype(op, "b", b, DType::F32)?;
-    check_f32_in(op, "ssm_a", ssm_a)?;
-    check_f32_in(op, "dt_bias", dt_bias)?;
-    check_dtype(op, "g_out", g_out, DType::F32)?;
-    check_dtype(op, "beta_out", beta_out, DType::F32)?;
-    let hv = ssm_a.numel();
-    if hv == 0 || a.cols() != hv {
-        return Err(shape_err(op, format!("a {:?} vs ssm_a {:?}", a.shape, ssm_a.shape)));
-    }
-    let n = a.numel();
-    check_numel(op, "b", b, n)?;
-    check_numel(op, "dt_bias", dt_bias, hv)?;
-    check_numel(op, "g_out", g_out, n)?;
-    check_numel(op, "beta_out", beta_out, n)?;
-    no_alias(op, &[g_out, beta_out], &[a, b, ssm_a, dt_bias])?;
+    let (_, hv) = check::gdn_gates(a, b, ssm_a, dt_bias, g_out, beta_out)?;
     let (av, bv, sa, dt) = (
         read_f32s(a, op)?,
         read_f32s(b, op)?,
@@ -150,16 +115,8 @@ pub(crate) fn gdn_gates(
 /// `[q_0|gate_0|q_1|gate_1|...]` -> q, gate.
 pub(crate) fn split_qgate(qg: &Tensor, head_dim: usize, q: &Tensor, gate: &Tensor) -> Result<()> {
     let op = "split_qgate";
-    check_dtype(op, "qg", qg, DType::F32)?;
-    check_dtype(op, "q", q, DType::F32)?;
-    check_dtype(op, "gate", gate, DType::F32)?;
+    check::split_qgate(qg, head_dim, q, gate)?;
     let d = head_dim;
-    if d == 0 || !qg.numel().is_multiple_of(2 * d) {
-        return Err(shape_err(op, format!("qg {:?} is not whole heads of 2*{d}", qg.shape)));
-    }
-    check_numel(op, "q", q, qg.numel() / 2)?;
-    check_numel(op, "gate", gate, qg.numel() / 2)?;
-    no_alias(op, &[q, gate], &[qg])?;
     let src = read_f32s(qg, op)?;
     let mut qs = write_f32s(q, op)?;
     let mut gs = write_f32s(gate, op)?;
@@ -174,29 +131,25 @@ pub(crate) fn split_qgate(qg: &Tensor, head_dim: usize, q: &Tensor, gate: &Tenso
     Ok(())
 }
 
-/// Row-wise argmax, first index on ties, NaN treated as smaller than every number.
+/// Row-wise argmax by the sampler's rule: the first index of the largest value, NaN and -inf
+/// never chosen; `NON_FINITE` when the row has nothing else.
 pub(crate) fn argmax(logits: &Tensor, out: &Tensor) -> Result<()> {
     let op = "argmax";
-    check_dtype(op, "logits", logits, DType::F32)?;
-    check_dtype(op, "out", out, DType::U32)?;
-    let (t_len, v) = (logits.rows(), logits.cols());
-    check_numel(op, "out", out, t_len)?;
-    if v == 0 || v > u32::MAX as usize {
-        return Err(shape_err(op, format!("cannot take argmax over rows of {v}")));
-    }
+    let (_, v) = check::argmax(logits, out)?;
     let l = read_f32s(logits, op)?;
     let mut o = write_u32s(out, op)?;
     for (row, o) in l.chunks_exact(v).zip(o.iter_mut()) {
-        let mut best_i = 0usize;
-        let mut best = f32::NAN;
+        let mut best: Option<(usize, f32)> = None;
         for (i, &x) in row.iter().enumerate() {
-            // Strict '>' keeps the first index on ties; NaN never wins against a number.
-            if (best.is_nan() && !x.is_nan()) || x > best {
-                best = x;
-                best_i = i;
+            if x.is_nan() || x == f32::NEG_INFINITY {
+                continue;
+            }
+            // Strict '>' keeps the first index on ties.
+            if best.is_none_or(|(_, b)| x > b) {
+                best = Some((i, x));
             }
         }
-        *o = best_i as u32;
+        *o = best.map_or(NON_FINITE, |(i, _)| i as u32);
     }
     Ok(())
 }

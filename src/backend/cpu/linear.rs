@@ -2,10 +2,8 @@
 
 use rayon::prelude::*;
 
-use super::{
-    check_dtype, check_numel, dot, dot_2x2, no_alias, read_f32s, read_u32s, read_weight, write_f32s, WeightRef,
-};
-use crate::backend::{shape_err, DType, Tensor};
+use super::{dot, dot_2x2, read_f32s, read_u32s, read_weight, write_f32s, WeightRef};
+use crate::backend::{check, shape_err, Tensor};
 use crate::error::Result;
 use crate::quant;
 
@@ -129,20 +127,7 @@ fn dot_block_any(w: &[f32], cols: usize, x: &[f32], n: usize, yt: &mut [f32]) {
 /// `out[t][o] = dot(W[o], x[t])`.
 pub(crate) fn matmul(w: &Tensor, x: &Tensor, out: &Tensor) -> Result<()> {
     let op = "matmul";
-    no_alias(op, &[out], &[w, x])?;
-    check_dtype(op, "x", x, DType::F32)?;
-    check_dtype(op, "out", out, DType::F32)?;
-    if w.dtype == DType::U32 {
-        return Err(shape_err(op, "W must be a weight or F32"));
-    }
-    let (n_out, n_in) = (w.rows(), w.cols());
-    let t_len = x.rows();
-    if x.cols() != n_in || out.cols() != n_out || out.rows() != t_len {
-        return Err(shape_err(
-            op,
-            format!("W {:?} x {:?} -> out {:?}", w.shape, x.shape, out.shape),
-        ));
-    }
+    let check::MatmulDims { t: t_len, n_in, n_out } = check::matmul(w, x, out)?;
     let wg = read_weight(w, op)?;
     let wr = wg.as_ref(n_in, op)?;
     let xs = read_f32s(x, op)?;
@@ -164,15 +149,7 @@ pub(crate) fn matmul(w: &Tensor, x: &Tensor, out: &Tensor) -> Result<()> {
 /// `out[t] = dequant(table[ids[t]])`.
 pub(crate) fn embed(table: &Tensor, ids: &Tensor, out: &Tensor) -> Result<()> {
     let op = "embed";
-    no_alias(op, &[out], &[table, ids])?;
-    check_dtype(op, "ids", ids, DType::U32)?;
-    check_dtype(op, "out", out, DType::F32)?;
-    let (vocab, d) = (table.rows(), table.cols());
-    let t_len = ids.numel();
-    check_numel(op, "out", out, t_len * d)?;
-    if out.cols() != d {
-        return Err(shape_err(op, format!("table {:?} -> out {:?}", table.shape, out.shape)));
-    }
+    let check::EmbedDims { vocab, d, .. } = check::embed(table, ids, out)?;
     let tg = read_weight(table, op)?;
     let tr = tg.as_ref(d, op)?;
     let ids = read_u32s(ids, op)?;

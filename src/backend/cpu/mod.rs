@@ -7,12 +7,8 @@
 //!
 //! Buffers live in host memory behind a `RwLock` so that tensors can be shared (`Tensor` is
 //! `Clone`) while ops still get `&mut` access to their outputs. Taking a read and a write lock on
-//! the same buffer from one thread would deadlock, so every op checks that its outputs do not
-//! share a buffer with any other operand and returns `Error::Backend` instead.
-//!
-//! A tensor may be a prefix view of a larger buffer (`numel <= buffer length`): ops only touch the
-//! first `numel` elements. That lets the executor allocate scratch for the largest batch once and
-//! run smaller batches through it.
+//! the same buffer from one thread would deadlock; the op contract (`backend::check`, called
+//! first by every op) forbids outputs that share a buffer with another operand.
 
 mod attention;
 mod conv;
@@ -25,7 +21,7 @@ mod norm;
 use std::ops::{Deref, DerefMut};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crate::backend::{shape_err, AttnDims, Backend, DType, DeviceBuffer, GdnDims, Tensor, WeightData};
+use crate::backend::{check, shape_err, AttnDims, Backend, DType, DeviceBuffer, GdnDims, Pos, Tensor, WeightData};
 use crate::error::{Error, Result};
 use crate::gguf::{GgmlType, TensorBytes};
 use crate::quant;
@@ -263,50 +259,10 @@ pub(crate) fn read_weight<'a>(t: &'a Tensor, op: &str) -> Result<WeightGuard<'a>
     }
 }
 
-/// Outputs must not share a buffer with any other operand (RwLock read + write on one lock from
-/// one thread deadlocks).
-pub(crate) fn no_alias(op: &str, outputs: &[&Tensor], inputs: &[&Tensor]) -> Result<()> {
-    for (i, o) in outputs.iter().enumerate() {
-        for other in outputs.iter().skip(i + 1).chain(inputs.iter()) {
-            if o.same_buffer(other) {
-                return Err(shape_err(op, "an output shares its buffer with another operand"));
-            }
-        }
-    }
-    Ok(())
-}
-
-pub(crate) fn check_dtype(op: &str, name: &str, t: &Tensor, want: DType) -> Result<()> {
-    if t.dtype != want {
-        return Err(shape_err(op, format!("{name} must be {want:?}, got {:?}", t.dtype)));
-    }
-    Ok(())
-}
-
-/// F32 operands may also be F32-convertible weights (`Ggml(F32/F16/BF16)`), e.g. norm weights.
-pub(crate) fn check_f32_in(op: &str, name: &str, t: &Tensor) -> Result<()> {
-    match t.dtype {
-        DType::F32 | DType::Ggml(GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16) => Ok(()),
-        d => Err(shape_err(op, format!("{name} must be F32, got {d:?}"))),
-    }
-}
-
-pub(crate) fn check_numel(op: &str, name: &str, t: &Tensor, want: usize) -> Result<()> {
-    if t.numel() != want {
-        return Err(shape_err(
-            op,
-            format!("{name} {:?} has {} elements, expected {want}", t.shape, t.numel()),
-        ));
-    }
-    Ok(())
-}
-
 // ---------------------------------------------------------------------------------------------
 // Small vector helpers used by every kernel. Written over fixed-width chunks so the compiler
 // emits vector code without bounds checks; several independent accumulators hide add latency.
 
-/// `Σ a[i]·b[i]` over the shorter length, accumulated in 16 lanes.
-#[inline]
 /// A copy of `data`, which must hold exactly the elements of `shape`.
 fn checked_copy<T: Copy>(op: &str, data: &[T], shape: &[usize]) -> Result<Vec<T>> {
     let n: Option<usize> = shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d));
@@ -317,17 +273,37 @@ fn checked_copy<T: Copy>(op: &str, data: &[T], shape: &[usize]) -> Result<Vec<T>
 }
 
 /// A zero-filled vector of `n` elements, or a typed out-of-memory error instead of an abort
-/// (sizes can come from a hostile file's metadata).
-fn zeroed_vec<T: Copy + Default>(n: usize, shape: &[usize]) -> Result<Vec<T>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(n).map_err(|_| {
-        Error::Backend(format!(
-            "out of memory: cannot allocate {} bytes for a tensor of shape {shape:?}",
-            n.saturating_mul(std::mem::size_of::<T>())
-        ))
-    })?;
-    v.resize(n, T::default());
-    Ok(v)
+/// (sizes can come from a hostile file's metadata or the command line).
+///
+/// The memory comes from `alloc_zeroed`, which the system allocator serves with fresh zero pages
+/// for large sizes: nothing is touched until it is written, so a KV cache sized for a long
+/// context costs only the rows in use.
+fn zeroed_vec<T: bytemuck::Zeroable + Copy>(n: usize, shape: &[usize]) -> Result<Vec<T>> {
+    let oom = || Error::OutOfMemory {
+        what: format!("a tensor of shape {shape:?}"),
+        needed: (n as u64).saturating_mul(std::mem::size_of::<T>() as u64),
+        available: memory_available().unwrap_or(0),
+    };
+    if n == 0 || std::mem::size_of::<T>() == 0 {
+        return Ok(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<T>(n).map_err(|_| oom())?;
+    // SAFETY: the layout has a non-zero size (checked above).
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) } as *mut T;
+    if ptr.is_null() {
+        return Err(oom());
+    }
+    // SAFETY: `ptr` was allocated by the global allocator with the layout of `[T; n]`, and all-zero
+    // bytes are a valid `T` (`Zeroable`), so all `n` elements are initialised.
+    Ok(unsafe { Vec::from_raw_parts(ptr, n, n) })
+}
+
+/// `MemAvailable` of /proc/meminfo in bytes (Linux), the memory new buffers can take.
+fn memory_available() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
 }
 
 /// `dot` of two weight rows against two input rows at once (a 2x2 register tile: each loaded
@@ -374,6 +350,7 @@ pub(crate) fn dot_2x2(w0: &[f32], w1: &[f32], x0: &[f32], x1: &[f32]) -> [[f32; 
     out
 }
 
+/// `Σ a[i]·b[i]` over the shorter length, accumulated in 16 lanes.
 #[inline(always)]
 pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
@@ -455,6 +432,10 @@ impl Backend for CpuBackend {
 
     fn driver_info(&self) -> String {
         format!("rayon {} threads", rayon::current_num_threads())
+    }
+
+    fn memory_available(&self) -> Option<u64> {
+        memory_available()
     }
 
     fn alloc(&self, dtype: DType, shape: &[usize]) -> Result<Tensor> {
@@ -565,9 +546,7 @@ impl Backend for CpuBackend {
 
     fn copy(&self, src: &Tensor, dst: &Tensor) -> Result<()> {
         let op = "copy";
-        if src.dtype != dst.dtype || src.numel() != dst.numel() {
-            return Err(shape_err(op, format!("{src:?} -> {dst:?}")));
-        }
+        check::copy(src, dst)?;
         if src.same_buffer(dst) {
             // Both views start at element 0 of the same buffer: copying onto itself is a no-op.
             return Ok(());
@@ -582,22 +561,7 @@ impl Backend for CpuBackend {
 
     fn copy_rows(&self, src: &Tensor, src_row: usize, dst: &Tensor, dst_row: usize, n: usize) -> Result<()> {
         let op = "copy_rows";
-        check_dtype(op, "src", src, DType::F32)?;
-        check_dtype(op, "dst", dst, DType::F32)?;
-        let d = src.cols();
-        if dst.cols() != d || src.shape.len() != 2 || dst.shape.len() != 2 {
-            return Err(shape_err(
-                op,
-                format!("{src:?} -> {dst:?}: need 2-D tensors with equal rows"),
-            ));
-        }
-        let in_range = |row: usize, t: &Tensor| row.checked_add(n).is_some_and(|e| e <= t.rows());
-        if !in_range(src_row, src) || !in_range(dst_row, dst) {
-            return Err(shape_err(
-                op,
-                format!("rows {src_row}+{n} of {src:?} -> rows {dst_row}+{n} of {dst:?} out of range"),
-            ));
-        }
+        let d = check::copy_rows(src, src_row, dst, dst_row, n)?;
         let (s0, t0) = (src_row * d, dst_row * d);
         if src.same_buffer(dst) {
             // Shifting rows inside one buffer (e.g. a cache): one write lock, memmove semantics.
@@ -696,8 +660,8 @@ impl Backend for CpuBackend {
         elementwise::split_qgate(qg, head_dim, q, gate)
     }
 
-    fn rope_neox(&self, x: &Tensor, head_dim: usize, n_rot: usize, theta: f32, pos0: usize) -> Result<()> {
-        attention::rope_neox(x, head_dim, n_rot, theta, pos0)
+    fn rope_neox(&self, x: &Tensor, head_dim: usize, n_rot: usize, theta: f32, pos: Pos) -> Result<()> {
+        attention::rope_neox(x, head_dim, n_rot, theta, pos)
     }
 
     fn attention(
@@ -705,12 +669,12 @@ impl Backend for CpuBackend {
         q: &Tensor,
         k_cache: &Tensor,
         v_cache: &Tensor,
-        pos0: usize,
+        pos: Pos,
         dims: AttnDims,
         scale: f32,
         out: &Tensor,
     ) -> Result<()> {
-        attention::attention(q, k_cache, v_cache, pos0, dims, scale, out)
+        attention::attention(q, k_cache, v_cache, pos, dims, scale, out)
     }
 
     fn moe_route(&self, logits: &Tensor, k: usize, scale: f32, ids: &Tensor, weights: &Tensor) -> Result<()> {

@@ -1,10 +1,8 @@
 //! MoE routing and the routed experts (spec/MODEL.md §7.2).
 
 use super::linear::gemm_t;
-use super::{
-    check_dtype, check_numel, no_alias, read_f32s, read_u32s, read_weight, silu, write_f32s, write_u32s, WeightRef,
-};
-use crate::backend::{shape_err, DType, Tensor};
+use super::{read_f32s, read_u32s, read_weight, silu, write_f32s, write_u32s, WeightRef};
+use crate::backend::{check, shape_err, Tensor};
 use crate::error::Result;
 
 /// Lower bound of the top-k probability sum before renormalising (llama.cpp's clamp).
@@ -13,16 +11,7 @@ const MIN_ROUTE_SUM: f32 = 6.1035e-5;
 /// Softmax over all experts, top-k (ties -> lower index), renormalise, × scale.
 pub(crate) fn moe_route(logits: &Tensor, k: usize, scale: f32, ids: &Tensor, weights: &Tensor) -> Result<()> {
     let op = "moe_route";
-    check_dtype(op, "logits", logits, DType::F32)?;
-    check_dtype(op, "ids", ids, DType::U32)?;
-    check_dtype(op, "weights", weights, DType::F32)?;
-    let (t_len, e) = (logits.rows(), logits.cols());
-    if k == 0 || k > e || e > u32::MAX as usize {
-        return Err(shape_err(op, format!("top-{k} of {e} experts")));
-    }
-    check_numel(op, "ids", ids, t_len * k)?;
-    check_numel(op, "weights", weights, t_len * k)?;
-    no_alias(op, &[ids, weights], &[logits])?;
+    let (_, e) = check::moe_route(logits, k, ids, weights)?;
     let ls = read_f32s(logits, op)?;
     let mut is = write_u32s(ids, op)?;
     let mut ws = write_f32s(weights, op)?;
@@ -85,35 +74,13 @@ pub(crate) fn moe_experts(
     out: &Tensor,
 ) -> Result<()> {
     let op = "moe_experts";
-    check_dtype(op, "x", x, DType::F32)?;
-    check_dtype(op, "ids", ids, DType::U32)?;
-    check_dtype(op, "weights", weights, DType::F32)?;
-    check_dtype(op, "out", out, DType::F32)?;
-    let (t_len, d) = (x.rows(), x.cols());
-    if gate_exps.shape.len() != 3 || up_exps.shape != gate_exps.shape || down_exps.shape.len() != 3 {
-        return Err(shape_err(
-            op,
-            format!(
-                "expert weights gate {:?} up {:?} down {:?}",
-                gate_exps.shape, up_exps.shape, down_exps.shape
-            ),
-        ));
-    }
-    let (n_exp, n_ff) = (gate_exps.shape[0], gate_exps.shape[1]);
-    if gate_exps.shape[2] != d || down_exps.shape != [n_exp, d, n_ff] {
-        return Err(shape_err(
-            op,
-            format!(
-                "x {:?} vs gate {:?} / down {:?}",
-                x.shape, gate_exps.shape, down_exps.shape
-            ),
-        ));
-    }
-    let k = ids.numel().checked_div(t_len).unwrap_or(0);
-    check_numel(op, "ids", ids, t_len * k)?;
-    check_numel(op, "weights", weights, t_len * k)?;
-    check_numel(op, "out", out, t_len * d)?;
-    no_alias(op, &[out], &[x, gate_exps, up_exps, down_exps, ids, weights])?;
+    let check::MoeDims {
+        t: t_len,
+        d,
+        n_exp,
+        n_ff,
+        k,
+    } = check::moe_experts(x, gate_exps, up_exps, down_exps, ids, weights, out)?;
 
     let xs = read_f32s(x, op)?;
     let is = read_u32s(ids, op)?;

@@ -2,8 +2,8 @@
 
 use rayon::prelude::*;
 
-use super::{check_dtype, check_f32_in, check_numel, dot, min_rows, no_alias, read_f32s, silu, write_f32s};
-use crate::backend::{shape_err, DType, GdnDims, Tensor};
+use super::{dot, min_rows, read_f32s, silu, write_f32s};
+use crate::backend::{check, GdnDims, Tensor};
 use crate::error::Result;
 
 /// `1 / sqrt(mean(x^2) + eps)`.
@@ -13,26 +13,10 @@ fn rms_scale(x: &[f32], eps: f32) -> f32 {
     1.0 / (ms + eps).sqrt()
 }
 
-fn check_groups(op: &str, x: &Tensor, w: &Tensor) -> Result<usize> {
-    let d = w.numel();
-    if d == 0 || !x.numel().is_multiple_of(d) {
-        return Err(shape_err(
-            op,
-            format!("x {:?} is not a whole number of groups of w {:?}", x.shape, w.shape),
-        ));
-    }
-    Ok(d)
-}
-
 /// `out = x / sqrt(mean(x^2) + eps) * w` over consecutive groups of `w.len()` values.
 pub(crate) fn rms_norm(x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
     let op = "rms_norm";
-    check_dtype(op, "x", x, DType::F32)?;
-    check_f32_in(op, "w", w)?;
-    check_dtype(op, "out", out, DType::F32)?;
-    let d = check_groups(op, x, w)?;
-    check_numel(op, "out", out, x.numel())?;
-    no_alias(op, &[out], &[x, w])?;
+    let d = check::rms_norm(x, w, out)?;
     let xs = read_f32s(x, op)?;
     let ws = read_f32s(w, op)?;
     let mut ys = write_f32s(out, op)?;
@@ -51,14 +35,7 @@ pub(crate) fn rms_norm(x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result
 /// `out = rms_norm(x; w) * silu(z)` per group of `w.len()` values.
 pub(crate) fn gated_rms_norm(x: &Tensor, z: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
     let op = "gated_rms_norm";
-    check_dtype(op, "x", x, DType::F32)?;
-    check_dtype(op, "z", z, DType::F32)?;
-    check_f32_in(op, "w", w)?;
-    check_dtype(op, "out", out, DType::F32)?;
-    let d = check_groups(op, x, w)?;
-    check_numel(op, "z", z, x.numel())?;
-    check_numel(op, "out", out, x.numel())?;
-    no_alias(op, &[out], &[x, z, w])?;
+    let d = check::gated_rms_norm(x, z, w, out)?;
     let xs = read_f32s(x, op)?;
     let zs = read_f32s(z, op)?;
     let ws = read_f32s(w, op)?;
@@ -79,14 +56,8 @@ pub(crate) fn gated_rms_norm(x: &Tensor, z: &Tensor, w: &Tensor, eps: f32, out: 
 /// `2 * hk` groups of `dk` channels of each row), then q additionally `* 1/sqrt(dk)`.
 pub(crate) fn l2_norm_qk(u: &Tensor, dims: GdnDims, eps: f32) -> Result<()> {
     let op = "l2_norm_qk";
-    check_dtype(op, "u", u, DType::F32)?;
+    check::l2_norm_qk(u, dims)?;
     let cd = dims.conv_dim();
-    if dims.dk == 0 || u.cols() != cd {
-        return Err(shape_err(
-            op,
-            format!("u {:?} does not match conv_dim {cd} of {dims:?}", u.shape),
-        ));
-    }
     let (dk, kd) = (dims.dk, dims.key_dim());
     let q_scale = 1.0 / (dk as f32).sqrt();
     let mut us = write_f32s(u, op)?;

@@ -27,13 +27,6 @@ pub(crate) fn get(t: &Tensor) -> Result<&WgpuBuffer> {
         .ok_or_else(|| gpu_err("tensor does not belong to the wgpu backend"))
 }
 
-pub(crate) fn check_dtype(op: &str, t: &Tensor, want: DType) -> Result<()> {
-    if t.dtype != want {
-        return Err(gpu_err(format!("{op}: expected {want:?}, got {:?}", t.dtype)));
-    }
-    Ok(())
-}
-
 fn elements(shape: &[usize]) -> Result<usize> {
     shape
         .iter()
@@ -83,6 +76,36 @@ pub(crate) fn alloc(be: &WgpuBackend, dtype: DType, shape: &[usize]) -> Result<T
     Ok(tensor(create(be, "tensor", bytes, false)?, dtype, shape))
 }
 
+/// A tensor of `shape` on a persistent scratch buffer named `slot` (an op's intermediates): the
+/// buffer is created on first use, replaced by a larger one when a call needs more, and reused by
+/// every later call, so ops allocate nothing in the token loop. Dispatches that share a slot are
+/// ordered by wgpu's usage tracking like any other read-write buffer.
+pub(crate) fn scratch(be: &WgpuBackend, slot: &'static str, dtype: DType, shape: &[usize]) -> Result<Tensor> {
+    if !matches!(dtype, DType::F32 | DType::U32) {
+        return Err(gpu_err("scratch: only F32 and U32 tensors"));
+    }
+    let bytes = (elements(shape)? as u64)
+        .checked_mul(4)
+        .ok_or_else(|| gpu_err("scratch: size overflows"))?;
+    let mut pool = be.scratch.lock().map_err(|_| gpu_err("scratch pool lock poisoned"))?;
+    let buf = match pool.get(slot) {
+        Some(b) if b.size >= padded(bytes) => Arc::clone(b),
+        _ => {
+            let b = Arc::new(WgpuBuffer {
+                buffer: create(be, slot, bytes, false)?,
+                size: padded(bytes),
+            });
+            pool.insert(slot, Arc::clone(&b));
+            b
+        }
+    };
+    Ok(Tensor {
+        buf,
+        dtype,
+        shape: shape.to_vec(),
+    })
+}
+
 /// Create a buffer holding `bytes` (written through a mapping at creation, no staging copy).
 fn create_init(be: &WgpuBackend, label: &str, bytes: &[u8]) -> Result<wgpu::Buffer> {
     let buf = create(be, label, bytes.len() as u64, true)?;
@@ -125,7 +148,7 @@ pub(crate) fn upload_weight(be: &WgpuBackend, w: &WeightData) -> Result<Tensor> 
 /// Overwrite an existing tensor from the host. Pending recorded work is submitted first, so ops
 /// recorded earlier still see the old contents.
 pub(crate) fn write(be: &WgpuBackend, t: &Tensor, dtype: DType, bytes: &[u8], n: usize) -> Result<()> {
-    check_dtype("write", t, dtype)?;
+    crate::backend::check::dtype("write", "t", t, dtype)?;
     if t.numel() != n {
         return Err(gpu_err(format!(
             "write: {n} values into a tensor of shape {:?}",
@@ -196,12 +219,7 @@ pub(crate) fn zero(be: &WgpuBackend, t: &Tensor) -> Result<()> {
 }
 
 pub(crate) fn copy(be: &WgpuBackend, src: &Tensor, dst: &Tensor) -> Result<()> {
-    if src.dtype != dst.dtype || src.numel() != dst.numel() || !matches!(src.dtype, DType::F32 | DType::U32) {
-        return Err(gpu_err(format!(
-            "copy: {:?} {:?} -> {:?} {:?}",
-            src.dtype, src.shape, dst.dtype, dst.shape
-        )));
-    }
+    crate::backend::check::copy(src, dst)?;
     if src.same_buffer(dst) {
         return Ok(());
     }
@@ -224,15 +242,7 @@ pub(crate) fn copy_rows(
     dst_row: usize,
     n: usize,
 ) -> Result<()> {
-    check_dtype("copy_rows", src, DType::F32)?;
-    check_dtype("copy_rows", dst, DType::F32)?;
-    let w = src.cols();
-    if dst.cols() != w || src_row + n > src.rows() || dst_row + n > dst.rows() {
-        return Err(gpu_err(format!(
-            "copy_rows: {n} rows from {src_row} of {:?} to {dst_row} of {:?}",
-            src.shape, dst.shape
-        )));
-    }
+    let w = crate::backend::check::copy_rows(src, src_row, dst, dst_row, n)?;
     if n == 0 || w == 0 {
         return Ok(());
     }

@@ -12,7 +12,7 @@ mod pipelines;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::backend::{AttnDims, Backend, DType, GdnDims, Tensor, WeightData};
+use crate::backend::{check, AttnDims, Backend, DType, GdnDims, Pos, Tensor, WeightData};
 use crate::error::{Error, Result};
 use pipelines::PipelineCache;
 
@@ -45,6 +45,8 @@ pub struct WgpuBackend {
     param_buf: wgpu::Buffer,
     /// Reused host-readback staging buffer (see `buffer::read`).
     readback: Mutex<Option<wgpu::Buffer>>,
+    /// Ops' persistent intermediates by slot name (see `buffer::scratch`).
+    scratch: Mutex<HashMap<&'static str, Arc<buffer::WgpuBuffer>>>,
     rec: Mutex<Recorder>,
 }
 
@@ -114,6 +116,7 @@ impl WgpuBackend {
             limits,
             param_buf,
             readback: Mutex::new(None),
+            scratch: Mutex::new(HashMap::new()),
             rec: Mutex::new(Recorder {
                 encoder: None,
                 params: Vec::new(),
@@ -155,87 +158,17 @@ impl WgpuBackend {
         bindings: &[&Tensor],
         workgroups: [u32; 3],
     ) -> Result<()> {
-        if workgroups.contains(&0) {
-            return Ok(());
-        }
-        let max = self.limits.max_compute_workgroups_per_dimension;
-        if workgroups.iter().any(|&w| w > max) {
-            return Err(gpu_err(format!(
-                "{shader}: dispatch {workgroups:?} exceeds {max} per dimension"
-            )));
-        }
-        if params.len() * 4 > PARAM_SLOT as usize {
-            return Err(gpu_err(format!("{shader}: too many parameters")));
-        }
-        let pipeline = self.pipelines.get(&self.device, shader, variant)?;
-        let mut bufs = Vec::with_capacity(bindings.len());
-        for t in bindings {
-            let b = buffer::get(t)?;
-            if b.size > self.limits.max_storage_buffer_binding_size {
-                return Err(gpu_err(format!(
-                    "{shader}: a buffer of {} bytes exceeds this device's storage binding limit of {} bytes",
-                    b.size, self.limits.max_storage_buffer_binding_size
-                )));
-            }
-            bufs.push(b);
-        }
-        let mut rec = self.recorder()?;
-        if rec.params.len() as u64 >= PARAM_SLOT * PARAM_SLOTS {
-            self.flush_locked(&mut rec);
-        }
-        let offset = rec.params.len() as u64;
-        let mut slot = [0u8; PARAM_SLOT as usize];
-        for (i, w) in params.iter().enumerate() {
-            slot[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
-        }
-        rec.params.extend_from_slice(&slot);
-        let layout = pipeline.get_bind_group_layout(0);
-        let mut entries = Vec::with_capacity(bufs.len() + 1);
-        entries.push(wgpu::BindGroupEntry {
-            binding: 0,
-            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer: &self.param_buf,
-                offset,
-                size: wgpu::BufferSize::new(PARAM_SLOT),
-            }),
-        });
-        for (i, b) in bufs.iter().enumerate() {
-            entries.push(wgpu::BindGroupEntry {
-                binding: i as u32 + 1,
-                resource: b.buffer.as_entire_binding(),
-            });
-        }
-        let bg = self.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(shader),
-            layout: &layout,
-            entries: &entries,
-        });
-        let enc = self.encoder(&mut rec);
-        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some(shader),
-            timestamp_writes: None,
-        });
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &bg, &[]);
-        pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
-        drop(pass);
-        if self.profile.lock().is_ok_and(|p| p.on) {
-            let t0 = std::time::Instant::now();
-            self.flush_locked(&mut rec);
-            drop(rec);
-            self.device
-                .poll(wgpu::PollType::wait_indefinitely())
-                .map_err(|e| gpu_err(format!("device poll: {e}")))?;
-            let dt = t0.elapsed().as_secs_f64();
-            if let Ok(mut p) = self.profile.lock() {
-                let e = p.by_shader.entry(format!("{shader}/{variant}")).or_default();
-                e.0 += 1;
-                e.1 += dt;
-            }
-        }
-        Ok(())
+        self.batch()?.dispatch(shader, variant, params, bindings, workgroups)
     }
 
+    /// Exclusive access to the recorder for a sequence of dispatches that must not interleave
+    /// with other threads' ops (an op whose dispatches share the backend's scratch buffers).
+    pub(crate) fn batch(&self) -> Result<Batch<'_>> {
+        Ok(Batch {
+            be: self,
+            rec: self.recorder()?,
+        })
+    }
     /// Whether the adapter is a CPU emulation (lavapipe, SwiftShader, WARP).
     pub fn is_cpu_adapter(&self) -> bool {
         self.info.device_type == wgpu::DeviceType::Cpu
@@ -250,6 +183,104 @@ impl WgpuBackend {
         } else {
             [max, n.div_ceil(max)]
         }
+    }
+}
+
+/// Dispatches recorded under one hold of the recorder lock (`WgpuBackend::batch`).
+pub(crate) struct Batch<'a> {
+    be: &'a WgpuBackend,
+    rec: std::sync::MutexGuard<'a, Recorder>,
+}
+
+impl Batch<'_> {
+    /// See `WgpuBackend::dispatch`.
+    pub(crate) fn dispatch(
+        &mut self,
+        shader: &str,
+        variant: &str,
+        params: &[u32],
+        bindings: &[&Tensor],
+        workgroups: [u32; 3],
+    ) -> Result<()> {
+        let be = self.be;
+        if workgroups.contains(&0) {
+            return Ok(());
+        }
+        let max = be.limits.max_compute_workgroups_per_dimension;
+        if workgroups.iter().any(|&w| w > max) {
+            return Err(gpu_err(format!(
+                "{shader}: dispatch {workgroups:?} exceeds {max} per dimension"
+            )));
+        }
+        if params.len() * 4 > PARAM_SLOT as usize {
+            return Err(gpu_err(format!("{shader}: too many parameters")));
+        }
+        let pipeline = be.pipelines.get(&be.device, shader, variant)?;
+        let mut bufs = Vec::with_capacity(bindings.len());
+        for t in bindings {
+            let b = buffer::get(t)?;
+            if b.size > be.limits.max_storage_buffer_binding_size {
+                return Err(gpu_err(format!(
+                    "{shader}: a buffer of {} bytes exceeds this device's storage binding limit of {} bytes",
+                    b.size, be.limits.max_storage_buffer_binding_size
+                )));
+            }
+            bufs.push(b);
+        }
+        let rec = &mut *self.rec;
+        if rec.params.len() as u64 >= PARAM_SLOT * PARAM_SLOTS {
+            be.flush_locked(rec);
+        }
+        let offset = rec.params.len() as u64;
+        let mut slot = [0u8; PARAM_SLOT as usize];
+        for (i, w) in params.iter().enumerate() {
+            slot[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
+        }
+        rec.params.extend_from_slice(&slot);
+        let layout = pipeline.get_bind_group_layout(0);
+        let mut entries = Vec::with_capacity(bufs.len() + 1);
+        entries.push(wgpu::BindGroupEntry {
+            binding: 0,
+            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                buffer: &be.param_buf,
+                offset,
+                size: wgpu::BufferSize::new(PARAM_SLOT),
+            }),
+        });
+        for (i, b) in bufs.iter().enumerate() {
+            entries.push(wgpu::BindGroupEntry {
+                binding: i as u32 + 1,
+                resource: b.buffer.as_entire_binding(),
+            });
+        }
+        let bg = be.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(shader),
+            layout: &layout,
+            entries: &entries,
+        });
+        let enc = be.encoder(rec);
+        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some(shader),
+            timestamp_writes: None,
+        });
+        pass.set_pipeline(&pipeline);
+        pass.set_bind_group(0, &bg, &[]);
+        pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
+        drop(pass);
+        if be.profile.lock().is_ok_and(|p| p.on) {
+            let t0 = std::time::Instant::now();
+            be.flush_locked(rec);
+            be.device
+                .poll(wgpu::PollType::wait_indefinitely())
+                .map_err(|e| gpu_err(format!("device poll: {e}")))?;
+            let dt = t0.elapsed().as_secs_f64();
+            if let Ok(mut p) = be.profile.lock() {
+                let e = p.by_shader.entry(format!("{shader}/{variant}")).or_default();
+                e.0 += 1;
+                e.1 += dt;
+            }
+        }
+        Ok(())
     }
 }
 
@@ -306,7 +337,7 @@ impl Backend for WgpuBackend {
         buffer::write(self, t, DType::U32, bytemuck::cast_slice(data), data.len())
     }
     fn read_f32(&self, t: &Tensor) -> Result<Vec<f32>> {
-        buffer::check_dtype("read_f32", t, DType::F32)?;
+        check::dtype("read_f32", "t", t, DType::F32)?;
         let bytes = buffer::read(self, t)?;
         Ok(bytes
             .chunks_exact(4)
@@ -314,7 +345,7 @@ impl Backend for WgpuBackend {
             .collect())
     }
     fn read_u32(&self, t: &Tensor) -> Result<Vec<u32>> {
-        buffer::check_dtype("read_u32", t, DType::U32)?;
+        check::dtype("read_u32", "t", t, DType::U32)?;
         let bytes = buffer::read(self, t)?;
         Ok(bytes
             .chunks_exact(4)
@@ -406,20 +437,20 @@ impl Backend for WgpuBackend {
     fn split_qgate(&self, qg: &Tensor, head_dim: usize, q: &Tensor, gate: &Tensor) -> Result<()> {
         ops::split_qgate(self, qg, head_dim, q, gate)
     }
-    fn rope_neox(&self, x: &Tensor, head_dim: usize, n_rot: usize, theta: f32, pos0: usize) -> Result<()> {
-        ops::rope_neox(self, x, head_dim, n_rot, theta, pos0)
+    fn rope_neox(&self, x: &Tensor, head_dim: usize, n_rot: usize, theta: f32, pos: Pos) -> Result<()> {
+        ops::rope_neox(self, x, head_dim, n_rot, theta, pos)
     }
     fn attention(
         &self,
         q: &Tensor,
         k_cache: &Tensor,
         v_cache: &Tensor,
-        pos0: usize,
+        pos: Pos,
         dims: AttnDims,
         scale: f32,
         out: &Tensor,
     ) -> Result<()> {
-        ops::attention(self, q, k_cache, v_cache, pos0, dims, scale, out)
+        ops::attention(self, q, k_cache, v_cache, pos, dims, scale, out)
     }
     fn moe_route(&self, logits: &Tensor, k: usize, scale: f32, ids: &Tensor, weights: &Tensor) -> Result<()> {
         ops::moe_route(self, logits, k, scale, ids, weights)

@@ -1,8 +1,7 @@
 //! Partial NeoX RoPE and causal GQA softmax attention (spec/MODEL.md §6).
 
-use super::eltwise::{check_f32, check_numel, no_alias, u32_of};
 use crate::backend::wgpu::{gpu_err, WgpuBackend};
-use crate::backend::{AttnDims, Tensor};
+use crate::backend::{check, AttnDims, Pos, Tensor};
 use crate::error::Result;
 
 pub(crate) const SHADERS: &[(&str, &str)] = &[
@@ -26,27 +25,17 @@ pub(crate) fn rope_neox(
     head_dim: usize,
     n_rot: usize,
     theta: f32,
-    pos0: usize,
+    pos: Pos,
 ) -> Result<()> {
     let op = "rope_neox";
-    check_f32(op, &[x])?;
-    let (t_len, cols) = (x.rows(), x.cols());
-    if head_dim == 0 || !cols.is_multiple_of(head_dim) || !n_rot.is_multiple_of(2) || n_rot > head_dim {
-        return Err(gpu_err(format!(
-            "{op}: x {:?}, head_dim {head_dim}, n_rot {n_rot}: need whole heads and even n_rot <= head_dim",
-            x.shape
-        )));
-    }
-    if !(theta.is_finite() && theta > 0.0) {
-        return Err(gpu_err(format!("{op}: theta {theta} must be positive")));
-    }
+    let check::RopeDims { t: t_len, n_head: nh } = check::rope_neox(x, head_dim, n_rot, theta, pos)?;
+    let (cols, pos0) = (x.cols(), pos.host);
     // Positions are converted to f32 in the shader: exact below 2^24.
     if pos0 + t_len > 1 << 24 {
         return Err(gpu_err(format!("{op}: position {} is out of range", pos0 + t_len)));
     }
     let half = n_rot / 2;
-    let nh = cols / head_dim;
-    u32_of(op, x.numel())?;
+    check::u32_index(op, "elements", x.numel())?;
     let n = (t_len * nh * half) as u32;
     if n == 0 {
         return Ok(());
@@ -73,45 +62,25 @@ pub(crate) fn attention(
     q: &Tensor,
     k_cache: &Tensor,
     v_cache: &Tensor,
-    pos0: usize,
+    pos: Pos,
     dims: AttnDims,
     scale: f32,
     out: &Tensor,
 ) -> Result<()> {
     let op = "attention";
-    check_f32(op, &[q, k_cache, v_cache, out])?;
+    let t_len = check::attention(q, k_cache, v_cache, pos, dims, out)?;
     let AttnDims {
         n_head: nh,
         n_head_kv: nkv,
         head_dim: d,
     } = dims;
-    if nh == 0 || nkv == 0 || d == 0 || !nh.is_multiple_of(nkv) {
-        return Err(gpu_err(format!("{op}: bad dims {dims:?}")));
-    }
     if d > MAX_HEAD_DIM {
         return Err(gpu_err(format!("{op}: head_dim {d} exceeds {MAX_HEAD_DIM}")));
     }
-    if q.cols() != nh * d || k_cache.cols() != nkv * d || v_cache.cols() != nkv * d {
-        return Err(gpu_err(format!(
-            "{op}: q {:?}, k {:?}, v {:?} vs {dims:?}",
-            q.shape, k_cache.shape, v_cache.shape
-        )));
-    }
-    let t_len = q.rows();
-    let ctx = k_cache.rows();
-    if v_cache.rows() != ctx || pos0 + t_len > ctx {
-        return Err(gpu_err(format!(
-            "{op}: positions {pos0}..{} do not fit caches {:?} / {:?}",
-            pos0 + t_len,
-            k_cache.shape,
-            v_cache.shape
-        )));
-    }
-    check_numel(op, "out", out, t_len * nh * d)?;
-    no_alias(op, &[out], &[q, k_cache, v_cache])?;
-    u32_of(op, q.numel().max(k_cache.numel()))?;
+    check::u32_index(op, "elements", q.numel().max(k_cache.numel()))?;
+    let pos0 = check::u32_index(op, "position", pos.host)?;
     let rows = (t_len * nh) as u32;
-    let params = [nh as u32, (nh / nkv) as u32, d as u32, pos0 as u32, scale.to_bits()];
+    let params = [nh as u32, (nh / nkv) as u32, d as u32, pos0, scale.to_bits()];
     let [gx, gy] = be.grid(rows);
     be.dispatch(op, "", &params, &[q, k_cache, v_cache, out], [gx, gy, 1])
 }

@@ -1,8 +1,7 @@
 //! Causal depthwise conv1d + SiLU with a rolling state (spec/MODEL.md §5.3).
 
-use super::eltwise::{check_f32, check_f32_in, check_numel, no_alias, u32_of};
 use crate::backend::wgpu::{gpu_err, WgpuBackend};
-use crate::backend::Tensor;
+use crate::backend::{check, Tensor};
 use crate::error::Result;
 
 pub(crate) const SHADERS: &[(&str, &str)] = &[(
@@ -19,20 +18,11 @@ const WG: u32 = 64;
 /// out `[T, C]`. One invocation per channel loops over the tokens with a rolling window.
 pub(crate) fn conv1d_causal_silu(be: &WgpuBackend, x: &Tensor, w: &Tensor, state: &Tensor, out: &Tensor) -> Result<()> {
     let op = "conv1d_causal_silu";
-    check_f32(op, &[x, state, out])?;
-    check_f32_in(op, "w", w)?;
-    let (t_len, c) = (x.rows(), x.cols());
-    let k = w.cols();
-    if k == 0 || w.rows() != c {
-        return Err(gpu_err(format!("{op}: w {:?} does not match x {:?}", w.shape, x.shape)));
-    }
+    let check::ConvDims { t: t_len, c, k } = check::conv1d(x, w, state, out)?;
     if k > MAX_K {
         return Err(gpu_err(format!("{op}: kernel width {k} exceeds {MAX_K}")));
     }
-    check_numel(op, "state", state, (k - 1) * c)?;
-    check_numel(op, "out", out, t_len * c)?;
-    no_alias(op, &[state, out], &[x, w])?;
-    u32_of(op, x.numel().max(w.numel()))?;
+    check::u32_index(op, "elements", x.numel().max(w.numel()))?;
     if c == 0 {
         return Ok(());
     }

@@ -9,7 +9,7 @@
 //!   one batch, so any T fits the device's storage binding limit.
 
 use crate::backend::wgpu::{buffer, gpu_err, WgpuBackend};
-use crate::backend::{DType, GdnDims, Tensor};
+use crate::backend::{check, DType, GdnDims, Tensor};
 use crate::error::Result;
 
 pub(crate) const SHADERS: &[(&str, &str)] = &[
@@ -47,7 +47,7 @@ const STATE_CHUNKS_PER_DISPATCH: usize = 2;
 /// are still plenty of parallelism).
 const MAX_BATCH_CHUNKS: usize = 16;
 
-/// Shared argument checks of both ops; returns the token count T.
+/// The contract's checks plus this backend's limits; returns the token count T.
 fn check(
     op: &str,
     u: &Tensor,
@@ -57,52 +57,14 @@ fn check(
     out: &Tensor,
     dims: GdnDims,
 ) -> Result<usize> {
-    for (name, t) in [("u", u), ("g", g), ("beta", beta), ("state", state), ("out", out)] {
-        if t.dtype != DType::F32 {
-            return Err(gpu_err(format!("{op}: {name} must be F32, got {:?}", t.dtype)));
-        }
-    }
-    let GdnDims { hk, hv, dk, dv } = dims;
-    if hk == 0 || hv == 0 || dk == 0 || dv == 0 || !hv.is_multiple_of(hk) {
-        return Err(gpu_err(format!("{op}: bad dims {dims:?}")));
-    }
-    if dk > MAX_DK {
-        return Err(gpu_err(format!("{op}: dk {dk} exceeds the supported maximum {MAX_DK}")));
-    }
-    let cd = dims.conv_dim();
-    if u.cols() != cd {
+    let t = check::delta_rule(op, u, g, beta, state, out, dims)?;
+    if dims.dk > MAX_DK {
         return Err(gpu_err(format!(
-            "{op}: u {:?} does not have conv_dim {cd} columns",
-            u.shape
+            "{op}: dk {} exceeds the supported maximum {MAX_DK}",
+            dims.dk
         )));
     }
-    let t = u.rows();
-    for (name, x, want) in [
-        ("g", g, t * hv),
-        ("beta", beta, t * hv),
-        ("state", state, hv * dv * dk),
-        ("out", out, t * hv * dv),
-    ] {
-        if x.numel() != want {
-            return Err(gpu_err(format!(
-                "{op}: {name} {:?} has {} elements, want {want}",
-                x.shape,
-                x.numel()
-            )));
-        }
-    }
-    // state and out are written: neither may share a buffer with an input or with each other.
-    for (wn, w) in [("state", state), ("out", out)] {
-        for (rn, r) in [("u", u), ("g", g), ("beta", beta)] {
-            if w.same_buffer(r) {
-                return Err(gpu_err(format!("{op}: {wn} aliases {rn}")));
-            }
-        }
-    }
-    if state.same_buffer(out) {
-        return Err(gpu_err(format!("{op}: out aliases state")));
-    }
-    u32::try_from(u.numel()).map_err(|_| gpu_err(format!("{op}: u {:?} too large", u.shape)))?;
+    check::u32_index(op, "elements of u", u.numel())?;
     Ok(t)
 }
 
@@ -165,17 +127,20 @@ pub(crate) fn delta_rule_chunked(
             "{op}: one chunk of scratch ({per_chunk} bytes) exceeds the storage binding limit"
         )));
     }
-    let a = buffer::alloc(be, DType::F32, &[hv, nb_max, CHUNK, CHUNK])?;
-    let p = buffer::alloc(be, DType::F32, &[hv, nb_max, CHUNK, CHUNK])?;
-    let x = buffer::alloc(be, DType::F32, &[hv, nb_max, CHUNK, xw])?;
-    let dec = buffer::alloc(be, DType::F32, &[hv, nb_max, 2, CHUNK])?;
+    // Chunk intermediates persist in the backend's scratch pool (no allocation per call).
+    let a = buffer::scratch(be, "delta_a", DType::F32, &[hv, nb_max, CHUNK, CHUNK])?;
+    let p = buffer::scratch(be, "delta_p", DType::F32, &[hv, nb_max, CHUNK, CHUNK])?;
+    let x = buffer::scratch(be, "delta_x", DType::F32, &[hv, nb_max, CHUNK, xw])?;
+    let dec = buffer::scratch(be, "delta_dec", DType::F32, &[hv, nb_max, 2, CHUNK])?;
 
+    // The dispatches share the scratch chunk buffers: record them without interleaving.
+    let mut batch = be.batch()?;
     let mut t0 = 0;
     while t0 < t {
         let n_tok = (t - t0).min(nb_max * CHUNK);
         let nb = n_tok.div_ceil(CHUNK);
         let params = u32s(&[hk, hv, dk, dv, dims.conv_dim(), t0, n_tok, nb]);
-        be.dispatch(
+        batch.dispatch(
             "delta_rule_chunk_prep",
             "",
             &params,
@@ -186,7 +151,7 @@ pub(crate) fn delta_rule_chunked(
             let n_count = STATE_CHUNKS_PER_DISPATCH.min(nb - n_first);
             let mut sp = params.clone();
             sp.extend(u32s(&[n_first, n_count]));
-            be.dispatch(
+            batch.dispatch(
                 "delta_rule_chunk_state",
                 "",
                 &sp,

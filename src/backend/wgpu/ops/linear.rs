@@ -5,7 +5,7 @@
 //! the same layout as a GGUF F32 weight and uses the `f32` variant.
 
 use crate::backend::wgpu::{buffer, gpu_err, WgpuBackend};
-use crate::backend::{DType, Tensor};
+use crate::backend::{check, DType, Tensor};
 use crate::error::Result;
 use crate::gguf::GgmlType;
 
@@ -109,32 +109,24 @@ fn row_bytes(op: &str, w: &Tensor, ty: GgmlType, rows: usize, cols: usize) -> Re
     Ok(rb as u32)
 }
 
-/// A count that must fit the shaders' u32 indices.
-fn u32_count(op: &str, what: &str, n: usize) -> Result<u32> {
-    u32::try_from(n).map_err(|_| gpu_err(format!("{op}: {what} ({n}) exceeds u32 indexing")))
-}
-
 /// `out[t] = dequant(table[ids[t]])`. Ids >= vocab give a zero row (checked in the shader; the
 /// host cannot see device ids without a readback). The CPU backend errors instead.
 pub(crate) fn embed(be: &WgpuBackend, table: &Tensor, ids: &Tensor, out: &Tensor) -> Result<()> {
     let op = "embed";
+    let check::EmbedDims {
+        vocab,
+        d,
+        tokens: n_tok,
+    } = check::embed(table, ids, out)?;
     let (variant, ty) = weight_variant(op, table.dtype)?;
-    buffer::check_dtype(op, ids, DType::U32)?;
-    buffer::check_dtype(op, out, DType::F32)?;
-    if out.same_buffer(table) || out.same_buffer(ids) {
-        return Err(gpu_err(format!("{op}: out shares its buffer with an input")));
-    }
-    let (vocab, d) = (table.rows(), table.cols());
-    let n_tok = ids.numel();
-    if out.cols() != d || Some(out.numel()) != n_tok.checked_mul(d) {
-        return Err(gpu_err(format!(
-            "{op}: table {:?}, ids {:?} -> out {:?}",
-            table.shape, ids.shape, out.shape
-        )));
-    }
     let rb = row_bytes(op, table, ty, vocab, d)?;
-    let n = u32_count(op, "output size", n_tok * d)?;
-    let params = [u32_count(op, "d", d)?, n_tok as u32, u32_count(op, "vocab", vocab)?, rb];
+    let n = check::u32_index(op, "output size", n_tok * d)?;
+    let params = [
+        check::u32_index(op, "d", d)?,
+        n_tok as u32,
+        check::u32_index(op, "vocab", vocab)?,
+        rb,
+    ];
     let [gx, gy] = be.grid(n.div_ceil(EMBED_WG as u32));
     be.dispatch("embed", variant, &params, &[table, ids, out], [gx, gy, 1])
 }
@@ -143,28 +135,19 @@ pub(crate) fn embed(be: &WgpuBackend, table: &Tensor, ids: &Tensor, out: &Tensor
 /// x `[T, n_in]`, out `[T, n_out]`.
 pub(crate) fn matmul(be: &WgpuBackend, w: &Tensor, x: &Tensor, out: &Tensor) -> Result<()> {
     let op = "matmul";
+    let check::MatmulDims { t: n_tok, n_in, n_out } = check::matmul(w, x, out)?;
     let (variant, ty) = weight_variant(op, w.dtype)?;
-    buffer::check_dtype(op, x, DType::F32)?;
-    buffer::check_dtype(op, out, DType::F32)?;
-    if out.same_buffer(w) || out.same_buffer(x) {
-        return Err(gpu_err(format!("{op}: out shares its buffer with an input")));
-    }
-    let (n_out, n_in) = (w.rows(), w.cols());
-    let n_tok = x.rows();
-    if x.cols() != n_in || out.cols() != n_out || out.rows() != n_tok {
-        return Err(gpu_err(format!(
-            "{op}: W {:?} x {:?} -> out {:?}",
-            w.shape, x.shape, out.shape
-        )));
-    }
     let rb = row_bytes(op, w, ty, n_out, n_in)?;
     // Flat indices into x and out are u32 in the shader.
-    u32_count(op, "x size", x.numel())?;
-    u32_count(op, "out size", out.numel())?;
-    u32_count(op, "T", n_tok)?;
-    let (n_in32, n_out32) = (u32_count(op, "n_in", n_in)?, u32_count(op, "n_out", n_out)?);
+    check::u32_index(op, "x size", x.numel())?;
+    check::u32_index(op, "out size", out.numel())?;
+    check::u32_index(op, "T", n_tok)?;
+    let (n_in32, n_out32) = (
+        check::u32_index(op, "n_in", n_in)?,
+        check::u32_index(op, "n_out", n_out)?,
+    );
     let params = [n_in32, n_out32, n_tok as u32, rb];
-    let gz = u32_count(op, "token tiles", n_tok.div_ceil(MATMUL_TILE))?;
+    let gz = check::u32_index(op, "token tiles", n_tok.div_ceil(MATMUL_TILE))?;
     // Short rows: one invocation per row (a workgroup per row would mostly wait in barriers).
     // Long rows: a workgroup per row, so the row's loads coalesce. Chosen by shape only, so the
     // tests on lavapipe exercise both kernels.

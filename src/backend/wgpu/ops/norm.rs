@@ -1,9 +1,8 @@
 //! RMSNorm (plain and gated) and the per-head L2 norm of q/k: one workgroup per normalised group,
 //! sum of squares by a tree reduction in workgroup memory.
 
-use super::eltwise::{check_f32, check_f32_in, check_numel, no_alias, u32_of};
-use crate::backend::wgpu::{gpu_err, WgpuBackend};
-use crate::backend::{GdnDims, Tensor};
+use crate::backend::wgpu::WgpuBackend;
+use crate::backend::{check, GdnDims, Tensor};
 use crate::error::Result;
 
 pub(crate) const SHADERS: &[(&str, &str)] = &[
@@ -15,27 +14,11 @@ pub(crate) const SHADERS: &[(&str, &str)] = &[
     ("l2_norm_qk", include_str!("../../../../shaders-wgsl/l2_norm_qk.wgsl")),
 ];
 
-/// Group size `w.len()`; `x` must be a whole number of groups.
-fn check_groups(op: &str, x: &Tensor, w: &Tensor) -> Result<usize> {
-    let d = w.numel();
-    if d == 0 || !x.numel().is_multiple_of(d) {
-        return Err(gpu_err(format!(
-            "{op}: x {:?} is not a whole number of groups of w {:?}",
-            x.shape, w.shape
-        )));
-    }
-    Ok(d)
-}
-
 /// `out = x / sqrt(mean(x^2) + eps) * w` over consecutive groups of `w.len()` values.
 pub(crate) fn rms_norm(be: &WgpuBackend, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
     let op = "rms_norm";
-    check_f32(op, &[x, out])?;
-    check_f32_in(op, "w", w)?;
-    let d = check_groups(op, x, w)?;
-    check_numel(op, "out", out, x.numel())?;
-    no_alias(op, &[out], &[x, w])?;
-    let groups = u32_of(op, x.numel())? / d as u32;
+    let d = check::rms_norm(x, w, out)?;
+    let groups = check::u32_index(op, "elements", x.numel())? / d as u32;
     let [gx, gy] = be.grid(groups);
     be.dispatch(op, "", &[d as u32, eps.to_bits()], &[x, w, out], [gx, gy, 1])
 }
@@ -50,13 +33,8 @@ pub(crate) fn gated_rms_norm(
     out: &Tensor,
 ) -> Result<()> {
     let op = "gated_rms_norm";
-    check_f32(op, &[x, z, out])?;
-    check_f32_in(op, "w", w)?;
-    let d = check_groups(op, x, w)?;
-    check_numel(op, "z", z, x.numel())?;
-    check_numel(op, "out", out, x.numel())?;
-    no_alias(op, &[out], &[x, z, w])?;
-    let groups = u32_of(op, x.numel())? / d as u32;
+    let d = check::gated_rms_norm(x, z, w, out)?;
+    let groups = check::u32_index(op, "elements", x.numel())? / d as u32;
     let [gx, gy] = be.grid(groups);
     be.dispatch(op, "", &[d as u32, eps.to_bits()], &[x, z, w, out], [gx, gy, 1])
 }
@@ -65,16 +43,10 @@ pub(crate) fn gated_rms_norm(
 /// channels at the start of every row, q also times `1/sqrt(dk)`; one workgroup per (token, head).
 pub(crate) fn l2_norm_qk(be: &WgpuBackend, u: &Tensor, dims: GdnDims, eps: f32) -> Result<()> {
     let op = "l2_norm_qk";
-    check_f32(op, &[u])?;
+    let t = check::l2_norm_qk(u, dims)?;
     let cd = dims.conv_dim();
-    if dims.dk == 0 || u.cols() != cd {
-        return Err(gpu_err(format!(
-            "{op}: u {:?} does not match conv_dim {cd} of {dims:?}",
-            u.shape
-        )));
-    }
-    u32_of(op, u.numel())?;
-    let heads = u32_of(op, u.rows() * 2 * dims.hk)?;
+    check::u32_index(op, "elements", u.numel())?;
+    let heads = check::u32_index(op, "heads", t * 2 * dims.hk)?;
     // Same rounding as the CPU backend: 1/sqrt(dk) in f32.
     let q_scale = 1.0 / (dims.dk as f32).sqrt();
     let params = [
