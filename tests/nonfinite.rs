@@ -6,7 +6,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::gguf::{keep_kv, rewrite, TensorEdit};
+use common::gguf::{keep_kv, rewrite_fixture, TensorEdit};
 use rill::exec::Model;
 use rill::gguf::GgmlType;
 use rill::Error;
@@ -14,19 +14,15 @@ use rill::Error;
 /// The tiny dense model with every value of `output_norm.weight` (F32) set to NaN, written to
 /// a fresh file named by `tag` (tests run in parallel; a file mapped by one must not be rewritten).
 fn nan_norm_model(tag: &str) -> PathBuf {
-    rewrite(
-        "tiny-dense.F16.gguf",
-        &format!("nonfinite-{tag}"),
-        keep_kv,
-        |name, t| {
-            if name != "output_norm.weight" {
-                return Some(t);
-            }
-            assert_eq!(t.ty, GgmlType::F32, "fixture layout");
-            let data = f32::NAN.to_le_bytes().repeat(t.data.len() / 4);
-            Some(TensorEdit { data, ..t })
-        },
-    )
+    let out = format!("nonfinite-{tag}.gguf");
+    rewrite_fixture("tiny-dense.F16.gguf", &out, keep_kv, Vec::new(), |name, t| {
+        if name != "output_norm.weight" {
+            return Some(t);
+        }
+        assert_eq!(t.ty, GgmlType::F32, "fixture layout");
+        let data = f32::NAN.to_le_bytes().repeat(t.data.len() / 4);
+        Some(TensorEdit { data, ..t })
+    })
 }
 
 #[test]

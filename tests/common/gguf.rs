@@ -1,4 +1,5 @@
-//! Rewriting a fixture model with edits, for the tests of broken or hostile models.
+//! Copies of the fixture models with edited metadata and tensors, for tests of files that are
+//! valid GGUF but wrong as models (or hostile).
 
 use std::path::PathBuf;
 
@@ -15,23 +16,15 @@ pub struct TensorEdit {
     pub data: Vec<u8>,
 }
 
-/// Keep every metadata value.
-pub fn keep_kv(_: &str, v: &Value) -> Option<Value> {
-    Some(v.clone())
-}
-
-/// Keep every tensor.
-pub fn keep_tensor(_: &str, t: TensorEdit) -> Option<TensorEdit> {
-    Some(t)
-}
-
-/// Write the fixture `src` again with edits, to a temp file named by `tag` (unique per test):
-/// `kv` maps each metadata (key, value) to its replacement (None drops it); `tensor` maps each
-/// tensor (name, as stored) to its replacement (None drops it).
-pub fn rewrite(
+/// Rewrite fixture `src` into a temp file named after `out_name` (unique per test: tests run in
+/// parallel, and a file mapped by one must not be rewritten by another): `kv` maps each metadata
+/// (key, value) to its replacement (None drops it), `extra` adds keys, `tensor` maps each tensor
+/// (name, as stored) to its replacement (None drops it).
+pub fn rewrite_fixture(
     src: &str,
-    tag: &str,
+    out_name: &str,
     kv: impl Fn(&str, &Value) -> Option<Value>,
+    extra: Vec<(String, Value)>,
     tensor: impl Fn(&str, TensorEdit) -> Option<TensorEdit>,
 ) -> PathBuf {
     let src = GgufFile::open(fixture(src)).expect("fixture");
@@ -40,6 +33,9 @@ pub fn rewrite(
         if let Some(v) = kv(k, v) {
             w.add_kv(k.clone(), v);
         }
+    }
+    for (k, v) in extra {
+        w.add_kv(k, v);
     }
     let mut datas = Vec::new();
     for t in &src.tensors {
@@ -55,7 +51,7 @@ pub fn rewrite(
             datas.push((idx, data));
         }
     }
-    let path = temp_path(&format!("{tag}.gguf"));
+    let path = temp_path(out_name);
     let mut f = std::io::BufWriter::new(std::fs::File::create(&path).expect("create"));
     w.write_header(&mut f).expect("header");
     for (idx, data) in datas {
@@ -63,4 +59,19 @@ pub fn rewrite(
     }
     drop(f);
     path
+}
+
+/// Keep every metadata value.
+pub fn keep_kv(_: &str, v: &Value) -> Option<Value> {
+    Some(v.clone())
+}
+
+/// Keep every tensor.
+pub fn keep_t(_: &str, t: TensorEdit) -> Option<TensorEdit> {
+    Some(t)
+}
+
+/// `keep_kv` except that `key` gets `value`.
+pub fn set_kv(key: &'static str, value: Value) -> impl Fn(&str, &Value) -> Option<Value> {
+    move |k, v| Some(if k == key { value.clone() } else { v.clone() })
 }
