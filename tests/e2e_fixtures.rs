@@ -2,9 +2,10 @@
 //! (transformers float32 for the F16 models, llama.cpp float32-on-dequantized-weights for Q8_0 / Q4_K_M),
 //! both for one batched prefill (chunked delta rule) and for token-by-token decode.
 
+mod common;
+
 use std::path::Path;
 
-use rill::backend;
 use rill::exec::{DeltaMode, Logits, Model};
 
 const FIX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
@@ -61,14 +62,14 @@ fn reference(ids_from: &str, logits_from: &str) -> Reference {
     }
 }
 
-/// Every backend compiled into this build: each end-to-end test runs on all of them
-/// (wgpu on lavapipe in CI). A backend that cannot start fails the test; nothing is skipped.
+/// Every backend compiled into this build: each end-to-end test runs on all of them (wgpu on
+/// lavapipe in CI, cuda where an NVIDIA GPU is; `common::backends`).
 fn backends() -> Vec<&'static str> {
-    backend::available()
+    common::backends()
 }
 
 fn load(backend_name: &str, file: &str, mode: DeltaMode) -> Model {
-    let be = shared_backend(backend_name);
+    let be = common::shared(backend_name);
     let mut m = Model::open(Path::new(FIX).join(file), be).expect("model loads");
     m.options.delta = mode;
     m
@@ -421,20 +422,4 @@ fn hidden_states_match_transformers_layer_by_layer() {
             assert!(e <= 1e-4, "{file}: final norm rel error {e}");
         }
     }
-}
-
-/// One backend per name for the whole test process: the tests run on parallel threads, and several
-/// GPU devices at once in one process hung on the NVIDIA Vulkan driver.
-fn shared_backend(name: &str) -> std::sync::Arc<dyn rill::backend::Backend> {
-    use std::collections::HashMap;
-    use std::sync::{Arc, Mutex, OnceLock};
-    static SHARED: OnceLock<Mutex<HashMap<String, Arc<dyn rill::backend::Backend>>>> = OnceLock::new();
-    let mut map = SHARED
-        .get_or_init(|| Mutex::new(HashMap::new()))
-        .lock()
-        .expect("backend map");
-    Arc::clone(
-        map.entry(name.to_string())
-            .or_insert_with(|| rill::backend::create(name).unwrap_or_else(|e| panic!("backend {name}: {e}"))),
-    )
 }

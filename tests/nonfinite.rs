@@ -47,7 +47,7 @@ fn nan_norm_model(tag: &str) -> PathBuf {
 #[test]
 fn greedy_fails_on_nan_logits_on_every_backend() {
     let path = nan_norm_model("lib");
-    for name in rill::backend::available() {
+    for name in common::backends() {
         let be = common::shared(name);
         let m = Model::open(&path, be).expect("model loads");
         let mut s = m.new_session(16).expect("session");

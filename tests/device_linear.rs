@@ -1,8 +1,9 @@
-//! wgpu `matmul` and `embed` for every weight format, against the CPU backend.
+//! Every device backend's `matmul` and `embed` for every weight format, against the CPU backend.
 
 mod common;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use common::*;
 use rill::backend::{Backend, DType, Tensor, WeightData};
@@ -81,7 +82,7 @@ fn dequant(ty: GgmlType, bytes: &[u8], n: usize) -> Vec<f32> {
     y
 }
 
-/// Compare wgpu and CPU `matmul` outputs: `|g - c| <= 1e-5 * sum_i |w_i x_i|` per output (the
+/// Compare device and CPU `matmul` outputs: `|g - c| <= 1e-5 * sum_i |w_i x_i|` per output (the
 /// bound of f32 summation-order differences), plus a tiny absolute floor.
 fn check_matmul(what: &str, got: &[f32], want: &[f32], w: &[f32], x: &[f32], n_in: usize) {
     let n_out = w.len() / n_in;
@@ -93,7 +94,7 @@ fn check_matmul(what: &str, got: &[f32], want: &[f32], w: &[f32], x: &[f32], n_i
             let (g, c) = (got[t * n_out + o], want[t * n_out + o]);
             assert!(
                 (g - c).abs() <= 1e-5 * mag + 1e-30,
-                "{what} [t {t}, o {o}]: wgpu {g} cpu {c} (sum |w x| {mag})"
+                "{what} [t {t}, o {o}]: device {g} cpu {c} (sum |w x| {mag})"
             );
         }
     }
@@ -112,7 +113,7 @@ fn matmul_case(g: &dyn Backend, c: &dyn Backend, ty: GgmlType, bytes: &[u8], n_o
         let go = g.alloc(DType::F32, &[n_tok, n_out]).unwrap();
         let co = c.alloc(DType::F32, &[n_tok, n_out]).unwrap();
         g.matmul(&gw, &gx, &go)
-            .unwrap_or_else(|e| panic!("wgpu matmul {ty}: {e}"));
+            .unwrap_or_else(|e| panic!("{} matmul {ty}: {e}", g.name()));
         c.matmul(&cw, &cx, &co)
             .unwrap_or_else(|e| panic!("cpu matmul {ty}: {e}"));
         let what = format!("matmul {ty} [{n_out}, {n_in}] T {n_tok}");
@@ -129,7 +130,13 @@ fn matmul_case(g: &dyn Backend, c: &dyn Backend, ty: GgmlType, bytes: &[u8], n_o
 
 #[test]
 fn matmul_every_type_matches_cpu() {
-    let (g, c) = (wgpu(), cpu());
+    for (_, dev) in devices() {
+        matmul_every_type_matches_cpu_on(&dev);
+    }
+}
+
+fn matmul_every_type_matches_cpu_on(dev: &Arc<dyn Backend>) {
+    let (g, c) = (Arc::clone(dev), cpu());
     let mut rng = Rng::new(7);
     for ty in TYPES {
         let bs = ty.block_size() as usize;
@@ -153,7 +160,13 @@ fn matmul_every_type_matches_cpu() {
 /// `DType::F32` weights (router, shared-expert gate) go through the `f32` format.
 #[test]
 fn matmul_f32_tensor_weight() {
-    let (g, c) = (wgpu(), cpu());
+    for (_, dev) in devices() {
+        matmul_f32_tensor_weight_on(&dev);
+    }
+}
+
+fn matmul_f32_tensor_weight_on(dev: &Arc<dyn Backend>) {
+    let (g, c) = (Arc::clone(dev), cpu());
     let mut rng = Rng::new(11);
     for (n_out, n_in, n_tok) in [(1usize, 64usize, 5usize), (300, 96, 9), (17, 33, 1)] {
         let w = rng.normals(n_out * n_in, 0.3);
@@ -193,7 +206,13 @@ fn fixture(name: &str) -> PathBuf {
 /// some rows all-zero blocks) through `matmul` and `embed`.
 #[test]
 fn stored_ggml_blocks_match_cpu() {
-    let (g, c) = (wgpu(), cpu());
+    for (_, dev) in devices() {
+        stored_ggml_blocks_match_cpu_on(&dev);
+    }
+}
+
+fn stored_ggml_blocks_match_cpu_on(dev: &Arc<dyn Backend>) {
+    let (g, c) = (Arc::clone(dev), cpu());
     let file = rill::gguf::GgufFile::open(fixture("quants.gguf")).expect("open quants.gguf");
     let mut rng = Rng::new(13);
     let (rows, cols) = (8usize, 512usize);
@@ -225,7 +244,7 @@ fn stored_ggml_blocks_match_cpu() {
     assert!(seen >= 14, "quants.gguf: only {seen} types found");
 }
 
-/// Run `embed` on both backends; returns (wgpu, cpu) outputs.
+/// Run `embed` on both backends; returns (device, cpu) outputs.
 fn embed_both(
     g: &dyn Backend,
     c: &dyn Backend,
@@ -238,14 +257,21 @@ fn embed_both(
     let (gi, ci) = (g.upload_u32(ids, &[n]).unwrap(), c.upload_u32(ids, &[n]).unwrap());
     let go = g.alloc(DType::F32, &[n, d]).unwrap();
     let co = c.alloc(DType::F32, &[n, d]).unwrap();
-    g.embed(gt, &gi, &go).unwrap_or_else(|e| panic!("wgpu embed: {e}"));
+    g.embed(gt, &gi, &go)
+        .unwrap_or_else(|e| panic!("{} embed: {e}", g.name()));
     c.embed(ct, &ci, &co).unwrap_or_else(|e| panic!("cpu embed: {e}"));
     (g.read_f32(&go).unwrap(), c.read_f32(&co).unwrap())
 }
 
 #[test]
 fn embed_every_type_matches_cpu() {
-    let (g, c) = (wgpu(), cpu());
+    for (_, dev) in devices() {
+        embed_every_type_matches_cpu_on(&dev);
+    }
+}
+
+fn embed_every_type_matches_cpu_on(dev: &Arc<dyn Backend>) {
+    let (g, c) = (Arc::clone(dev), cpu());
     let mut rng = Rng::new(17);
     for ty in TYPES {
         let d = if ty.block_size() == 256 { 512 } else { 96 };
@@ -277,7 +303,13 @@ fn embed_every_type_matches_cpu() {
 /// backend returns an error; the executor never produces such ids).
 #[test]
 fn embed_out_of_range_id_gives_zero_row() {
-    let g = wgpu();
+    for (_, dev) in devices() {
+        embed_out_of_range_id_gives_zero_row_on(&dev);
+    }
+}
+
+fn embed_out_of_range_id_gives_zero_row_on(dev: &Arc<dyn Backend>) {
+    let g = Arc::clone(dev);
     let mut rng = Rng::new(19);
     let (vocab, d) = (4usize, 64usize);
     let bytes = weight_bytes(GgmlType::Q8_0, vocab, d, &mut rng);
@@ -294,7 +326,13 @@ fn embed_out_of_range_id_gives_zero_row() {
 
 #[test]
 fn shape_dtype_and_alias_errors() {
-    let g = wgpu();
+    for (_, dev) in devices() {
+        shape_dtype_and_alias_errors_on(&dev);
+    }
+}
+
+fn shape_dtype_and_alias_errors_on(dev: &Arc<dyn Backend>) {
+    let g = Arc::clone(dev);
     let mut rng = Rng::new(23);
     let bytes = weight_bytes(GgmlType::Q4_0, 4, 64, &mut rng);
     let w = upload(g.as_ref(), GgmlType::Q4_0, &[4, 64], &bytes);

@@ -1,4 +1,4 @@
-//! The wgpu gated delta rule (recurrent and chunked) against an independent f64 implementation
+//! Every device backend's gated delta rule (recurrent and chunked) against an independent f64 implementation
 //! of spec/DELTANET.md A.1 (HF orientation), against the CPU backend's ops, and against each other.
 
 mod common;
@@ -6,7 +6,7 @@ mod common;
 use std::sync::Arc;
 
 use common::delta::*;
-use common::{cpu, wgpu};
+use common::{cpu, devices};
 use rill::backend::{Backend, DType, GdnDims, Tensor};
 
 /// max |err| / max |reference|, for f32 on the GPU against f64 truth and against the CPU's f32.
@@ -16,14 +16,21 @@ use rill::backend::{Backend, DType, GdnDims, Tensor};
 /// 64-step triangular solve with |A| entries ≤ 1. The CPU reaches ≤ 3e-7 against f64 (see
 /// tests/delta_rule.rs); the GPU differs in summation order and in exp (WGSL allows
 /// 3 + 2|x| ulp, and an error in an exponent x only matters where e^x is not negligible).
-/// Measured on lavapipe: ≤ 6.5e-7 for every comparison below (printed by the first test).
+/// Measured on lavapipe: ≤ 6.5e-7 for every comparison below (printed by the first test). CUDA
+/// uses IEEE expf and f32 FMAs, in the same bound.
 /// 1e-5 leaves headroom for GPU exp/FMA differences on other drivers; real bugs (transposed state, wrong key head, factored decay,
 /// off-by-one in a decay) give errors of order 1e-2..1.
 const TOL: f64 = 1e-5;
 
 #[test]
 fn gpu_matches_f64_cpu_and_each_other() {
-    let (gpu, cpu) = (wgpu(), cpu());
+    for (_, dev) in devices() {
+        gpu_matches_f64_cpu_and_each_other_on(&dev);
+    }
+}
+
+fn gpu_matches_f64_cpu_and_each_other_on(dev: &Arc<dyn Backend>) {
+    let (gpu, cpu) = (Arc::clone(dev), cpu());
     // worst: [rec o, rec S, chunk o, chunk S] vs f64, [rec, chunk] vs CPU, chunked vs recurrent.
     let mut worst = [0f64; 7];
     for (di, &dims) in DIMS.iter().enumerate() {
@@ -71,8 +78,14 @@ fn gpu_matches_f64_cpu_and_each_other() {
 
 #[test]
 fn value_head_uses_key_head_j_mod_hk() {
+    for (_, dev) in devices() {
+        value_head_uses_key_head_j_mod_hk_on(&dev);
+    }
+}
+
+fn value_head_uses_key_head_j_mod_hk_on(dev: &Arc<dyn Backend>) {
     // hk = 2, hv = 4: the tiled rule (j % hk) and the grouped rule (j / 2) differ for heads 1, 2.
-    let gpu = wgpu();
+    let gpu = Arc::clone(dev);
     let dims = DIMS[1];
     let case = make_case(dims, 70, 1.0, false, 77);
     let (o_tiled, _) = reference(&case, |j| j % dims.hk);
@@ -86,9 +99,15 @@ fn value_head_uses_key_head_j_mod_hk() {
 
 #[test]
 fn layout_invariant_one_token_from_zero_state() {
+    for (_, dev) in devices() {
+        layout_invariant_one_token_from_zero_state_on(&dev);
+    }
+}
+
+fn layout_invariant_one_token_from_zero_state_on(dev: &Arc<dyn Backend>) {
     // After one token from the zero state M[c][i] = β v[c] k[i]: row c is proportional to k.
     // dk != dv (and dv not a multiple of the 32-row block) so roles cannot be confused by shape.
-    let gpu = wgpu();
+    let gpu = Arc::clone(dev);
     let dims = GdnDims {
         hk: 2,
         hv: 4,
@@ -119,7 +138,13 @@ fn layout_invariant_one_token_from_zero_state() {
 
 #[test]
 fn chunked_prefill_then_recurrent_decode_equals_recurrence() {
-    let gpu = wgpu();
+    for (_, dev) in devices() {
+        chunked_prefill_then_recurrent_decode_equals_recurrence_on(&dev);
+    }
+}
+
+fn chunked_prefill_then_recurrent_decode_equals_recurrence_on(dev: &Arc<dyn Backend>) {
+    let gpu = Arc::clone(dev);
     for &dims in &DIMS {
         for &(t, t1) in &[(200usize, 101usize), (130, 64), (70, 1), (66, 65)] {
             let case = make_case(dims, t, 1.0, false, 31 + t as u64);
@@ -143,8 +168,14 @@ fn chunked_prefill_then_recurrent_decode_equals_recurrence() {
 
 #[test]
 fn chunked_is_stable_for_very_negative_gates() {
+    for (_, dev) in devices() {
+        chunked_is_stable_for_very_negative_gates_on(&dev);
+    }
+}
+
+fn chunked_is_stable_for_very_negative_gates_on(dev: &Arc<dyn Backend>) {
     // g down to about -100 per token: a factored decay e^{-γ} would overflow to inf/NaN.
-    let gpu = wgpu();
+    let gpu = Arc::clone(dev);
     let dims = DIMS[1];
     let case = make_case(dims, 130, 50.0, false, 9);
     let (o_ref, s_ref) = reference(&case, |j| j % dims.hk);
@@ -157,11 +188,17 @@ fn chunked_is_stable_for_very_negative_gates() {
 
 #[test]
 fn long_sequences_span_several_dispatches() {
+    for (_, dev) in devices() {
+        long_sequences_span_several_dispatches_on(&dev);
+    }
+}
+
+fn long_sequences_span_several_dispatches_on(dev: &Arc<dyn Backend>) {
     // Both ops split long sequences over several dispatches (llvmpipe ends every loop of a shader
     // invocation after 65535 back-edges in total; before the split, the recurrence silently
     // stopped after ~250 tokens at dk = 128). Both cases also exceed one scratch batch of the
     // chunked op (16 chunks), so the state is carried from batch to batch.
-    let gpu = wgpu();
+    let gpu = Arc::clone(dev);
     for (dims, t) in [(DIMS[1], 64 * 64 + 130), (DIMS[0], 1100)] {
         let case = make_case(dims, t, 1.0, false, 11);
         let (o_ref, s_ref) = reference(&case, |j| j % dims.hk);
@@ -175,7 +212,13 @@ fn long_sequences_span_several_dispatches() {
 
 #[test]
 fn delta_rule_rejects_bad_shapes_and_aliasing() {
-    let gpu: Arc<dyn Backend> = wgpu();
+    for (_, dev) in devices() {
+        delta_rule_rejects_bad_shapes_and_aliasing_on(&dev);
+    }
+}
+
+fn delta_rule_rejects_bad_shapes_and_aliasing_on(dev: &Arc<dyn Backend>) {
+    let gpu: Arc<dyn Backend> = Arc::clone(dev);
     let be = gpu.as_ref();
     let dims = DIMS[1];
     let cd = dims.conv_dim();
@@ -198,9 +241,11 @@ fn delta_rule_rejects_bad_shapes_and_aliasing() {
     let bad_s = be.alloc(DType::F32, &[dims.hv, dims.dv]).unwrap();
     let bad_o = be.alloc(DType::F32, &[3, dims.value_dim() - 1]).unwrap();
     let ids = be.upload_u32(&[0; 12], &[3, dims.hv]).unwrap();
-    let big = GdnDims { dk: 256, ..dims };
+    // A key head dim past the kernel's bound: 128 on wgpu, 512 on cuda.
+    let too_big = if be.name() == "cuda" { 1024 } else { 256 };
+    let big = GdnDims { dk: too_big, ..dims };
     let u_big = be.alloc(DType::F32, &[3, big.conv_dim()]).unwrap();
-    let s_big = be.alloc(DType::F32, &[dims.hv, dims.dv, 256]).unwrap();
+    let s_big = be.alloc(DType::F32, &[dims.hv, dims.dv, too_big]).unwrap();
     for (name, f) in ops {
         assert!(f(be, &u, &g, &b, &s, &o, dims).is_ok(), "{name}");
         assert!(f(be, &bad_u, &g, &b, &s, &o, dims).is_err(), "{name}: u columns");
@@ -222,7 +267,7 @@ fn delta_rule_rejects_bad_shapes_and_aliasing() {
         );
         let odd = GdnDims { hk: 3, ..dims };
         assert!(f(be, &u, &g, &b, &s, &o, odd).is_err(), "{name}: hv % hk");
-        assert!(f(be, &u_big, &g, &b, &s_big, &o, big).is_err(), "{name}: dk > 128");
+        assert!(f(be, &u_big, &g, &b, &s_big, &o, big).is_err(), "{name}: dk {too_big}");
     }
     be.sync().unwrap();
 }

@@ -1,13 +1,21 @@
-//! The wgpu backend's memory path and one dispatch, against the CPU backend.
+//! Every device backend's memory path and one kernel, against the CPU backend.
 
 mod common;
 
+use std::sync::Arc;
+
 use common::*;
-use rill::backend::DType;
+use rill::backend::{Backend, DType};
 
 #[test]
 fn upload_dispatch_read_roundtrip() {
-    let g = wgpu();
+    for (_, dev) in devices() {
+        upload_dispatch_read_roundtrip_on(&dev);
+    }
+}
+
+fn upload_dispatch_read_roundtrip_on(dev: &Arc<dyn Backend>) {
+    let g = Arc::clone(dev);
     let c = cpu();
     let mut rng = Rng::new(1);
     for n in [1usize, 255, 256, 257, 100_000] {
@@ -15,7 +23,7 @@ fn upload_dispatch_read_roundtrip() {
         let b = rng.normals(n, 1.0);
         let (ga, gb) = (up(g.as_ref(), &a, &[n]), up(g.as_ref(), &b, &[n]));
         let (ca, cb) = (up(c.as_ref(), &a, &[n]), up(c.as_ref(), &b, &[n]));
-        g.add_assign(&ga, &gb).expect("wgpu add");
+        g.add_assign(&ga, &gb).expect("device add");
         c.add_assign(&ca, &cb).expect("cpu add");
         assert_close(
             "add_assign",
