@@ -7,7 +7,9 @@
 #pragma once
 
 #include <stdint.h>
+#ifdef __CUDACC__
 #include <cuda_fp16.h>
+#endif
 
 // One parameter block for every kernel. The host fills pointer slots p[], integer slots n[] and
 // float slots f[] (src/backend/cuda/launch.rs, `struct Args`, same layout); each kernel names its
@@ -49,8 +51,17 @@ __device__ __forceinline__ void kernel_start() {
 
 // Ask L2 to fetch the 128-byte line holding p (read-only data such as weights).
 __device__ __forceinline__ void prefetch_l2(const void* p) {
+#if defined(__CUDA_ARCH__)
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+#else
+    (void)p;
+#endif
 }
+
+// The block's dynamic shared memory as an array of T (dev/cuda/host_shim.h provides it on the CPU).
+#ifdef __CUDACC__
+#define DYNAMIC_SMEM(T, name) extern __shared__ T name[]
+#endif
 
 // ---------------------------------------------------------------------------------------------
 // Reductions. Fixed shuffle order: results do not depend on timing (bit-reproducible runs).

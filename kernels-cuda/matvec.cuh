@@ -39,7 +39,7 @@
 template <class F, bool GLU>
 __device__ __forceinline__ void matvec(const Args& a) {
     constexpr int RPT_MAX = GLU ? MV_RPT_MAX_GLU : MV_RPT_MAX;
-    extern __shared__ float4 smem4[];
+    DYNAMIC_SMEM(float4, smem4);
     float* xs = reinterpret_cast<float*>(smem4);
     __shared__ float red[MV_THREADS / 32][RPT_MAX * (GLU ? 2 : 1)];
 

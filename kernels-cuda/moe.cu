@@ -18,7 +18,7 @@ __device__ __forceinline__ bool route_better(float v, int i, float bv, int bi) {
 // Grid: T; block 256; dynamic shared memory: E floats + E bytes.
 KERNEL void moe_route(const Args a) {
     kernel_start();
-    extern __shared__ float pr[];
+    DYNAMIC_SMEM(float, pr);
     __shared__ float sh[32];
     __shared__ float bvs[8];
     __shared__ int bis[8];

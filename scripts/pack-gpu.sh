@@ -8,6 +8,7 @@
 # Binaries lose their debug info (symbols stay, for backtraces) and travel as one xz tar, which
 # python3's tarfile unpacks there (no zstd/xz tools needed on the GPU machine).
 # Usage: bash scripts/pack-gpu.sh        (prints the sizes; the tree plus .gpu must stay < 64 MiB)
+# Before building, the kernels are checked on the CPU (about 5 minutes on two cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -22,6 +23,12 @@ if [ -z "$nvcc" ]; then
 fi
 [ -n "$nvcc" ] || { echo "nvcc not found: run scripts/test.sh once (it installs the pinned nvcc into .cuda/)" >&2; exit 1; }
 export NVCC=$nvcc
+
+# GPU time is scarce: the kernels first pass on the CPU (decoders bit for bit against ggml, every
+# kernel emulated against double-precision references).
+echo "checking the kernels on the CPU (dev/cuda/check_formats.sh, dev/cuda/emulate.sh)" >&2
+bash dev/cuda/check_formats.sh
+bash dev/cuda/emulate.sh
 
 echo "building rill and the test executables (cuda feature, no wgpu)" >&2
 cargo build "${features[@]}" --bin rill

@@ -39,6 +39,9 @@ status=0
 # Everything with the cuda feature (wgpu stays on): the CUDA op and end-to-end tests run where an
 # NVIDIA GPU is and are skipped elsewhere.
 cargo test --release --features cuda --lib --tests "$@" 2>&1 | tee "$log" || status=$?
+# The CUDA weight decoders, compiled for the CPU, against ggml's dequantization (seconds; the
+# whole-kernel emulation, dev/cuda/emulate.sh, runs before every GPU job in scripts/pack-gpu.sh).
+bash dev/cuda/check_formats.sh 2>&1 | tee -a "$log" || status=1
 if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so'; then
     echo "CUDA device tests skipped: no NVIDIA driver on this machine (the kernels were compiled)" | tee -a "$log"
 fi

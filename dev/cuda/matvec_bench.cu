@@ -221,8 +221,9 @@ static int unit_lanes(int units) {
 
 struct Variant {
     std::string name;
-    int rpt;        // rows per thread (production), 0 = naive
+    int rpt;     // rows per thread (production), 0 = naive
     bool x_smem;
+    int ut = 0;  // unit lanes (0: as the backend picks them)
 };
 
 template <class F>
@@ -233,7 +234,7 @@ static void launch(const Variant& v, const uint8_t* W, const float* x, float* ou
         return;
     }
     const int units = (n_in + 31) / 32;
-    const int ut = unit_lanes(units);
+    const int ut = v.ut ? v.ut : unit_lanes(units);
     const int rpb = (MV_THREADS / ut) * v.rpt;
     Args a;
     memset(&a, 0, sizeof a);
@@ -316,8 +317,9 @@ static double run_case(const FmtInfo& f, const Shape& s, double copy_gbs, bool q
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
 
-    std::vector<Variant> vars = {{"naive warp/row", 0, false}, {"prod rpt=1", 1, true}, {"prod rpt=2", 2, true},
-                                 {"prod rpt=4", 4, true},       {"prod rpt=8", 8, true}, {"prod rpt=4 x-global", 4, false}};
+    std::vector<Variant> vars = {{"naive warp/row", 0, false}, {"prod rpt=1", 1, true},      {"prod rpt=2", 2, true},
+                                 {"prod rpt=4", 4, true},       {"prod rpt=8", 8, true},      {"prod rpt=4 x-global", 4, false},
+                                 {"prod ut=64 rpt=4", 4, true, 64}, {"prod ut=64 rpt=8", 8, true, 64}, {"prod ut=32 rpt=8", 8, true, 32}};
     double best = 1e30;
     std::vector<float> got(n_out);
     for (const Variant& v : vars) {

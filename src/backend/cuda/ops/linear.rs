@@ -148,24 +148,33 @@ fn unit_lanes(units: usize) -> usize {
     }
 }
 
+/// `RILL_CUDA_MV_UT` and `RILL_CUDA_MV_RPT`: fixed unit lanes / rows per thread for every matvec
+/// (tuning with dev/cuda/matvec_bench), read once.
+fn mv_overrides() -> (Option<usize>, Option<usize>) {
+    static O: std::sync::OnceLock<(Option<usize>, Option<usize>)> = std::sync::OnceLock::new();
+    *O.get_or_init(|| {
+        let num = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
+        (
+            num("RILL_CUDA_MV_UT").filter(|u| [32, 64, 128, 256].contains(u)),
+            num("RILL_CUDA_MV_RPT"),
+        )
+    })
+}
+
 /// Plan a matvec over `rows` output rows in total (all output vectors), rows of `n_in`, with
 /// `nsum` activation vectors per block.
 fn mv_plan(inner: &Inner, rows: usize, n_in: usize, nsum: usize, glu: bool) -> MvPlan {
     let units = n_in.div_ceil(32).max(1);
-    let ut = unit_lanes(units);
+    let (ut_override, rpt_override) = mv_overrides();
+    let ut = ut_override.unwrap_or_else(|| unit_lanes(units));
     let rg = MV_THREADS / ut;
     let rpt_max = if glu { MV_RPT_MAX_GLU } else { MV_RPT_MAX };
     // About two blocks per SM for the whole product, as many rows per thread as that allows:
     // each thread then loads its activations once for several rows.
     let target_blocks = 2 * inner.sms();
-    let rpt = rows.div_ceil(rg * target_blocks).clamp(1, rpt_max);
-    let rpt = match std::env::var("RILL_CUDA_MV_RPT")
-        .ok()
-        .and_then(|v| v.parse::<usize>().ok())
-    {
-        Some(r) => r.clamp(1, rpt_max),
-        None => rpt,
-    };
+    let rpt = rpt_override
+        .unwrap_or_else(|| rows.div_ceil(rg * target_blocks))
+        .clamp(1, rpt_max);
     let smem = nsum * units * MV_XPAD * 4;
     let x_in_smem = smem <= inner.kernels.matvec_smem_limit() as usize;
     MvPlan {
@@ -194,6 +203,27 @@ struct Mv<'a> {
     nsum: usize,
     /// Output vectors.
     vectors: usize,
+}
+
+impl<'a> Mv<'a> {
+    /// A dense product (no experts) of `d.t` token vectors; `w2` makes it the fused SwiGLU.
+    fn dense(w: &'a Weight, w2: Option<&'a Weight>, x: DevPtr, out: DevPtr, d: check::MatmulDims) -> Mv<'a> {
+        Mv {
+            w,
+            w2,
+            x,
+            out,
+            ids: 0,
+            scales: 0,
+            n_out: d.n_out,
+            n_in: d.n_in,
+            expert_bytes: 0,
+            n_experts: 1,
+            x_group: 1,
+            nsum: 1,
+            vectors: d.t,
+        }
+    }
 }
 
 fn run_mv(inner: &Inner, op: &str, m: &Mv, uses: &[&Tensor]) -> Result<()> {
@@ -283,26 +313,7 @@ fn matmul_dispatch(
         );
     }
     if d.t <= MATVEC_MAX_T {
-        return run_mv(
-            inner,
-            op,
-            &Mv {
-                w,
-                w2: None,
-                x,
-                out,
-                ids: 0,
-                scales: 0,
-                n_out: d.n_out,
-                n_in: d.n_in,
-                expert_bytes: 0,
-                n_experts: 1,
-                x_group: 1,
-                nsum: 1,
-                vectors: d.t,
-            },
-            uses,
-        );
+        return run_mv(inner, op, &Mv::dense(w, None, x, out, d), uses);
     }
     // Prefill: 64 x 64 output tiles, weights read once per 64 tokens.
     for t0 in (0..d.t).step_by(64 * GRID_YZ_MAX) {
@@ -349,26 +360,8 @@ pub(crate) fn matmul_swiglu(
     let d = check::matmul_swiglu(w_gate, w_up, x, gate_tmp, up_tmp, out)?;
     if d.t <= MATVEC_MAX_T && w_gate.dtype == w_up.dtype && d.n_in > 0 {
         let (g, u) = (weight(op, w_gate, d.n_out, d.n_in)?, weight(op, w_up, d.n_out, d.n_in)?);
-        return run_mv(
-            inner,
-            op,
-            &Mv {
-                w: &g,
-                w2: Some(&u),
-                x: ptr(x, op)?,
-                out: ptr(out, op)?,
-                ids: 0,
-                scales: 0,
-                n_out: d.n_out,
-                n_in: d.n_in,
-                expert_bytes: 0,
-                n_experts: 1,
-                x_group: 1,
-                nsum: 1,
-                vectors: d.t,
-            },
-            &[w_gate, w_up, x, out],
-        );
+        let m = Mv::dense(&g, Some(&u), ptr(x, op)?, ptr(out, op)?, d);
+        return run_mv(inner, op, &m, &[w_gate, w_up, x, out]);
     }
     matmul(inner, w_gate, x, gate_tmp)?;
     matmul(inner, w_up, x, up_tmp)?;
