@@ -5,7 +5,7 @@
 #   2. the CUDA test suite (device op tests, recorded steps, end-to-end fixtures, CLI, synthesized
 #      models) with RILL_TEST_BACKENDS=cuda;
 #   3. `rill synth` of qwen3.5-9b q4_k_m and q8_0 and qwen3.5-35b-a3b q4_k_m, then `rill bench`
-#      (tg128, pp102, pp512) on cuda, a RILL_PROFILE=1 decode of each, and the logits of a short
+#      (tg128, pp102, pp512) on cuda, RILL_PROFILE=1 runs (decode, prefill), and the logits of a short
 #      prompt on cuda (recorded decode steps) against the CPU backend (batched prefill);
 #   4. a summary table, printed last.
 # Every log goes to $OUT (default ./out). Run from the repository root:
@@ -78,9 +78,12 @@ profiled=("qwen3.5-9b q4_k_m" "qwen3.5-35b-a3b q4_k_m")
 [ -n "${SKIP_MODELS:-}" ] && profiled=()
 for m in "${profiled[@]}"; do
     set -- $m
-    log "profile $1 $2 (RILL_PROFILE=1, 64 decoded tokens, 102-token prompt)"
-    RILL_PROFILE=1 timeout 300 $rill bench -m "$MODELS/$1-$2.gguf" --backend cuda -p 102 -n 64 -r 1 --no-warmup \
-        >"$OUT/profile-$1-$2.txt" 2>&1
+    log "profile $1 $2 (RILL_PROFILE=1): 64 decoded tokens, then a 512-token prefill"
+    RILL_PROFILE=1 timeout 300 $rill bench -m "$MODELS/$1-$2.gguf" --backend cuda -p "" -n 64 -r 1 --no-warmup \
+        >"$OUT/profile-decode-$1-$2.txt" 2>&1
+    RILL_PROFILE=1 timeout 300 $rill bench -m "$MODELS/$1-$2.gguf" --backend cuda -p 512 -n 0 -r 1 --no-warmup \
+        >"$OUT/profile-prefill-$1-$2.txt" 2>&1
+    grep -A 9 "by phase" "$OUT/profile-decode-$1-$2.txt" | tee -a "$OUT/summary.txt"
 done
 # Exact paths at real shapes: cuda (token by token, recorded steps) against cpu (batched prefill).
 for m in "${models[@]}"; do
