@@ -49,7 +49,8 @@ impl Rng {
 
 // ---- backends -----------------------------------------------------------------------------------
 
-/// What the tests do when a compiled device backend cannot start on this machine.
+/// What the tests do when a compiled device backend cannot start on this machine
+/// (`RILL_TEST_REQUIRE_CUDA=1`, set by the GPU job, makes a missing CUDA device a failure).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum IfMissing {
     /// Fail every test that uses it.
@@ -84,6 +85,9 @@ fn start(name: &str) -> Started {
         .or_insert_with(|| {
             let r = backend::create(name).map_err(|e| e.to_string());
             if let (Err(e), Some((_, IfMissing::Skip))) = (&r, DEVICES.iter().find(|d| d.0 == name)) {
+                if name == "cuda" && std::env::var_os("RILL_TEST_REQUIRE_CUDA").is_some() {
+                    panic!("cuda backend required (RILL_TEST_REQUIRE_CUDA): {e}");
+                }
                 // Straight to the process's stderr: the test harness captures `eprintln!`.
                 let _ = writeln!(std::io::stderr(), "{name} tests skipped: {e}");
             }
@@ -131,6 +135,34 @@ pub fn device_backends() -> Vec<Arc<dyn Backend>> {
         });
     }
     devices
+}
+
+/// The CUDA backend when this build has it and the machine an NVIDIA GPU.
+pub fn cuda() -> Option<Arc<dyn Backend>> {
+    if !backend::available().contains(&"cuda") {
+        return None;
+    }
+    start("cuda").ok()
+}
+
+/// Prefill a prompt, then decode `steps` tokens (each fed token chosen from the session's
+/// index so sessions differ), returning every logit row bit for bit.
+pub fn run_session(m: &rill::exec::Model, which: usize, steps: usize) -> Vec<Vec<u32>> {
+    let prompt: Vec<u32> = (0..3 + which % 4)
+        .map(|i| (17 * which + 31 * i) as u32 % 1000 + 1)
+        .collect();
+    let mut s = m.new_session(prompt.len() + steps + 1).expect("session");
+    let mut rows = Vec::new();
+    let first = m
+        .prefill(&mut s, &prompt, rill::exec::Logits::Last, &mut |_, _| {})
+        .expect("prefill");
+    rows.push(first.iter().map(|x| x.to_bits()).collect());
+    for k in 0..steps {
+        let tok = ((which * 7 + k * 13) % 900 + 5) as u32;
+        let l = m.decode(&mut s, tok).expect("decode");
+        rows.push(l.iter().map(|x| x.to_bits()).collect());
+    }
+    rows
 }
 
 /// The CPU backend and every device backend: what the end-to-end tests run on.
