@@ -405,8 +405,10 @@ pub(crate) fn moe_experts(
     let dn = weight(op, down_exps, e * d, f)?;
     let (xp, idp, wp) = (ptr(x, op)?, ptr(ids, op)?, ptr(weights, op)?);
     let entries = t * k;
-    // Hidden rows h[t*k + j] = silu(gate_e x[t]) * up_e x[t].
-    let h = inner.workspace("moe_hidden", entries * f * 4)?;
+    // Hidden rows h[t*k + j] = silu(gate_e x[t]) * up_e x[t], in a workspace: held until the
+    // down product is submitted, so no other thread's op writes it in between.
+    let ws = inner.workspaces()?;
+    let h = ws.get("moe_hidden", entries * f * 4)?;
     let uses = [x, gate_exps, up_exps, down_exps, ids, weights, out];
     fn gate_up<'a>(
         w: &'a Weight,
@@ -436,8 +438,8 @@ pub(crate) fn moe_experts(
         run_mv(inner, op, &gate_up(&g, Some(&u), xp, idp, h, m), &uses)?;
     } else {
         // Different formats: the two products separately, then swiglu.
-        let gt = inner.workspace("moe_gate", entries * f * 4)?;
-        let ut = inner.workspace("moe_up", entries * f * 4)?;
+        let gt = ws.get("moe_gate", entries * f * 4)?;
+        let ut = ws.get("moe_up", entries * f * 4)?;
         run_mv(inner, op, &gate_up(&g, None, xp, idp, gt, m), &uses)?;
         run_mv(inner, op, &gate_up(&u, None, xp, idp, ut, m), &uses)?;
         let mut a = Args::default();
