@@ -447,7 +447,9 @@ static Args args() {
 
 static void test_norms() {
     for (int d : {1, 7, 128, 257, 4096}) {
-        const int groups = 3, bs = std::clamp((d + 31) / 32 * 32, 32, 256);
+        // Both block sizes of src/backend/cuda/ops/norm.rs norm_threads: many groups, few groups.
+        const int groups = 3, bs_many = std::clamp((d + 31) / 32 * 32, 32, 256);
+        const int bs_few = std::max(bs_many, std::clamp(((d + 3) / 4 + 31) / 32 * 32, 32, 1024));
         auto x = normals((size_t)groups * d, 2.0f), w = normals(d), z = normals((size_t)groups * d), acc = normals((size_t)groups * d);
         Buf X = Buf::of(x), W = Buf::of(w), Z = Buf::of(z), A = Buf::of(acc), O(4 * x.size());
         std::vector<double> want(x.size()), wantg(x.size()), wanta(x.size()), acc2(x.size());
@@ -465,26 +467,30 @@ static void test_norms() {
                 wanta[g * d + i] = acc2[g * d + i] * sa * w[i];
             }
         }
-        Args a = args();
-        a.p[0] = X.addr();
-        a.p[1] = W.addr();
-        a.p[2] = O.addr();
-        a.n[0] = d;
-        a.f[0] = 1e-6f;
-        emu_launch(rms_norm, Dim3{(unsigned)groups, 1, 1}, bs, 0, a);
-        expect("rms_norm d " + std::to_string(d), O.get<float>(x.size()), want, 1e-6, 1e-5);
-        a.p[1] = Z.addr();
-        a.p[2] = W.addr();
-        a.p[3] = O.addr();
-        emu_launch(gated_rms_norm, Dim3{(unsigned)groups, 1, 1}, bs, 0, a);
-        expect("gated_rms_norm d " + std::to_string(d), O.get<float>(x.size()), wantg, 1e-6, 1e-5);
-        a.p[0] = A.addr();
-        a.p[1] = X.addr();
-        a.p[2] = W.addr();
-        a.p[3] = O.addr();
-        emu_launch(add_rms_norm, Dim3{(unsigned)groups, 1, 1}, bs, 0, a);
-        expect("add_rms_norm out d " + std::to_string(d), O.get<float>(x.size()), wanta, 1e-6, 1e-5);
-        expect("add_rms_norm acc d " + std::to_string(d), A.get<float>(x.size()), acc2, 1e-6, 1e-6);
+        for (int k = 0; k < (bs_few == bs_many ? 1 : 2); ++k) {
+            const int bs = k ? bs_few : bs_many;
+            memcpy(A.p, acc.data(), 4 * acc.size());  // add_rms_norm updates acc in place
+            Args a = args();
+            a.p[0] = X.addr();
+            a.p[1] = W.addr();
+            a.p[2] = O.addr();
+            a.n[0] = d;
+            a.f[0] = 1e-6f;
+            emu_launch(rms_norm, Dim3{(unsigned)groups, 1, 1}, bs, 0, a);
+            expect("rms_norm d " + std::to_string(d) + " threads " + std::to_string(bs), O.get<float>(x.size()), want, 1e-6, 1e-5);
+            a.p[1] = Z.addr();
+            a.p[2] = W.addr();
+            a.p[3] = O.addr();
+            emu_launch(gated_rms_norm, Dim3{(unsigned)groups, 1, 1}, bs, 0, a);
+            expect("gated_rms_norm d " + std::to_string(d) + " threads " + std::to_string(bs), O.get<float>(x.size()), wantg, 1e-6, 1e-5);
+            a.p[0] = A.addr();
+            a.p[1] = X.addr();
+            a.p[2] = W.addr();
+            a.p[3] = O.addr();
+            emu_launch(add_rms_norm, Dim3{(unsigned)groups, 1, 1}, bs, 0, a);
+            expect("add_rms_norm out d " + std::to_string(d) + " threads " + std::to_string(bs), O.get<float>(x.size()), wanta, 1e-6, 1e-5);
+            expect("add_rms_norm acc d " + std::to_string(d) + " threads " + std::to_string(bs), A.get<float>(x.size()), acc2, 1e-6, 1e-6);
+        }
     }
 }
 
