@@ -115,8 +115,10 @@ pub(crate) fn attention(
     }
     let ctx = k_cache.rows();
     let s = splits(inner, t, h, ctx);
+    // The partials' workspace stays locked until the merge is submitted.
+    let ws = inner.workspaces()?;
     let part = if s > 1 {
-        inner.workspace("attention", t * h * s * (d + 2) * 4)?
+        ws.get("attention", t * h * s * (d + 2) * 4)?
     } else {
         0
     };
