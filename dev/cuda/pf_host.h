@@ -1,0 +1,78 @@
+// pf_host.h: the GPU side of the harness's host code: CUDA error checks, event timing, logging.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "pf_ref.h"
+
+#define CK(x)                                                                                   \
+    do {                                                                                        \
+        cudaError_t e_ = (x);                                                                   \
+        if (e_ != cudaSuccess) {                                                                \
+            fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); \
+            exit(2);                                                                            \
+        }                                                                                       \
+    } while (0)
+#define CKL() CK(cudaGetLastError())
+
+namespace host {
+
+// ---------------------------------------------------------------- timing
+// Median time (ms) of `reps` calls of f, each bracketed by events, after `warm` calls.
+template <class Fn>
+static double time_ms(Fn&& f, int warm = 3, int reps = 15) {
+    for (int i = 0; i < warm; i++) f();
+    CK(cudaDeviceSynchronize());
+    CKL();
+    std::vector<cudaEvent_t> ev(2 * reps);
+    for (auto& e : ev) CK(cudaEventCreate(&e));
+    for (int r = 0; r < reps; r++) {
+        CK(cudaEventRecord(ev[2 * r]));
+        f();
+        CK(cudaEventRecord(ev[2 * r + 1]));
+    }
+    CK(cudaDeviceSynchronize());
+    CKL();
+    std::vector<float> t(reps);
+    for (int r = 0; r < reps; r++) CK(cudaEventElapsedTime(&t[r], ev[2 * r], ev[2 * r + 1]));
+    for (auto& e : ev) CK(cudaEventDestroy(e));
+    std::sort(t.begin(), t.end());
+    return t[reps / 2];
+}
+
+// ---------------------------------------------------------------- logging
+struct Log {
+    FILE* f = nullptr;
+    std::vector<std::string> table;  // the summary printed last
+    void open(const std::string& path) { f = fopen(path.c_str(), "w"); }
+    void line(const char* fmt, ...) __attribute__((format(printf, 2, 3))) {
+        char buf[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(buf, sizeof buf, fmt, ap);
+        va_end(ap);
+        fputs(buf, stdout);
+        fputc('\n', stdout);
+        fflush(stdout);
+        if (f) {
+            fputs(buf, f);
+            fputc('\n', f);
+            fflush(f);
+        }
+    }
+    void row(const char* fmt, ...) __attribute__((format(printf, 2, 3))) {
+        char buf[512];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(buf, sizeof buf, fmt, ap);
+        va_end(ap);
+        table.push_back(buf);
+        if (f) {
+            fputs(buf, f);
+            fputc('\n', f);
+            fflush(f);
+        }
+    }
+};
+
+}  // namespace host
