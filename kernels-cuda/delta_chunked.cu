@@ -58,6 +58,50 @@ struct Tf32 {
         }
     }
 };
+// Fragments of f32 tiles in shared memory (layouts in pf_common.cuh), with optional per-row
+// (A) or per-k (B) scale factors; g = lane / 4, t = lane % 4.
+// A (16 x 8) at rows r0.., columns k0.. of a row-major tile with row stride ld; rows r0 + g scaled
+// by s0, rows r0 + g + 8 by s1.
+template <bool SPLIT>
+static __device__ __forceinline__ Tf32<SPLIT> frag_a(const float* m, int ld, int r0, int k0, float s0 = 1.f,
+                                                      float s1 = 1.f) {
+    const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+    const float v[4] = {m[(r0 + g) * ld + k0 + t] * s0, m[(r0 + g + 8) * ld + k0 + t] * s1,
+                        m[(r0 + g) * ld + k0 + t + 4] * s0, m[(r0 + g + 8) * ld + k0 + t + 4] * s1};
+    Tf32<SPLIT> f;
+    f.set(v);
+    return f;
+}
+// A^T: A (16 x 8) at rows r0.., k0.. read from a k-major tile m[k * ld + row].
+template <bool SPLIT>
+static __device__ __forceinline__ Tf32<SPLIT> frag_a_t(const float* m, int ld, int r0, int k0) {
+    const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+    const float v[4] = {m[(k0 + t) * ld + r0 + g], m[(k0 + t) * ld + r0 + g + 8], m[(k0 + t + 4) * ld + r0 + g],
+                        m[(k0 + t + 4) * ld + r0 + g + 8]};
+    Tf32<SPLIT> f;
+    f.set(v);
+    return f;
+}
+// B (8 x 8) at k0.., n0.. from an n-major tile m[n * ld + k].
+template <bool SPLIT>
+static __device__ __forceinline__ Tf32<SPLIT> frag_b_nk(const float* m, int ld, int n0, int k0) {
+    const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+    const float v[2] = {m[(n0 + g) * ld + k0 + t], m[(n0 + g) * ld + k0 + t + 4]};
+    Tf32<SPLIT> f;
+    f.set(v);
+    return f;
+}
+// B (8 x 8) at k0.., n0.. from a k-major tile m[k * ld + n]; k0 + t scaled by s0, k0 + t + 4 by s1.
+template <bool SPLIT>
+static __device__ __forceinline__ Tf32<SPLIT> frag_b_kn(const float* m, int ld, int k0, int n0, float s0 = 1.f,
+                                                         float s1 = 1.f) {
+    const int g = (threadIdx.x & 31) >> 2, t = threadIdx.x & 3;
+    const float v[2] = {m[(k0 + t) * ld + n0 + g] * s0, m[(k0 + t + 4) * ld + n0 + g] * s1};
+    Tf32<SPLIT> f;
+    f.set(v);
+    return f;
+}
+
 template <bool SPLIT>
 static __device__ __forceinline__ void mma3(float* c, const Tf32<SPLIT>& a, const Tf32<SPLIT>& b) {
     if (SPLIT) {
@@ -135,19 +179,10 @@ static __device__ __forceinline__ void gdn_prep_body(const GdnParams& p) {
 #pragma unroll 4
     for (int kk = 0; kk < GDN_D / 8; kk++) {
         const int k0 = kk * 8;
-        Tf32<SPLIT> a;
-        const float av[4] = {xa[(r0 + g) * GP_LD + k0 + t4], xa[(r0 + g + 8) * GP_LD + k0 + t4],
-                             xa[(r0 + g) * GP_LD + k0 + t4 + 4], xa[(r0 + g + 8) * GP_LD + k0 + t4 + 4]};
-        a.set(av);
+        const Tf32<SPLIT> a = frag_a<SPLIT>(xa, GP_LD, r0, k0);
 #pragma unroll
-        for (int nt = 0; nt < 8; nt++) {
-            if (nt < ntiles) {
-                Tf32<SPLIT> b;
-                const float bv[2] = {ks[(nt * 8 + g) * GP_LD + k0 + t4], ks[(nt * 8 + g) * GP_LD + k0 + t4 + 4]};
-                b.set(bv);
-                mma3<SPLIT>(acc[nt], a, b);
-            }
-        }
+        for (int nt = 0; nt < 8; nt++)
+            if (nt < ntiles) mma3<SPLIT>(acc[nt], a, frag_b_nk<SPLIT>(ks, GP_LD, nt * 8, k0));
     }
     // Decay, beta, masks. Entries above the computed tiles are zero.
     float* const prow = p.sp + (static_cast<long long>(j) * nchunks + chunk) * GDN_C * GDN_C;
@@ -267,21 +302,25 @@ static __device__ __forceinline__ void gdn_state_body(const GdnParams& p) {
         }
     };
 
-    // This warp's part of the state: rows 16 mt + g (+8), keys 32 warp + 8 nt + 2 t4 (+1).
+    // This warp's part of the state, as mma accumulators: rows 16 mt + g (+8), keys
+    // 32 warp + 8 nt + 2 t4 (+1). each_pair(f) visits every (row, key) pair with its two values.
     float m[2][4][4];
     float* const st = p.state + (static_cast<long long>(j) * GDN_D + c0) * GDN_D;
+    auto each_pair = [&](auto&& f) {
 #pragma unroll
-    for (int mt = 0; mt < 2; mt++)
+        for (int mt = 0; mt < 2; mt++)
 #pragma unroll
-        for (int nt = 0; nt < 4; nt++)
+            for (int nt = 0; nt < 4; nt++)
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int row = mt * 16 + g + 8 * h, key = warp * 32 + nt * 8 + 2 * t4;
-                const float2 v = *reinterpret_cast<const float2*>(st + row * GDN_D + key);
-                m[mt][nt][2 * h] = v.x;
-                m[mt][nt][2 * h + 1] = v.y;
-                *reinterpret_cast<float2*>(ms + row * GS_MLD + key) = v;
-            }
+                for (int h = 0; h < 2; h++)
+                    f(mt * 16 + g + 8 * h, warp * 32 + nt * 8 + 2 * t4, m[mt][nt][2 * h], m[mt][nt][2 * h + 1]);
+    };
+    each_pair([&](int row, int key, float& v0, float& v1) {
+        const float2 v = *reinterpret_cast<const float2*>(st + row * GDN_D + key);
+        v0 = v.x;
+        v1 = v.y;
+        *reinterpret_cast<float2*>(ms + row * GS_MLD + key) = v;
+    });
 
     issue_wuqg(0);
     cp_async_commit();
@@ -304,19 +343,10 @@ static __device__ __forceinline__ void gdn_state_body(const GdnParams& p) {
 #pragma unroll 4
         for (int kk = 0; kk < GDN_D / 8; kk++) {
             const int k0 = kk * 8;
-            Tf32<SPLIT> aw, aq;
-            const float wv[4] = {ws[(r0 + g) * GS_WLD + k0 + t4], ws[(r0 + g + 8) * GS_WLD + k0 + t4],
-                                 ws[(r0 + g) * GS_WLD + k0 + t4 + 4], ws[(r0 + g + 8) * GS_WLD + k0 + t4 + 4]};
-            const float qv[4] = {qs[(r0 + g) * GS_WLD + k0 + t4] * eg0, qs[(r0 + g + 8) * GS_WLD + k0 + t4] * eg1,
-                                 qs[(r0 + g) * GS_WLD + k0 + t4 + 4] * eg0,
-                                 qs[(r0 + g + 8) * GS_WLD + k0 + t4 + 4] * eg1};
-            aw.set(wv);
-            aq.set(qv);
+            const Tf32<SPLIT> aw = frag_a<SPLIT>(ws, GS_WLD, r0, k0), aq = frag_a<SPLIT>(qs, GS_WLD, r0, k0, eg0, eg1);
 #pragma unroll
             for (int nt = 0; nt < 4; nt++) {
-                Tf32<SPLIT> b;
-                const float bv[2] = {ms[(nt * 8 + g) * GS_MLD + k0 + t4], ms[(nt * 8 + g) * GS_MLD + k0 + t4 + 4]};
-                b.set(bv);
+                const Tf32<SPLIT> b = frag_b_nk<SPLIT>(ms, GS_MLD, nt * 8, k0);
                 mma3<SPLIT>(av[nt], aw, b);
                 mma3<SPLIT>(ao[nt], aq, b);
             }
@@ -338,17 +368,9 @@ static __device__ __forceinline__ void gdn_state_body(const GdnParams& p) {
         // Phase B: O += P Vn over positions s <= r0 + 15 (P is lower triangular), then store.
         for (int kk = 0; kk < 2 * warp + 2; kk++) {
             const int k0 = kk * 8;
-            Tf32<SPLIT> a;
-            const float pv[4] = {ps[(r0 + g) * GS_PLD + k0 + t4], ps[(r0 + g + 8) * GS_PLD + k0 + t4],
-                                 ps[(r0 + g) * GS_PLD + k0 + t4 + 4], ps[(r0 + g + 8) * GS_PLD + k0 + t4 + 4]};
-            a.set(pv);
+            const Tf32<SPLIT> a = frag_a<SPLIT>(ps, GS_PLD, r0, k0);
 #pragma unroll
-            for (int nt = 0; nt < 4; nt++) {
-                Tf32<SPLIT> b;
-                const float bv[2] = {vn[(k0 + t4) * GS_VLD + nt * 8 + g], vn[(k0 + t4 + 4) * GS_VLD + nt * 8 + g]};
-                b.set(bv);
-                mma3<SPLIT>(ao[nt], a, b);
-            }
+            for (int nt = 0; nt < 4; nt++) mma3<SPLIT>(ao[nt], a, frag_b_kn<SPLIT>(vn, GS_VLD, k0, nt * 8));
         }
 #pragma unroll
         for (int h = 0; h < 2; h++) {
@@ -374,47 +396,23 @@ static __device__ __forceinline__ void gdn_state_body(const GdnParams& p) {
         for (int kk = 0; kk < GDN_C / 8; kk++) {
             const int k0 = kk * 8;
             const float d0 = expf(gl - gam[k0 + t4]), d1 = expf(gl - gam[k0 + t4 + 4]);
-            Tf32<SPLIT> a[2];
-#pragma unroll
-            for (int mt = 0; mt < 2; mt++) {
-                const float vv[4] = {vn[(k0 + t4) * GS_VLD + mt * 16 + g], vn[(k0 + t4) * GS_VLD + mt * 16 + g + 8],
-                                     vn[(k0 + t4 + 4) * GS_VLD + mt * 16 + g],
-                                     vn[(k0 + t4 + 4) * GS_VLD + mt * 16 + g + 8]};
-                a[mt].set(vv);
-            }
+            const Tf32<SPLIT> a[2] = {frag_a_t<SPLIT>(vn, GS_VLD, 0, k0), frag_a_t<SPLIT>(vn, GS_VLD, 16, k0)};
 #pragma unroll
             for (int nt = 0; nt < 4; nt++) {
-                const int key = warp * 32 + nt * 8 + g;
-                Tf32<SPLIT> b;
-                const float bv[2] = {ks[(k0 + t4) * GS_KLD + key] * d0, ks[(k0 + t4 + 4) * GS_KLD + key] * d1};
-                b.set(bv);
+                const Tf32<SPLIT> b = frag_b_kn<SPLIT>(ks, GS_KLD, k0, warp * 32 + nt * 8, d0, d1);
 #pragma unroll
                 for (int mt = 0; mt < 2; mt++) mma3<SPLIT>(m[mt][nt], a[mt], b);
             }
         }
         // New slab for the next chunk's phase A (every warp passed this chunk's phase A above).
-#pragma unroll
-        for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-            for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-                    const int row = mt * 16 + g + 8 * h, key = warp * 32 + nt * 8 + 2 * t4;
-                    *reinterpret_cast<float2*>(ms + row * GS_MLD + key) =
-                        make_float2(m[mt][nt][2 * h], m[mt][nt][2 * h + 1]);
-                }
+        each_pair([&](int row, int key, float& v0, float& v1) {
+            *reinterpret_cast<float2*>(ms + row * GS_MLD + key) = make_float2(v0, v1);
+        });
     }
     cp_async_wait<0>();
-
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++)
-#pragma unroll
-        for (int nt = 0; nt < 4; nt++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const int row = mt * 16 + g + 8 * h, key = warp * 32 + nt * 8 + 2 * t4;
-                *reinterpret_cast<float2*>(st + row * GDN_D + key) = make_float2(m[mt][nt][2 * h], m[mt][nt][2 * h + 1]);
-            }
+    each_pair([&](int row, int key, float& v0, float& v1) {
+        *reinterpret_cast<float2*>(st + row * GDN_D + key) = make_float2(v0, v1);
+    });
 }
 
 }  // namespace pf

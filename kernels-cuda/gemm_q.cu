@@ -32,37 +32,22 @@ enum GemmFmt { FMT_Q4K = 0, FMT_Q5K = 1, FMT_Q6K = 2, FMT_Q80 = 3, FMT_F16 = 4, 
 // NCH: 16-byte chunks copied per row and super-step (covers SB bytes starting at any even
 // misalignment); RAWB: shared-memory row stride, an odd number of chunks so that 16-byte reads of
 // 8 consecutive rows hit 8 different bank groups; ALIGNED: every super-step starts 16-byte aligned.
+struct FmtConsts {
+    int rs, sb, nch, rawb;
+    bool aligned;
+};
+//                                       RS   SB   NCH  RAWB  ALIGNED
+inline constexpr FmtConsts FMT_CONSTS[6] = {{4, 144, 9, 144, true},    // Q4_K
+                                            {4, 176, 11, 176, true},   // Q5_K
+                                            {4, 210, 14, 240, false},  // Q6_K (2-byte aligned blocks)
+                                            {2, 136, 10, 176, false},  // Q8_0 (2-byte aligned blocks)
+                                            {1, 128, 8, 144, true},    // F16
+                                            {1, 128, 8, 144, true}};   // BF16
 template <int FMT>
-struct FmtInfo;
-template <>
-struct FmtInfo<FMT_Q4K> {
-    static constexpr int RS = 4, SB = 144, NCH = 9, RAWB = 144;
-    static constexpr bool ALIGNED = true;
-};
-template <>
-struct FmtInfo<FMT_Q5K> {
-    static constexpr int RS = 4, SB = 176, NCH = 11, RAWB = 176;
-    static constexpr bool ALIGNED = true;
-};
-template <>
-struct FmtInfo<FMT_Q6K> {
-    static constexpr int RS = 4, SB = 210, NCH = 14, RAWB = 240;
-    static constexpr bool ALIGNED = false;
-};
-template <>
-struct FmtInfo<FMT_Q80> {
-    static constexpr int RS = 2, SB = 136, NCH = 10, RAWB = 176;
-    static constexpr bool ALIGNED = false;
-};
-template <>
-struct FmtInfo<FMT_F16> {
-    static constexpr int RS = 1, SB = 128, NCH = 8, RAWB = 144;
-    static constexpr bool ALIGNED = true;
-};
-template <>
-struct FmtInfo<FMT_BF16> {
-    static constexpr int RS = 1, SB = 128, NCH = 8, RAWB = 144;
-    static constexpr bool ALIGNED = true;
+struct FmtInfo {
+    static constexpr int RS = FMT_CONSTS[FMT].rs, SB = FMT_CONSTS[FMT].sb, NCH = FMT_CONSTS[FMT].nch,
+                         RAWB = FMT_CONSTS[FMT].rawb;
+    static constexpr bool ALIGNED = FMT_CONSTS[FMT].aligned;
 };
 
 // ---------------------------------------------------------------- dequantization units
@@ -83,6 +68,16 @@ PF_HD void k4_scale_min(int j, uint32_t s0, uint32_t s1, uint32_t s2, float& sc,
     const uint32_t sc_hi = (b2 & 0xfu) | ((b0 >> 6) << 4), m_hi = (b2 >> 4) | ((b1 >> 6) << 4);
     sc = static_cast<float>(j < 4 ? (b0 & 63u) : sc_hi);
     m = static_cast<float>(j < 4 ? (b1 & 63u) : m_hi);
+}
+
+// d * scale and dmin * min of sub-block j of the Q4_K/Q5_K super-block whose 16-byte header
+// (d, dmin, 12 scale bytes) starts `row`, in ggml's f32 operation order.
+PF_HD void k4_sub_block(const uint8_t* row, int j, float& dl, float& ml) {
+    const uint4 h = *reinterpret_cast<const uint4*>(row);
+    float sc, m;
+    k4_scale_min(j, h.y, h.z, h.w, sc, m);
+    dl = h2f(h.x & 0xffffu) * sc;
+    ml = h2f(h.x >> 16) * m;
 }
 
 // Eight values held one per byte in v0 (elements 0..3) and v1 (4..7), each as bias-offset
@@ -110,11 +105,8 @@ struct Deq;
 template <>
 struct Deq<FMT_Q4K> {
     static __host__ __device__ __forceinline__ void unit(const uint8_t* row, int, int c, int kk, uint4& o0, uint4& o1) {
-        const uint4 h = *reinterpret_cast<const uint4*>(row);
-        const float d = h2f(h.x & 0xffffu), dmin = h2f(h.x >> 16);
-        float sc, m;
-        k4_scale_min(2 * c + (kk >> 1), h.y, h.z, h.w, sc, m);
-        const float dl = d * sc, ml = dmin * m;
+        float dl, ml;
+        k4_sub_block(row, 2 * c + (kk >> 1), dl, ml);
         const uint4 q = *reinterpret_cast<const uint4*>(row + 16 + 32 * c + 16 * (kk & 1));
         const int sh = (kk >> 1) * 4;
         o0 = bytes_to_h8((q.x >> sh) & 0x0f0f0f0fu, (q.y >> sh) & 0x0f0f0f0fu, MAGIC, dl, ml);
@@ -127,11 +119,8 @@ struct Deq<FMT_Q4K> {
 template <>
 struct Deq<FMT_Q5K> {
     static __host__ __device__ __forceinline__ void unit(const uint8_t* row, int, int c, int kk, uint4& o0, uint4& o1) {
-        const uint4 h = *reinterpret_cast<const uint4*>(row);
-        const float d = h2f(h.x & 0xffffu), dmin = h2f(h.x >> 16);
-        float sc, m;
-        k4_scale_min(2 * c + (kk >> 1), h.y, h.z, h.w, sc, m);
-        const float dl = d * sc, ml = dmin * m;
+        float dl, ml;
+        k4_sub_block(row, 2 * c + (kk >> 1), dl, ml);
         const uint4 qh = *reinterpret_cast<const uint4*>(row + 16 + 16 * (kk & 1));
         const uint4 q = *reinterpret_cast<const uint4*>(row + 48 + 32 * c + 16 * (kk & 1));
         const int sh = (kk >> 1) * 4, hb = 2 * c + (kk >> 1);
@@ -299,7 +288,7 @@ static __device__ __forceinline__ void gemm_body(const GemmParams& p) {
         const long long start_off = static_cast<long long>(ss) * F::SB;
         const long long rem = p.row_bytes - start_off;
         const int len = rem < F::SB ? static_cast<int>(rem) : F::SB;
-#pragma unroll
+#pragma unroll 1  // once per super-step: keep it small rather than fast (registers)
         for (int i = 0; i < F::NCH; i++) {  // BN * NCH copies, NCH per thread (NTH == BN)
             const int idx = tid + i * NTH, r = idx / F::NCH, ch = idx - r * F::NCH, nrow = n0 + r;
             const uint8_t* src = W;

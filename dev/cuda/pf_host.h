@@ -45,33 +45,36 @@ struct Log {
     FILE* f = nullptr;
     std::vector<std::string> table;  // the summary printed last
     void open(const std::string& path) { f = fopen(path.c_str(), "w"); }
-    void line(const char* fmt, ...) __attribute__((format(printf, 2, 3))) {
+    static std::string vfmt(const char* fmt, va_list ap) {
         char buf[1024];
-        va_list ap;
-        va_start(ap, fmt);
         vsnprintf(buf, sizeof buf, fmt, ap);
-        va_end(ap);
-        fputs(buf, stdout);
-        fputc('\n', stdout);
-        fflush(stdout);
+        return buf;
+    }
+    void to_file(const std::string& s) {
         if (f) {
-            fputs(buf, f);
+            fputs(s.c_str(), f);
             fputc('\n', f);
             fflush(f);
         }
     }
-    void row(const char* fmt, ...) __attribute__((format(printf, 2, 3))) {
-        char buf[512];
+    // A detail line: stdout and the log file.
+    void line(const char* fmt, ...) __attribute__((format(printf, 2, 3))) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(buf, sizeof buf, fmt, ap);
+        const std::string s = vfmt(fmt, ap);
         va_end(ap);
-        table.push_back(buf);
-        if (f) {
-            fputs(buf, f);
-            fputc('\n', f);
-            fflush(f);
-        }
+        printf("%s\n", s.c_str());
+        fflush(stdout);
+        to_file(s);
+    }
+    // A summary row: the log file now, stdout at the end.
+    void row(const char* fmt, ...) __attribute__((format(printf, 2, 3))) {
+        va_list ap;
+        va_start(ap, fmt);
+        const std::string s = vfmt(fmt, ap);
+        va_end(ap);
+        table.push_back(s);
+        to_file(s);
     }
 };
 

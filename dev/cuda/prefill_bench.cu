@@ -17,6 +17,7 @@
 #include "../../kernels-cuda/gemm_q.cu"
 #include "../../kernels-cuda/moe_group.cu"
 #include "pf_host.h"
+#include "pf_gemm_host.h"
 
 using namespace host;
 
@@ -134,22 +135,6 @@ static double dev_maxrel_diff(const float* a, const float* b, long long n) {
 
 // ================================================================ GEMM plumbing
 
-typedef void (*GemmKernel)(pf::GemmParams);
-struct CfgInfo {
-    const char* name;
-    int bm, bn, nth;
-    double eff;  // assumed per-SM throughput relative to A (planner model only)
-};
-static const CfgInfo CFG[3] = {{"A128x256", 128, 256, 256, 1.0}, {"B128x128", 128, 128, 128, 0.9}, {"C32x128", 32, 128, 128, 0.5}};
-static GemmKernel KERN[NFMT][3] = {
-    {pf_gemm_q4k_a, pf_gemm_q4k_b, pf_gemm_q4k_c}, {pf_gemm_q5k_a, pf_gemm_q5k_b, pf_gemm_q5k_c},
-    {pf_gemm_q6k_a, pf_gemm_q6k_b, pf_gemm_q6k_c}, {pf_gemm_q80_a, pf_gemm_q80_b, pf_gemm_q80_c},
-    {pf_gemm_f16_a, pf_gemm_f16_b, pf_gemm_f16_c}, {pf_gemm_bf16_a, pf_gemm_bf16_b, pf_gemm_bf16_c}};
-#define PF_SMEM3(F) {pf::GemmCfg<pf::F, PF_CFG_A>::SMEM, pf::GemmCfg<pf::F, PF_CFG_B>::SMEM, pf::GemmCfg<pf::F, PF_CFG_C>::SMEM}
-static const int SMEM[NFMT][3] = {PF_SMEM3(FMT_Q4K), PF_SMEM3(FMT_Q5K), PF_SMEM3(FMT_Q6K),
-                                  PF_SMEM3(FMT_Q80), PF_SMEM3(FMT_F16), PF_SMEM3(FMT_BF16)};
-static const int RSTEP[NFMT] = {pf::FmtInfo<pf::FMT_Q4K>::RS, pf::FmtInfo<pf::FMT_Q5K>::RS, pf::FmtInfo<pf::FMT_Q6K>::RS,
-                                pf::FmtInfo<pf::FMT_Q80>::RS, pf::FmtInfo<pf::FMT_F16>::RS, pf::FmtInfo<pf::FMT_BF16>::RS};
 static int OCC[NFMT][3];
 
 static void gemm_setup() {
@@ -169,11 +154,6 @@ struct Plan {
     int cfg = 0, splits = 1, per = 0;
     double est_us = 0;
 };
-static int steps_per_split(int fmt, int nsteps, int splits) {
-    const int rs = RSTEP[fmt];
-    const int per = (nsteps + splits - 1) / splits;
-    return (per + rs - 1) / rs * rs;
-}
 // Cost model (documented in PREFILL-NOTES.md; the harness measures every candidate and prints the
 // best, so the model can be corrected from one run): waves of CTAs, each CTA's MACs at an assumed
 // per-SM rate shared by the CTAs resident on an SM, at least the bytes each tile reads over HBM
@@ -190,7 +170,7 @@ static Plan plan_gemm(int fmt, int rows, int n, int k, int only_cfg = -1) {
         for (int s : {1, 2, 3, 4, 6, 8}) {
             const int per = steps_per_split(fmt, nsteps, s);
             if ((nsteps + per - 1) / per != s) continue;
-            if (s > 1 && per < 4 * RSTEP[fmt] && per < 8) continue;
+            if (s > 1 && per < 4 * rstep(fmt) && per < 8) continue;
             const long long ctas = tm * tn * s;
             const long long waves = (ctas + (long long)g_sms * occ - 1) / ((long long)g_sms * occ);
             const double cta_s = (double)CFG[c].bm * CFG[c].bn * per * 64 / (R_SM * CFG[c].eff / occ);
@@ -220,31 +200,20 @@ static void ensure_ws(size_t bytes) {
 
 static void run_gemm(int fmt, const Plan& pl, const uint8_t* w, long long rb, const __half* x, long long ldx,
                      const int* xrows, float* y, int rows, int n, int k) {
-    pf::GemmParams p{};
-    p.w = w;
-    p.x = x;
-    p.x_rows = xrows;
-    p.row_bytes = rb;
-    p.ldx = ldx;
-    p.rows = rows;
-    p.n_out = n;
-    p.k = k;
-    p.steps_per_split = pl.per;
-    p.ldy = n;
-    if (pl.splits == 1) {
-        p.y = y;
-    } else {
+    float* partials = nullptr;
+    if (pl.splits > 1) {
         ensure_ws((size_t)pl.splits * rows * n * 4);
-        p.y = g_ws;
-        p.split_stride = (long long)rows * n;
+        partials = g_ws;
     }
+    const pf::GemmParams p = gemm_params(w, rb, x, ldx, xrows, y, rows, n, k, pl.per, partials);
     const CfgInfo& c = CFG[pl.cfg];
-    dim3 grid((n + c.bn - 1) / c.bn, (rows + c.bm - 1) / c.bm, pl.splits);
+    const int nz = (k / 64 + pl.per - 1) / pl.per;  // splits actually made (<= pl.splits)
+    dim3 grid((n + c.bn - 1) / c.bn, (rows + c.bm - 1) / c.bm, nz);
     KERN[fmt][pl.cfg]<<<grid, c.nth, SMEM[fmt][pl.cfg]>>>(p);
     CKL();
     if (pl.splits > 1) {
         const long long nv = ((long long)rows * n + 3) / 4;
-        pf_gemm_splitk_reduce<<<(int)std::min<long long>((nv + 255) / 256, 4096), 256>>>(g_ws, y, rows, n, n, pl.splits);
+        pf_gemm_splitk_reduce<<<(int)std::min<long long>((nv + 255) / 256, 4096), 256>>>(g_ws, y, rows, n, n, nz);
         CKL();
     }
 }
@@ -839,20 +808,7 @@ static void moe_free(MoeDev& m) {
 }
 static void grouped_gemm(int fmt, int cfg, const DevW& w, long long expert_bytes, const __half* x, long long ldx,
                          const int* xrows, float* y, const MoeDev& m, int max_tiles, int n, int k) {
-    pf::GemmParams p{};
-    p.w = w.p;
-    p.x = x;
-    p.x_rows = xrows;
-    p.y = y;
-    p.tiles = m.tiles;
-    p.num_tiles = m.ntiles;
-    p.row_bytes = w.rb;
-    p.expert_bytes = expert_bytes;
-    p.ldx = ldx;
-    p.ldy = n;
-    p.n_out = n;
-    p.k = k;
-    p.steps_per_split = k / 64;
+    const pf::GemmParams p = grouped_params(w.p, w.rb, expert_bytes, x, ldx, xrows, y, n, k, m.tiles, m.ntiles);
     dim3 grid((n + CFG[cfg].bn - 1) / CFG[cfg].bn, max_tiles, 1);
     KERN[fmt][cfg]<<<grid, CFG[cfg].nth, SMEM[fmt][cfg]>>>(p);
     CKL();

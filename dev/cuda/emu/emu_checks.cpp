@@ -10,6 +10,7 @@
 #include "../../../kernels-cuda/gemm_q.cu"
 #include "../../../kernels-cuda/moe_group.cu"
 #include "../pf_ref.h"
+#include "../pf_gemm_host.h"
 
 using namespace host;
 using pf_emu::EARLY;
@@ -132,46 +133,16 @@ static void deq_check(int fmt) {
 }
 
 // ---------------------------------------------------------------- GEMM
-typedef void (*GemmKernel)(pf::GemmParams);
-static const GemmKernel KERN[NFMT][3] = {
-    {pf_gemm_q4k_a, pf_gemm_q4k_b, pf_gemm_q4k_c}, {pf_gemm_q5k_a, pf_gemm_q5k_b, pf_gemm_q5k_c},
-    {pf_gemm_q6k_a, pf_gemm_q6k_b, pf_gemm_q6k_c}, {pf_gemm_q80_a, pf_gemm_q80_b, pf_gemm_q80_c},
-    {pf_gemm_f16_a, pf_gemm_f16_b, pf_gemm_f16_c}, {pf_gemm_bf16_a, pf_gemm_bf16_b, pf_gemm_bf16_c}};
-#define PF_SMEM3(F) {pf::GemmCfg<pf::F, PF_CFG_A>::SMEM, pf::GemmCfg<pf::F, PF_CFG_B>::SMEM, pf::GemmCfg<pf::F, PF_CFG_C>::SMEM}
-static const int SMEM[NFMT][3] = {PF_SMEM3(FMT_Q4K), PF_SMEM3(FMT_Q5K), PF_SMEM3(FMT_Q6K),
-                                  PF_SMEM3(FMT_Q80), PF_SMEM3(FMT_F16), PF_SMEM3(FMT_BF16)};
-static const int RSTEP[NFMT] = {4, 4, 4, 2, 1, 1};
-static const int BM[3] = {128, 128, 32}, BN[3] = {256, 128, 128}, NTH[3] = {256, 128, 128};
-
 static void emu_f32_to_f16(const float* x, __half* y, long long n, pf_emu::CopyMode mode) {
     pf_emu::launch(dim3(2), dim3(64), 0, mode, [&] { pf_f32_to_f16(x, y, n); });
 }
 static void emu_gemm(int fmt, int cfg, int splits, const uint8_t* w, long long rb, const __half* x, long long ldx,
                      const int* xrows, float* y, int rows, int n, int k, pf_emu::CopyMode mode) {
-    const int nsteps = k / 64, rs = RSTEP[fmt];
-    int per = (nsteps + splits - 1) / splits;
-    per = (per + rs - 1) / rs * rs;
-    pf::GemmParams p{};
-    p.w = w;
-    p.x = x;
-    p.x_rows = xrows;
-    p.row_bytes = rb;
-    p.ldx = ldx;
-    p.rows = rows;
-    p.n_out = n;
-    p.k = k;
-    p.steps_per_split = per;
-    p.ldy = n;
-    float* ws = nullptr;
-    if (splits == 1) {
-        p.y = y;
-    } else {
-        ws = dev_alloc<float>((size_t)splits * rows * n);
-        p.y = ws;
-        p.split_stride = (long long)rows * n;
-    }
-    const dim3 grid((n + BN[cfg] - 1) / BN[cfg], (rows + BM[cfg] - 1) / BM[cfg], (nsteps + per - 1) / per);
-    pf_emu::launch(grid, dim3(NTH[cfg]), SMEM[fmt][cfg], mode, [&] { KERN[fmt][cfg](p); });
+    const int nsteps = k / 64, per = steps_per_split(fmt, nsteps, splits);
+    float* ws = splits > 1 ? dev_alloc<float>((size_t)splits * rows * n) : nullptr;
+    const pf::GemmParams p = gemm_params(w, rb, x, ldx, xrows, y, rows, n, k, per, ws);
+    const dim3 grid((n + CFG[cfg].bn - 1) / CFG[cfg].bn, (rows + CFG[cfg].bm - 1) / CFG[cfg].bm, (nsteps + per - 1) / per);
+    pf_emu::launch(grid, dim3(CFG[cfg].nth), SMEM[fmt][cfg], mode, [&] { KERN[fmt][cfg](p); });
     if (ws) {
         pf_emu::launch(dim3(3), dim3(64), 0, mode,
                        [&] { pf_gemm_splitk_reduce(ws, y, rows, n, n, (int)grid.z); });
@@ -302,7 +273,7 @@ static void delta_checks() {
     const Case cases[] = {{1, 1, 1, true, LATE},  {65, 65, 20, true, LATE}, {130, 70, 1, true, EARLY},
                           {64, 64, 1, false, LATE}, {100, 100, 1, true, EARLY}};
     for (const Case& c : cases) {
-        const GdnData d = gdn_make(1, 2, c.T, c.c, 500 + c.T);
+        const GdnData d = gdn_make(2, 4, c.T, c.c, 500 + c.T);
         const int D = 128, cd = 2 * d.hk * D + d.hv * D, nc = (c.T + 63) / 64;
         float* u = dev_alloc<float>(d.u.size());
         float* g = dev_alloc<float>(d.g.size());
@@ -394,21 +365,8 @@ static void moe_checks() {
     pf_emu::launch(dim3(E), dim3(256), 0, LATE, [&] { pf_moe_place(dids, S, k, offsets, slot_token, slot_of); });
     auto grouped = [&](int fmt, const uint8_t* w, long long rb, long long eb, const __half* x, long long ldx, const int* xr,
                        float* y, int n, int kdim) {
-        pf::GemmParams p{};
-        p.w = w;
-        p.x = x;
-        p.x_rows = xr;
-        p.y = y;
-        p.tiles = tiles;
-        p.num_tiles = ntiles;
-        p.row_bytes = rb;
-        p.expert_bytes = eb;
-        p.ldx = ldx;
-        p.ldy = n;
-        p.n_out = n;
-        p.k = kdim;
-        p.steps_per_split = kdim / 64;
-        pf_emu::launch(dim3((n + BN[cfg] - 1) / BN[cfg], max_tiles), dim3(NTH[cfg]), SMEM[fmt][cfg], LATE,
+        const pf::GemmParams p = grouped_params(w, rb, eb, x, ldx, xr, y, n, kdim, tiles, ntiles);
+        pf_emu::launch(dim3((n + CFG[cfg].bn - 1) / CFG[cfg].bn, max_tiles), dim3(CFG[cfg].nth), SMEM[fmt][cfg], LATE,
                        [&] { KERN[fmt][cfg](p); });
     };
     grouped(fmt_gu, dwg, rbg, nff * rbg, x16, d, slot_token, G, nff, d);
