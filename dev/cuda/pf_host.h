@@ -43,8 +43,12 @@ static double time_ms(Fn&& f, int warm = 3, int reps = 15) {
 // ---------------------------------------------------------------- logging
 struct Log {
     FILE* f = nullptr;
+    FILE* rows = nullptr;            // summary rows as they come (survive a killed run)
     std::vector<std::string> table;  // the summary printed last
-    void open(const std::string& path) { f = fopen(path.c_str(), "w"); }
+    void open(const std::string& dir) {
+        f = fopen((dir + "/prefill.log").c_str(), "w");
+        rows = fopen((dir + "/summary.txt").c_str(), "w");
+    }
     static std::string vfmt(const char* fmt, va_list ap) {
         char buf[1024];
         vsnprintf(buf, sizeof buf, fmt, ap);
@@ -75,6 +79,10 @@ struct Log {
         va_end(ap);
         table.push_back(s);
         to_file(s);
+        if (rows) {
+            fprintf(rows, "%s\n", s.c_str());
+            fflush(rows);
+        }
     }
 };
 

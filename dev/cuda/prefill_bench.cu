@@ -977,7 +977,7 @@ int main(int argc, char** argv) {
         else what = argv[i];
     }
     const char* out = getenv("OUT");
-    LOG.open(std::string(out && *out ? out : ".") + "/prefill.log");
+    LOG.open(out && *out ? out : ".");
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     g_sms = prop.multiProcessorCount;
