@@ -30,6 +30,7 @@ struct FlashParams {
     int T, pos0, n_head, n_head_kv;
     float scale_log2;   // softmax scale * log2(e)
 };
+static_assert(sizeof(FlashParams) == 56 && FA_SMEM == 98304, "mirrored in src/backend/cuda/ops/attention.rs");
 
 static __device__ __forceinline__ void fa_load_kv(uint8_t* dst, const __half* src, int kv0, int kv_len, int ld,
                                                   int tid) {
@@ -193,5 +194,6 @@ static __device__ __forceinline__ void flash_body(const FlashParams& p) {
 
 // grid (ceil(T / 64), n_head), 128 threads, pf::FA_SMEM bytes of dynamic shared memory.
 extern "C" __global__ void __launch_bounds__(pf::FA_NTH, 2) pf_flash_attn_d256(pf::FlashParams p) {
+    pf::pdl_wait();
     pf::flash_body(p);
 }

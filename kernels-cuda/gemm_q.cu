@@ -24,6 +24,8 @@
 // row may read up to 15 bytes past the last block: allocate weights rounded up to 16 bytes).
 #include "pf_common.cuh"
 
+#include <stddef.h>
+
 namespace pf {
 
 enum GemmFmt { FMT_Q4K = 0, FMT_Q5K = 1, FMT_Q6K = 2, FMT_Q80 = 3, FMT_F16 = 4, FMT_BF16 = 5 };
@@ -210,6 +212,9 @@ struct GemmParams {
     int k;                 // n_in, a multiple of 64
     int steps_per_split;   // 64-wide K steps per grid.z slice, a multiple of RS
 };
+// The Rust backend fills this block byte for byte (src/backend/cuda/ops/gemm.rs, `GemmParams`).
+static_assert(sizeof(GemmParams) == 104 && offsetof(GemmParams, row_bytes) == 48 && offsetof(GemmParams, rows) == 88,
+              "GemmParams layout is mirrored in src/backend/cuda/ops/gemm.rs");
 
 template <int S, int RS>
 struct RawSlots {
@@ -415,8 +420,11 @@ static __device__ __forceinline__ void gemm_body(const GemmParams& p) {
 
 }  // namespace pf
 
+// Heavy kernels wait for their inputs (dependent launch) but never let the next kernel start
+// early: its CTAs would take SM slots that later waves of this grid need.
 #define PF_GEMM_KERNEL(NAME, FMT, CFG, NTH)                                                      \
     extern "C" __global__ void __launch_bounds__(NTH, 1) NAME(pf::GemmParams p) {              \
+        pf::pdl_wait();                                                                        \
         pf::gemm_body<FMT, CFG>(p);                                                            \
     }
 
@@ -444,10 +452,39 @@ PF_GEMM_FMT(f16, FMT_F16)
 PF_GEMM_FMT(bf16, FMT_BF16)
 #endif
 
+// The small kernels around the GEMMs take one parameter struct each (the Rust backend passes one
+// parameter block per launch, src/backend/cuda/ops/gemm.rs mirrors these layouts).
+namespace pf {
+struct ReduceParams {
+    const float* ws;  // [splits][rows][n] partial products
+    float* y;         // rows of n at stride ldy
+    long long ldy;
+    int rows, n, splits;
+};
+struct CvtParams {
+    const float* x;
+    __half* y;
+    long long n;
+};
+struct SwigluParams {
+    const float* gate;
+    const float* up;
+    __half* h;    // f16(silu(gate) * up)
+    float* out;   // optional: the same values in f32 (the op's f32 output), or null
+    long long n;
+};
+static_assert(sizeof(ReduceParams) == 40 && sizeof(CvtParams) == 24 && sizeof(SwigluParams) == 40,
+              "mirrored in src/backend/cuda/ops/gemm.rs and src/backend/cuda/shadow.rs");
+}  // namespace pf
+
 // Sum of `splits` partial products (ws [splits][rows][n], packed) into y (row stride ldy), in
 // split order (deterministic). One thread per 4 consecutive outputs of a row when n % 4 == 0.
-extern "C" __global__ void pf_gemm_splitk_reduce(const float* __restrict__ ws, float* __restrict__ y, int rows,
-                                                 int n, long long ldy, int splits) {
+extern "C" __global__ void pf_gemm_splitk_reduce(pf::ReduceParams p) {
+    pf::kernel_start();
+    const float* __restrict__ ws = p.ws;
+    float* __restrict__ y = p.y;
+    const int rows = p.rows, n = p.n, splits = p.splits;
+    const long long ldy = p.ldy;
     const long long plane = static_cast<long long>(rows) * n;
     if ((n & 3) == 0 && (ldy & 3) == 0) {
         const long long nv = plane / 4;
@@ -476,8 +513,12 @@ extern "C" __global__ void pf_gemm_splitk_reduce(const float* __restrict__ ws, f
 }
 
 // f32 -> f16 (round to nearest) of n values; activations for the GEMM, K/V rows for attention.
-// |x| > 65504 becomes inf: the f16 tier assumes normalised activations.
-extern "C" __global__ void pf_f32_to_f16(const float* __restrict__ x, __half* __restrict__ y, long long n) {
+// |x| > 65504 becomes inf: the f16 tier assumes normalised activations. x and y 16 / 8-byte aligned.
+extern "C" __global__ void pf_f32_to_f16(pf::CvtParams p) {
+    pf::kernel_start();
+    const float* __restrict__ x = p.x;
+    __half* __restrict__ y = p.y;
+    const long long n = p.n;
     const long long nv = n / 4;
     for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < nv;
          i += static_cast<long long>(gridDim.x) * blockDim.x) {
@@ -492,12 +533,15 @@ extern "C" __global__ void pf_f32_to_f16(const float* __restrict__ x, __half* __
         y[i] = __float2half_rn(x[i]);
 }
 
-// h = f16(silu(gate) * up) over n values (the input of the down projection).
-extern "C" __global__ void pf_swiglu_f16(const float* __restrict__ gate, const float* __restrict__ up,
-                                         __half* __restrict__ h, long long n) {
-    for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
+// h = f16(silu(gate) * up) over n values (the input of the down projection); with `out`, the f32
+// values too (the op's output, from the same f32 product that h rounds).
+extern "C" __global__ void pf_swiglu_f16(pf::SwigluParams p) {
+    pf::kernel_start();
+    for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < p.n;
          i += static_cast<long long>(gridDim.x) * blockDim.x) {
-        const float g = gate[i];
-        h[i] = __float2half_rn(g / (1.0f + __expf(-g)) * up[i]);
+        const float g = p.gate[i];
+        const float v = g / (1.0f + __expf(-g)) * p.up[i];
+        p.h[i] = __float2half_rn(v);
+        if (p.out != nullptr) p.out[i] = v;
     }
 }

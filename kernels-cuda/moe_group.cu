@@ -2,7 +2,8 @@
 // grouped by expert into "slots" (expert-major, token order inside an expert), so that each
 // projection is one grouped GEMM over all experts (gemm_q.cu, grouped mode):
 //
-//   pf_moe_count    counts[e] = number of (t, j) with ids[t][j] = e   (counts zeroed by the host)
+//   pf_moe_count    counts[e] = number of (t, j) with ids[t][j] = e   (counts zeroed by the host);
+//                   slot_of[] = -1 (an id >= E is never placed and contributes nothing)
 //   pf_moe_offsets  offsets[e] = exclusive prefix of counts; the GEMM tile list: for every expert
 //                   ceil(counts[e] / bm) tiles {e, row_begin, row_end, 0} over slot rows, and
 //                   num_tiles (one CTA, E <= 1024)
@@ -16,12 +17,33 @@
 // count, known on the host without a device read); CTAs past num_tiles exit at once.
 #include "pf_common.cuh"
 
-extern "C" __global__ void pf_moe_count(const uint32_t* __restrict__ ids, int n, int n_expert,
-                                        int* __restrict__ counts) {
+namespace pf {
+// One parameter block for the four kernels (each reads the fields it names); the Rust backend
+// mirrors it (src/backend/cuda/ops/moe.rs).
+struct MoeParams {
+    const uint32_t* ids;  // [T, k] routing choices
+    int* counts;          // [E]
+    int* offsets;         // [E + 1]
+    int4* tiles;          // GEMM tile list
+    int* num_tiles;
+    int* slot_token;      // [T k]
+    int* slot_of;         // [T k]
+    const float* y;       // combine: [T k, d] down-projection rows in slot order
+    const float* weights; // combine: [T, k]
+    float* out;           // combine: [T, d]
+    int n;                // T k
+    int n_expert, k, bm, d;
+};
+static_assert(sizeof(MoeParams) == 104, "mirrored in src/backend/cuda/ops/moe.rs");
+}  // namespace pf
+
+extern "C" __global__ void pf_moe_count(pf::MoeParams p) {
+    pf::kernel_start();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) {
-        const uint32_t e = ids[i];
-        if (e < static_cast<uint32_t>(n_expert)) atomicAdd(counts + e, 1);
+    if (i < p.n) {
+        const uint32_t e = p.ids[i];
+        if (e < static_cast<uint32_t>(p.n_expert)) atomicAdd(p.counts + e, 1);
+        p.slot_of[i] = -1;  // stays -1 for an id out of range: pf_moe_combine skips it
     }
 }
 
@@ -54,9 +76,12 @@ static __device__ __forceinline__ int pf_block_excl_scan(int v, int* warp_sums, 
 }
 
 // One CTA of 1024 threads (blockDim.x must be a multiple of 32 and >= n_expert).
-extern "C" __global__ void pf_moe_offsets(const int* __restrict__ counts, int n_expert, int bm,
-                                          int* __restrict__ offsets, int4* __restrict__ tiles,
-                                          int* __restrict__ num_tiles) {
+extern "C" __global__ void pf_moe_offsets(pf::MoeParams p) {
+    pf::kernel_start();
+    const int* __restrict__ counts = p.counts;
+    const int n_expert = p.n_expert, bm = p.bm;
+    int* __restrict__ offsets = p.offsets;
+    int4* __restrict__ tiles = p.tiles;
     __shared__ int warp_sums[32];
     __shared__ int total_rows, total_tiles;
     const int e = threadIdx.x;
@@ -71,17 +96,20 @@ extern "C" __global__ void pf_moe_offsets(const int* __restrict__ counts, int n_
     }
     if (e == 0) {
         offsets[n_expert] = total_rows;
-        *num_tiles = total_tiles;
+        *p.num_tiles = total_tiles;
     }
 }
 
 // grid n_expert CTAs, 256 threads.
-extern "C" __global__ void pf_moe_place(const uint32_t* __restrict__ ids, int n, int k,
-                                        const int* __restrict__ offsets, int* __restrict__ slot_token,
-                                        int* __restrict__ slot_of) {
+extern "C" __global__ void pf_moe_place(pf::MoeParams p) {
+    pf::kernel_start();
+    const uint32_t* __restrict__ ids = p.ids;
+    const int n = p.n, k = p.k;
+    int* __restrict__ slot_token = p.slot_token;
+    int* __restrict__ slot_of = p.slot_of;
     __shared__ int warp_cnt[8];
     const int e = blockIdx.x, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    int base = offsets[e];
+    int base = p.offsets[e];
     for (int i0 = 0; i0 < n; i0 += 256) {
         const int i = i0 + threadIdx.x;
         const bool hit = i < n && ids[i] == static_cast<uint32_t>(e);
@@ -106,14 +134,20 @@ extern "C" __global__ void pf_moe_place(const uint32_t* __restrict__ ids, int n,
 }
 
 // grid T CTAs, 256 threads: out[t][:] = sum_j w[t][j] y[slot_of[t k + j]][:].
-extern "C" __global__ void pf_moe_combine(const float* __restrict__ y, const int* __restrict__ slot_of,
-                                          const float* __restrict__ weights, float* __restrict__ out, int k,
-                                          int d) {
+extern "C" __global__ void pf_moe_combine(pf::MoeParams p) {
+    pf::kernel_start();
+    const float* __restrict__ y = p.y;
+    const int* __restrict__ slot_of = p.slot_of;
+    const float* __restrict__ weights = p.weights;
+    float* __restrict__ out = p.out;
+    const int k = p.k, d = p.d;
     const int t = blockIdx.x;
     for (int c = threadIdx.x; c < d; c += blockDim.x) {
         float s = 0.f;
-        for (int j = 0; j < k; j++)
-            s += weights[t * k + j] * y[static_cast<long long>(slot_of[t * k + j]) * d + c];
+        for (int j = 0; j < k; j++) {
+            const int sl = slot_of[t * k + j];
+            if (sl >= 0) s += weights[t * k + j] * y[static_cast<long long>(sl) * d + c];
+        }
         out[static_cast<long long>(t) * d + c] = s;
     }
 }

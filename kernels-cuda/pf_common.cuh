@@ -220,6 +220,23 @@ PF_HD float ld_f16_even(const uint8_t* row, int f) {
     return h2f((w >> ((f & 2) * 8)) & 0xffffu);
 }
 
+// Programmatic dependent launch (Hopper; kernels-cuda/common.cuh explains it for the decode
+// kernels). `pdl_wait`: block until the previous grid has finished and its memory is visible; every
+// kernel calls it before touching memory an earlier kernel wrote. `kernel_start` also lets the next
+// kernel be scheduled at once (light kernels only: a heavy multi-wave grid must not hand its SM
+// slots to a waiting successor). No-ops on older GPUs, in the compute_80 PTX and in the emulator.
+static __device__ __forceinline__ void pdl_wait() {
+#if !defined(PF_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+static __device__ __forceinline__ void kernel_start() {
+    pdl_wait();
+#if !defined(PF_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
+
 static __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -213,12 +213,12 @@ static void run_gemm(int fmt, const Plan& pl, const uint8_t* w, long long rb, co
     CKL();
     if (pl.splits > 1) {
         const long long nv = ((long long)rows * n + 3) / 4;
-        pf_gemm_splitk_reduce<<<(int)std::min<long long>((nv + 255) / 256, 4096), 256>>>(g_ws, y, rows, n, n, nz);
+        pf_gemm_splitk_reduce<<<(int)std::min<long long>((nv + 255) / 256, 4096), 256>>>(pf::ReduceParams{g_ws, y, n, rows, n, nz});
         CKL();
     }
 }
 static void to_f16(const float* x, __half* y, long long n) {
-    pf_f32_to_f16<<<(int)std::min<long long>((n / 4 + 255) / 256 + 1, 8192), 256>>>(x, y, n);
+    pf_f32_to_f16<<<(int)std::min<long long>((n / 4 + 255) / 256 + 1, 8192), 256>>>(pf::CvtParams{x, y, n});
     CKL();
 }
 
@@ -553,7 +553,7 @@ static GdnDev gdn_upload(const GdnData& d) {
     CK(cudaMalloc(&g.su, (size_t)d.hv * nc * 64 * 128 * 4));
     CK(cudaMalloc(&g.sw, (size_t)d.hv * nc * 64 * 128 * 4));
     CK(cudaMalloc(&g.sp, (size_t)d.hv * nc * 64 * 64 * 4));
-    CK(cudaMalloc(&g.sg, (size_t)d.hv * nc * 64 * 4));
+    CK(cudaMalloc(&g.sg, (size_t)d.hv * nc * 128 * 4));  // gamma hi, lo
     CK(cudaMemcpy(g.u, d.u.data(), d.u.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(g.g, d.g.data(), d.g.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(g.beta, d.beta.data(), d.beta.size() * 4, cudaMemcpyHostToDevice));
@@ -819,17 +819,19 @@ static void moe_forward(const MoeShape& s, int fmt_gu, int fmt_d, const DevW& wg
                         const __half* x16, const uint32_t* ids, const float* wts, float* out, const MoeDev& m, int stage = 3) {
     const int S = s.T * s.k, cfg = moe_cfg(s), mt = moe_max_tiles(s);
     CK(cudaMemsetAsync(m.counts, 0, s.E * 4));
-    pf_moe_count<<<(S + 255) / 256, 256>>>(ids, S, s.E, m.counts);
-    pf_moe_offsets<<<1, 1024>>>(m.counts, s.E, CFG[cfg].bm, m.offsets, m.tiles, m.ntiles);
-    pf_moe_place<<<s.E, 256>>>(ids, S, s.k, m.offsets, m.slot_token, m.slot_of);
+    pf::MoeParams mp{ids, m.counts, m.offsets, m.tiles, m.ntiles, m.slot_token, m.slot_of, m.D, wts, out,
+                     S, s.E, s.k, CFG[cfg].bm, s.d};
+    pf_moe_count<<<(S + 255) / 256, 256>>>(mp);
+    pf_moe_offsets<<<1, 1024>>>(mp);
+    pf_moe_place<<<s.E, 256>>>(mp);
     CKL();
     if (stage < 2) return;
     grouped_gemm(fmt_gu, cfg, wg, (long long)s.nff * wg.rb, x16, s.d, m.slot_token, m.G, m, mt, s.nff, s.d);
     grouped_gemm(fmt_gu, cfg, wu, (long long)s.nff * wu.rb, x16, s.d, m.slot_token, m.U, m, mt, s.nff, s.d);
     if (stage < 3) return;
-    pf_swiglu_f16<<<2048, 256>>>(m.G, m.U, m.H, (long long)S * s.nff);
+    pf_swiglu_f16<<<2048, 256>>>(pf::SwigluParams{m.G, m.U, m.H, nullptr, (long long)S * s.nff});
     grouped_gemm(fmt_d, cfg, wd, (long long)s.d * wd.rb, m.H, s.nff, nullptr, m.D, m, mt, s.d, s.nff);
-    pf_moe_combine<<<s.T, 256>>>(m.D, m.slot_of, wts, out, s.k, s.d);
+    pf_moe_combine<<<s.T, 256>>>(mp);
     CKL();
 }
 

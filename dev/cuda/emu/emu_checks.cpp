@@ -134,7 +134,7 @@ static void deq_check(int fmt) {
 
 // ---------------------------------------------------------------- GEMM
 static void emu_f32_to_f16(const float* x, __half* y, long long n, pf_emu::CopyMode mode) {
-    pf_emu::launch(dim3(2), dim3(64), 0, mode, [&] { pf_f32_to_f16(x, y, n); });
+    pf_emu::launch(dim3(2), dim3(64), 0, mode, [&] { pf_f32_to_f16(pf::CvtParams{x, y, n}); });
 }
 static void emu_gemm(int fmt, int cfg, int splits, const uint8_t* w, long long rb, const __half* x, long long ldx,
                      const int* xrows, float* y, int rows, int n, int k, pf_emu::CopyMode mode) {
@@ -145,7 +145,7 @@ static void emu_gemm(int fmt, int cfg, int splits, const uint8_t* w, long long r
     pf_emu::launch(grid, dim3(CFG[cfg].nth), SMEM[fmt][cfg], mode, [&] { KERN[fmt][cfg](p); });
     if (ws) {
         pf_emu::launch(dim3(3), dim3(64), 0, mode,
-                       [&] { pf_gemm_splitk_reduce(ws, y, rows, n, n, (int)grid.z); });
+                       [&] { pf_gemm_splitk_reduce(pf::ReduceParams{ws, y, n, rows, n, (int)grid.z}); });
         dev_free(ws);
     }
 }
@@ -269,11 +269,15 @@ static void delta_checks() {
         double c;
         bool exact;
         pf_emu::CopyMode mode;
+        uint64_t seed;
     };
-    const Case cases[] = {{1, 1, 1, true, LATE},  {65, 65, 20, true, LATE}, {130, 70, 1, true, EARLY},
-                          {64, 64, 1, false, LATE}, {100, 100, 1, true, EARLY}};
+    // The last case is the GPU harness's "exact T=200 c=20 (two calls)" with its seed (failed on
+    // the H200 in run 1 at state relL2 3.3e-5 before gamma was carried as hi + lo).
+    const Case cases[] = {{1, 1, 1, true, LATE, 501},      {65, 65, 20, true, LATE, 565},
+                          {130, 70, 1, true, EARLY, 630},  {64, 64, 1, false, LATE, 564},
+                          {100, 100, 1, true, EARLY, 600}, {200, 101, 20, true, LATE, 1620}};
     for (const Case& c : cases) {
-        const GdnData d = gdn_make(2, 4, c.T, c.c, 500 + c.T);
+        const GdnData d = gdn_make(2, 4, c.T, c.c, c.seed);
         const int D = 128, cd = 2 * d.hk * D + d.hv * D, nc = (c.T + 63) / 64;
         float* u = dev_alloc<float>(d.u.size());
         float* g = dev_alloc<float>(d.g.size());
@@ -283,7 +287,7 @@ static void delta_checks() {
         float* su = dev_alloc<float>((size_t)d.hv * nc * 64 * D);
         float* sw = dev_alloc<float>((size_t)d.hv * nc * 64 * D);
         float* sp = dev_alloc<float>((size_t)d.hv * nc * 64 * 64);
-        float* sg = dev_alloc<float>((size_t)d.hv * nc * 64);
+        float* sg = dev_alloc<float>((size_t)d.hv * nc * 128);  // gamma hi, lo
         memcpy(u, d.u.data(), d.u.size() * 4);
         memcpy(g, d.g.data(), d.g.size() * 4);
         memcpy(beta, d.beta.data(), d.beta.size() * 4);
@@ -360,9 +364,10 @@ static void moe_checks() {
     __half* H = dev_alloc<__half>((size_t)S * nff);
     float* out = dev_alloc<float>((size_t)T * d);
     memset(counts, 0, E * 4);
-    pf_emu::launch(dim3((S + 255) / 256), dim3(256), 0, LATE, [&] { pf_moe_count(dids, S, E, counts); });
-    pf_emu::launch(dim3(1), dim3(1024), 0, LATE, [&] { pf_moe_offsets(counts, E, bm, offsets, tiles, ntiles); });
-    pf_emu::launch(dim3(E), dim3(256), 0, LATE, [&] { pf_moe_place(dids, S, k, offsets, slot_token, slot_of); });
+    const pf::MoeParams mp{dids, counts, offsets, tiles, ntiles, slot_token, slot_of, Dy, dw, out, S, E, k, bm, d};
+    pf_emu::launch(dim3((S + 255) / 256), dim3(256), 0, LATE, [&] { pf_moe_count(mp); });
+    pf_emu::launch(dim3(1), dim3(1024), 0, LATE, [&] { pf_moe_offsets(mp); });
+    pf_emu::launch(dim3(E), dim3(256), 0, LATE, [&] { pf_moe_place(mp); });
     auto grouped = [&](int fmt, const uint8_t* w, long long rb, long long eb, const __half* x, long long ldx, const int* xr,
                        float* y, int n, int kdim) {
         const pf::GemmParams p = grouped_params(w, rb, eb, x, ldx, xr, y, n, kdim, tiles, ntiles);
@@ -371,9 +376,9 @@ static void moe_checks() {
     };
     grouped(fmt_gu, dwg, rbg, nff * rbg, x16, d, slot_token, G, nff, d);
     grouped(fmt_gu, dwu, rbg, nff * rbg, x16, d, slot_token, U, nff, d);
-    pf_emu::launch(dim3(4), dim3(256), 0, LATE, [&] { pf_swiglu_f16(G, U, H, (long long)S * nff); });
+    pf_emu::launch(dim3(4), dim3(256), 0, LATE, [&] { pf_swiglu_f16(pf::SwigluParams{G, U, H, nullptr, (long long)S * nff}); });
     grouped(fmt_d, dwd, rbd, d * rbd, H, nff, nullptr, Dy, d, nff);
-    pf_emu::launch(dim3(T), dim3(256), 0, LATE, [&] { pf_moe_combine(Dy, slot_of, dw, out, k, d); });
+    pf_emu::launch(dim3(T), dim3(256), 0, LATE, [&] { pf_moe_combine(mp); });
 
     bool group_ok = offsets[0] == 0 && offsets[E] == S;
     std::vector<int> seen(S, 0);

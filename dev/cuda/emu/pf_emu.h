@@ -435,3 +435,13 @@ inline int __shfl_up_sync(unsigned, int v, int d) {
     const int l = ::pf_emu::g.cur->lane;
     return static_cast<int>(::pf_emu::exchange(static_cast<uint32_t>(v), l >= d ? l - d : l));
 }
+inline double __shfl_up_sync(unsigned, double v, int d) {
+    const int l = ::pf_emu::g.cur->lane, src = l >= d ? l - d : l;
+    uint64_t u;
+    memcpy(&u, &v, 8);
+    const uint64_t lo = ::pf_emu::exchange(static_cast<uint32_t>(u), src);
+    const uint64_t hi = ::pf_emu::exchange(static_cast<uint32_t>(u >> 32), src);
+    u = lo | (hi << 32);
+    memcpy(&v, &u, 8);
+    return v;
+}
