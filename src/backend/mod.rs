@@ -429,13 +429,13 @@ pub fn create(name: &str) -> Result<Arc<dyn Backend>> {
 
 /// `create` with options. A backend without a faster tier runs `Exact` whatever is asked;
 /// `Backend::precision` says what it runs.
-pub fn create_with(name: &str, _opts: &BackendOptions) -> Result<Arc<dyn Backend>> {
+pub fn create_with(name: &str, opts: &BackendOptions) -> Result<Arc<dyn Backend>> {
     match name {
         "auto" => {
             // Every candidate fails quietly (no driver, no adapter): the next one is tried.
             #[cfg(feature = "cuda")]
-            if let Ok(b) = cuda::CudaBackend::new() {
-                return Ok(Arc::new(b));
+            if let Ok(b) = cuda::create(opts) {
+                return Ok(b);
             }
             #[cfg(feature = "wgpu")]
             if let Ok(b) = wgpu::WgpuBackend::new() {
@@ -449,7 +449,7 @@ pub fn create_with(name: &str, _opts: &BackendOptions) -> Result<Arc<dyn Backend
         #[cfg(feature = "wgpu")]
         "wgpu" => wgpu::create(),
         #[cfg(feature = "cuda")]
-        "cuda" => cuda::create(),
+        "cuda" => cuda::create(opts),
         other => Err(Error::UnknownBackend(other.to_string(), available().join(", "))),
     }
 }
