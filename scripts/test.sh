@@ -26,6 +26,19 @@ if [ "$status" -eq 0 ] && [ "$(uname -m)" = "x86_64" ]; then
     RILL_NO_AVX2=1 cargo test --release --test quant_roundtrip --test quant_vectors --test cpu_ops \
         --test delta_rule --test e2e_fixtures "$@" 2>&1 | tee -a "$log" || status=$?
 fi
+# The wgpu kernels come in variants chosen from the adapter's features (subgroup reductions,
+# cooperative matrices): run the device tests again on the plain path (what browsers get) and the
+# fast-precision tests with the cooperative-matrix kernel emulated (lavapipe has no tensor cores).
+if [ "$status" -eq 0 ]; then
+    wgpu_tests=()
+    for f in tests/wgpu_*.rs; do
+        wgpu_tests+=(--test "$(basename "$f" .rs)")
+    done
+    RILL_WGPU_PLAIN=1 cargo test --release "${wgpu_tests[@]}" --test e2e_fixtures "$@" 2>&1 | tee -a "$log" || status=$?
+fi
+if [ "$status" -eq 0 ]; then
+    RILL_WGPU_COOP_EMULATE=1 cargo test --release --test wgpu_fast "$@" 2>&1 | tee -a "$log" || status=$?
+fi
 # One closing line for the whole run: the sum over every test binary.
 passed=$(grep -Eo '^test result: .* ([0-9]+) passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '; ([0-9]+) failed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')

@@ -346,3 +346,60 @@ fn shape_dtype_and_alias_errors() {
     let t32 = up(g.as_ref(), &rng.normals(8, 1.0), &[4, 2]);
     assert!(g.embed(&t32, &ids, &t32).is_err(), "out aliases table");
 }
+
+/// `matmul_swiglu` (one dispatch for a token on wgpu) against the CPU's gate and up matmuls and
+/// swiglu. Bound: with |Δg|, |Δu| <= 1e-5 sum |w x| (check_matmul's bound) and silu' <= 1.1,
+/// |Δ(silu(g) u)| <= 1.1 |Δg| |u| + |silu(g)| |Δu|.
+#[test]
+fn matmul_swiglu_matches_cpu() {
+    let (g, c) = (wgpu(), cpu());
+    let (g, c) = (g.as_ref(), c.as_ref());
+    let mut rng = Rng::new(29);
+    let silu = |v: f32| v / (1.0 + (-v).exp());
+    for ty in [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::Q8_0,
+        GgmlType::Q4K,
+        GgmlType::Q6K,
+        GgmlType::Q4_0,
+    ] {
+        let (n_ff, n_in) = (301usize, 512usize);
+        let gb = weight_bytes(ty, n_ff, n_in, &mut rng);
+        let ub = weight_bytes(ty, n_ff, n_in, &mut rng);
+        let (wg, wu) = (dequant(ty, &gb, n_ff * n_in), dequant(ty, &ub, n_ff * n_in));
+        let (ggw, guw) = (upload(g, ty, &[n_ff, n_in], &gb), upload(g, ty, &[n_ff, n_in], &ub));
+        let (cgw, cuw) = (upload(c, ty, &[n_ff, n_in], &gb), upload(c, ty, &[n_ff, n_in], &ub));
+        for t in [1usize, 3] {
+            let x = rng.normals(t * n_in, 1.0);
+            let run = |be: &dyn Backend, gw: &Tensor, uw: &Tensor| {
+                let f = |shape: &[usize]| be.alloc(DType::F32, shape).unwrap();
+                let (gt, ut, out) = (f(&[t, n_ff]), f(&[t, n_ff]), f(&[t, n_ff]));
+                let xt = up(be, &x, &[t, n_in]);
+                be.matmul_swiglu(gw, uw, &xt, &gt, &ut, &out)
+                    .unwrap_or_else(|e| panic!("{} matmul_swiglu {ty}: {e}", be.name()));
+                be.read_f32(&out).unwrap()
+            };
+            let (got, want) = (run(g, &ggw, &guw), run(c, &cgw, &cuw));
+            for tt in 0..t {
+                for o in 0..n_ff {
+                    let xr = &x[tt * n_in..(tt + 1) * n_in];
+                    let dot = |w: &[f32]| -> (f32, f32) {
+                        let row = &w[o * n_in..(o + 1) * n_in];
+                        (
+                            row.iter().zip(xr).map(|(a, b)| a * b).sum(),
+                            row.iter().zip(xr).map(|(a, b)| (a * b).abs()).sum(),
+                        )
+                    };
+                    let ((gv, gm), (uv, um)) = (dot(&wg), dot(&wu));
+                    let tol = 1.1 * 1e-5 * gm * uv.abs() + silu(gv).abs() * 1e-5 * um + 1e-5 * 1e-5 * gm * um + 1e-30;
+                    let (a, b) = (got[tt * n_ff + o], want[tt * n_ff + o]);
+                    assert!(
+                        (a - b).abs() <= tol,
+                        "matmul_swiglu {ty} t={tt}/{t} o={o}: {a} vs {b} (tol {tol})"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -54,6 +54,22 @@ impl Pair {
 
 const TS: [usize; 4] = [1, 3, 64, 65];
 
+/// Gated DeltaNet geometries: the real one (heads of 128) and an odd one.
+const GDN_DIMS: [GdnDims; 2] = [
+    GdnDims {
+        hk: 2,
+        hv: 4,
+        dk: 128,
+        dv: 128,
+    },
+    GdnDims {
+        hk: 3,
+        hv: 3,
+        dk: 5,
+        dv: 7,
+    },
+];
+
 #[test]
 fn swiglu_and_sigmoid_ops() {
     let p = Pair::new();
@@ -242,19 +258,7 @@ fn rms_norm_matches() {
 fn l2_norm_qk_matches() {
     let p = Pair::new();
     let mut rng = Rng::new(16);
-    let real = GdnDims {
-        hk: 2,
-        hv: 4,
-        dk: 128,
-        dv: 128,
-    };
-    let odd = GdnDims {
-        hk: 3,
-        hv: 3,
-        dk: 5,
-        dv: 7,
-    };
-    for dims in [real, odd] {
+    for dims in GDN_DIMS {
         for t in TS {
             let cd = dims.conv_dim();
             let data = rng.normals(t * cd, 1.5);
@@ -528,4 +532,205 @@ fn errors_are_reported() {
     let out = f(&[2]);
     g.swiglu(&ok, &ok, &out).expect("swiglu after errors");
     g.sync().expect("sync");
+}
+
+// ---- fused ops (one dispatch each on wgpu; the CPU backend composes the plain ops) ----
+
+#[test]
+fn add_rms_norm_matches() {
+    let p = Pair::new();
+    let mut rng = Rng::new(20);
+    for t in TS {
+        for (width, d) in [(7usize, 7usize), (2048, 2048), (5 * 256, 256)] {
+            let acc = p.up(&rng.normals(t * width, 2.0), &[t, width]);
+            let x = p.up(&rng.normals(t * width, 1.0), &[t, width]);
+            let w = p.up(&rng.normals(d, 1.0), &[d]);
+            let out = p.zeros(&[t, width]);
+            p.g.add_rms_norm(&acc.0, &x.0, &w.0, 1e-6, &out.0)
+                .expect("wgpu add_rms_norm");
+            p.c.add_rms_norm(&acc.1, &x.1, &w.1, 1e-6, &out.1)
+                .expect("cpu add_rms_norm");
+            // The residual add is one f32 addition on both sides: identical.
+            p.check(&format!("add_rms_norm acc t={t} width={width}"), &acc, 0.0, 0.0);
+            p.check(&format!("add_rms_norm out t={t} width={width} d={d}"), &out, 1e-6, 1e-5);
+        }
+    }
+    let f = |shape: &[usize]| p.g.alloc(DType::F32, shape).expect("alloc");
+    let (a, w) = (f(&[2, 4]), f(&[4]));
+    assert!(
+        p.g.add_rms_norm(&a, &a, &w, 1e-6, &f(&[2, 4])).is_err(),
+        "x aliases acc"
+    );
+    assert!(
+        p.g.add_rms_norm(&a, &f(&[2, 4]), &w, 1e-6, &a).is_err(),
+        "out aliases acc"
+    );
+    assert!(
+        p.g.add_rms_norm(&a, &f(&[2, 4]), &f(&[3]), 1e-6, &f(&[2, 4])).is_err(),
+        "w size"
+    );
+}
+
+#[test]
+fn conv1d_silu_l2qk_matches() {
+    let p = Pair::new();
+    let mut rng = Rng::new(21);
+    for dims in GDN_DIMS {
+        let c = dims.conv_dim();
+        for k in [4usize, 2] {
+            let w = p.up(&rng.normals(c * k, 0.5), &[c, k]);
+            for t in TS {
+                let state = p.up(&rng.normals((k - 1) * c, 1.0), &[k - 1, c]);
+                let x = p.up(&rng.normals(t * c, 1.0), &[t, c]);
+                let out = p.zeros(&[t, c]);
+                p.g.conv1d_silu_l2qk(&x.0, &w.0, &state.0, &out.0, dims, 1e-6)
+                    .expect("wgpu conv1d_silu_l2qk");
+                p.c.conv1d_silu_l2qk(&x.1, &w.1, &state.1, &out.1, dims, 1e-6)
+                    .expect("cpu conv1d_silu_l2qk");
+                // The conv's tolerance plus the L2 norm's (conv1d_matches, l2_norm_qk_matches).
+                p.check(&format!("conv1d_silu_l2qk out t={t} k={k} {dims:?}"), &out, 2e-6, 3e-5);
+                p.check(
+                    &format!("conv1d_silu_l2qk state t={t} k={k} {dims:?}"),
+                    &state,
+                    0.0,
+                    0.0,
+                );
+            }
+        }
+    }
+    let big = GdnDims {
+        hk: 1,
+        hv: 1,
+        dk: 256,
+        dv: 4,
+    };
+    let f = |shape: &[usize]| p.g.alloc(DType::F32, shape).expect("alloc");
+    let c = big.conv_dim();
+    assert!(
+        p.g.conv1d_silu_l2qk(&f(&[1, c]), &f(&[c, 4]), &f(&[3, c]), &f(&[1, c]), big, 1e-6)
+            .is_err(),
+        "dk over the fused kernel's bound"
+    );
+}
+
+#[test]
+fn kv_store_matches() {
+    let p = Pair::new();
+    let mut rng = Rng::new(22);
+    let (ctx, w) = (70usize, 96usize);
+    for (t, pos0) in [(1usize, 0usize), (1, 69), (3, 5), (65, 2)] {
+        let kc = p.up(&rng.normals(ctx * w, 1.0), &[ctx, w]);
+        let vc = p.up(&rng.normals(ctx * w, 1.0), &[ctx, w]);
+        let k = p.up(&rng.normals(t * w, 1.0), &[t, w]);
+        let v = p.up(&rng.normals(t * w, 1.0), &[t, w]);
+        let (pg, pc) = (
+            p.g.upload_u32(&[pos0 as u32], &[1]).expect("pos"),
+            p.c.upload_u32(&[pos0 as u32], &[1]).expect("pos"),
+        );
+        p.g.kv_store(&k.0, &v.0, &kc.0, &vc.0, Pos { host: pos0, dev: &pg })
+            .expect("wgpu kv_store");
+        p.c.kv_store(&k.1, &v.1, &kc.1, &vc.1, Pos { host: pos0, dev: &pc })
+            .expect("cpu kv_store");
+        p.check(&format!("k cache t={t} pos={pos0}"), &kc, 0.0, 0.0);
+        p.check(&format!("v cache t={t} pos={pos0}"), &vc, 0.0, 0.0);
+    }
+    let f = |shape: &[usize]| p.g.alloc(DType::F32, shape).expect("alloc");
+    let p0 = p.g.upload_u32(&[69], &[1]).expect("pos");
+    let at = Pos { host: 69, dev: &p0 };
+    assert!(
+        p.g.kv_store(&f(&[2, w]), &f(&[2, w]), &f(&[ctx, w]), &f(&[ctx, w]), at)
+            .is_err(),
+        "past the cache"
+    );
+    let kc = f(&[ctx, w]);
+    let p1 = p.g.upload_u32(&[0], &[1]).expect("pos");
+    let at0 = Pos { host: 0, dev: &p1 };
+    assert!(
+        p.g.kv_store(&f(&[1, w]), &f(&[1, w]), &kc, &kc, at0).is_err(),
+        "caches alias"
+    );
+}
+
+/// A decode-like step recorded once (`step_begin` -> Record) and replayed at later positions
+/// with new token ids: every replay equals the CPU running the ops at that position. The step
+/// reads its inputs only through the token id and position tensors, like the executor's.
+#[test]
+fn recorded_step_replays_at_new_positions() {
+    use rill::backend::StepMode;
+    let p = Pair::new();
+    let mut rng = Rng::new(23);
+    let (vocab, nh, d, ctx) = (11usize, 2usize, 64usize, 8usize);
+    let dims = AttnDims {
+        n_head: nh,
+        n_head_kv: 1,
+        head_dim: d,
+    };
+    let table = p.up(&rng.normals(vocab * nh * d, 1.0), &[vocab, nh * d]);
+    let norm_w = p.up(&rng.normals(d, 1.0), &[d]);
+    let kv_w = p.up(&rng.normals(d * nh * d, 0.1), &[d, nh * d]);
+    let ids = (
+        p.g.alloc(DType::U32, &[1]).expect("ids"),
+        p.c.alloc(DType::U32, &[1]).expect("ids"),
+    );
+    let pos = (
+        p.g.alloc(DType::U32, &[1]).expect("pos"),
+        p.c.alloc(DType::U32, &[1]).expect("pos"),
+    );
+    let kc = p.zeros(&[ctx, d]);
+    let vc = p.zeros(&[ctx, d]);
+    let x = p.zeros(&[1, nh * d]);
+    let xn = p.zeros(&[1, nh * d]);
+    let kv = p.zeros(&[1, d]);
+    let att = p.zeros(&[1, nh * d]);
+    let ops = |be: &dyn Backend, i: usize, at: Pos| {
+        let pick = |t: &(Tensor, Tensor)| if i == 0 { t.0.clone() } else { t.1.clone() };
+        let (ids, table, x, xn, nw, kvw, kv, kc, vc, att) = (
+            pick(&ids),
+            pick(&table),
+            pick(&x),
+            pick(&xn),
+            pick(&norm_w),
+            pick(&kv_w),
+            pick(&kv),
+            pick(&kc),
+            pick(&vc),
+            pick(&att),
+        );
+        be.embed(&table, &ids, &x).expect("embed");
+        be.rms_norm(&x, &nw, 1e-6, &xn).expect("norm");
+        be.rope_neox(&xn, d, d / 2, 1e4, at).expect("rope");
+        be.matmul(&kvw, &xn, &kv).expect("kv proj");
+        be.kv_store(&kv, &kv, &kc, &vc, at).expect("kv_store");
+        be.attention(&xn, &kc, &vc, at, dims, 0.125, &att).expect("attention");
+    };
+    let key = 0x5eed;
+    for step in 0..ctx {
+        let token = (step * 7 + 3) as u32 % vocab as u32;
+        for (i, be) in [p.g.as_ref(), p.c.as_ref()].into_iter().enumerate() {
+            let (idt, post) = if i == 0 { (&ids.0, &pos.0) } else { (&ids.1, &pos.1) };
+            be.write_u32(idt, &[token]).expect("ids");
+            be.write_u32(post, &[step as u32]).expect("pos");
+            let at = Pos { host: step, dev: post };
+            let mode = be.step_begin(key).expect("step_begin");
+            if i == 0 {
+                let want = if step == 0 {
+                    StepMode::Record
+                } else {
+                    StepMode::Replayed
+                };
+                assert_eq!(mode, want, "wgpu step {step}");
+            }
+            if mode != StepMode::Replayed {
+                ops(be, i, at);
+            }
+            be.step_end(key, true).expect("step_end");
+        }
+        p.check(&format!("replayed attention at step {step}"), &att, 5e-6, 1e-4);
+        p.check(&format!("replayed k cache at step {step}"), &kc, 1e-6, 1e-5);
+    }
+    // A step that failed is not kept: the next call records again.
+    p.g.step_begin(key + 1).expect("step_begin");
+    p.g.step_end(key + 1, false).expect("step_end");
+    assert_eq!(p.g.step_begin(key + 1).expect("step_begin"), StepMode::Record);
+    p.g.step_end(key + 1, false).expect("step_end");
 }
