@@ -12,3 +12,8 @@ fn mv_unit(rb: u32, u: u32, xb: u32) -> f32 {
     }
     return acc;
 }
+
+// Unit u of the 4 rows at byte offsets rb.
+fn mv_unit4(rb: vec4<u32>, u: u32, xb: u32) -> vec4<f32> {
+    return vec4<f32>(mv_unit(rb.x, u, xb), mv_unit(rb.y, u, xb), mv_unit(rb.z, u, xb), mv_unit(rb.w, u, xb));
+}

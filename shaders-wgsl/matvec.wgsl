@@ -1,6 +1,6 @@
 // out[t][row0 + r] = dot(W[r], x[t]) (lib_mv_io.wgsl), decode's kernel: every weight byte is read once. A workgroup owns MV_ROWS consecutive rows and
 // one token (grid z); its invocations stride over the row's units (MV_UNIT elements decoded from
-// whole words by the format's `mv_unit`), each accumulating all MV_ROWS rows (one vec4 component
+// whole words by the format's `mv_unit4`, which loads the unit's x once for the 4 rows), each accumulating all MV_ROWS rows (one vec4 component
 // per row), so consecutive invocations read consecutive bytes of each row. One workgroup sum
 // (subgroup or workgroup-memory variant) gives the MV_ROWS results.
 
@@ -20,9 +20,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     let b1 = min(r0 + 1u, last) * P.row_bytes;
     let b2 = min(r0 + 2u, last) * P.row_bytes;
     let b3 = min(r0 + 3u, last) * P.row_bytes;
+    let rb = vec4<u32>(b0, b1, b2, b3);
     var acc = vec4<f32>(0.0);
     for (var u = li; u < P.units; u += MV_WG) {
-        acc += vec4<f32>(mv_unit(b0, u, xb), mv_unit(b1, u, xb), mv_unit(b2, u, xb), mv_unit(b3, u, xb));
+        acc += mv_unit4(rb, u, xb);
     }
     let s = wg_sum4(acc, li, MV_WG, lanes);
     if (li < MV_ROWS && r0 + li < P.rows) {

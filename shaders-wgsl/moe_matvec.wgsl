@@ -48,8 +48,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     let xb = (s / P.in_div) * (P.n_in / 4u);
     var acc = vec4<f32>(0.0);
     if (ok) {
+        let rb = vec4<u32>(b0, b1, b2, b3);
         for (var u = li; u < P.units; u += MV_WG) {
-            acc += vec4<f32>(mv_unit(b0, u, xb), mv_unit(b1, u, xb), mv_unit(b2, u, xb), mv_unit(b3, u, xb));
+            acc += mv_unit4(rb, u, xb);
         }
     }
     let y = wg_sum4(acc, li, MV_WG, lanes);

@@ -3,10 +3,11 @@
 // of qh bytes for the same l = 16(p & 1) + [0, 16).
 const MV_UNIT: u32 = 32u;
 
-fn mv_unit(rb: u32, u: u32, xb: u32) -> f32 {
+// Unit u of the 4 rows at byte offsets rb; xb = the vec4 index of x[0].
+fn mv_unit4(rb: vec4<u32>, u: u32, xb: u32) -> vec4<f32> {
     let b = u >> 3u;
     let p = u & 7u;
-    let q0 = (rb >> 4u) + 11u * b;
+    let q0 = (rb >> vec4<u32>(4u)) + vec4<u32>(11u * b);
     let x0 = xb + 64u * b + 16u * (p >> 1u) + 4u * (p & 1u);
-    return kq_mv(wq(q0), p, wq(q0 + 3u + p), wq(q0 + 1u + (p & 1u)), true, x0);
+    return kq_mv4(q0, p, 3u + p, 1u + (p & 1u), true, x0);
 }

@@ -154,7 +154,8 @@ pub fn run(a: BenchArgs) -> Result<()> {
             .collect();
         let v = serde_json::json!({
             "model": a.model.display().to_string(), "model_desc": model_desc, "size_bytes": size,
-            "params": params, "type_mix": mix_s, "backend": be.name(), "device": be.device_name(),
+            "params": params, "type_mix": mix_s, "backend": be.name(), "precision": be.precision().name(),
+            "device": be.device_name(),
             "driver": be.driver_info(), "commit": COMMIT, "reps": a.reps, "tests": tests,
         });
         writeln!(
@@ -169,8 +170,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
     writeln!(o, "types:   {}", mix_s.join(", "))?;
     writeln!(
         o,
-        "backend: {} | device: {} | driver: {}",
+        "backend: {} ({} precision) | device: {} | driver: {}",
         be.name(),
+        be.precision().name(),
         be.device_name(),
         be.driver_info()
     )?;

@@ -24,12 +24,22 @@ pub fn load(path: &Path, backend_name: &str) -> Result<Loaded> {
     // Parse the file before starting a (possibly slow) device, so bad files fail fast.
     let file = GgufFile::open(path)?;
     let tokenizer = Tokenizer::from_gguf(&file)?;
-    let be = backend::create(backend_name)?;
+    let be = backend::create_with(backend_name, &options()?)?;
     let total: u64 = file.tensors.iter().map(|t| t.n_bytes).sum();
     let bar = progress_bar(total, "loading");
     let model = Model::load(&file, Arc::clone(&be), &mut |n| bar.inc(n))?;
     bar.finish_and_clear();
     Ok(Loaded { model, tokenizer })
+}
+
+/// Backend options from the environment: `RILL_PRECISION=fast` selects a backend's faster tier
+/// (wgpu: f16 cooperative-matrix prefill where the GPU has it), `exact` (default) the strict one.
+pub fn options() -> Result<backend::BackendOptions> {
+    let precision = match std::env::var("RILL_PRECISION") {
+        Ok(v) => v.parse()?,
+        Err(_) => backend::Precision::default(),
+    };
+    Ok(backend::BackendOptions { precision })
 }
 
 /// A byte-count progress bar on stderr, hidden when stderr is not a terminal.

@@ -22,10 +22,9 @@ macro_rules! wgsl {
 
 /// Invocations per workgroup of the matrix-vector kernels (`matvec`, `matvec_swiglu`, `moe_matvec`).
 pub(crate) const MV_WG: u32 = 128;
-/// Output rows per workgroup of `matvec` (its accumulator is a vec4: one component per row).
+/// Output rows per workgroup of the matrix-vector kernels (their accumulators are vec4s: one
+/// component per row; the format's `mv_unit4` decodes a unit of 4 rows against one load of x).
 pub(crate) const MV_ROWS: u32 = 4;
-/// Output rows per workgroup of `matvec_swiglu` (gate and up rows share the vec4 accumulator).
-pub(crate) const MV_SWIGLU_ROWS: u32 = 2;
 /// The generic matmul for shapes the fast kernels do not take (rows not a multiple of 8):
 /// invocations per row and per row group, and tokens per workgroup.
 pub(crate) const MM_WG: u32 = 128;
@@ -72,7 +71,6 @@ fn constants() -> String {
     let list: &[(&str, u32)] = &[
         ("MV_WG", MV_WG),
         ("MV_ROWS", MV_ROWS),
-        ("MV_SWIGLU_ROWS", MV_SWIGLU_ROWS),
         ("MM_WG", MM_WG),
         ("MM_ROWS_WG", MM_ROWS_WG),
         ("MM_TILE", MM_TILE),
@@ -281,8 +279,8 @@ fn format(ty: GgmlType) -> Option<Format> {
     use GgmlType::*;
     Some(match ty {
         F32 => fmt(wgsl!("dequant_f32"), true, &[wgsl!("mv_f32")], false),
-        F16 => fmt(wgsl!("dequant_f16"), true, &[wgsl!("mv_f16")], false),
-        Bf16 => fmt(wgsl!("dequant_bf16"), true, &[wgsl!("mv_bf16")], false),
+        F16 => fmt(wgsl!("dequant_f16"), true, &[wgsl!("mv_half")], false),
+        Bf16 => fmt(wgsl!("dequant_bf16"), true, &[wgsl!("mv_half")], false),
         Q4_0 => fmt(wgsl!("dequant_q4_0"), false, &[], false),
         Q4_1 => fmt(wgsl!("dequant_q4_1"), false, &[], false),
         Q5_0 => fmt(wgsl!("dequant_q5_0"), false, &[], false),

@@ -10,9 +10,7 @@
 use super::{pieces, row_bytes, u32_of, weight_type};
 use crate::backend::wgpu::caps::Coop;
 use crate::backend::wgpu::encoder::Encoder;
-use crate::backend::wgpu::kernels::{
-    self, Kernel, MM_ROWS_WG, MM_TILE, MV_ROWS, MV_SWIGLU_ROWS, TILE_K, TILE_M, TILE_N,
-};
+use crate::backend::wgpu::kernels::{self, Kernel, MM_ROWS_WG, MM_TILE, MV_ROWS, TILE_K, TILE_M, TILE_N};
 use crate::backend::wgpu::{gpu_err, WgpuBackend};
 use crate::backend::{check, Tensor};
 use crate::error::Result;
@@ -102,11 +100,6 @@ pub(crate) fn matmul(be: &WgpuBackend, w: &Tensor, x: &Tensor, out: &Tensor) -> 
 
 /// One token through `kernel` (`Matvec`, or `MatvecSwiglu` with `ws` = [gate, up]), piece by piece.
 fn matvec(enc: &mut Encoder<'_>, kernel: Kernel, m: &Mm, ws: &[&Tensor], x: &Tensor, out: &Tensor) -> Result<()> {
-    let rows_per_wg = if kernel == Kernel::MatvecSwiglu {
-        MV_SWIGLU_ROWS
-    } else {
-        MV_ROWS
-    };
     let units = (m.n_in / kernels::mv_unit(m.ty)) as u32;
     let caps = enc.be.caps;
     for p in pieces(&caps, "matmul", ws[0], m.n_out, m.rb)? {
@@ -118,7 +111,7 @@ fn matvec(enc: &mut Encoder<'_>, kernel: Kernel, m: &Mm, ws: &[&Tensor], x: &Ten
             p.row0 as u32,
             units,
         ];
-        let [gx, gy] = enc.grid((p.rows as u32).div_ceil(rows_per_wg));
+        let [gx, gy] = enc.grid((p.rows as u32).div_ceil(MV_ROWS));
         let wg = [gx, gy, 1];
         match ws {
             // matvec_swiglu.wgsl: gate at binding 1, up at binding 4 (after matvec's bindings).
