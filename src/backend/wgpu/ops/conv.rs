@@ -31,6 +31,11 @@ pub(crate) fn conv1d_causal_silu(be: &WgpuBackend, x: &Tensor, w: &Tensor, state
     )
 }
 
+/// Batches up to this many tokens run the fused kernel; longer ones the two separate kernels
+/// (the fused one reduces once per token inside a workgroup per head: fine for decode, a long
+/// serial loop for a prompt).
+const FUSED_MAX_T: usize = 8;
+
 /// `conv1d_causal_silu` then `l2_norm_qk` in one dispatch: a workgroup per q/k head (dk channels)
 /// and per CONV_NORM_WG channels of v.
 pub(crate) fn conv1d_silu_l2qk(
@@ -45,6 +50,10 @@ pub(crate) fn conv1d_silu_l2qk(
     let op = "conv1d_silu_l2qk";
     let check::ConvDims { t, c, k } = conv_check(op, x, w, state, out)?;
     check::l2_norm_qk(out, dims)?;
+    if t > FUSED_MAX_T {
+        conv1d_causal_silu(be, x, w, state, out)?;
+        return super::l2_norm_qk(be, out, dims, eps);
+    }
     if dims.dk > CONV_NORM_WG as usize {
         return Err(gpu_err(format!("{op}: dk {} exceeds {CONV_NORM_WG}", dims.dk)));
     }
