@@ -9,6 +9,9 @@
 #                                     # fast precision), and RILL_PROFILE=1 runs; ~6-9 min
 #   bash scripts/gpu-wgpu.sh bench-9b / bench-35b   # the same, split (two shorter calls)
 #   bash scripts/gpu-wgpu.sh all      # everything (may exceed a 10-minute command limit)
+#   bash scripts/gpu-wgpu.sh smoke    # 1 minute: two test binaries and a tiny synth model's bench
+# RILL_GPU_SETUP=0 skips the loader setup below (a dry run on a machine with its own Vulkan driver,
+# e.g. RILL_GPU_SETUP=0 RILL_WGPU_ADAPTER=llvmpipe on lavapipe).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 phase=${1:-all}
@@ -20,9 +23,11 @@ summary="$out/summary.txt"
 note() { echo "$*" | tee -a "$summary"; }
 
 # Vulkan loader (TOOLCHAIN.md): the machine has the NVIDIA ICD but no loader.
-for f in .gl/*.deb; do dpkg -x "$f" / ; done
-ldconfig
-export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+if [ "${RILL_GPU_SETUP:-1}" = 1 ]; then
+    for f in .gl/*.deb; do dpkg -x "$f" / ; done
+    ldconfig
+    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
 export RILL_WGPU_ADAPTER=${RILL_WGPU_ADAPTER:-h200}
 export XDG_RUNTIME_DIR=/tmp
 
@@ -67,8 +72,9 @@ tests() {
 
 bench_model() {
     local shape=$1 quant=$2
+    shift 2 # further arguments go to rill synth
     local model=/tmp/$shape-$quant.gguf
-    "$bin/rill" synth --shape "$shape" --quant "$quant" -o "$model" >"$out/synth-$shape-$quant.log" 2>&1 \
+    "$bin/rill" synth --shape "$shape" --quant "$quant" -o "$model" "$@" >"$out/synth-$shape-$quant.log" 2>&1 \
         || { note "synth $shape $quant failed: $(tail -1 "$out/synth-$shape-$quant.log")"; return; }
     local md="$out/bench-$shape-$quant.md"
     timeout 300 "$bin/rill" bench -m "$model" --backend wgpu -p 102,512 -n 128 -r 2 >"$md" 2>"$out/bench-$shape-$quant.log"
@@ -103,7 +109,16 @@ bench_35b() {
     bench_model qwen3.5-35b-a3b q4_k_m
 }
 
+smoke() {
+    note "== smoke"
+    for t in wgpu_smoke wgpu_ops; do
+        run_test "$t" subgroup
+    done
+    bench_model tiny-dense q8_0 --tokenizer-from tests/fixtures/tiny-dense.F16.gguf
+}
+
 case "$phase" in
+    smoke) smoke ;;
     tests) tests ;;
     bench)
         bench_9b
@@ -117,7 +132,7 @@ case "$phase" in
         bench_35b
         ;;
     *)
-        echo "usage: $0 tests|bench|bench-9b|bench-35b|all" >&2
+        echo "usage: $0 smoke|tests|bench|bench-9b|bench-35b|all" >&2
         exit 2
         ;;
 esac

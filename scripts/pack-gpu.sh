@@ -20,11 +20,11 @@ rm -rf .bin/wgpu
 mkdir -p "$stage"
 cp target/release/rill "$stage/rill"
 # The executables of the named test targets (cargo prints one JSON line per artifact).
-python3 - "$stage" "${tests[@]}" </tmp/pack-gpu.json <<'EOF'
+python3 - /tmp/pack-gpu.json "$stage" "${tests[@]}" <<'EOF'
 import json, shutil, sys
-stage, wanted = sys.argv[1], set(sys.argv[2:])
+log, stage, wanted = sys.argv[1], sys.argv[2], set(sys.argv[3:])
 found = set()
-for line in sys.stdin:
+for line in open(log):
     try:
         m = json.loads(line)
     except ValueError:

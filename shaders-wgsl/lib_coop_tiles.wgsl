@@ -3,8 +3,8 @@
 // workgroup memory, row-major so that cooperative-matrix loads read them with coopLoadT:
 //   ws16[r][k] (stride TILE_K): A = the weights, rows x k;
 //   xs16[k][t] (stride TILE_N): B = x transposed, k x tokens;
-//   cs[r][t] (stride CS): the f32 results, stored once at the end and written out row-major in
-//   the output's order (a stride of TILE_N + 1 keeps the transposing read free of bank conflicts).
+//   cs[r][t] (stride CS): the f32 results, stored once at the end and written out in the output's
+//   order (CS = TILE_N + 4: cooperative loads and stores need strides of whole 16 bytes).
 // Uses the kernel's P, X, out and the format's deq8.
 const CS: u32 = COOP_CS;
 

@@ -116,6 +116,7 @@ struct Recorded {
     bg: wgpu::BindGroup,
     params: [u32; (PARAM_BYTES / 4) as usize],
     wg: [u32; 3],
+    weight_bytes: u64,
 }
 
 struct Step {
@@ -154,14 +155,23 @@ struct Timestamps {
     period_ns: f64,
 }
 
+/// A kernel's profile: dispatches, GPU seconds, and the bytes of the weights its matrix-vector
+/// dispatches read (each weight byte once: the GB/s column).
+#[derive(Default, Clone, Copy)]
+struct Total {
+    n: u64,
+    secs: f64,
+    weight_bytes: u64,
+}
+
 #[derive(Default)]
 pub(crate) struct Profiler {
     on: bool,
     ts: Option<Timestamps>,
-    /// Pipe index of each dispatch since the pass's first timestamp.
-    pending: Vec<u32>,
-    /// (dispatches, seconds) per pipe index.
-    totals: Vec<(u64, f64)>,
+    /// Pipe index and weight bytes of each dispatch since the pass's first timestamp.
+    pending: Vec<(u32, u64)>,
+    /// Per pipe index.
+    totals: Vec<Total>,
 }
 
 /// Everything the recorder owns, behind the backend's one lock.
@@ -242,29 +252,39 @@ impl State {
     /// The per-kernel profile, longest first (empty when profiling is off).
     pub fn profile_report(&self) -> String {
         let p = &self.profile;
-        if !p.on || p.totals.iter().all(|t| t.0 == 0) {
+        if !p.on || p.totals.iter().all(|t| t.n == 0) {
             return String::new();
         }
-        let mut v: Vec<(&str, u64, f64)> = p
+        let mut v: Vec<(&str, Total)> = p
             .totals
             .iter()
             .enumerate()
-            .filter(|(_, t)| t.0 > 0)
-            .map(|(i, t)| (self.labels.get(i).map_or("?", |s| s.as_str()), t.0, t.1))
+            .filter(|(_, t)| t.n > 0)
+            .map(|(i, t)| (self.labels.get(i).map_or("?", |s| s.as_str()), *t))
             .collect();
-        v.sort_by(|a, b| b.2.total_cmp(&a.2));
-        let total: f64 = v.iter().map(|e| e.2).sum();
+        v.sort_by(|a, b| b.1.secs.total_cmp(&a.1.secs));
+        let total: f64 = v.iter().map(|e| e.1.secs).sum();
         let how = if p.ts.is_some() {
             "GPU timestamps between dispatches of one pass"
         } else {
             "wall clock of a submit-and-wait per dispatch: mostly submission overhead"
         };
         let mut s = format!("wgpu profile ({total:.4} s in dispatches; {how}):\n");
-        for (name, n, t) in v {
+        for (name, t) in v {
+            let gbs = if t.weight_bytes > 0 {
+                format!(
+                    " {:>7.0} GB/s of weights",
+                    t.weight_bytes as f64 / t.secs.max(1e-12) / 1e9
+                )
+            } else {
+                String::new()
+            };
             s.push_str(&format!(
-                "  {name:<36} {n:>8} dispatches {t:>9.4} s {:>5.1}% {:>9.1} us each\n",
-                100.0 * t / total.max(1e-12),
-                1e6 * t / n as f64
+                "  {name:<36} {:>8} dispatches {:>9.4} s {:>5.1}% {:>9.1} us each{gbs}\n",
+                t.n,
+                t.secs,
+                100.0 * t.secs / total.max(1e-12),
+                1e6 * t.secs / t.n as f64
             ));
         }
         s
@@ -432,7 +452,7 @@ impl<'a> Encoder<'a> {
             index: st.labels.len() as u32,
         });
         st.labels.push(label);
-        st.profile.totals.push((0, 0.0));
+        st.profile.totals.push(Total::default());
         st.pipes.insert((kernel, fmt), Arc::clone(&p));
         Ok(p)
     }
@@ -536,6 +556,12 @@ impl<'a> Encoder<'a> {
         };
         let mut p = [0u32; (PARAM_BYTES / 4) as usize];
         p[..params.len()].copy_from_slice(params);
+        // The profile's GB/s: a matrix-vector kernel reads each byte of its weight bindings once.
+        let weight_bytes = match kernel {
+            Kernel::Matvec => key.b[0][2],
+            Kernel::MatvecSwiglu => key.b[0][2] + key.b[3][2],
+            _ => 0,
+        };
         if let Some(Active { step, .. }) = self.st.steps.active.as_mut().and_then(Active::mine) {
             step.ids.extend(key.b[..binds.len()].iter().map(|b| b[0]));
             step.dispatches.push(Recorded {
@@ -543,13 +569,21 @@ impl<'a> Encoder<'a> {
                 bg: bg.clone(),
                 params: p,
                 wg: workgroups,
+                weight_bytes,
             });
         }
-        self.encode(&pipe, &bg, &p, workgroups)
+        self.encode(&pipe, &bg, &p, workgroups, weight_bytes)
     }
 
     /// Append one dispatch to the open pass (opening one if needed).
-    fn encode(&mut self, pipe: &Pipe, bg: &wgpu::BindGroup, params: &[u32], wg: [u32; 3]) -> Result<()> {
+    fn encode(
+        &mut self,
+        pipe: &Pipe,
+        bg: &wgpu::BindGroup,
+        params: &[u32],
+        wg: [u32; 3],
+        weight_bytes: u64,
+    ) -> Result<()> {
         let be = self.be;
         if self.st.params.len() as u64 >= self.st.param_stride * PARAM_SLOTS {
             self.flush();
@@ -582,7 +616,7 @@ impl<'a> Encoder<'a> {
         st.in_submit += 1;
         if st.profile.on {
             if let Some(ts) = st.profile.ts.as_ref() {
-                st.profile.pending.push(pipe.index);
+                st.profile.pending.push((pipe.index, weight_bytes));
                 pass.write_timestamp(&ts.set, st.profile.pending.len() as u32);
                 if st.profile.pending.len() as u32 + 1 >= MAX_QUERIES {
                     self.flush();
@@ -594,8 +628,9 @@ impl<'a> Encoder<'a> {
                     .poll(wgpu::PollType::wait_indefinitely())
                     .map_err(|e| gpu_err(format!("device poll: {e}")))?;
                 let t = &mut self.st.profile.totals[pipe.index as usize];
-                t.0 += 1;
-                t.1 += t0.elapsed().as_secs_f64();
+                t.n += 1;
+                t.secs += t0.elapsed().as_secs_f64();
+                t.weight_bytes += weight_bytes;
             }
         }
         if self.st.in_submit >= SUBMIT_EVERY {
@@ -646,7 +681,7 @@ impl<'a> Encoder<'a> {
         let r = step
             .dispatches
             .iter()
-            .try_for_each(|d| self.encode(&d.pipe, &d.bg, &d.params, d.wg));
+            .try_for_each(|d| self.encode(&d.pipe, &d.bg, &d.params, d.wg, d.weight_bytes));
         self.st.steps.done.insert(key, step);
         r.map(|()| true)
     }
@@ -702,11 +737,12 @@ fn collect_timestamps(be: &WgpuBackend, p: &mut Profiler, n: u32) {
             .chunks_exact(8)
             .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
             .collect();
-        for (i, &pipe) in p.pending.iter().enumerate() {
+        for (i, &(pipe, bytes)) in p.pending.iter().enumerate() {
             let dt = t[i + 1].saturating_sub(t[i]) as f64 * ts.period_ns * 1e-9;
             if let Some(tot) = p.totals.get_mut(pipe as usize) {
-                tot.0 += 1;
-                tot.1 += dt;
+                tot.n += 1;
+                tot.secs += dt;
+                tot.weight_bytes += bytes;
             }
         }
     }

@@ -37,9 +37,11 @@ pub(crate) const TILE_K: u32 = 32;
 /// Invocations of `matmul_tiled` (16 x 16, each a 4 x 4 block of outputs).
 pub(crate) const TILE_WG: u32 = 256;
 /// The cooperative-matrix kernel: same tile, 4 subgroups of 32 invocations; its f32 result tile
-/// has a row stride of TILE_N + 1 (bank-conflict-free transposed reads).
+/// has a row stride of TILE_N + 4: a cooperative load or store needs a stride of a whole number of
+/// 16 bytes (Vulkan's VUID-RuntimeSpirv-OpCooperativeMatrixLoadKHR-08986), and the padding cuts
+/// the bank conflicts of the transposing write-out to 4-way.
 pub(crate) const COOP_WG: u32 = 128;
-pub(crate) const COOP_CS: u32 = TILE_N + 1;
+pub(crate) const COOP_CS: u32 = TILE_N + 4;
 /// Workgroup memory of the coop kernel: f16 weight and x tiles, f32 result tile.
 pub(crate) const COOP_WORKGROUP_BYTES: u32 = 2 * (TILE_M * TILE_K + TILE_K * TILE_N) + 4 * TILE_M * COOP_CS;
 /// Invocations of the one-workgroup-per-row kernels (norms, embedding rows, argmax).
