@@ -120,8 +120,10 @@ impl Binder<'_> {
     /// A small tensor dequantized to f32 on the host. `ne` in ggml order.
     fn f32(&mut self, name: &str, ne: &[usize]) -> Result<Tensor> {
         let t = checked_info(self.file, name, ne)?;
-        let n = t.n_elements as usize;
-        let mut v = vec![0f32; n];
+        // The shape matched the config's, whose dimensions fit in memory individually; the
+        // product may not, so the buffer is allocated fallibly.
+        let n = usize::try_from(t.n_elements).map_err(|_| Error::tensor(name, "too many elements"))?;
+        let mut v = crate::alloc::vec_filled(n, 0f32, name)?;
         crate::quant::dequantize(t.ggml_type, self.file.tensor_data(t), &mut v)
             .map_err(|e| Error::tensor(name, e.to_string()))?;
         let shape: Vec<usize> = if ne.len() == 2 && ne[1] == 1 && t.ne.len() == 1 {
