@@ -1,141 +1,179 @@
 #!/usr/bin/env bash
-# The wgpu backend on the lent H200 (Vulkan), in one call per phase; built and packed beforehand
-# by scripts/pack-gpu.sh (no Rust on that machine). Logs go to $OUT (or ./out), a short summary
-# is printed last.
-#   bash scripts/gpu-wgpu.sh tests    # every wgpu test binary: subgroup path, plain path, Fast
-#                                     # (cooperative matrices); ~3-5 min
-#   bash scripts/gpu-wgpu.sh bench    # rill synth + rill bench: qwen3.5-9b q4_k_m and q8_0,
-#                                     # qwen3.5-35b-a3b q4_k_m (pp102, pp512, tg128; exact and
-#                                     # fast precision), and RILL_PROFILE=1 runs; ~6-9 min
-#   bash scripts/gpu-wgpu.sh bench-9b / bench-35b   # the same, split (two shorter calls)
-#   bash scripts/gpu-wgpu.sh all      # everything (may exceed a 10-minute command limit)
-#   bash scripts/gpu-wgpu.sh smoke    # 1 minute: two test binaries and a tiny synth model's bench
-# RILL_GPU_SETUP=0 skips the loader setup below (a dry run on a machine with its own Vulkan driver,
-# e.g. RILL_GPU_SETUP=0 RILL_WGPU_ADAPTER=llvmpipe on lavapipe).
-set -uo pipefail
+# The wgpu GPU job on the lent H200 (Vulkan), built here by scripts/pack-gpu-wgpu.sh and carried
+# in .gpu-wgpu/ (with the Vulkan loader packages in .gl/). Made to follow scripts/gpu-cuda.sh in
+# the same device call: it reuses the synthesized models that script left in $MODELS
+# (/tmp/rill-models/<shape>-<quant>.gguf; made here if missing) and keeps to its own time budget
+# (WGPU_BUDGET_S, default 290 s: every step gets a timeout within what is left, and steps that no
+# longer fit are skipped and say so).
+#   1. the device op suite and the end-to-end fixtures on wgpu (RILL_TEST_BACKENDS=wgpu): the
+#      subgroup path, then the plain path (RILL_WGPU_PLAIN=1, what browsers run) for the matrix
+#      kernels, and Fast precision (cooperative matrices where the driver lists them);
+#   2. `rill bench --backend wgpu`: 9B q4_k_m (pp102, pp512, tg128; exact, then Fast prefill),
+#      35B-A3B q4_k_m (tg128, pp512), 9B q8_0 (tg128, pp512);
+#   3. RILL_PROFILE=1 decode runs (per-kernel GPU time and GB/s) of 9B q4_k_m and 35B-A3B, a
+#      Fast prefill profile of 9B q4_k_m, and 9B q4_k_m on the plain kernels (RILL_WGPU_PLAIN=1);
+#   4. a summary, printed last.
+# Everything lands in ONE file, $OUT/wgpu.tar.gz (logs, bench JSON, profiles, summary.txt).
+#   bash scripts/gpu-cuda.sh; bash scripts/gpu-wgpu.sh
+# RILL_GPU_SETUP=0 skips the Vulkan loader setup (a dry run on a machine with its own driver,
+# e.g. RILL_GPU_SETUP=0 RILL_WGPU_ADAPTER=llvmpipe on lavapipe); SKIP_MODELS=1 leaves out 2-3.
+set -u
 cd "$(dirname "$0")/.."
-phase=${1:-all}
-out=${OUT:-$PWD/out}
-mkdir -p "$out"
-root=$PWD
-summary="$out/summary.txt"
+t0=$SECONDS
+BUDGET=${WGPU_BUDGET_S:-290}
+OUT=${OUT:-$PWD/out}
+MODELS=${MODELS:-/tmp/rill-models}
+mkdir -p "$OUT" "$MODELS"
+logs=$(mktemp -d /tmp/rill-wgpu-logs.XXXXXX)
+summary=$logs/summary.txt
 : >"$summary"
-note() { echo "$*" | tee -a "$summary"; }
+note() { echo "$*" | tee -a "$summary" >&2; }
+left() { echo $((BUDGET - (SECONDS - t0))); }
+# `step CAP LOG cmd...`: run cmd with a timeout of CAP seconds or what is left of the budget
+# (minus 15 s for packing), stdout and stderr to LOG; skipped when under 10 s are left.
+step() {
+    local cap=$1 log=$2
+    shift 2
+    local t
+    t=$(($(left) - 15))
+    [ "$t" -gt "$cap" ] && t=$cap
+    if [ "$t" -lt 10 ]; then
+        note "skipped (budget): $*"
+        echo "skipped (budget)" >"$log"
+        return 124
+    fi
+    timeout -k 5 "$t" "$@" >"$log" 2>&1
+}
+finish() {
+    note "wgpu job: $((SECONDS - t0)) s"
+    tar -C "$logs" -czf "$OUT/wgpu.tar.gz" .
+    echo "==== wgpu summary (all logs in $OUT/wgpu.tar.gz)"
+    cat "$summary"
+    rm -rf "$logs"
+}
+trap finish EXIT
 
-# Vulkan loader (TOOLCHAIN.md): the machine has the NVIDIA ICD but no loader.
+# ---- unpack and set up Vulkan ----------------------------------------------------------------
+if [ ! -f .gpu-wgpu/bundle.tar.xz ]; then
+    note "no .gpu-wgpu/bundle.tar.xz: run scripts/pack-gpu-wgpu.sh first (on the build machine)"
+    exit 1
+fi
+bin=/tmp/rill-wgpu-bin
+rm -rf "$bin" && mkdir -p "$bin"
+python3 -c "import sys, tarfile; tarfile.open('.gpu-wgpu/bundle.tar.xz').extractall(sys.argv[1])" "$bin"
+chmod +x "$bin"/*
+built=$(cat .gpu-wgpu/manifest_dir)
+if [ "$built" != "$PWD" ] && [ ! -e "$built" ]; then
+    mkdir -p "$(dirname "$built")" && ln -s "$PWD" "$built"
+fi
 if [ "${RILL_GPU_SETUP:-1}" = 1 ]; then
-    for f in .gl/*.deb; do dpkg -x "$f" / ; done
+    for f in .gl/*.deb; do dpkg -x "$f" /; done
     ldconfig
     export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 fi
 export RILL_WGPU_ADAPTER=${RILL_WGPU_ADAPTER:-h200}
-export XDG_RUNTIME_DIR=/tmp
+export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
+rill=$bin/rill
+note "wgpu job: commit $(cat .gpu-wgpu/commit), tree at $PWD (built in $built), budget ${BUDGET} s"
+step 30 "$logs/adapter.txt" "$rill" bench -m tests/fixtures/tiny-dense.F16.gguf --backend wgpu -p 8 -n 8 -r 1
+grep -E '^backend' "$logs/adapter.txt" | tee -a "$summary" >&2 || tail -3 "$logs/adapter.txt" | tee -a "$summary" >&2
 
-bin=/tmp/rill-gpu
-rm -rf "$bin"
-mkdir -p "$bin"
-xz -dc .bin/wgpu/bins.tar.xz | tar -C "$bin" -xf -
-# The test binaries read tests/fixtures from the directory they were built in: make that path
-# this checkout.
-manifest=$(cat "$bin/MANIFEST_DIR")
-if [ "$manifest" != "$root" ] && [ ! -e "$manifest/tests/fixtures" ]; then
-    mkdir -p "$(dirname "$manifest")"
-    ln -sfn "$root" "$manifest"
-fi
-note "commit $(cat "$bin/COMMIT"), $(nvidia-smi -L 2>/dev/null | head -1)"
-
-# One test binary in one environment; its result line goes to the summary.
+# ---- 1. tests ---------------------------------------------------------------------------------
+# `run_test CAP NAME TAG [VAR=value...]`: one test executable in one environment.
 run_test() {
-    local name=$1 tag=$2
-    shift 2
-    local log="$out/test-$name-$tag.log"
-    (cd "$root" && env "$@" timeout 600 "$bin/$name" --test-threads 4) >"$log" 2>&1
-    local rc=$?
-    note "$(printf '%-14s %-10s rc=%s %s' "$name" "$tag" "$rc" "$(grep -E '^test result' "$log" | tail -1)")"
-    grep -E '^test .*FAILED|panicked' "$log" | head -5 | tee -a "$summary"
+    local cap=$1 name=$2 tag=$3
+    shift 3
+    local log="$logs/test-$name-$tag.log"
+    step "$cap" "$log" env RILL_TEST_BACKENDS=wgpu "$@" "$bin/$name" --test-threads=4
+    local st=$?
+    note "$(printf 'test %-14s %-9s exit %3s: %s' "$name" "$tag" "$st" "$(grep -E '^test result:' "$log" | tail -1)")"
+    grep -E '^test .* FAILED$|panicked at' "$log" | head -8 | tee -a "$summary" >&2
 }
-
-tests() {
-    note "== tests (RILL_WGPU_ADAPTER=$RILL_WGPU_ADAPTER)"
-    "$bin/rill" bench -m tests/fixtures/tiny-dense.F16.gguf --backend wgpu -p 8 -n 8 -r 1 2>&1 \
-        | grep -E '^backend' | tee -a "$summary"
-    for t in wgpu_smoke wgpu_ops wgpu_linear wgpu_moe wgpu_delta wgpu_pieces e2e_fixtures; do
-        run_test "$t" subgroup
+for t in device_ops device_linear device_moe device_delta device_pieces e2e_fixtures; do
+    run_test 45 "$t" subgroup
+done
+run_test 45 device_fast fast
+plain_tests() {
+    for t in device_linear device_moe e2e_fixtures; do
+        run_test 30 "$t" plain RILL_WGPU_PLAIN=1
     done
-    for t in wgpu_ops wgpu_linear wgpu_moe wgpu_pieces e2e_fixtures; do
-        run_test "$t" plain RILL_WGPU_PLAIN=1
-    done
-    # Fast precision: the cooperative-matrix kernel on the H200 (its driver lists 16x16x16 f16).
-    run_test wgpu_fast coop
-    run_test wgpu_fast coop-emu RILL_WGPU_COOP_EMULATE=1
 }
+if [ -n "${SKIP_MODELS:-}" ]; then
+    plain_tests
+    exit 0
+fi
 
-bench_model() {
-    local shape=$1 quant=$2
-    shift 2 # further arguments go to rill synth
-    local model=/tmp/$shape-$quant.gguf
-    "$bin/rill" synth --shape "$shape" --quant "$quant" -o "$model" "$@" >"$out/synth-$shape-$quant.log" 2>&1 \
-        || { note "synth $shape $quant failed: $(tail -1 "$out/synth-$shape-$quant.log")"; return; }
-    local md="$out/bench-$shape-$quant.md"
-    timeout 300 "$bin/rill" bench -m "$model" --backend wgpu -p 102,512 -n 128 -r 2 >"$md" 2>"$out/bench-$shape-$quant.log"
-    note "-- $shape $quant (exact): rc=$?"
-    grep -E '^\| (pp|tg)' "$md" | tee -a "$summary"
-    local fast="$out/bench-$shape-$quant-fast.md"
-    RILL_PRECISION=fast timeout 200 "$bin/rill" bench -m "$model" --backend wgpu -p 102,512 -n 0 -r 2 \
-        >"$fast" 2>"$out/bench-$shape-$quant-fast.log"
-    note "-- $shape $quant (fast, cooperative matrices): rc=$?"
-    grep -E '^backend|^\| pp' "$fast" | tee -a "$summary"
-    # Per-kernel GPU time (timestamps inside the pass): one decode run, one prompt run. Tokens/s of
-    # these runs are not the speed (profiling waits at every submission).
-    RILL_PROFILE=1 timeout 200 "$bin/rill" bench -m "$model" --backend wgpu -p 0 -n 64 -r 1 --no-warmup \
-        >"$out/profile-decode-$shape-$quant.md" 2>"$out/profile-decode-$shape-$quant.txt"
-    RILL_PRECISION=fast RILL_PROFILE=1 timeout 200 "$bin/rill" bench -m "$model" --backend wgpu -p 512 -n 0 -r 1 \
-        --no-warmup >"$out/profile-prefill-$shape-$quant.md" 2>"$out/profile-prefill-$shape-$quant.txt"
-    note "   decode profile (top 6):"
-    grep -A6 '^wgpu profile' "$out/profile-decode-$shape-$quant.txt" | tee -a "$summary"
-    note "   prefill (fast) profile (top 6):"
-    grep -A6 '^wgpu profile' "$out/profile-prefill-$shape-$quant.txt" | tee -a "$summary"
-    rm -f "$model"
+# ---- 2. bench ---------------------------------------------------------------------------------
+model() { # the synthesized model $1 $2, made if gpu-cuda.sh did not leave it
+    local f="$MODELS/$1-$2.gguf"
+    [ -s "$f" ] || step 120 "$logs/synth-$1-$2.log" "$rill" synth --shape "$1" --quant "$2" -o "$f"
+    echo "$f"
 }
-
-bench_9b() {
-    note "== bench (rill bench, -r 2 after a warm-up)"
-    bench_model qwen3.5-9b q4_k_m
-    bench_model qwen3.5-9b q8_0
+# `bench SHAPE QUANT TAG CAP [rill bench args...]`
+bench() {
+    local shape=$1 quant=$2 tag=$3 cap=$4
+    shift 4
+    local f
+    f=$(model "$shape" "$quant")
+    local base="$logs/bench-$shape-$quant-$tag"
+    step "$cap" "$base.log" "$rill" bench -m "$f" --backend wgpu --json "$@"
+    local st=$?
+    # The log holds stderr's lines and the pretty-printed JSON (the only `{` in column 0).
+    python3 - "$base.log" "$base.json" <<'EOF' 2>/dev/null
+import json, re, sys
+s = open(sys.argv[1], errors="replace").read()
+i = [m.start() for m in re.finditer(r"^\{", s, re.M)][-1]
+json.dump(json.loads(s[i:s.rindex("}") + 1]), open(sys.argv[2], "w"), indent=1)
+EOF
+    note "$(python3 - "$base.json" "$shape $quant $tag" "$st" <<'EOF' 2>/dev/null || echo "bench $shape $quant $tag: exit $st (no result)"
+import json, sys
+j = json.load(open(sys.argv[1]))
+rows = ", ".join(f"{r['test']} {r['tokens_per_s_mean']:.1f}" for r in j["tests"])
+print(f"bench {sys.argv[2]:<28} [{j.get('precision', '?')}] {rows} t/s (exit {sys.argv[3]})")
+EOF
+)"
 }
+note "== bench (rill bench --backend wgpu, tokens/s)"
+bench qwen3.5-9b q4_k_m exact 90 -p 102,512 -n 128 -r 2
+bench qwen3.5-35b-a3b q4_k_m exact 75 -p 512 -n 128 -r 2
+RILL_PRECISION=fast bench qwen3.5-9b q4_k_m fast 45 -p 102,512 -n 0 -r 2
+bench qwen3.5-9b q8_0 exact 60 -p 512 -n 128 -r 2
 
-bench_35b() {
-    note "== bench (rill bench, -r 2 after a warm-up)"
-    bench_model qwen3.5-35b-a3b q4_k_m
+# ---- 3. profiles ------------------------------------------------------------------------------
+# Per-kernel GPU time from timestamps inside the pass; tokens/s of these runs are not the speed.
+profile() { # SHAPE QUANT TAG CAP [rill bench args...]
+    local shape=$1 quant=$2 tag=$3 cap=$4
+    shift 4
+    local f
+    f=$(model "$shape" "$quant")
+    local p="$logs/profile-$tag-$shape-$quant.txt"
+    RILL_PROFILE=1 step "$cap" "$p" "$rill" bench -m "$f" --backend wgpu -r 1 --no-warmup "$@"
+    note "-- profile $tag $shape $quant (exit $?)"
+    grep -A12 '^wgpu profile' "$p" | tee -a "$summary" >&2
 }
+profile qwen3.5-9b q4_k_m decode 40 -p "" -n 32
+profile qwen3.5-35b-a3b q4_k_m decode 40 -p "" -n 32
+# After the numbers: the plain path's tests (the kernels browsers run), then its speed.
+plain_tests
+RILL_PRECISION=fast profile qwen3.5-9b q4_k_m prefill-fast 40 -p 512 -n 0
+# The plain kernels (no subgroups: what a browser runs), in case the subgroup path failed above.
+RILL_WGPU_PLAIN=1 bench qwen3.5-9b q4_k_m plain 40 -p 102 -n 64 -r 1
 
-smoke() {
-    note "== smoke"
-    for t in wgpu_smoke wgpu_ops; do
-        run_test "$t" subgroup
-    done
-    bench_model tiny-dense q8_0 --tokenizer-from tests/fixtures/tiny-dense.F16.gguf
-}
-
-case "$phase" in
-    smoke) smoke ;;
-    tests) tests ;;
-    bench)
-        bench_9b
-        bench_35b
-        ;;
-    bench-9b) bench_9b ;;
-    bench-35b) bench_35b ;;
-    all)
-        tests
-        bench_9b
-        bench_35b
-        ;;
-    *)
-        echo "usage: $0 smoke|tests|bench|bench-9b|bench-35b|all" >&2
-        exit 2
-        ;;
-esac
-echo
-echo "==== summary ($out/summary.txt)"
-cat "$summary"
+# ---- 4. targets -------------------------------------------------------------------------------
+python3 - "$logs" <<'EOF' 2>&1 | tee -a "$summary" >&2
+import glob, json, os, sys
+got = {}
+for p in glob.glob(os.path.join(sys.argv[1], "bench-*.json")):
+    j = json.load(open(p))
+    tag = os.path.basename(p)[6:-5]
+    for r in j["tests"]:
+        got[(tag, r["test"])] = r["tokens_per_s_mean"]
+targets = [("qwen3.5-9b-q4_k_m-exact", "tg128", 200), ("qwen3.5-9b-q4_k_m-exact", "pp512", 4000),
+           ("qwen3.5-9b-q4_k_m-fast", "pp512", 4000), ("qwen3.5-9b-q4_k_m-exact", "pp102", 1500),
+           ("qwen3.5-9b-q4_k_m-fast", "pp102", 1500), ("qwen3.5-35b-a3b-q4_k_m-exact", "tg128", 200)]
+print("targets (issue 9):")
+for tag, test, want in targets:
+    v = got.get((tag, test))
+    print(f"  {tag:<30} {test:<6} {'-' if v is None else f'{v:9.1f}'} (target {want}) "
+          f"{'' if v is None else ('ok' if v >= want else 'BELOW')}")
+EOF

@@ -12,6 +12,8 @@
 
 pub mod check;
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
 
@@ -418,12 +420,15 @@ pub fn available() -> Vec<&'static str> {
     if cfg!(feature = "wgpu") {
         v.push("wgpu");
     }
+    if cfg!(feature = "cuda") {
+        v.push("cuda");
+    }
     v
 }
 
-/// Create a backend by name (`--backend`) at the exact precision. `auto` picks wgpu when this
-/// build has it and a real GPU adapter exists (not a CPU emulation such as lavapipe), else the
-/// CPU backend.
+/// Create a backend by name (`--backend`) at the exact precision. `auto` picks cuda when this
+/// build has it and an NVIDIA GPU with its driver is present, else wgpu when this build has it
+/// and a real GPU adapter exists (not a CPU emulation such as lavapipe), else the CPU backend.
 pub fn create(name: &str) -> Result<Arc<dyn Backend>> {
     create_with(name, &BackendOptions::default())
 }
@@ -433,6 +438,11 @@ pub fn create(name: &str) -> Result<Arc<dyn Backend>> {
 pub fn create_with(name: &str, opts: &BackendOptions) -> Result<Arc<dyn Backend>> {
     match name {
         "auto" => {
+            // Every candidate fails quietly (no driver, no adapter): the next one is tried.
+            #[cfg(feature = "cuda")]
+            if let Ok(b) = cuda::CudaBackend::new() {
+                return Ok(Arc::new(b));
+            }
             #[cfg(feature = "wgpu")]
             if let Ok(b) = wgpu::WgpuBackend::with_options(opts) {
                 if !b.is_cpu_adapter() {
@@ -444,6 +454,8 @@ pub fn create_with(name: &str, opts: &BackendOptions) -> Result<Arc<dyn Backend>
         "cpu" => Ok(Arc::new(cpu::CpuBackend::new())),
         #[cfg(feature = "wgpu")]
         "wgpu" => wgpu::create(opts),
+        #[cfg(feature = "cuda")]
+        "cuda" => cuda::create(),
         other => Err(Error::UnknownBackend(other.to_string(), available().join(", "))),
     }
 }

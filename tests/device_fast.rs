@@ -1,47 +1,40 @@
-//! The wgpu backend at `Precision::Fast` (its only backend in this process): prefill matmuls on
-//! f16 cooperative matrices where the adapter has them (the H200's Vulkan driver), or their
-//! emulation with `RILL_WGPU_COOP_EMULATE=1` (scripts/test.sh runs this binary so on lavapipe),
-//! else the exact kernels. Checked at the f16-rounded tier of ../shared/fixtures/README.md against
-//! the CPU backend's exact results.
+//! Every device backend at `Precision::Fast` (this binary's only instance of each device):
+//! wgpu's prefill matmuls on f16 cooperative matrices where the adapter has them (the H200's
+//! Vulkan driver), or their emulation with `RILL_WGPU_COOP_EMULATE=1` (scripts/test.sh runs this
+//! binary so on lavapipe); a backend without a faster tier runs exact, which is within the tier
+//! too. Checked at the f16-rounded tier of ../shared/fixtures/README.md against the CPU
+//! backend's exact results.
 
 mod common;
 
-use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
+use common::weights::{dequant, random_weight, upload};
 use common::*;
-use rill::backend::{self, Backend, BackendOptions, DType, Precision, Tensor, WeightData};
+use rill::backend::{Backend, DType, Precision, Tensor};
 use rill::exec::{Logits, Model};
-use rill::gguf::{GgmlType, TensorBytes};
-use rill::quant;
+use rill::gguf::GgmlType;
 
-fn fast() -> Arc<dyn Backend> {
-    static B: OnceLock<Arc<dyn Backend>> = OnceLock::new();
-    Arc::clone(B.get_or_init(|| {
-        backend::create_with(
-            "wgpu",
-            &BackendOptions {
-                precision: Precision::Fast,
-            },
-        )
-        .unwrap_or_else(|e| panic!("wgpu backend unavailable: {e}"))
-    }))
+fn fast() -> Vec<Arc<dyn Backend>> {
+    device_backends_at(Precision::Fast)
 }
 
-/// The emulation, when asked for, is really what runs (a test of the variant choice).
+/// The variant asked for through the environment is really what runs (a test of wgpu's variant
+/// choice: the environment variables are wgpu's).
 #[test]
-fn emulation_is_selected_when_asked() {
-    let be = fast();
-    if std::env::var_os("RILL_WGPU_COOP_EMULATE").is_some_and(|v| v == "1") {
-        assert_eq!(be.precision(), Precision::Fast);
-        assert!(
-            be.driver_info().contains("emulated cooperative-matrix"),
-            "{}",
-            be.driver_info()
-        );
-    }
-    if std::env::var_os("RILL_WGPU_PLAIN").is_some_and(|v| v == "1") {
-        assert_eq!(be.precision(), Precision::Exact, "the plain path has no f16 products");
+fn variant_asked_for_is_selected() {
+    for be in fast().into_iter().filter(|be| be.name() == "wgpu") {
+        if std::env::var_os("RILL_WGPU_COOP_EMULATE").is_some_and(|v| v == "1") {
+            assert_eq!(be.precision(), Precision::Fast);
+            assert!(
+                be.driver_info().contains("emulated cooperative-matrix"),
+                "{}",
+                be.driver_info()
+            );
+        }
+        if std::env::var_os("RILL_WGPU_PLAIN").is_some_and(|v| v == "1") {
+            assert_eq!(be.precision(), Precision::Exact, "the plain path has no f16 products");
+        }
     }
 }
 
@@ -50,7 +43,12 @@ fn emulation_is_selected_when_asked() {
 /// rounding of n terms (n 2^-24 sum |w x|).
 #[test]
 fn fast_matmul_is_within_the_f16_tier() {
-    let (g, c) = (fast(), cpu());
+    for g in fast() {
+        fast_matmul_case(g.as_ref(), cpu().as_ref());
+    }
+}
+
+fn fast_matmul_case(g: &dyn Backend, c: &dyn Backend) {
     let mut rng = Rng::new(53);
     let (n_out, n_in) = (300usize, 512usize);
     for ty in [
@@ -62,21 +60,12 @@ fn fast_matmul_is_within_the_f16_tier() {
         GgmlType::Q6K,
         GgmlType::Q4_0,
     ] {
-        let src = rng.normals(n_out * n_in, 0.5);
-        let mut bytes = vec![0u8; ty.row_size(n_in as u64).unwrap() as usize * n_out];
-        quant::quantize_rows_par(ty, &src, n_in, &mut bytes).unwrap();
-        let mut w = vec![0f32; n_out * n_in];
-        quant::dequantize(ty, &bytes, &mut w).unwrap();
-        let upw = |be: &dyn Backend| {
-            be.upload_weight(&WeightData {
-                name: "w".into(),
-                ggml_type: ty,
-                shape: vec![n_out, n_in],
-                bytes: TensorBytes::from_vec(bytes.clone()),
-            })
-            .unwrap()
-        };
-        let (gw, cw) = (upw(g.as_ref()), upw(c.as_ref()));
+        let bytes = random_weight(ty, n_out, n_in, 0.5, &mut rng);
+        let w = dequant(ty, &bytes, n_out * n_in);
+        let (gw, cw) = (
+            upload(g, ty, &[n_out, n_in], &bytes),
+            upload(c, ty, &[n_out, n_in], &bytes),
+        );
         for t in [2usize, 9, 64, 65, 130] {
             let x = rng.normals(t * n_in, 1.0);
             let run = |be: &dyn Backend, w: &Tensor| {
@@ -85,7 +74,7 @@ fn fast_matmul_is_within_the_f16_tier() {
                     .unwrap_or_else(|e| panic!("{} matmul {ty}: {e}", be.name()));
                 be.read_f32(&o).unwrap()
             };
-            let (got, want) = (run(g.as_ref(), &gw), run(c.as_ref(), &cw));
+            let (got, want) = (run(g, &gw), run(c, &cw));
             let rel = 2f32.powi(-10) + n_in as f32 * 2f32.powi(-24);
             for tt in 0..t {
                 let xr = &x[tt * n_in..(tt + 1) * n_in];
@@ -97,7 +86,8 @@ fn fast_matmul_is_within_the_f16_tier() {
                     let (a, b) = (got[tt * n_out + o], want[tt * n_out + o]);
                     assert!(
                         (a - b).abs() <= tol,
-                        "fast matmul {ty} T={t} t={tt} o={o}: {a} vs {b} (tol {tol})"
+                        "{} fast matmul {ty} T={t} t={tt} o={o}: {a} vs {b} (tol {tol})",
+                        g.name()
                     );
                 }
             }
@@ -129,7 +119,12 @@ fn top_gap(v: &[f32]) -> f32 {
 /// prompt within rel L2 0.05 (llama.cpp's own batch-vs-sequential spread).
 #[test]
 fn fast_prefill_is_within_the_f16_tier() {
-    let fix = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    for be in fast() {
+        fast_prefill_case(be);
+    }
+}
+
+fn fast_prefill_case(dev: Arc<dyn Backend>) {
     // Prompt A of the fixtures, then a longer mix (crosses a 64-token tile).
     let prompt_a = [
         785u32, 3974, 293, 4830, 282, 5131, 7784, 82, 916, 279, 1187, 4246, 5562, 13,
@@ -142,12 +137,12 @@ fn fast_prefill_is_within_the_f16_tier() {
         ("tiny-moe.F16.gguf", true),
     ] {
         let logits = |be: Arc<dyn Backend>| {
-            let m = Model::open(fix.join(file), be).expect("model loads");
+            let m = Model::open(fixture(file), be).expect("model loads");
             let mut s = m.new_session(tokens.len()).expect("session");
             m.prefill(&mut s, &tokens, Logits::All, &mut |_, _| {})
                 .expect("prefill")
         };
-        let (got, want) = (logits(fast()), logits(cpu()));
+        let (got, want) = (logits(Arc::clone(&dev)), logits(cpu()));
         let v = want.len() / tokens.len();
         let (mut num_all, mut den_all, mut agree) = (0f64, 0f64, 0usize);
         for p in 0..tokens.len() {
@@ -158,8 +153,8 @@ fn fast_prefill_is_within_the_f16_tier() {
             let rel = (num / den).sqrt();
             (num_all, den_all) = (num_all + num, den_all + den);
             if !moe || p < prompt_a.len() {
-                assert!(max_abs <= 0.1, "{file} position {p}: max abs {max_abs}");
-                assert!(rel <= 6e-3, "{file} position {p}: rel L2 {rel}");
+                assert!(max_abs <= 0.1, "{} {file} position {p}: max abs {max_abs}", dev.name());
+                assert!(rel <= 6e-3, "{} {file} position {p}: rel L2 {rel}", dev.name());
             }
             if argmax(g) == argmax(w) {
                 agree += 1;

@@ -1,38 +1,35 @@
 //! Weights larger than one storage binding (issue 12, finding 9): lavapipe and browsers bind at
-//! most 128 MiB, less than a 0.8B model's embedding. This binary lowers the limit to 512 KiB
-//! (`RILL_WGPU_MAX_BINDING`, before its only backend starts) so small tensors exercise the
+//! most 128 MiB, less than a 0.8B model's embedding. This binary lowers wgpu's limit to 512 KiB
+//! (`RILL_WGPU_MAX_BINDING`, set before any backend starts) so small tensors exercise the
 //! piecewise binding: matmul, embed, matmul_swiglu and the MoE experts run piece by piece and
 //! equal the CPU, a whole model runs, and a weight that cannot be split is refused at upload
-//! naming the tensor, the limit and `--backend cpu`.
+//! naming the tensor, the limit and `--backend cpu`. Every device backend runs the same cases (a
+//! backend without a binding limit simply runs them whole).
 
 mod common;
 
-use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Once};
 
+use common::device::Both;
+use common::weights::{check_matmul, dequant, random_weight, upload};
 use common::*;
-use rill::backend::{self, Backend, DType, Tensor, WeightData};
+use rill::backend::{Backend, DType, Tensor, WeightData};
 use rill::exec::{Logits, Model};
 use rill::gguf::{GgmlType, TensorBytes};
-use rill::quant;
 
 const LIMIT: u64 = 512 << 10;
 
-fn small() -> Arc<dyn Backend> {
-    static B: OnceLock<Arc<dyn Backend>> = OnceLock::new();
-    Arc::clone(B.get_or_init(|| {
-        // SAFETY of set_var: done once, before any thread of this process reads the variable.
-        std::env::set_var("RILL_WGPU_MAX_BINDING", LIMIT.to_string());
-        backend::create("wgpu").unwrap_or_else(|e| panic!("wgpu backend unavailable: {e}"))
-    }))
+/// The device backends of this process, wgpu's with the lowered binding limit.
+fn each() -> Vec<Both> {
+    static LOWER: Once = Once::new();
+    // set_var before any backend of this process starts (and so before any thread reads it).
+    LOWER.call_once(|| std::env::set_var("RILL_WGPU_MAX_BINDING", LIMIT.to_string()));
+    Both::each()
 }
 
 fn quantized(ty: GgmlType, rows: usize, cols: usize, rng: &mut Rng) -> (Vec<u8>, Vec<f32>) {
-    let src = rng.normals(rows * cols, 0.5);
-    let mut q = vec![0u8; ty.row_size(cols as u64).unwrap() as usize * rows];
-    quant::quantize_rows_par(ty, &src, cols, &mut q).unwrap();
-    let mut deq = vec![0f32; rows * cols];
-    quant::dequantize(ty, &q, &mut deq).unwrap();
+    let q = random_weight(ty, rows, cols, 0.5, rng);
+    let deq = dequant(ty, &q, rows * cols);
     (q, deq)
 }
 
@@ -45,20 +42,14 @@ fn weight(be: &dyn Backend, name: &str, ty: GgmlType, shape: &[usize], bytes: &[
     })
 }
 
-/// `|g - c| <= 1e-5 * sum |w x|` per output (f32 summation order), as in wgpu_linear.rs.
-fn check_matmul(what: &str, got: &[f32], want: &[f32], w: &[f32], x: &[f32], n_in: usize) {
-    let n_out = w.len() / n_in;
-    for (i, (g, c)) in got.iter().zip(want).enumerate() {
-        let (t, o) = (i / n_out, i % n_out);
-        let mag: f32 = (0..n_in).map(|k| (w[o * n_in + k] * x[t * n_in + k]).abs()).sum();
-        assert!((g - c).abs() <= 1e-5 * mag + 1e-30, "{what} [t {t}, o {o}]: {g} vs {c}");
-    }
-    assert_eq!(got.len(), want.len(), "{what}: length");
-}
-
 #[test]
 fn matmul_in_pieces_matches_cpu() {
-    let (g, c) = (small(), cpu());
+    for p in each() {
+        matmul_case(p.dev.as_ref(), p.cpu.as_ref());
+    }
+}
+
+fn matmul_case(g: &dyn Backend, c: &dyn Backend) {
     let mut rng = Rng::new(41);
     // 2400 rows of Q4_K (288 bytes each): 675 KiB, two pieces; Q6_K, Q8_0 and F16 too.
     for (ty, n_out, n_in) in [
@@ -69,8 +60,10 @@ fn matmul_in_pieces_matches_cpu() {
     ] {
         let (bytes, wf) = quantized(ty, n_out, n_in, &mut rng);
         assert!(bytes.len() as u64 > LIMIT, "{ty}: the weight must exceed one binding");
-        let gw = weight(g.as_ref(), "w", ty, &[n_out, n_in], &bytes).expect("upload");
-        let cw = weight(c.as_ref(), "w", ty, &[n_out, n_in], &bytes).expect("upload");
+        let (gw, cw) = (
+            upload(g, ty, &[n_out, n_in], &bytes),
+            upload(c, ty, &[n_out, n_in], &bytes),
+        );
         // Batches whose output still fits one binding (activations are not split).
         for t in [1usize, 3, 9, 40]
             .into_iter()
@@ -84,9 +77,9 @@ fn matmul_in_pieces_matches_cpu() {
                 be.read_f32(&o).unwrap()
             };
             check_matmul(
-                &format!("matmul {ty} [{n_out}, {n_in}] T {t}"),
-                &out(g.as_ref(), &gw),
-                &out(c.as_ref(), &cw),
+                &format!("{} matmul {ty} [{n_out}, {n_in}] T {t}", g.name()),
+                &out(g, &gw),
+                &out(c, &cw),
                 &wf,
                 &x,
                 n_in,
@@ -97,12 +90,19 @@ fn matmul_in_pieces_matches_cpu() {
 
 #[test]
 fn embed_and_swiglu_in_pieces_match_cpu() {
-    let (g, c) = (small(), cpu());
+    for p in each() {
+        embed_and_swiglu_case(p.dev.as_ref(), p.cpu.as_ref());
+    }
+}
+
+fn embed_and_swiglu_case(g: &dyn Backend, c: &dyn Backend) {
     let mut rng = Rng::new(43);
     let (vocab, d) = (20000usize, 64usize);
     let (bytes, _) = quantized(GgmlType::Q8_0, vocab, d, &mut rng);
-    let gt = weight(g.as_ref(), "embd", GgmlType::Q8_0, &[vocab, d], &bytes).expect("upload");
-    let ct = weight(c.as_ref(), "embd", GgmlType::Q8_0, &[vocab, d], &bytes).expect("upload");
+    let (gt, ct) = (
+        upload(g, GgmlType::Q8_0, &[vocab, d], &bytes),
+        upload(c, GgmlType::Q8_0, &[vocab, d], &bytes),
+    );
     // Ids in the first, middle and last pieces, at their edges (7680 rows of 68 bytes per piece
     // with a 256-byte binding alignment).
     let ids = [0u32, 19999, 10000, 7679, 7680, 15360, 7];
@@ -112,9 +112,15 @@ fn embed_and_swiglu_in_pieces_match_cpu() {
             .unwrap_or_else(|e| panic!("{} embed: {e}", be.name()));
         be.read_f32(&o).unwrap()
     };
-    let (got, want) = (run(g.as_ref(), &gt), run(c.as_ref(), &ct));
+    let (got, want) = (run(g, &gt), run(c, &ct));
     let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-    assert_close("embed in pieces", &got, &want, 1e-6 * scale, 1e-6);
+    assert_close(
+        &format!("{} embed in pieces", g.name()),
+        &got,
+        &want,
+        1e-6 * scale,
+        1e-6,
+    );
 
     // The FFN's fused gate/up falls back to two matmuls when its weights need pieces.
     let (n_ff, n_in) = (2400usize, 256usize);
@@ -130,14 +136,25 @@ fn embed_and_swiglu_in_pieces_match_cpu() {
             .unwrap_or_else(|e| panic!("{} matmul_swiglu: {e}", be.name()));
         be.read_f32(&out).unwrap()
     };
-    let (got, want) = (swiglu(g.as_ref()), swiglu(c.as_ref()));
+    let (got, want) = (swiglu(g), swiglu(c));
     let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-    assert_close("matmul_swiglu in pieces", &got, &want, 1e-4 * scale, 1e-4);
+    assert_close(
+        &format!("{} matmul_swiglu in pieces", g.name()),
+        &got,
+        &want,
+        1e-4 * scale,
+        1e-4,
+    );
 }
 
 #[test]
 fn moe_experts_in_pieces_match_cpu() {
-    let (g, c) = (small(), cpu());
+    for p in each() {
+        moe_case(p.dev.as_ref(), p.cpu.as_ref());
+    }
+}
+
+fn moe_case(g: &dyn Backend, c: &dyn Backend) {
     let mut rng = Rng::new(47);
     let (n_exp, k, d, n_ff, t) = (16usize, 4usize, 128usize, 256usize, 3usize);
     // Each expert's gate is 256 rows of 136 bytes (34 KiB): 15 experts per 512 KiB piece.
@@ -166,16 +183,22 @@ fn moe_experts_in_pieces_match_cpu() {
         .unwrap_or_else(|e| panic!("{} moe_experts: {e}", be.name()));
         be.read_f32(&out).unwrap()
     };
-    let (got, want) = (run(g.as_ref()), run(c.as_ref()));
+    let (got, want) = (run(g), run(c));
     let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-    assert_close("moe_experts in pieces", &got, &want, 1e-4 * scale, 1e-4);
+    assert_close(
+        &format!("{} moe_experts in pieces", g.name()),
+        &got,
+        &want,
+        1e-4 * scale,
+        1e-4,
+    );
 }
 
 /// A whole model whose embedding (8192 x 64 F16 = 1 MiB) and LM head exceed the binding limit:
 /// its logits equal the CPU backend's at the strict tier.
 #[test]
 fn model_larger_than_a_binding_runs() {
-    let fix = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/tiny-dense.F16.gguf");
+    let fix = fixture("tiny-dense.F16.gguf");
     let tokens = [785u32, 3974, 293, 4830, 282, 5131];
     let logits = |be: Arc<dyn Backend>| {
         let m = Model::open(&fix, be).expect("model loads");
@@ -186,31 +209,67 @@ fn model_larger_than_a_binding_runs() {
         l.extend(m.decode(&mut s, 13).expect("decode"));
         l
     };
-    let (got, want) = (logits(small()), logits(cpu()));
-    assert_close("tiny-dense logits", &got, &want, 1e-3, 1e-4);
+    for p in each() {
+        let (got, want) = (logits(Arc::clone(&p.dev)), logits(cpu()));
+        assert_close(&format!("{} tiny-dense logits", p.name()), &got, &want, 1e-3, 1e-4);
+    }
 }
 
-/// A weight whose single row is larger than a binding cannot be split: the upload is refused
-/// with the tensor's name, the limit and the way out (the old code accepted it and failed at the
-/// first dispatch).
+/// A weight whose single row is larger than a binding cannot be split: wgpu (its limit lowered
+/// here) refuses the upload with the tensor's name, the limit and the way out (the old code
+/// accepted it and failed at the first dispatch), and so does the loader's check of every tensor
+/// before any upload (`Backend::check_upload`). A backend that takes the weight must compute
+/// with it like the CPU.
 #[test]
-fn unsplittable_weight_is_refused_at_upload() {
-    let g = small();
+fn unsplittable_weight_is_refused_at_upload_or_runs() {
     let cols = (LIMIT as usize) / 4 + 64;
-    let bytes = vec![0u8; 2 * cols * 4];
-    let err = weight(g.as_ref(), "blk.0.huge.weight", GgmlType::F32, &[2, cols], &bytes)
-        .expect_err("a row over the binding limit");
-    let msg = err.to_string();
-    for want in ["blk.0.huge.weight", "max_storage_buffer_binding_size", "--backend cpu"] {
-        assert!(msg.contains(want), "error should name {want:?}: {msg}");
-    }
-    // The model loader checks every tensor before uploading any (Backend::check_upload).
+    let mut rng = Rng::new(49);
+    let (bytes, wf) = quantized(GgmlType::F32, 2, cols, &mut rng);
     let w = WeightData {
         name: "blk.0.huge.weight".into(),
         ggml_type: GgmlType::F32,
         shape: vec![2, cols],
-        bytes: TensorBytes::from_vec(bytes),
+        bytes: TensorBytes::from_vec(bytes.clone()),
     };
-    assert!(g.check_upload(&w).is_err());
     assert!(cpu().check_upload(&w).is_ok());
+    for p in each() {
+        let g = p.dev.as_ref();
+        match weight(g, "blk.0.huge.weight", GgmlType::F32, &[2, cols], &bytes) {
+            Err(err) => {
+                let msg = err.to_string();
+                for want in ["blk.0.huge.weight", "max_storage_buffer_binding_size", "--backend cpu"] {
+                    assert!(msg.contains(want), "{}: error should name {want:?}: {msg}", p.name());
+                }
+                assert!(
+                    g.check_upload(&w).is_err(),
+                    "{}: check_upload passes what upload refuses",
+                    p.name()
+                );
+            }
+            Ok(gw) => {
+                assert_ne!(p.name(), "wgpu", "wgpu bound a row over its lowered binding limit");
+                assert!(
+                    g.check_upload(&w).is_ok(),
+                    "{}: check_upload refuses what upload takes",
+                    p.name()
+                );
+                let x = rng.normals(cols, 1.0);
+                let run = |be: &dyn Backend, w: &Tensor| {
+                    let o = be.alloc(DType::F32, &[1, 2]).unwrap();
+                    be.matmul(w, &up(be, &x, &[1, cols]), &o)
+                        .unwrap_or_else(|e| panic!("{} matmul: {e}", be.name()));
+                    be.read_f32(&o).unwrap()
+                };
+                let cw = upload(p.cpu.as_ref(), GgmlType::F32, &[2, cols], &bytes);
+                check_matmul(
+                    &format!("{} wide matmul", p.name()),
+                    &run(g, &gw),
+                    &run(p.cpu.as_ref(), &cw),
+                    &wf,
+                    &x,
+                    cols,
+                );
+            }
+        }
+    }
 }
