@@ -136,7 +136,7 @@ EOF
 note "== bench (rill bench --backend wgpu, tokens/s)"
 bench qwen3.5-9b q4_k_m exact 90 -p 102,512 -n 128 -r 2
 bench qwen3.5-35b-a3b q4_k_m exact 75 -p 512 -n 128 -r 2
-RILL_PRECISION=fast bench qwen3.5-9b q4_k_m fast 45 -p 102,512 -n 0 -r 2
+bench qwen3.5-9b q4_k_m fast 45 -p 102,512 -n 0 -r 2 --precision fast
 bench qwen3.5-9b q8_0 exact 60 -p 512 -n 128 -r 2
 
 # ---- 3. profiles ------------------------------------------------------------------------------
@@ -155,7 +155,7 @@ profile qwen3.5-9b q4_k_m decode 40 -p "" -n 32
 profile qwen3.5-35b-a3b q4_k_m decode 40 -p "" -n 32
 # After the numbers: the plain path's tests (the kernels browsers run), then its speed.
 plain_tests
-RILL_PRECISION=fast profile qwen3.5-9b q4_k_m prefill-fast 40 -p 512 -n 0
+profile qwen3.5-9b q4_k_m prefill-fast 40 -p 512 -n 0 --precision fast
 # The plain kernels (no subgroups: what a browser runs), in case the subgroup path failed above.
 RILL_WGPU_PLAIN=1 bench qwen3.5-9b q4_k_m plain 40 -p 102 -n 64 -r 1
 
