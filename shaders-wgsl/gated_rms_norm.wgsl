@@ -1,22 +1,19 @@
-// Gated RMSNorm per head: out = x / sqrt(mean(x^2) + eps) * w * silu(z) over groups of d = w.len().
-// One workgroup per group.
+// Gated RMSNorm per head: out = x / sqrt(mean(x^2) + eps) * w * silu(z) over groups of
+// d = w.len(); the kernel is lib_norm.wgsl's.
 
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> z: array<f32>;
 @group(0) @binding(3) var<storage, read> w: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
-@compute @workgroup_size(ROW_WG)
-fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) li: u32, lanes: Lanes) {
-    let base = linear_wg(wg, nwg) * P.d;
-    var ss = 0.0;
-    for (var i = li; i < P.d; i += ROW_WG) {
-        let v = x[base + i];
-        ss += v * v;
-    }
-    let s = rms_inv(ss, P.d, P.eps, li, lanes);
-    for (var i = li; i < P.d; i += ROW_WG) {
-        out[base + i] = x[base + i] * s * w[i] * silu(z[base + i]);
-    }
+fn norm_load(i: u32) -> f32 {
+    return x[i];
+}
+
+fn norm_value(i: u32) -> f32 {
+    return x[i];
+}
+
+fn norm_store(i: u32, y: f32) {
+    out[i] = y * silu(z[i]);
 }

@@ -17,3 +17,10 @@ struct Params {
 fn xv(i: u32) -> vec4<f32> {
     return X[i];
 }
+
+// The byte offsets of the MV_ROWS = 4 rows from r0 (< rows); rows past the piece re-read its last
+// row and are not stored.
+fn mv_rows(r0: u32) -> vec4<u32> {
+    let last = P.rows - 1u;
+    return vec4<u32>(r0, min(r0 + 1u, last), min(r0 + 2u, last), min(r0 + 3u, last)) * P.row_bytes;
+}

@@ -14,13 +14,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     }
     let t = wg.z;
     let xb = t * (P.n_in / 4u);
-    // Rows past the piece re-read its last row and are not stored.
-    let last = P.rows - 1u;
-    let b0 = r0 * P.row_bytes;
-    let b1 = min(r0 + 1u, last) * P.row_bytes;
-    let b2 = min(r0 + 2u, last) * P.row_bytes;
-    let b3 = min(r0 + 3u, last) * P.row_bytes;
-    let rb = vec4<u32>(b0, b1, b2, b3);
+    let rb = mv_rows(r0);
     var acc = vec4<f32>(0.0);
     for (var u = li; u < P.units; u += MV_WG) {
         acc += mv_unit4(rb, u, xb);

@@ -13,8 +13,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     }
     let t = wg.z;
     let xb = t * (P.n_in / 4u);
-    let last = P.rows - 1u;
-    let rb = vec4<u32>(r0, min(r0 + 1u, last), min(r0 + 2u, last), min(r0 + 3u, last)) * P.row_bytes;
+    let rb = mv_rows(r0);
     var acc_g = vec4<f32>(0.0);
     var acc_u = vec4<f32>(0.0);
     for (var u = li; u < P.units; u += MV_WG) {

@@ -200,6 +200,7 @@ impl Spec {
 const NORM: &str = wgsl!("lib_norm");
 const ATTEND: &str = wgsl!("lib_attention");
 const COOP_TILES: &str = wgsl!("lib_coop_tiles");
+const MM_IO: &str = wgsl!("lib_mm_io");
 const MV_IO: &str = wgsl!("lib_mv_io");
 const TILE_IO: &str = wgsl!("lib_tile_io");
 
@@ -209,8 +210,8 @@ impl Kernel {
         match self {
             Kernel::Embed => spec("embed", wgsl!("embed"), One, false),
             Kernel::EmbedRows => spec("embed_rows", wgsl!("embed_rows"), One, false),
-            Kernel::Matmul => spec("matmul", wgsl!("matmul"), One, false),
-            Kernel::MatmulRows => spec("matmul_rows", wgsl!("matmul_rows"), One, false),
+            Kernel::Matmul => spec("matmul", wgsl!("matmul"), One, false).with(&[MM_IO]),
+            Kernel::MatmulRows => spec("matmul_rows", wgsl!("matmul_rows"), One, false).with(&[MM_IO]),
             Kernel::Matvec => spec("matvec", wgsl!("matvec"), One, true).mv().with(&[MV_IO]),
             Kernel::MatvecSwiglu => spec("matvec_swiglu", wgsl!("matvec_swiglu"), Two, true)
                 .mv()
