@@ -1,6 +1,7 @@
 //! rill: an inference engine for Qwen3.5 hybrid models (Gated DeltaNet + gated attention) from GGUF files.
 
 pub mod backend;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod cli;
 pub mod error;
 pub mod exec;
@@ -8,7 +9,10 @@ pub mod gguf;
 pub mod model;
 pub mod quant;
 pub mod sample;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod synth;
 pub mod tokenizer;
+#[cfg(all(feature = "web", target_arch = "wasm32"))]
+pub mod web;
 
 pub use error::{Error, Result};

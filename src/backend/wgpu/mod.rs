@@ -12,8 +12,9 @@ mod pipelines;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::backend::{check, AttnDims, Backend, DType, GdnDims, Pos, Tensor, WeightData};
+use crate::backend::{check, AttnDims, Backend, DType, GdnDims, Pos, ReadFuture, Tensor, WeightData, WeightUpload};
 use crate::error::{Error, Result};
+use crate::gguf::GgmlType;
 use pipelines::PipelineCache;
 
 /// Parameter block per dispatch: one aligned slot of a per-submission uniform arena.
@@ -43,8 +44,12 @@ pub struct WgpuBackend {
     limits: wgpu::Limits,
     pipelines: PipelineCache,
     param_buf: wgpu::Buffer,
-    /// Reused host-readback staging buffer (see `buffer::read`).
+    /// Reused host-readback staging buffer (see `buffer::read_async`).
     readback: Mutex<Option<wgpu::Buffer>>,
+    /// The browser reports validation errors and a lost device through callbacks, not error
+    /// scopes that could be waited on: the first one is kept here and fails the next read.
+    #[cfg(target_arch = "wasm32")]
+    device_error: Arc<Mutex<Option<String>>>,
     /// Ops' persistent intermediates by slot name (see `buffer::scratch`).
     scratch: Mutex<HashMap<&'static str, Arc<buffer::WgpuBuffer>>>,
     rec: Mutex<Recorder>,
@@ -54,12 +59,39 @@ pub(crate) fn gpu_err(msg: impl std::fmt::Display) -> Error {
     Error::Backend(format!("wgpu: {msg}"))
 }
 
+/// Keep the first uncaptured error and the loss of the device, which the browser reports
+/// through callbacks (natively wgpu's default handler panics on an uncaptured error instead).
+#[cfg(target_arch = "wasm32")]
+fn web_error_sink(device: &wgpu::Device) -> Arc<Mutex<Option<String>>> {
+    let slot: Arc<Mutex<Option<String>>> = Arc::default();
+    let keep = |slot: &Arc<Mutex<Option<String>>>| {
+        let slot = Arc::clone(slot);
+        move |msg: String| {
+            if let Ok(mut s) = slot.lock() {
+                s.get_or_insert(msg);
+            }
+        }
+    };
+    let on_error = keep(&slot);
+    device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| on_error(e.to_string())));
+    let on_lost = keep(&slot);
+    device.set_device_lost_callback(move |reason, msg| on_lost(format!("device lost ({reason:?}): {msg}")));
+    slot
+}
+
 impl WgpuBackend {
     /// Pick the best adapter (a discrete or integrated GPU over a CPU fallback such as lavapipe;
     /// `RILL_WGPU_ADAPTER=substring` picks by name) and open a device with its full limits.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn new() -> Result<WgpuBackend> {
+        pollster::block_on(Self::new_async())
+    }
+
+    /// `new`, awaiting the adapter and the device (the browser cannot block on them). In the
+    /// browser the adapter is WebGPU's (`navigator.gpu`, also in a worker).
+    pub async fn new_async() -> Result<WgpuBackend> {
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
-        let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+        let adapters = instance.enumerate_adapters(wgpu::Backends::all()).await;
         let want = std::env::var("RILL_WGPU_ADAPTER").ok().map(|s| s.to_lowercase());
         let rank = |a: &wgpu::Adapter| {
             let i = a.get_info();
@@ -85,19 +117,29 @@ impl WgpuBackend {
             })
             .min_by_key(rank)
             .ok_or_else(|| {
-                gpu_err("no GPU adapter with compute shaders found (install a Vulkan driver, e.g. mesa-vulkan-drivers)")
+                if cfg!(target_arch = "wasm32") {
+                    gpu_err("this browser offers no WebGPU adapter (is WebGPU or hardware acceleration turned off?)")
+                } else {
+                    gpu_err(
+                        "no GPU adapter with compute shaders found (install a Vulkan driver, e.g. mesa-vulkan-drivers)",
+                    )
+                }
             })?;
         let info = adapter.get_info();
         let limits = adapter.limits();
-        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-            label: Some("rill"),
-            required_features: wgpu::Features::empty(),
-            required_limits: limits.clone(),
-            experimental_features: wgpu::ExperimentalFeatures::disabled(),
-            memory_hints: wgpu::MemoryHints::Performance,
-            trace: wgpu::Trace::Off,
-        }))
-        .map_err(|e| gpu_err(format!("cannot open {}: {e}", info.name)))?;
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("rill"),
+                required_features: wgpu::Features::empty(),
+                required_limits: limits.clone(),
+                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                memory_hints: wgpu::MemoryHints::Performance,
+                trace: wgpu::Trace::Off,
+            })
+            .await
+            .map_err(|e| gpu_err(format!("cannot open {}: {e}", info.name)))?;
+        #[cfg(target_arch = "wasm32")]
+        let device_error = web_error_sink(&device);
         let param_buf = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("params"),
             size: PARAM_SLOT * PARAM_SLOTS,
@@ -116,12 +158,28 @@ impl WgpuBackend {
             limits,
             param_buf,
             readback: Mutex::new(None),
+            #[cfg(target_arch = "wasm32")]
+            device_error,
             scratch: Mutex::new(HashMap::new()),
             rec: Mutex::new(Recorder {
                 encoder: None,
                 params: Vec::new(),
             }),
         })
+    }
+
+    /// The adapter's limits, which the device was opened with.
+    pub fn limits(&self) -> &wgpu::Limits {
+        &self.limits
+    }
+
+    /// The first device error the browser reported, if any (see `device_error`).
+    #[cfg(target_arch = "wasm32")]
+    pub(crate) fn check_device_error(&self) -> Result<()> {
+        match self.device_error.lock().ok().and_then(|e| e.clone()) {
+            Some(e) => Err(gpu_err(e)),
+            None => Ok(()),
+        }
     }
 
     fn recorder(&self) -> Result<std::sync::MutexGuard<'_, Recorder>> {
@@ -333,24 +391,38 @@ impl Backend for WgpuBackend {
     fn upload_weight(&self, w: &WeightData) -> Result<Tensor> {
         buffer::upload_weight(self, w)
     }
+    fn begin_weight(
+        &self,
+        name: &str,
+        ggml_type: GgmlType,
+        shape: &[usize],
+    ) -> Result<Option<Box<dyn WeightUpload + '_>>> {
+        Ok(Some(Box::new(buffer::StreamedWeight::new(
+            self, name, ggml_type, shape,
+        )?)))
+    }
     fn write_u32(&self, t: &Tensor, data: &[u32]) -> Result<()> {
         buffer::write(self, t, DType::U32, bytemuck::cast_slice(data), data.len())
     }
     fn read_f32(&self, t: &Tensor) -> Result<Vec<f32>> {
         check::dtype("read_f32", "t", t, DType::F32)?;
-        let bytes = buffer::read(self, t)?;
-        Ok(bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
+        Ok(buffer::words(&buffer::read(self, t)?, f32::from_le_bytes))
     }
     fn read_u32(&self, t: &Tensor) -> Result<Vec<u32>> {
         check::dtype("read_u32", "t", t, DType::U32)?;
-        let bytes = buffer::read(self, t)?;
-        Ok(bytes
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
+        Ok(buffer::words(&buffer::read(self, t)?, u32::from_le_bytes))
+    }
+    fn read_f32_async<'a>(&'a self, t: &'a Tensor) -> ReadFuture<'a, Vec<f32>> {
+        Box::pin(async move {
+            check::dtype("read_f32", "t", t, DType::F32)?;
+            Ok(buffer::words(&buffer::read_async(self, t).await?, f32::from_le_bytes))
+        })
+    }
+    fn read_u32_async<'a>(&'a self, t: &'a Tensor) -> ReadFuture<'a, Vec<u32>> {
+        Box::pin(async move {
+            check::dtype("read_u32", "t", t, DType::U32)?;
+            Ok(buffer::words(&buffer::read_async(self, t).await?, u32::from_le_bytes))
+        })
     }
     fn zero(&self, t: &Tensor) -> Result<()> {
         buffer::zero(self, t)
@@ -473,6 +545,7 @@ impl Backend for WgpuBackend {
 }
 
 /// Shared handle for `backend::create`.
+#[cfg(not(target_arch = "wasm32"))]
 pub fn create() -> Result<Arc<dyn Backend>> {
     Ok(Arc::new(WgpuBackend::new()?))
 }

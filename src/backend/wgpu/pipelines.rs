@@ -54,6 +54,9 @@ impl PipelineCache {
         }
         let src = source(shader, variant)?;
         let label = format!("{shader}/{variant}");
+        // Natively a compile error is caught here; the browser cannot wait for an error scope,
+        // so there it reaches the device's error callback and fails the next read.
+        #[cfg(not(target_arch = "wasm32"))]
         let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(&label),
@@ -67,6 +70,7 @@ impl PipelineCache {
             compilation_options: Default::default(),
             cache: None,
         });
+        #[cfg(not(target_arch = "wasm32"))]
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(gpu_err(format!("shader {label} failed to compile: {e}")));
         }
