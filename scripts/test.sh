@@ -26,9 +26,38 @@ if [ "$status" -eq 0 ] && [ "$(uname -m)" = "x86_64" ]; then
     RILL_NO_AVX2=1 cargo test --release --test quant_roundtrip --test quant_vectors --test cpu_ops \
         --test delta_rule --test e2e_fixtures "$@" 2>&1 | tee -a "$log" || status=$?
 fi
-# One closing line for the whole run: the sum over every test binary.
-passed=$(grep -Eo '^test result: .* ([0-9]+) passed' "$log" | grep -Eo '[0-9]+ passed' | awk '{s+=$1} END {print s+0}')
-failed=$(grep -Eo '; ([0-9]+) failed' "$log" | grep -Eo '[0-9]+' | awk '{s+=$1} END {print s+0}')
+# `rill serve` against the real OpenAI Python client (tests/server): the pinned client goes into a
+# git-ignored virtual environment, made again whenever the pins change. `cargo test` above built
+# target/release/rill.
+py_passed=0
+py_failed=0
+if [ "$status" -eq 0 ]; then
+    venv=.venv-test
+    if ! cmp -s tests/server/requirements.txt "$venv/requirements.txt" 2>/dev/null; then
+        echo "installing the server test requirements into $venv" >&2
+        rm -rf "$venv"
+        if ! python3 -m venv "$venv" 2>/dev/null; then
+            # Debian's python3 ships venv support separately.
+            sudo=""
+            [ "$(id -u)" -eq 0 ] || sudo=sudo
+            $sudo apt-get update -qq
+            DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-venv >/dev/null
+            rm -rf "$venv"
+            python3 -m venv "$venv"
+        fi
+        "$venv/bin/pip" install -q --disable-pip-version-check -r tests/server/requirements.txt
+        cp tests/server/requirements.txt "$venv/requirements.txt"
+    fi
+    pylog=$(mktemp)
+    RILL_BIN=target/release/rill "$venv/bin/python" -m pytest tests/server -q -p no:cacheprovider 2>&1 | tee "$pylog" || status=$?
+    summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed)' "$pylog" | tail -1 || true)
+    py_passed=$(echo "$summary" | grep -Eo '[0-9]+ passed' | grep -Eo '[0-9]+' || echo 0)
+    py_failed=$(echo "$summary" | grep -Eo '[0-9]+ failed' | grep -Eo '[0-9]+' || echo 0)
+    rm -f "$pylog"
+fi
+# One closing line for the whole run: the sum over every test binary and the server tests.
+passed=$(grep -Eo '^test result: .* ([0-9]+) passed' "$log" | grep -Eo '[0-9]+ passed' | awk -v p="$py_passed" '{s+=$1} END {print s+p}')
+failed=$(grep -Eo '; ([0-9]+) failed' "$log" | grep -Eo '[0-9]+' | awk -v f="$py_failed" '{s+=$1} END {print s+f}')
 if [ "$status" -eq 0 ] && [ "$passed" -eq 0 ]; then
     echo "no tests ran" >&2
     status=1

@@ -2,6 +2,8 @@
 
 pub mod backend;
 #[cfg(not(target_arch = "wasm32"))]
+pub mod cache;
+#[cfg(not(target_arch = "wasm32"))]
 pub mod cli;
 pub mod error;
 pub mod exec;
@@ -9,6 +11,8 @@ pub mod gguf;
 pub mod model;
 pub mod quant;
 pub mod sample;
+#[cfg(not(target_arch = "wasm32"))]
+pub mod server;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod synth;
 pub mod tokenizer;

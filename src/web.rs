@@ -23,7 +23,7 @@ use crate::gguf::{GgufFile, TensorBytes};
 use crate::model::limits::check_tensor_sizes;
 use crate::model::TensorSource;
 use crate::sample::{Sampler, SamplerConfig};
-use crate::tokenizer::{render_chat, ChatMessage, Tokenizer};
+use crate::tokenizer::{render_chat_prompt, ChatMessage, ChatOptions, Tokenizer};
 
 /// First guess at the header's size: a Qwen3.5 header with its 248k-token vocabulary and merges
 /// is about 10 MB. Doubled while the header continues past it, up to `MAX_HEADER`.
@@ -448,8 +448,12 @@ fn parse_messages(json: &str) -> Result<Vec<ChatMessage>> {
         .collect()
 }
 
-/// The chat prompt's tokens, as `rill run --chat` builds them.
+/// The chat prompt's tokens, as `rill run --chat` builds them: only the template's markers are
+/// special, so `<|im_start|>` typed in a message stays text.
 fn chat_prompt(tok: &Tokenizer, messages: &[ChatMessage], enable_thinking: bool) -> Result<Vec<u32>> {
-    let text = render_chat(messages, true, enable_thinking)?;
-    Ok(tok.encode(&text, true))
+    let opts = ChatOptions {
+        add_generation_prompt: true,
+        enable_thinking,
+    };
+    Ok(tok.encode_chat(&render_chat_prompt(messages, &[], opts)?).tokens)
 }

@@ -1,10 +1,12 @@
 //! The `rill` command line: one file per subcommand.
 
 mod bench;
+mod chat;
 mod common;
 mod info;
 mod logits;
 mod run;
+mod serve;
 mod synth;
 mod tokenize;
 
@@ -37,6 +39,10 @@ enum Command {
     Synth(synth::SynthArgs),
     /// Measure prompt-processing and generation speed (like llama-bench).
     Bench(bench::BenchArgs),
+    /// Chat in the terminal (multi-turn, streaming; each turn runs only its new tokens).
+    Chat(chat::ChatArgs),
+    /// Serve an OpenAI-compatible HTTP API (chat, completions, tools, streaming).
+    Serve(serve::ServeArgs),
 }
 
 /// Parse the command line and run it. Errors are returned for `main` to print as one line.
@@ -49,5 +55,7 @@ pub fn main() -> Result<()> {
         Command::Info(a) => info::run(a),
         Command::Synth(a) => synth::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Chat(a) => chat::run(a),
+        Command::Serve(a) => serve::run(a),
     }
 }

@@ -10,7 +10,7 @@ use super::common;
 use crate::error::{Error, Result};
 use crate::exec::Logits;
 use crate::sample::{Sampler, SamplerConfig};
-use crate::tokenizer::{render_chat, ChatMessage};
+use crate::tokenizer::{render_chat_prompt, ChatMessage, ChatOptions};
 
 #[derive(Args)]
 pub struct RunArgs {
@@ -80,23 +80,21 @@ pub fn run(a: RunArgs) -> Result<()> {
     let loaded = common::load(&a.model, &a.backend)?;
     let (model, tok) = (&loaded.model, &loaded.tokenizer);
 
-    let text = if a.chat {
+    let prompt = if a.chat {
         let mut msgs = Vec::new();
         if let Some(s) = &a.system {
-            msgs.push(ChatMessage {
-                role: "system".into(),
-                content: s.clone(),
-            });
+            msgs.push(ChatMessage::new("system", s.as_str()));
         }
-        msgs.push(ChatMessage {
-            role: "user".into(),
-            content: a.prompt.clone(),
-        });
-        render_chat(&msgs, true, !a.no_think)?
+        msgs.push(ChatMessage::new("user", a.prompt.as_str()));
+        let opts = ChatOptions {
+            add_generation_prompt: true,
+            enable_thinking: !a.no_think,
+        };
+        // Only the template's markers are special: `<|im_start|>` typed in the prompt stays text.
+        tok.encode_chat(&render_chat_prompt(&msgs, &[], opts)?).tokens
     } else {
-        a.prompt.clone()
+        tok.encode(&a.prompt, false)
     };
-    let prompt = tok.encode(&text, a.chat);
     if prompt.is_empty() {
         return Err(Error::InvalidArgument("the prompt encodes to no tokens".into()));
     }

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-pub use session::{LayerState, Session};
+pub use session::{LayerState, Session, Snapshot, SnapshotLayer};
 
 use crate::backend::{Backend, DType, Pos, StepMode, Tensor, NON_FINITE};
 use crate::error::{Error, Result};

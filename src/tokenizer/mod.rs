@@ -19,7 +19,10 @@ use crate::{Error, Result};
 use bpe::Bpe;
 use special::{Fragment, SpecialMatcher};
 
-pub use chat::{render_chat, ChatMessage};
+pub use chat::{
+    parse_reply, render_chat, render_chat_prompt, ChatMessage, ChatOptions, ChatPrompt, EncodedChat, ParsedReply,
+    ReplyEvent, ReplyStream, ToolCall,
+};
 pub use decode::StreamDecoder;
 
 /// GGUF `tokenizer.ggml.token_type` values.
@@ -222,23 +225,26 @@ impl Tokenizer {
         for frag in frags {
             match frag {
                 Fragment::Token(id) => ids.push(id),
-                Fragment::Text(raw) => {
-                    let normalized;
-                    let s = if self.nfc && is_nfc_quick(raw.chars()) != IsNormalized::Yes {
-                        normalized = raw.nfc().collect::<String>();
-                        normalized.as_str()
-                    } else {
-                        raw
-                    };
-                    let mut pieces = Vec::new();
-                    pretokenize::split(s, self.pre, &mut pieces);
-                    for piece in &pieces {
-                        self.bpe.encode_piece(piece, &mut ids);
-                    }
-                }
+                Fragment::Text(raw) => self.encode_text(raw, &mut ids),
             }
         }
         ids
+    }
+
+    /// BPE ids of text that holds no special tokens (NFC, pre-tokenizer, merges).
+    fn encode_text(&self, raw: &str, ids: &mut Vec<u32>) {
+        let normalized;
+        let s = if self.nfc && is_nfc_quick(raw.chars()) != IsNormalized::Yes {
+            normalized = raw.nfc().collect::<String>();
+            normalized.as_str()
+        } else {
+            raw
+        };
+        let mut pieces = Vec::new();
+        pretokenize::split(s, self.pre, &mut pieces);
+        for piece in &pieces {
+            self.bpe.encode_piece(piece, ids);
+        }
     }
 
     /// Text of `ids`; invalid UTF-8 (e.g. a character cut in half) becomes U+FFFD, applied only

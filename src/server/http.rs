@@ -1,0 +1,614 @@
+//! The HTTP side: routes, authentication, body limits, and the translation between OpenAI JSON
+//! (plain or server-sent events) and worker jobs. Handlers validate everything before a job is
+//! queued, so a bad request never reaches the model thread.
+
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures_util::stream::{self, Stream};
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde_json::{json, Value};
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+
+use super::api::{self, ChatRequest, CompletionRequest, Sampling};
+use super::error::ApiError;
+use super::worker::{Done, Event, Job, JobKind, Shared};
+use crate::tokenizer::{render_chat_prompt, ChatOptions, ReplyEvent, Tokenizer, ToolCall};
+
+pub struct AppState {
+    pub jobs: SyncSender<Job>,
+    pub shared: Arc<Shared>,
+    pub tok: Arc<Tokenizer>,
+    pub model_id: String,
+    pub n_ctx: usize,
+    pub n_vocab: usize,
+    pub api_key: Option<String>,
+    pub body_limit: usize,
+    pub max_queue: usize,
+    /// Thinking on unless the request says otherwise (`--no-think` turns the default off).
+    pub think_default: bool,
+    pub created: u64,
+    pub next_id: AtomicU64,
+}
+
+type St = State<Arc<AppState>>;
+
+pub fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/completions", post(completions))
+        .route("/v1/models", get(models))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics))
+        .fallback(|| async { ApiError::not_found("no such endpoint").with_code("unknown_url") })
+        .method_not_allowed_fallback(|| async {
+            ApiError::invalid("method not allowed on this endpoint", None)
+                .with_status(StatusCode::METHOD_NOT_ALLOWED, "invalid_request_error")
+        })
+        .with_state(state)
+}
+
+impl AppState {
+    fn authorize(&self, headers: &HeaderMap) -> Result<(), ApiError> {
+        let Some(key) = &self.api_key else {
+            return Ok(());
+        };
+        let given = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .unwrap_or("");
+        // Compare in time independent of where the first difference is.
+        let same =
+            given.len() == key.len() && given.bytes().zip(key.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
+        if same {
+            Ok(())
+        } else {
+            Err(ApiError::invalid("missing or incorrect API key", None)
+                .with_status(StatusCode::UNAUTHORIZED, "authentication_error")
+                .with_code("invalid_api_key"))
+        }
+    }
+
+    fn check_model(&self, s: &Sampling) -> Result<(), ApiError> {
+        match &s.model {
+            Some(m) if m != &self.model_id => Err(ApiError::not_found(format!(
+                "the model '{m}' does not exist (this server has '{}')",
+                self.model_id
+            ))
+            .with_code("model_not_found")),
+            _ => Ok(()),
+        }
+    }
+
+    fn new_id(&self, prefix: &str) -> String {
+        let n = self.next_id.fetch_add(1, Ordering::Relaxed);
+        format!("{prefix}-{:x}{n:06x}", self.created)
+    }
+
+    /// Queue a job; a full queue is a 503 so clients back off instead of piling up.
+    fn submit(&self, job: Job) -> Result<(), ApiError> {
+        self.shared.queued.fetch_add(1, Ordering::SeqCst);
+        match self.jobs.try_send(job) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.shared.queued.fetch_sub(1, Ordering::SeqCst);
+                Err(match e {
+                    TrySendError::Full(_) => ApiError::server(format!(
+                        "the server is busy ({} requests queued); retry later",
+                        self.max_queue
+                    ))
+                    .with_status(StatusCode::SERVICE_UNAVAILABLE, "server_error")
+                    .with_code("server_busy"),
+                    TrySendError::Disconnected(_) => ApiError::server("the model thread has stopped"),
+                })
+            }
+        }
+    }
+
+    /// Room left for generation after `prompt` tokens, and the request's `max_tokens` checked
+    /// against it (`default` when the request has none; `None` = all the room).
+    fn budget(&self, prompt: usize, asked: Option<usize>, default: Option<usize>) -> Result<usize, ApiError> {
+        if prompt >= self.n_ctx {
+            return Err(ApiError::invalid(
+                format!(
+                    "the prompt is {prompt} tokens, the context is {} tokens (at least one must be left to generate)",
+                    self.n_ctx
+                ),
+                Some("messages"),
+            )
+            .with_code("context_length_exceeded"));
+        }
+        let room = self.n_ctx - prompt;
+        match asked {
+            Some(m) if m > room => Err(ApiError::invalid(
+                format!(
+                    "max_tokens is {m}, but the prompt of {prompt} tokens leaves room for {room} in the context of {}",
+                    self.n_ctx
+                ),
+                Some("max_tokens"),
+            )
+            .with_code("context_length_exceeded")),
+            Some(m) => Ok(m),
+            None => Ok(default.map_or(room, |d| d.min(room))),
+        }
+    }
+}
+
+async fn read_body(st: &AppState, headers: &HeaderMap, body: Body) -> Result<Value, ApiError> {
+    st.authorize(headers)?;
+    let too_large = || {
+        ApiError::invalid(format!("request body is larger than {} bytes", st.body_limit), None)
+            .with_status(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error")
+            .with_code("body_too_large")
+    };
+    let declared = headers
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > st.body_limit as u64) {
+        return Err(too_large());
+    }
+    let bytes = Limited::new(body, st.body_limit).collect().await.map_err(|e| {
+        if e.downcast_ref::<LengthLimitError>().is_some() {
+            too_large()
+        } else {
+            ApiError::invalid(format!("could not read the request body: {e}"), None)
+        }
+    })?;
+    api::parse_body(&bytes.to_bytes())
+}
+
+fn default_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+async fn chat(State(st): St, headers: HeaderMap, body: Body) -> Response {
+    match chat_inner(&st, &headers, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn chat_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let body = read_body(st, headers, body).await?;
+    let req: ChatRequest = api::fields(&body)?;
+    let sampling: Sampling = api::fields(&body)?;
+    st.check_model(&sampling)?;
+    let settings = sampling.settings(default_seed())?;
+    let (messages, tools) = api::chat_messages(&req)?;
+    let thinking = req
+        .chat_template_kwargs
+        .as_ref()
+        .and_then(|k| k.enable_thinking)
+        .unwrap_or(st.think_default);
+    let opts = ChatOptions {
+        add_generation_prompt: true,
+        enable_thinking: thinking,
+    };
+    let rendered =
+        render_chat_prompt(&messages, &tools, opts).map_err(|e| ApiError::invalid(e.to_string(), Some("messages")))?;
+    let enc = st.tok.encode_chat(&rendered);
+    let max_tokens = st.budget(enc.tokens.len(), settings.max_tokens, None)?;
+    let (tx, rx) = unbounded_channel();
+    st.submit(Job {
+        prompt: enc.tokens,
+        // Snapshot where the reply starts: a later turn renders this turn's opening the same way.
+        snap_at: enc.reply_start.into_iter().collect(),
+        max_tokens,
+        sampler: settings.sampler,
+        stop: settings.stop,
+        kind: JobKind::Chat {
+            messages,
+            tools,
+            thinking,
+        },
+        events: tx,
+    })?;
+    let id = st.new_id("chatcmpl");
+    if settings.stream {
+        Ok(sse(chat_stream(Arc::clone(st), id, rx, settings.include_usage)))
+    } else {
+        chat_whole(st, id, rx).await
+    }
+}
+
+fn usage(d: &Done) -> Value {
+    json!({
+        "prompt_tokens": d.prompt_tokens,
+        "completion_tokens": d.completion_tokens,
+        "total_tokens": d.prompt_tokens + d.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": d.cached_tokens},
+    })
+}
+
+fn timings(d: &Done) -> Value {
+    json!({
+        "first_token_ms": d.first_token_secs * 1e3,
+        "decode_ms": d.decode_secs * 1e3,
+        "prompt_tokens_processed": d.prompt_tokens - d.cached_tokens,
+    })
+}
+
+fn tool_call_json(id: &str, index: usize, c: &ToolCall) -> Value {
+    json!({
+        "index": index,
+        "id": format!("call_{id}_{index}"),
+        "type": "function",
+        "function": {"name": c.name, "arguments": Value::Object(c.arguments.clone()).to_string()},
+    })
+}
+
+fn unexpected_end() -> ApiError {
+    ApiError::server("the model thread ended the request without a result")
+}
+
+async fn chat_whole(st: &AppState, id: String, mut rx: UnboundedReceiver<Event>) -> Result<Response, ApiError> {
+    let (mut content, mut reasoning, mut calls) = (String::new(), String::new(), Vec::new());
+    let done = loop {
+        match rx.recv().await.ok_or_else(unexpected_end)? {
+            Event::Reply(ReplyEvent::Content(t)) | Event::Text(t) => content.push_str(&t),
+            Event::Reply(ReplyEvent::Reasoning(t)) => reasoning.push_str(&t),
+            Event::Reply(ReplyEvent::ToolCall(c)) => calls.push(c),
+            Event::Done(d) => break d,
+            Event::Failed(e) => return Err(e),
+        }
+    };
+    let mut message = json!({"role": "assistant", "content": content});
+    if !reasoning.is_empty() {
+        message["reasoning_content"] = json!(reasoning);
+    }
+    if !calls.is_empty() {
+        let short = id.rsplit('-').next().unwrap_or("");
+        message["tool_calls"] = calls
+            .iter()
+            .enumerate()
+            .map(|(i, c)| {
+                let mut v = tool_call_json(short, i, c);
+                v.as_object_mut().map(|o| o.remove("index"));
+                v
+            })
+            .collect();
+        if content.is_empty() {
+            message["content"] = Value::Null;
+        }
+    }
+    Ok(Json(json!({
+        "id": id,
+        "object": "chat.completion",
+        "created": st.created,
+        "model": st.model_id,
+        "choices": [{"index": 0, "message": message, "finish_reason": done.finish_reason, "logprobs": null}],
+        "usage": usage(&done),
+        "timings": timings(&done),
+    }))
+    .into_response())
+}
+
+fn sse(s: impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static) -> Response {
+    Sse::new(s).keep_alive(KeepAlive::default()).into_response()
+}
+
+/// State of one streamed response: events still to come, then `[DONE]`.
+struct Streaming {
+    st: Arc<AppState>,
+    id: String,
+    rx: UnboundedReceiver<Event>,
+    include_usage: bool,
+    tool_index: usize,
+    pending: std::collections::VecDeque<String>,
+    finished: bool,
+}
+
+impl Streaming {
+    fn chunk(&self, object: &str, choice: Value) -> String {
+        json!({
+            "id": self.id, "object": object, "created": self.st.created, "model": self.st.model_id,
+            "choices": [choice],
+        })
+        .to_string()
+    }
+
+    fn end(&mut self, object: &str, done: Option<&Done>, last_choice: Option<Value>) {
+        if let Some(c) = last_choice {
+            let s = self.chunk(object, c);
+            self.pending.push_back(s);
+        }
+        if let (true, Some(d)) = (self.include_usage, done) {
+            self.pending.push_back(
+                json!({
+                    "id": self.id, "object": object, "created": self.st.created, "model": self.st.model_id,
+                    "choices": [], "usage": usage(d), "timings": timings(d),
+                })
+                .to_string(),
+            );
+        }
+        self.pending.push_back("[DONE]".into());
+        self.finished = true;
+    }
+}
+
+/// Drive a `Streaming` with `next(state, event)` turning worker events into SSE data lines.
+fn event_stream(
+    mut s: Streaming,
+    first: Option<String>,
+    next: fn(&mut Streaming, Event),
+) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static {
+    s.pending.extend(first);
+    stream::unfold(s, move |mut s| async move {
+        loop {
+            if let Some(data) = s.pending.pop_front() {
+                return Some((Ok(SseEvent::default().data(data)), s));
+            }
+            if s.finished {
+                return None;
+            }
+            match s.rx.recv().await {
+                Some(ev) => next(&mut s, ev),
+                None => {
+                    let err = unexpected_end().body().to_string();
+                    s.pending.push_back(err);
+                    s.finished = true;
+                }
+            }
+        }
+    })
+}
+
+fn chat_stream(
+    st: Arc<AppState>,
+    id: String,
+    rx: UnboundedReceiver<Event>,
+    include_usage: bool,
+) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static {
+    let s = Streaming {
+        st,
+        id,
+        rx,
+        include_usage,
+        tool_index: 0,
+        pending: Default::default(),
+        finished: false,
+    };
+    let role = json!({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null});
+    let first = s.chunk("chat.completion.chunk", role);
+    event_stream(s, Some(first), |s, ev| {
+        const OBJ: &str = "chat.completion.chunk";
+        let delta = |d: Value| json!({"index": 0, "delta": d, "finish_reason": null});
+        match ev {
+            Event::Reply(ReplyEvent::Content(t)) | Event::Text(t) => {
+                let c = s.chunk(OBJ, delta(json!({"content": t})));
+                s.pending.push_back(c);
+            }
+            Event::Reply(ReplyEvent::Reasoning(t)) => {
+                let c = s.chunk(OBJ, delta(json!({"reasoning_content": t})));
+                s.pending.push_back(c);
+            }
+            Event::Reply(ReplyEvent::ToolCall(call)) => {
+                let short = s.id.rsplit('-').next().unwrap_or("").to_string();
+                let c = s.chunk(
+                    OBJ,
+                    delta(json!({"tool_calls": [tool_call_json(&short, s.tool_index, &call)]})),
+                );
+                s.tool_index += 1;
+                s.pending.push_back(c);
+            }
+            Event::Done(d) => {
+                let last = json!({"index": 0, "delta": {}, "finish_reason": d.finish_reason});
+                s.end(OBJ, Some(&d), Some(last));
+            }
+            Event::Failed(e) => {
+                s.pending.push_back(e.body().to_string());
+                s.finished = true;
+            }
+        }
+    })
+}
+
+async fn completions(State(st): St, headers: HeaderMap, body: Body) -> Response {
+    match completions_inner(&st, &headers, body).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The prompt of a completion request: a string, a one-string array, or token ids.
+fn completion_prompt(st: &AppState, prompt: &Value) -> Result<Vec<u32>, ApiError> {
+    let bad = |m: &str| ApiError::invalid(m.to_string(), Some("prompt"));
+    let ids = match prompt {
+        // The client writes the whole model input here, so its special tokens count (a client
+        // may apply its own template); chat requests never parse them in content.
+        Value::String(s) => st.tok.encode(s, true),
+        Value::Array(items) if items.len() == 1 && items[0].is_string() => {
+            st.tok.encode(items[0].as_str().unwrap_or_default(), true)
+        }
+        Value::Array(items) if !items.is_empty() && items.iter().all(Value::is_u64) => items
+            .iter()
+            .map(|v| match v.as_u64() {
+                Some(t) if t < st.n_vocab as u64 => Ok(t as u32),
+                _ => Err(bad("token id out of the vocabulary")),
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        Value::Array(items) if items.len() > 1 && items.iter().all(Value::is_string) => {
+            return Err(bad("only one prompt per request is supported"))
+        }
+        _ => return Err(bad("prompt must be a string or an array of token ids")),
+    };
+    if ids.is_empty() {
+        return Err(bad("prompt must not be empty"));
+    }
+    Ok(ids)
+}
+
+async fn completions_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let body = read_body(st, headers, body).await?;
+    let req: CompletionRequest = api::fields(&body)?;
+    let sampling: Sampling = api::fields(&body)?;
+    st.check_model(&sampling)?;
+    let settings = sampling.settings(default_seed())?;
+    if req.echo == Some(true) || req.suffix.is_some() || req.best_of.is_some_and(|b| b != 1) {
+        return Err(ApiError::invalid("echo, suffix and best_of are not supported", None));
+    }
+    let prompt = completion_prompt(st, &req.prompt)?;
+    // OpenAI's default for completions is 16 tokens.
+    let max_tokens = st.budget(prompt.len(), settings.max_tokens, Some(16))?;
+    let (tx, rx) = unbounded_channel();
+    let n = prompt.len();
+    st.submit(Job {
+        prompt,
+        // Before the last prompt token: the same prompt again (a retry, another sample) hits.
+        snap_at: vec![n - 1],
+        max_tokens,
+        sampler: settings.sampler,
+        stop: settings.stop,
+        kind: JobKind::Completion,
+        events: tx,
+    })?;
+    let id = st.new_id("cmpl");
+    if settings.stream {
+        let s = Streaming {
+            st: Arc::clone(st),
+            id,
+            rx,
+            include_usage: settings.include_usage,
+            tool_index: 0,
+            pending: Default::default(),
+            finished: false,
+        };
+        return Ok(sse(event_stream(s, None, |s, ev| {
+            const OBJ: &str = "text_completion";
+            match ev {
+                Event::Text(t) | Event::Reply(ReplyEvent::Content(t)) => {
+                    let c = s.chunk(
+                        OBJ,
+                        json!({"index": 0, "text": t, "logprobs": null, "finish_reason": null}),
+                    );
+                    s.pending.push_back(c);
+                }
+                Event::Reply(_) => {}
+                Event::Done(d) => {
+                    let last = json!({"index": 0, "text": "", "logprobs": null, "finish_reason": d.finish_reason});
+                    s.end(OBJ, Some(&d), Some(last));
+                }
+                Event::Failed(e) => {
+                    s.pending.push_back(e.body().to_string());
+                    s.finished = true;
+                }
+            }
+        })));
+    }
+    let mut rx = rx;
+    let mut text = String::new();
+    let done = loop {
+        match rx.recv().await.ok_or_else(unexpected_end)? {
+            Event::Text(t) | Event::Reply(ReplyEvent::Content(t)) => text.push_str(&t),
+            Event::Reply(_) => {}
+            Event::Done(d) => break d,
+            Event::Failed(e) => return Err(e),
+        }
+    };
+    Ok(Json(json!({
+        "id": id,
+        "object": "text_completion",
+        "created": st.created,
+        "model": st.model_id,
+        "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": done.finish_reason}],
+        "usage": usage(&done),
+        "timings": timings(&done),
+    }))
+    .into_response())
+}
+
+async fn models(State(st): St, headers: HeaderMap) -> Response {
+    if let Err(e) = st.authorize(&headers) {
+        return e.into_response();
+    }
+    Json(json!({
+        "object": "list",
+        "data": [{"id": st.model_id, "object": "model", "created": st.created, "owned_by": "rill",
+                  "context_length": st.n_ctx}],
+    }))
+    .into_response()
+}
+
+fn health_json(st: &AppState) -> Value {
+    let sh = &st.shared;
+    let stats = sh.stats();
+    let cache = stats.map(|s| s.cache).unwrap_or_default();
+    json!({
+        "status": "ok",
+        "model": st.model_id,
+        "queue_depth": sh.queued.load(Ordering::SeqCst),
+        "busy": sh.busy.load(Ordering::SeqCst),
+        "requests": {
+            "completed": sh.completed.load(Ordering::Relaxed),
+            "cancelled": sh.cancelled.load(Ordering::Relaxed),
+            "failed": sh.failed.load(Ordering::Relaxed),
+        },
+        "context": {"n_ctx": st.n_ctx, "live_tokens": stats.map(|s| s.pos).unwrap_or(0)},
+        "cache": {
+            "hits": cache.hits,
+            "misses": cache.misses,
+            "tokens_reused": cache.tokens_reused,
+            "entries": cache.entries,
+            "bytes": cache.bytes,
+            "budget_bytes": cache.budget,
+            "inserted": cache.inserted,
+            "evicted": cache.evicted,
+        },
+    })
+}
+
+async fn health(State(st): St) -> Response {
+    Json(health_json(&st)).into_response()
+}
+
+/// The same numbers in the Prometheus text format.
+async fn metrics(State(st): St) -> Response {
+    let h = health_json(&st);
+    let n = |p: &str| h.pointer(p).and_then(Value::as_u64).unwrap_or(0);
+    let mut out = String::new();
+    for (name, help, ptr) in [
+        ("rill_queue_depth", "requests waiting for the model", "/queue_depth"),
+        (
+            "rill_requests_completed_total",
+            "requests served to the end",
+            "/requests/completed",
+        ),
+        (
+            "rill_requests_cancelled_total",
+            "requests whose client went away",
+            "/requests/cancelled",
+        ),
+        ("rill_requests_failed_total", "requests that failed", "/requests/failed"),
+        (
+            "rill_cache_hits_total",
+            "prompts that resumed from cached state",
+            "/cache/hits",
+        ),
+        ("rill_cache_misses_total", "prompts run from the start", "/cache/misses"),
+        (
+            "rill_cache_tokens_reused_total",
+            "prompt tokens not run again",
+            "/cache/tokens_reused",
+        ),
+        ("rill_cache_entries", "snapshots held", "/cache/entries"),
+        ("rill_cache_bytes", "device bytes held by snapshots", "/cache/bytes"),
+        ("rill_cache_budget_bytes", "--cache-mem", "/cache/budget_bytes"),
+    ] {
+        out.push_str(&format!("# HELP {name} {help}\n{name} {}\n", n(ptr)));
+    }
+    ([("content-type", "text/plain; version=0.0.4")], out).into_response()
+}
