@@ -78,3 +78,22 @@ fn tensor_bytes_beyond_the_prefix_are_an_error_not_garbage() {
     let r = pollster::block_on(f.read(f.data_start + t.offset, t.n_bytes as usize));
     assert!(r.is_err(), "the prefix does not hold tensor data");
 }
+
+#[test]
+fn a_tensor_over_a_device_limit_is_named_with_the_limit() {
+    use rill::model::limits::check_tensor_sizes;
+    let f = GgufFile::from_bytes(fixture()).expect("parse");
+    let largest = f.tensors.iter().max_by_key(|t| t.n_bytes).expect("tensors");
+    let need = largest.n_bytes.div_ceil(4) * 4;
+    check_tensor_sizes(&f, &[("maxBufferSize", need), ("maxStorageBufferBindingSize", need)]).expect("fits exactly");
+    let err = check_tensor_sizes(
+        &f,
+        &[("maxBufferSize", need), ("maxStorageBufferBindingSize", need - 4)],
+    )
+    .expect_err("one word too small");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("maxStorageBufferBindingSize") && msg.contains(&largest.name),
+        "{msg}"
+    );
+}
