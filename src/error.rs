@@ -41,7 +41,9 @@ pub enum Error {
     #[error("tokenizer: {0}")]
     Tokenizer(String),
 
-    #[error("prompt of {prompt} tokens plus {generate} to generate exceeds the context of {ctx} tokens")]
+    /// `prompt`: tokens already in the sequence (the prompt, or the position reached while
+    /// generating); `generate`: the tokens that were to follow.
+    #[error("{prompt} tokens in the sequence plus {generate} more would exceed the context of {ctx} tokens")]
     ContextOverflow { prompt: usize, generate: usize, ctx: usize },
 
     #[error("backend '{0}' is not available in this build (available: {1})")]
@@ -67,6 +69,31 @@ pub enum Error {
 
     #[error("safetensors: {0}")]
     SafeTensors(String),
+
+    // Hostile input (issue 12): sizes from files and the command line, and path arguments.
+    /// A host allocation whose size came from a file or the command line failed.
+    #[error("out of memory: cannot allocate {bytes} bytes for {what}")]
+    Alloc { what: String, bytes: u128 },
+
+    /// A GGUF file given by path is malformed.
+    #[error("{path}: malformed GGUF: {source}")]
+    GgufFile {
+        path: PathBuf,
+        #[source]
+        source: GgufError,
+    },
+
+    /// A model file given by path is not a usable model (its metadata, tensors or tokenizer).
+    #[error("{path}: {source}")]
+    InModel {
+        path: PathBuf,
+        #[source]
+        source: Box<Error>,
+    },
+
+    /// A path argument names something rill cannot use (a directory, a FIFO, a device...).
+    #[error("{path}: {problem}")]
+    BadPath { path: PathBuf, problem: String },
 }
 
 /// Precise reasons a GGUF file is rejected.
@@ -83,8 +110,25 @@ pub enum GgufError {
         needed: u64,
         file_len: u64,
     },
-    #[error("{what} count {count} is impossible for a file of {file_len} bytes")]
-    CountTooLarge { what: String, count: u64, file_len: u64 },
+    #[error(
+        "{what} count {count} does not fit in the {remaining} bytes left of the file's {file_len} \
+         (a corrupt count or a truncated file)"
+    )]
+    CountTooLarge {
+        what: String,
+        count: u64,
+        remaining: u64,
+        file_len: u64,
+    },
+    #[error("{what} at offset {offset} claims a length of {len} bytes, more than the whole file ({file_len} bytes)")]
+    ImpossibleLength {
+        what: String,
+        offset: u64,
+        len: u64,
+        file_len: u64,
+    },
+    #[error("{what} count {count} is more than rill accepts ({max})")]
+    TooMany { what: String, count: u64, max: u64 },
     #[error("string at offset {offset} is not valid UTF-8")]
     BadUtf8 { offset: u64 },
     #[error("unknown metadata value type {type_id} for key '{key}'")]
@@ -134,6 +178,21 @@ impl Error {
         Error::Tensor {
             name: name.into(),
             problem: problem.into(),
+        }
+    }
+    /// Attach the model file's path to an error about its contents (errors that already name a
+    /// path, and errors of the device or the arguments, are returned as they are).
+    pub fn in_model(self, path: impl Into<PathBuf>) -> Self {
+        match self {
+            Error::Metadata(_)
+            | Error::Tensor { .. }
+            | Error::Tokenizer(_)
+            | Error::UnsupportedArch(_)
+            | Error::UnsupportedType { .. } => Error::InModel {
+                path: path.into(),
+                source: Box::new(self),
+            },
+            other => other,
         }
     }
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {

@@ -1,5 +1,6 @@
 //! rill: an inference engine for Qwen3.5 hybrid models (Gated DeltaNet + gated attention) from GGUF files.
 
+pub mod alloc;
 pub mod backend;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod cache;
@@ -7,6 +8,7 @@ pub mod cache;
 pub mod cli;
 pub mod error;
 pub mod exec;
+pub mod fsutil;
 pub mod gguf;
 pub mod model;
 pub mod quant;

@@ -64,7 +64,7 @@ async fn read_blob(blob: &web_sys::Blob, start: u64, len: usize) -> Result<Vec<u
             arr.length()
         )));
     }
-    let mut out = vec![0u8; len];
+    let mut out = crate::alloc::vec_filled(len, 0u8, "a piece of the model file")?;
     arr.copy_to(&mut out);
     Ok(out)
 }

@@ -195,7 +195,7 @@ fn context_overflow_is_one_line_error() {
         "--ctx",
         "16",
     ]);
-    assert_clean_error(&out, "exceeds the context");
+    assert_clean_error(&out, "would exceed the context of 16 tokens");
 }
 
 #[test]

@@ -165,11 +165,14 @@ fn writer_file() -> Vec<u8> {
     w.add_kv("k.bool", Value::Bool(true));
     w.add_kv("k.empty", Value::String(String::new()));
     let strings = ["a", "bc", "", "Ġdef"].map(|s| Value::String(s.into()));
-    w.add_kv("k.tokens", Value::Array(strings.to_vec()));
-    let nested = Value::Array(vec![
-        Value::Array(vec![Value::I32(1), Value::I32(2)]),
-        Value::Array(vec![]),
-    ]);
+    w.add_kv("k.tokens", Value::Array(strings.to_vec().into()));
+    let nested = Value::Array(
+        vec![
+            Value::Array(vec![Value::I32(1), Value::I32(2)].into()),
+            Value::Array(vec![].into()),
+        ]
+        .into(),
+    );
     w.add_kv("k.nested", nested);
     let a = w.add_tensor("a", vec![8], GgmlType::F32).expect("a");
     let b = w.add_tensor("b", vec![32, 2], GgmlType::Q8_0).expect("b");
@@ -247,7 +250,7 @@ fn truncated_counts() {
 fn tensor_count_max() {
     let mut s = valid();
     s.tensor_count = Some(u64::MAX);
-    assert!(matches!(err(s.build()), G::CountTooLarge { count: u64::MAX, .. }));
+    assert!(matches!(err(s.build()), G::TooMany { count: u64::MAX, .. }));
 }
 
 #[test]
@@ -259,11 +262,34 @@ fn tensor_count_slightly_too_large() {
 
 #[test]
 fn kv_count_huge() {
+    // Above the cap on what is materialised, or above what the bytes left could hold.
     for count in [u64::MAX, u64::MAX / 13 + 1, 1 << 40] {
         let mut s = valid();
         s.kv_count = Some(count);
-        assert!(matches!(err(s.build()), G::CountTooLarge { .. }), "count {count}");
+        assert!(matches!(err(s.build()), G::TooMany { .. }), "count {count}");
     }
+    let mut s = valid();
+    s.kv_count = Some(1000);
+    assert!(matches!(err(s.build()), G::CountTooLarge { count: 1000, .. }));
+}
+
+/// A file cut inside its metadata is reported as truncated there, not as an impossible tensor
+/// count (the tensor count is checked against the bytes left after the KVs).
+#[test]
+fn truncated_kv_section_is_truncation_not_a_bad_tensor_count() {
+    let mut s = valid();
+    s.kvs.push(kv(b"filler", T_STRING, &strb(&[b'f'; 3000])));
+    s.kvs.push(kv(b"long", T_STRING, &strb(&[b'x'; 2000])));
+    // 200 tensor infos need at least 6400 bytes: more than the cut file has left after the
+    // counts, which the old reader reported as "tensor count 200 is impossible".
+    s.tensors = (0..200)
+        .map(|i| tensor(format!("t{i}").as_bytes(), &[8], F32, 0))
+        .collect();
+    let long_body = 24 + s.kvs[0].len() + s.kvs[1].len() + (8 + 4) + 4 + 8;
+    let header = s.header();
+    let e = err(header[..long_body + 1000].to_vec());
+    assert!(matches!(e, G::Truncated { needed: 2000, .. }), "{e:?}");
+    assert!(e.to_string().contains("truncated"), "{e}");
 }
 
 #[test]
@@ -280,14 +306,18 @@ fn kv_count_larger_than_present_but_plausible() {
 
 #[test]
 fn key_length_huge() {
+    // A length larger than the whole file is a corrupt length, not a truncated file.
     let s = valid().with_kv([u64b(u64::MAX), u32b(T_U8), vec![0]].concat());
-    assert!(matches!(err(s.build()), G::Truncated { needed: u64::MAX, .. }));
+    let e = err(s.build());
+    assert!(matches!(e, G::ImpossibleLength { len: u64::MAX, .. }), "{e:?}");
+    assert!(e.to_string().contains("metadata key"), "{e}");
+    assert!(!e.to_string().contains("truncated"), "{e}");
 }
 
 #[test]
 fn string_value_length_huge() {
     let s = valid().with_kv(kv(b"k", T_STRING, &u64b(1 << 50)));
-    assert!(matches!(err(s.build()), G::Truncated { needed, .. } if needed == 1 << 50));
+    assert!(matches!(err(s.build()), G::ImpossibleLength { len, .. } if len == 1 << 50));
 }
 
 #[test]
@@ -302,10 +332,14 @@ fn string_value_one_byte_too_long() {
     assert!(matches!(err(bytes), G::Truncated { needed: 7, .. }));
 }
 
-/// A cut file fails either while reading (`Truncated`) or, when the cut leaves fewer bytes than the
-/// declared counts could possibly need, at the count bound (`CountTooLarge`).
+/// A cut file fails either while reading (`Truncated`), when the cut leaves fewer bytes than the
+/// declared counts could possibly need at the count bound (`CountTooLarge`), or when a string is
+/// cut so early that its length exceeds the whole remaining file (`ImpossibleLength`).
 fn is_truncation(e: &G) -> bool {
-    matches!(e, G::Truncated { .. } | G::CountTooLarge { .. })
+    matches!(
+        e,
+        G::Truncated { .. } | G::CountTooLarge { .. } | G::ImpossibleLength { .. }
+    )
 }
 
 #[test]
@@ -324,8 +358,19 @@ fn truncated_inside_key_and_value() {
     let bytes = s.header();
     assert!(matches!(
         err(bytes[..24 + 8 + 50].to_vec()),
+        G::ImpossibleLength {
+            offset: 24,
+            len: 100,
+            file_len: 82,
+            ..
+        }
+    ));
+    s.kvs.push(kv(&[b'y'; 100], T_U8, &[1]));
+    let bytes = s.header();
+    assert!(matches!(
+        err(bytes[..24 + 8 + 100 + 5 + 8 + 50].to_vec()),
         G::Truncated {
-            offset: 32,
+            offset: 145,
             needed: 100,
             ..
         }
@@ -353,6 +398,36 @@ fn array_count_huge_does_not_allocate() {
     }
 }
 
+/// Array payloads stay in the file's bytes until read: a large u8 array costs no allocation
+/// (issue 12: each element used to become a 32-byte value, 32x the file).
+#[test]
+fn large_u8_array_stays_encoded() {
+    let n = 8 << 20;
+    let body = [u32b(T_U8), u64b(n as u64), vec![7u8; n]].concat();
+    let bytes = valid().with_kv(kv(b"big", T_ARRAY, &body)).build();
+    let len = bytes.len();
+    LARGEST.with(|m| m.set(0));
+    let f = GgufFile::from_bytes(bytes).expect("parse");
+    let largest = LARGEST.with(|m| m.get());
+    assert!(
+        largest < 1 << 20,
+        "largest allocation {largest} bytes for a {len}-byte file"
+    );
+    let a = f.get("big").and_then(Value::as_array).expect("array");
+    assert_eq!((a.len(), a.elem_type_name()), (n, "u8"));
+    assert_eq!(a.iter().nth(n - 1), Some(Value::U8(7)));
+    assert_eq!(a.iter().count(), n);
+    // Debug output shows a few elements, not the payload.
+    let shown = format!("{a:?}");
+    assert!(shown.len() < 200, "{shown}");
+    // Strings are borrowed from the file, not copied.
+    let f = parse(writer_file()).expect("writer file");
+    let tokens = f.get("k.tokens").and_then(Value::as_array).expect("tokens");
+    let strs: Vec<_> = tokens.strs().collect();
+    assert_eq!(strs, [Some("a"), Some("bc"), Some(""), Some("Ġdef")]);
+    assert!(a.strs().all(|s| s.is_none()), "u8 elements are not strings");
+}
+
 #[test]
 fn array_truncated() {
     // 100 declared u32 elements, 2 present, nothing after: count passes neither bound nor data.
@@ -363,9 +438,9 @@ fn array_truncated() {
     s.kvs = vec![kv(b"arr", T_ARRAY, &body)];
     assert!(matches!(err(s.header()), G::CountTooLarge { count: 100, .. }));
     // 3 declared strings fit the minimal-size bound, but the last one's bytes are missing.
-    let body = [u32b(T_STRING), u64b(3), strb(b"ok"), strb(b""), u64b(100), vec![0; 4]].concat();
+    let body = [u32b(T_STRING), u64b(3), strb(b"ok"), strb(b""), u64b(20), vec![0; 4]].concat();
     s.kvs = vec![kv(b"arr", T_ARRAY, &body)];
-    assert!(matches!(err(s.header()), G::Truncated { needed: 100, .. }));
+    assert!(matches!(err(s.header()), G::Truncated { needed: 20, .. }));
 }
 
 /// An array nested `levels` deep (`levels` = 1 is a plain array of u8).
@@ -389,11 +464,14 @@ fn nesting_too_deep() {
 fn nesting_at_limit_is_fine() {
     let s = valid().with_kv(kv(b"deep", T_ARRAY, &nested(8)));
     let f = parse(s.build()).expect("8 levels");
-    let mut v = f.get("deep").expect("key");
+    let mut v = f.get("deep").expect("key").clone();
     for _ in 1..8 {
-        v = &v.as_array().expect("array")[0];
+        v = v.as_array().expect("array").iter().next().expect("one element");
     }
-    assert_eq!(v.as_array(), Some(&[Value::U8(42)][..]));
+    assert_eq!(
+        v.as_array().map(|a| a.iter().collect::<Vec<_>>()),
+        Some(vec![Value::U8(42)])
+    );
 }
 
 #[test]

@@ -4,59 +4,33 @@ use std::path::{Path, PathBuf};
 
 use rill::backend;
 use rill::exec::Model;
-use rill::gguf::{GgmlType, GgufFile, GgufWriter, Value};
+use rill::gguf::{GgmlType, Value};
 use rill::Error;
 
-const FIX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+#[path = "common/gguf_edit.rs"]
+mod gguf_edit;
+use gguf_edit::{keep_kv, keep_t, rewrite_fixture, set_kv};
 
-/// Rewrite the tiny dense model with edits: `kv` maps (key, value) to a replacement (None drops it);
-/// `tensor` maps (name, ne, type) to a replacement (None drops it).
+/// Rewrite the tiny dense model with edits (see `rewrite_fixture`).
 fn rewrite(
     out_name: &str,
     kv: impl Fn(&str, &Value) -> Option<Value>,
     tensor: impl Fn(&str, &[u64], GgmlType) -> Option<(Vec<u64>, GgmlType)>,
 ) -> PathBuf {
-    let src = GgufFile::open(Path::new(FIX).join("tiny-dense.F16.gguf")).expect("fixture");
-    let mut w = GgufWriter::new();
-    for (k, v) in src.metadata() {
-        if let Some(v) = kv(k, v) {
-            w.add_kv(k.clone(), v);
-        }
-    }
-    let mut datas = Vec::new();
-    for t in &src.tensors {
-        if let Some((ne, ty)) = tensor(&t.name, &t.ne, t.ggml_type) {
-            let idx = w.add_tensor(t.name.clone(), ne, ty).expect("add tensor");
-            let size = w.tensor_size(idx) as usize;
-            // Keep the original bytes where sizes agree, else zeros of the new size.
-            let data = if size == t.n_bytes as usize {
-                src.tensor_data(t).to_vec()
-            } else {
-                vec![0u8; size]
-            };
-            datas.push((idx, data));
-        }
-    }
-    let path = std::env::temp_dir().join(format!("rill-model-errors-{}-{out_name}", std::process::id()));
-    let mut f = std::io::BufWriter::new(std::fs::File::create(&path).expect("create"));
-    w.write_header(&mut f).expect("header");
-    for (idx, data) in datas {
-        w.write_tensor_data(&mut f, idx, &data).expect("data");
-    }
-    drop(f);
-    path
+    rewrite_fixture("tiny-dense.F16.gguf", out_name, kv, Vec::new(), tensor)
 }
 
 fn load(path: &Path) -> Result<Model, Error> {
     Model::open(path, backend::create("cpu").expect("cpu"))
 }
 
-fn keep_kv(_: &str, v: &Value) -> Option<Value> {
-    Some(v.clone())
-}
-
-fn keep_t(_: &str, ne: &[u64], ty: GgmlType) -> Option<(Vec<u64>, GgmlType)> {
-    Some((ne.to_vec(), ty))
+/// The metadata error of a model that must be refused.
+fn metadata_error(path: &Path) -> String {
+    match load(path) {
+        Err(Error::Metadata(m)) => m,
+        Err(e) => panic!("expected a metadata error, got {e}"),
+        Ok(_) => panic!("{} must be refused", path.display()),
+    }
 }
 
 #[test]
@@ -154,4 +128,98 @@ fn inconsistent_metadata_is_rejected() {
         keep_t,
     );
     assert!(matches!(load(&p), Err(Error::Metadata(_))));
+}
+
+/// Issue 12, finding 8: `block_count` smaller than the layers in the file ran a truncated model.
+#[test]
+fn block_count_smaller_than_the_layers_present_is_refused() {
+    let kv = |k: &str, v: &Value| {
+        Some(match k {
+            "qwen35.block_count" => Value::U32(7),
+            // Keep the per-block array consistent with block_count, so only the tensors disagree.
+            "qwen35.attention.recurrent_layers" => Value::Array(v.as_array().expect("array").iter().take(7).collect()),
+            _ => v.clone(),
+        })
+    };
+    let m = metadata_error(&rewrite("blocks.gguf", kv, keep_t));
+    assert!(m.contains("block_count is 7") && m.contains("blk.7."), "{m}");
+}
+
+/// Issue 12, finding 8: `recurrent_layers` must have one entry per block, no more.
+#[test]
+fn recurrent_layers_longer_than_block_count_is_refused() {
+    let kv = |k: &str, v: &Value| {
+        Some(if k == "qwen35.attention.recurrent_layers" {
+            let a = v.as_array().expect("array");
+            Value::Array(a.iter().chain([Value::Bool(true)]).collect())
+        } else {
+            v.clone()
+        })
+    };
+    let m = metadata_error(&rewrite("recurrent.gguf", kv, keep_t));
+    assert!(m.contains("9 entries") && m.contains("block_count is 8"), "{m}");
+}
+
+/// Issue 12, finding 4: float hyper-parameters are finite and in range, checked at load.
+#[test]
+fn non_finite_float_hyper_parameters_are_refused() {
+    for (key, value, needle) in [
+        (
+            "qwen35.attention.layer_norm_rms_epsilon",
+            f32::NAN,
+            "layer_norm_rms_epsilon NaN",
+        ),
+        (
+            "qwen35.attention.layer_norm_rms_epsilon",
+            0.0,
+            "layer_norm_rms_epsilon 0",
+        ),
+        ("qwen35.rope.freq_base", f32::INFINITY, "freq_base inf"),
+        ("qwen35.rope.freq_base", f32::NAN, "freq_base NaN"),
+    ] {
+        let m = metadata_error(&rewrite("float.gguf", set_kv(key, Value::F32(value)), keep_t));
+        assert!(m.contains(needle), "{key} = {value}: {m}");
+    }
+    for (value, needle) in [
+        (f32::NAN, "expert_weights_scale NaN"),
+        (f32::INFINITY, "expert_weights_scale inf"),
+        (-1.0, "expert_weights_scale -1"),
+    ] {
+        let extra = vec![("qwen35moe.expert_weights_scale".to_string(), Value::F32(value))];
+        let p = rewrite_fixture("tiny-moe.F16.gguf", "scale.gguf", keep_kv, extra, keep_t);
+        let m = metadata_error(&p);
+        assert!(m.contains(needle), "scale {value}: {m}");
+    }
+    // A finite scale loads.
+    let extra = vec![("qwen35moe.expert_weights_scale".to_string(), Value::F32(2.5))];
+    let p = rewrite_fixture("tiny-moe.F16.gguf", "scale-ok.gguf", keep_kv, extra, keep_t);
+    let m = load(&p).expect("a finite scale loads");
+    assert_eq!(m.config.moe.as_ref().map(|c| c.weights_scale), Some(2.5));
+}
+
+/// Issue 12, finding 7: wrong types and negative values are named as such.
+#[test]
+fn wrong_types_and_negative_values_are_named() {
+    let m = metadata_error(&rewrite(
+        "ctx.gguf",
+        set_kv("qwen35.context_length", Value::I32(-5)),
+        keep_t,
+    ));
+    assert!(m.contains("'qwen35.context_length' = -5 is negative"), "{m}");
+    let m = metadata_error(&rewrite(
+        "arch.gguf",
+        set_kv("general.architecture", Value::U32(35)),
+        keep_t,
+    ));
+    assert!(
+        m.contains("'general.architecture' has type u32, expected a string"),
+        "{m}"
+    );
+    let heads = Value::Array(vec![Value::I32(2), Value::I32(-2)].into());
+    let m = metadata_error(&rewrite(
+        "neg-heads.gguf",
+        set_kv("qwen35.attention.head_count", heads),
+        keep_t,
+    ));
+    assert!(m.contains("head_count[1]' = -2 is negative"), "{m}");
 }

@@ -162,8 +162,8 @@ fn q4_k_m_type_mix_and_padded_vocab() {
     assert!(q4.tensors > report.type_mix["Q6_K"].tensors);
 
     // Vocabulary: 8192 real tokens, then [PAD<id>] UNUSED up to n_vocab.
-    let tokens = f.get("tokenizer.ggml.tokens").and_then(Value::as_array).unwrap();
-    let types = f.get("tokenizer.ggml.token_type").and_then(Value::as_array).unwrap();
+    let array = |key: &str| -> Vec<Value> { f.get(key).and_then(Value::as_array).unwrap().iter().collect() };
+    let (tokens, types) = (array("tokenizer.ggml.tokens"), array("tokenizer.ggml.token_type"));
     assert_eq!((tokens.len(), types.len()), (8200, 8200));
     assert_eq!(tokens[8199].as_str(), Some("[PAD8199]"));
     assert_eq!(tokens[8192].as_str(), Some("[PAD8192]"));
@@ -269,7 +269,7 @@ fn layers_option_keeps_the_attention_pattern() {
         .get("qwen35.attention.recurrent_layers")
         .and_then(Value::as_array)
         .unwrap();
-    let rec: Vec<bool> = rec.iter().filter_map(Value::as_bool).collect();
+    let rec: Vec<bool> = rec.iter().filter_map(|v| v.as_bool()).collect();
     assert_eq!(rec, [true, true, true, false]);
     assert!(f.tensor("blk.3.attn_q.weight").is_some());
     assert!(f.tensor("blk.4.attn_norm.weight").is_none());

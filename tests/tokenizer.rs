@@ -337,17 +337,38 @@ fn chat_reasoning_history() {
     );
 }
 
+/// The GPT-2 byte-level symbol of each byte (TOKENIZER.md §2): printable bytes map to
+/// themselves, the other 68 to U+0100 onwards in byte order.
+fn byte_symbols() -> Vec<String> {
+    let printable = |b: u32| (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || b >= 0xAE;
+    let mut next = 256;
+    (0..256u32)
+        .map(|b| {
+            let cp = if printable(b) {
+                b
+            } else {
+                next += 1;
+                next - 1
+            };
+            char::from_u32(cp).expect("valid code point").to_string()
+        })
+        .collect()
+}
+
+/// A tiny vocabulary: "a", "b", "ab", "<|im_end|>" (ids 0..4), then every byte symbol (a
+/// byte-level BPE vocabulary must have all 256).
 fn small_gguf(edit: impl FnOnce(&mut GgufWriter)) -> rill::Result<Tokenizer> {
-    let strs = |v: &[&str]| Value::Array(v.iter().map(|s| Value::String(s.to_string())).collect());
+    let words = ["a", "b", "ab", "<|im_end|>"].map(String::from);
+    let tokens: Vec<String> = words.into_iter().chain(byte_symbols()).collect();
+    let mut types = vec![Value::I32(1), Value::I32(1), Value::I32(1), Value::I32(3)];
+    types.resize(tokens.len(), Value::I32(1));
+    let strs = |v: &[String]| Value::Array(v.iter().map(|s| Value::String(s.clone())).collect());
     let mut w = GgufWriter::new();
     w.add_kv("tokenizer.ggml.model", Value::String("gpt2".into()));
     w.add_kv("tokenizer.ggml.pre", Value::String("qwen35".into()));
-    w.add_kv("tokenizer.ggml.tokens", strs(&["a", "b", "ab", "<|im_end|>"]));
-    w.add_kv(
-        "tokenizer.ggml.token_type",
-        Value::Array(vec![Value::I32(1), Value::I32(1), Value::I32(1), Value::I32(3)]),
-    );
-    w.add_kv("tokenizer.ggml.merges", strs(&["a b"]));
+    w.add_kv("tokenizer.ggml.tokens", strs(&tokens));
+    w.add_kv("tokenizer.ggml.token_type", Value::Array(types.into()));
+    w.add_kv("tokenizer.ggml.merges", strs(&["a b".to_string()]));
     w.add_kv("tokenizer.ggml.eos_token_id", Value::U32(3));
     edit(&mut w);
     let mut out = Vec::new();
@@ -372,22 +393,50 @@ fn from_gguf_validates() {
         w.add_kv("tokenizer.ggml.model", Value::String("llama".into()))
     }));
     assert!(m.contains("gpt2"), "{m}");
-    let m = err(small_gguf(|w| w.add_kv("tokenizer.ggml.eos_token_id", Value::U32(4))));
+    let m = err(small_gguf(|w| w.add_kv("tokenizer.ggml.eos_token_id", Value::U32(260))));
     assert!(m.contains("out of range"), "{m}");
     let m = err(small_gguf(|w| {
-        w.add_kv("tokenizer.ggml.token_type", Value::Array(vec![Value::I32(1)]))
+        w.add_kv("tokenizer.ggml.token_type", Value::Array(vec![Value::I32(1)].into()))
     }));
     assert!(m.contains("entries"), "{m}");
     let m = err(small_gguf(|w| {
         w.add_kv(
             "tokenizer.ggml.token_type",
-            Value::Array(vec![Value::I32(1), Value::I32(1), Value::I32(9), Value::I32(3)]),
+            Value::Array(
+                [Value::I32(1), Value::I32(1), Value::I32(9), Value::I32(3)]
+                    .into_iter()
+                    .chain(std::iter::repeat_n(Value::I32(1), 256))
+                    .collect(),
+            ),
         )
     }));
     assert!(m.contains("[2]"), "{m}");
     // Unknown pre-tokenizer names fall back to qwen35 (with a warning).
     let tok = small_gguf(|w| w.add_kv("tokenizer.ggml.pre", Value::String("nope".into()))).expect("fallback");
     assert_eq!(tok.pre_tokenizer(), PreTokenizer::Qwen35);
+}
+
+/// Issue 12: a byte without a token in a malformed vocabulary used to vanish from the encoded
+/// text. Every byte now has a token or the vocabulary is refused at load.
+#[test]
+fn vocabulary_must_cover_every_byte() {
+    let tok = small_gguf(|_| {}).expect("valid");
+    let text = "a\n\u{1F600}\tb\0";
+    assert_eq!(tok.decode(&tok.encode(text, false), false), text);
+    let m = match small_gguf(|w| {
+        let tokens = ["a", "b", "ab", "<|im_end|>"]
+            .map(String::from)
+            .into_iter()
+            .chain(byte_symbols())
+            .map(|t| Value::String(if t == "Ċ" { "Ċ-not-a-byte".into() } else { t }))
+            .collect();
+        w.add_kv("tokenizer.ggml.tokens", Value::Array(tokens));
+    }) {
+        Err(rill::Error::Tokenizer(m)) => m,
+        Err(e) => panic!("wrong error kind: {e:?}"),
+        Ok(_) => panic!("a vocabulary without a token for '\\n' must be refused"),
+    };
+    assert!(m.contains("byte 0x0a"), "{m}");
 }
 
 #[test]

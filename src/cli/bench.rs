@@ -76,20 +76,21 @@ fn parse_list(s: &str) -> Result<Vec<usize>> {
 }
 
 /// Deterministic pseudo-random token ids (as llama-bench, content does not matter for speed).
-fn random_tokens(n: usize, vocab: usize, seed: u64) -> Vec<u32> {
+/// `n` comes from the command line, so the buffer is allocated fallibly.
+fn random_tokens(n: usize, vocab: usize, seed: u64) -> Result<Vec<u32>> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x % vocab as u64) as u32
-        })
-        .collect()
+    let mut out = crate::alloc::vec_with_capacity(n, "the benchmark prompt")?;
+    out.extend((0..n).map(|_| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % vocab as u64) as u32
+    }));
+    Ok(out)
 }
 
 fn time_pp(model: &Model, n: usize, seed: u64) -> Result<f64> {
-    let toks = random_tokens(n, model.config.n_vocab, seed);
+    let toks = random_tokens(n, model.config.n_vocab, seed)?;
     let mut s = model.new_session(n)?;
     let t0 = Instant::now();
     model.prefill(&mut s, &toks, Logits::Last, &mut |_, _| {})?;
@@ -97,8 +98,11 @@ fn time_pp(model: &Model, n: usize, seed: u64) -> Result<f64> {
 }
 
 fn time_tg(model: &Model, n: usize, seed: u64) -> Result<f64> {
-    let mut s = model.new_session(n + 1)?;
-    let mut tok = random_tokens(1, model.config.n_vocab, seed)[0];
+    let ctx = n
+        .checked_add(1)
+        .ok_or_else(|| Error::InvalidArgument(format!("tg{n}: too many tokens")))?;
+    let mut s = model.new_session(ctx)?;
+    let mut tok = random_tokens(1, model.config.n_vocab, seed)?[0];
     let t0 = Instant::now();
     for _ in 0..n {
         tok = model.decode_greedy(&mut s, tok)?;

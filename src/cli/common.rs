@@ -10,6 +10,7 @@ use crate::backend;
 use crate::error::Result;
 use crate::exec::Model;
 use crate::gguf::GgufFile;
+use crate::model::Config;
 use crate::tokenizer::Tokenizer;
 
 /// A model, its tokenizer and the parsed file, ready to run.
@@ -23,11 +24,15 @@ pub struct Loaded {
 pub fn load(path: &Path, backend_name: &str) -> Result<Loaded> {
     // Parse the file before starting a (possibly slow) device, so bad files fail fast.
     let file = GgufFile::open(path)?;
-    let tokenizer = Tokenizer::from_gguf(&file)?;
+    let in_model = |e: crate::Error| e.in_model(path);
+    let tokenizer = Tokenizer::from_gguf(&file).map_err(in_model)?;
+    Config::from_gguf(&file)
+        .and_then(|c| c.check_tokenizer_size(tokenizer.vocab_size()))
+        .map_err(in_model)?;
     let be = backend::create(backend_name)?;
     let total: u64 = file.tensors.iter().map(|t| t.n_bytes).sum();
     let bar = progress_bar(total, "loading");
-    let model = Model::load(&file, Arc::clone(&be), &mut |n| bar.inc(n))?;
+    let model = Model::load(&file, Arc::clone(&be), &mut |n| bar.inc(n)).map_err(in_model)?;
     bar.finish_and_clear();
     Ok(Loaded { model, tokenizer })
 }
@@ -70,6 +75,20 @@ pub fn parse_ids(s: &str) -> Result<Vec<u32>> {
                 .map_err(|_| crate::Error::InvalidArgument(format!("'{p}' is not a token id")))
         })
         .collect()
+}
+
+/// Positions are 32-bit on the devices, so no context can be longer (memory runs out far sooner).
+pub const MAX_CONTEXT: usize = u32::MAX as usize;
+
+/// Refuse a context longer than `MAX_CONTEXT`; `what` says where the request came from.
+pub fn check_ctx(n_ctx: usize, what: impl FnOnce() -> String) -> Result<()> {
+    if n_ctx > MAX_CONTEXT {
+        return Err(crate::Error::InvalidArgument(format!(
+            "{} needs a context of {n_ctx} tokens; rill supports at most {MAX_CONTEXT}",
+            what()
+        )));
+    }
+    Ok(())
 }
 
 /// The default context: the model's trained context, capped to keep the KV cache modest.

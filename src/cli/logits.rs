@@ -1,12 +1,13 @@
 //! `rill logits`: float32 logits of every prompt position, written as safetensors.
 
-use std::collections::HashMap;
+use std::io::Write;
 use std::path::PathBuf;
 
 use clap::Args;
-use safetensors::tensor::{Dtype, TensorView};
+use safetensors::tensor::{Dtype, Metadata, TensorInfo};
 
 use super::common;
+use super::output::{self, Target};
 use crate::error::{Error, Result};
 use crate::exec::Logits;
 
@@ -18,10 +19,12 @@ pub struct LogitsArgs {
     /// Comma-separated token ids.
     #[arg(long, conflicts_with = "prompt", required_unless_present = "prompt")]
     tokens: Option<String>,
-    /// Prompt text (tokenized without special-token parsing).
-    #[arg(short, long)]
+    /// Prompt text (tokenized without special-token parsing). May start with '-'.
+    #[arg(short, long, allow_hyphen_values = true)]
     prompt: Option<String>,
-    /// Output safetensors file: `logits` F32 [T, vocab], `tokens` I32 [T].
+    /// Output safetensors file: `logits` F32 [T, vocab], `tokens` I32 [T]. An existing regular
+    /// file (or the file a symbolic link points to) is replaced, keeping its permissions;
+    /// devices, FIFOs and directories are refused.
     #[arg(short, long)]
     output: PathBuf,
     /// Feed the tokens one at a time (recurrent decode path) instead of one batched prefill.
@@ -33,6 +36,8 @@ pub struct LogitsArgs {
 }
 
 pub fn run(a: LogitsArgs) -> Result<()> {
+    // Refuse an unusable output before the (possibly slow) model load.
+    let target = output::check_target(&a.output)?;
     let loaded = common::load(&a.model, &a.backend)?;
     let model = &loaded.model;
     let ids = match (&a.tokens, &a.prompt) {
@@ -49,9 +54,13 @@ pub fn run(a: LogitsArgs) -> Result<()> {
             "token id {bad} is outside the vocabulary of {vocab}"
         )));
     }
+    let n_logits = ids
+        .len()
+        .checked_mul(vocab)
+        .ok_or_else(|| Error::InvalidArgument(format!("{} tokens x {vocab} logits overflow", ids.len())))?;
     let mut session = model.new_session(ids.len())?;
     let logits = if a.decode {
-        let mut all = Vec::with_capacity(ids.len() * vocab);
+        let mut all = crate::alloc::vec_with_capacity(n_logits, "the logits")?;
         for &t in &ids {
             all.extend(model.decode(&mut session, t)?);
         }
@@ -62,23 +71,46 @@ pub fn run(a: LogitsArgs) -> Result<()> {
         bar.finish_and_clear();
         l
     };
-    write_logits(&a.output, &ids, &logits, vocab)?;
-    eprintln!("wrote logits [{}, {}] to {}", ids.len(), vocab, a.output.display());
+    write_logits(&target, &ids, &logits, vocab)?;
+    eprintln!("wrote logits [{}, {}] to {}", ids.len(), vocab, target.path().display());
     Ok(())
 }
 
-fn write_logits(path: &std::path::Path, ids: &[u32], logits: &[f32], vocab: usize) -> Result<()> {
-    let lbytes: Vec<u8> = logits.iter().flat_map(|v| v.to_le_bytes()).collect();
-    let tbytes: Vec<u8> = ids.iter().flat_map(|&v| (v as i32).to_le_bytes()).collect();
+/// Stream a safetensors file (`logits` then `tokens`) without building it in memory.
+fn write_logits(target: &Target, ids: &[u32], logits: &[f32], vocab: usize) -> Result<()> {
     let st = |e: safetensors::SafeTensorError| Error::SafeTensors(e.to_string());
-    let mut map = HashMap::new();
-    map.insert(
-        "logits".to_string(),
-        TensorView::new(Dtype::F32, vec![ids.len(), vocab], &lbytes).map_err(st)?,
-    );
-    map.insert(
-        "tokens".to_string(),
-        TensorView::new(Dtype::I32, vec![ids.len()], &tbytes).map_err(st)?,
-    );
-    safetensors::serialize_to_file(&map, None, path).map_err(st)
+    let lbytes = std::mem::size_of_val(logits);
+    let tbytes = std::mem::size_of_val(ids);
+    let info = |dtype, shape, start, len: usize| TensorInfo {
+        dtype,
+        shape,
+        data_offsets: (start, start + len),
+    };
+    let metadata = Metadata::new(
+        None,
+        vec![
+            (
+                "logits".to_string(),
+                info(Dtype::F32, vec![ids.len(), vocab], 0, lbytes),
+            ),
+            ("tokens".to_string(), info(Dtype::I32, vec![ids.len()], lbytes, tbytes)),
+        ],
+    )
+    .map_err(st)?;
+    let mut header = serde_json::to_string(&metadata)
+        .map_err(|e| Error::SafeTensors(e.to_string()))?
+        .into_bytes();
+    // The format pads the header with spaces to a multiple of 8 bytes.
+    header.resize(header.len().next_multiple_of(8), b' ');
+    target.write(|w: &mut dyn Write| {
+        w.write_all(&(header.len() as u64).to_le_bytes())?;
+        w.write_all(&header)?;
+        for v in logits {
+            w.write_all(&v.to_le_bytes())?;
+        }
+        for &t in ids {
+            w.write_all(&(t as i32).to_le_bytes())?;
+        }
+        Ok(())
+    })
 }

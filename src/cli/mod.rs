@@ -5,6 +5,7 @@ mod chat;
 mod common;
 mod info;
 mod logits;
+mod output;
 mod run;
 mod serve;
 mod synth;

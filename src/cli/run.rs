@@ -17,8 +17,8 @@ pub struct RunArgs {
     /// GGUF model file.
     #[arg(short, long)]
     model: PathBuf,
-    /// Prompt text.
-    #[arg(short, long)]
+    /// Prompt text. May start with '-' (`-p "-x"`).
+    #[arg(short, long, allow_hyphen_values = true)]
     prompt: String,
     /// Maximum number of tokens to generate.
     #[arg(short = 'n', long, default_value_t = 128)]
@@ -44,8 +44,8 @@ pub struct RunArgs {
     /// Wrap the prompt in the model's chat template (a user turn, then the assistant's turn).
     #[arg(long)]
     chat: bool,
-    /// System message for --chat.
-    #[arg(long)]
+    /// System message for --chat. May start with '-'.
+    #[arg(long, allow_hyphen_values = true)]
     system: Option<String>,
     /// With --chat: disable the thinking block (the model answers directly).
     #[arg(long)]
@@ -98,10 +98,20 @@ pub fn run(a: RunArgs) -> Result<()> {
     if prompt.is_empty() {
         return Err(Error::InvalidArgument("the prompt encodes to no tokens".into()));
     }
-    let n_ctx = a
-        .ctx
-        .unwrap_or_else(|| common::default_ctx(model, prompt.len() + a.n_predict));
-    if prompt.len() + a.n_predict > n_ctx {
+    // Checked: `-n 18446744073709551614` used to wrap this sum in release builds.
+    let needed = prompt.len().checked_add(a.n_predict).ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "-n {} plus the prompt's {} tokens is more than any context can hold",
+            a.n_predict,
+            prompt.len()
+        ))
+    })?;
+    let n_ctx = a.ctx.unwrap_or_else(|| common::default_ctx(model, needed));
+    common::check_ctx(n_ctx, || match a.ctx {
+        Some(c) => format!("--ctx {c}"),
+        None => format!("-n {} with a prompt of {} tokens", a.n_predict, prompt.len()),
+    })?;
+    if needed > n_ctx {
         return Err(Error::ContextOverflow {
             prompt: prompt.len(),
             generate: a.n_predict,

@@ -30,6 +30,9 @@ pub struct SynthArgs {
 }
 
 pub fn run(a: SynthArgs) -> Result<()> {
+    // The file is written in place (synth output is large): refuse a FIFO (whose open would
+    // block), a device or a directory before generating anything.
+    super::output::check_target(&a.output)?;
     let report = synthesize(&SynthOptions {
         shape: a.shape,
         quant: a.quant,

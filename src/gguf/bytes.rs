@@ -1,4 +1,5 @@
-//! Byte sources for GGUF data: a memory-mapped file or an owned buffer, shared by tensor views.
+//! Byte sources for GGUF data: a memory-mapped file or an owned buffer, shared by the zero-copy
+//! views of tensors and metadata arrays.
 
 use std::sync::Arc;
 
@@ -19,7 +20,7 @@ impl Source {
     }
 }
 
-/// A zero-copy view of one tensor's bytes inside a shared `Source`.
+/// A zero-copy view of one tensor's (or metadata array's) bytes inside a shared `Source`.
 #[derive(Clone)]
 pub struct TensorBytes {
     src: Arc<Source>,
@@ -44,6 +45,18 @@ impl TensorBytes {
             start: 0,
             len,
         }
+    }
+    /// A view of `self[start..start+len]` sharing the same source; `None` if out of bounds.
+    pub fn slice(&self, start: usize, len: usize) -> Option<Self> {
+        let end = start.checked_add(len)?;
+        if end > self.len {
+            return None;
+        }
+        Some(TensorBytes {
+            src: self.src.clone(),
+            start: self.start + start,
+            len,
+        })
     }
     pub fn as_slice(&self) -> &[u8] {
         &self.src.as_slice()[self.start..self.start + self.len]

@@ -1,6 +1,9 @@
-//! GGUF container: reader (zero-copy over memmap2, every size checked) and writer (for `rill synth`).
+//! GGUF container: reader (zero-copy over memmap2 for tensors and metadata arrays, every size
+//! checked) and writer (for `rill synth`).
 
+pub mod array;
 mod bytes;
+mod cursor;
 pub mod reader;
 pub mod types;
 pub mod value;
@@ -9,5 +12,5 @@ pub mod writer;
 pub use bytes::{Source, TensorBytes};
 pub use reader::{GgufFile, TensorInfo};
 pub use types::GgmlType;
-pub use value::Value;
+pub use value::{Array, Value};
 pub use writer::GgufWriter;

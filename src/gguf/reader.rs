@@ -1,17 +1,20 @@
 //! GGUF reader: one linear pass over the header, every count, length and offset checked against
-//! the bytes actually present before anything is allocated; tensor data stays in the source
-//! (memory map or buffer) and is handed out as zero-copy views. A file that cannot be mapped
-//! (the browser's) is parsed from a prefix that holds its header, and its tensors are read
-//! later through a `model::TensorSource`.
+//! the bytes actually present before anything is allocated; tensor data and metadata arrays stay
+//! in the source (memory map or buffer) and are handed out as zero-copy views, so what the parse
+//! materialises is bounded by the file's size and the limits below, never by a count in the file.
+//! A file that cannot be mapped (the browser's) is parsed from a prefix that holds its header,
+//! and its tensors are read later through a `model::TensorSource`.
 
 use std::collections::HashMap;
 #[cfg(not(target_arch = "wasm32"))]
 use std::path::Path;
 use std::sync::Arc;
 
+use super::array::read_value;
 use super::bytes::{Source, TensorBytes};
+use super::cursor::{Cursor, Parse};
 use super::types::GgmlType;
-use super::value::{min_encoded_size, type_id, Value, MAX_NESTING};
+use super::value::Value;
 use crate::error::{Error, GgufError, Result};
 
 /// `GGUF` read as a little-endian u32.
@@ -25,8 +28,10 @@ const MIN_KV_SIZE: u64 = 8 + 4 + 1;
 /// Smallest possible encoded tensor info: empty name, n_dims, one dimension, type, offset.
 const MIN_TENSOR_INFO_SIZE: u64 = 8 + 4 + 8 + 4 + 8;
 const MAX_DIMS: u32 = 4;
-
-type Parse<T> = std::result::Result<T, GgufError>;
+/// Each KV and tensor info becomes a few hundred bytes in memory; these bound that however large
+/// the file. Real models have tens of KVs and at most a few thousand tensors.
+pub const MAX_KVS: u64 = 1 << 16;
+pub const MAX_TENSORS: u64 = 1 << 20;
 
 /// One tensor's description from the header, validated against the file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,22 +86,31 @@ impl std::fmt::Debug for GgufFile {
 }
 
 impl GgufFile {
-    /// Memory-map and parse a GGUF file.
+    /// Memory-map and parse a GGUF file. `path` must name a regular file (a FIFO, device or
+    /// directory is refused before anything reads from it).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
         let path = path.as_ref();
-        let file = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+        let file = crate::fsutil::open_regular(path, "a model file")?;
         let len = file.metadata().map_err(|e| Error::io(path, e))?.len();
-        // Mapping an empty file fails on some platforms; an empty buffer parses to `Truncated`.
-        let src = if len == 0 {
-            Source::Owned(Vec::new())
-        } else {
-            // SAFETY: the map is read-only. Like every mmap-based loader we accept that another
-            // process truncating or rewriting the file while it is mapped is undefined behaviour.
-            let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
-            Source::Mmap(map)
-        };
-        Self::parse(Arc::new(src))
+        if len == 0 {
+            return Err(Error::BadPath {
+                path: path.to_path_buf(),
+                problem: "has size 0: it is empty, or a pseudo-file (such as those under /proc) \
+                          whose contents cannot be memory-mapped"
+                    .to_owned(),
+            });
+        }
+        // SAFETY: the map is read-only. Like every mmap-based loader we accept that another
+        // process truncating or rewriting the file while it is mapped is undefined behaviour.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
+        Self::parse(Arc::new(Source::Mmap(map))).map_err(|e| match e {
+            Error::Gguf(source) => Error::GgufFile {
+                path: path.to_path_buf(),
+                source,
+            },
+            other => other,
+        })
     }
 
     /// Parse a GGUF file held in memory (tests, files built on the fly).
@@ -134,7 +148,14 @@ impl GgufFile {
     }
 
     fn parse_with_len(src: Arc<Source>, file_len: u64) -> Result<GgufFile> {
-        let parsed = parse_header(src.as_slice(), file_len)?;
+        let len = src.as_slice().len();
+        let whole = TensorBytes::new(src.clone(), 0, len).ok_or(GgufError::Truncated {
+            what: "file".to_owned(),
+            offset: 0,
+            needed: 0,
+            file_len: len as u64,
+        })?;
+        let parsed = parse_header(&whole, file_len)?;
         Ok(GgufFile {
             version: parsed.version,
             alignment: parsed.alignment,
@@ -206,28 +227,32 @@ struct Parsed {
     tensor_index: HashMap<String, usize>,
 }
 
-/// Parse the header at the start of `buf`, the first bytes of a file of `file_len` bytes.
-fn parse_header(buf: &[u8], file_len: u64) -> Parse<Parsed> {
-    let mut c = Cursor::new(buf);
+/// Parse the header at the start of `whole`, the first bytes of a file of `file_len` bytes.
+fn parse_header(whole: &TensorBytes, file_len: u64) -> Result<Parsed> {
+    let mut c = Cursor::new(whole.as_slice());
     let magic = c.u32("magic")?;
     if magic != GGUF_MAGIC {
-        return Err(GgufError::BadMagic(magic));
+        return Err(GgufError::BadMagic(magic).into());
     }
     let version = c.u32("version")?;
     if version != 2 && version != 3 {
-        return Err(GgufError::UnsupportedVersion(version));
+        return Err(GgufError::UnsupportedVersion(version).into());
     }
     let tensor_count = c.u64("tensor count")?;
     let kv_count = c.u64("metadata kv count")?;
-    // Both counts are bounded by the bytes left before either table is read, so a hostile count
-    // fails here instead of driving a huge `with_capacity` or a long loop.
-    c.check_count("tensor", tensor_count, MIN_TENSOR_INFO_SIZE)?;
+    // Both counts are capped now and bounded by the bytes left before their table is read, so
+    // a hostile count fails instead of driving a huge allocation or a long loop. The tensor
+    // count is checked against the bytes after the KVs, so that a file cut inside its KVs is
+    // reported as truncated there rather than as an impossible tensor count.
+    check_limit("metadata kv", kv_count, MAX_KVS)?;
+    check_limit("tensor", tensor_count, MAX_TENSORS)?;
     c.check_count("metadata kv", kv_count, MIN_KV_SIZE)?;
 
-    let (metadata, kv_index) = read_metadata(&mut c, kv_count)?;
+    let (metadata, kv_index) = read_metadata(&mut c, kv_count, whole)?;
     let alignment = alignment_of(&metadata, &kv_index)?;
+    c.check_count("tensor", tensor_count, MIN_TENSOR_INFO_SIZE)?;
     let (tensors, tensor_index) = read_tensor_infos(&mut c, tensor_count, alignment)?;
-    let data_start = data_start(c.pos as u64, file_len, alignment, !tensors.is_empty())?;
+    let data_start = data_start(c.pos() as u64, file_len, alignment, !tensors.is_empty())?;
     check_data_ranges(&tensors, data_start, file_len)?;
     check_no_overlap(&tensors)?;
     Ok(Parsed {
@@ -241,74 +266,34 @@ fn parse_header(buf: &[u8], file_len: u64) -> Parse<Parsed> {
     })
 }
 
+fn check_limit(what: &str, count: u64, max: u64) -> Parse<()> {
+    if count > max {
+        return Err(GgufError::TooMany {
+            what: what.to_owned(),
+            count,
+            max,
+        });
+    }
+    Ok(())
+}
+
 type Metadata = (Vec<(String, Value)>, HashMap<String, usize>);
 
-fn read_metadata(c: &mut Cursor<'_>, count: u64) -> Parse<Metadata> {
-    // `count` was bounded by the file length in `check_count`, so these fit in memory.
+fn read_metadata(c: &mut Cursor<'_>, count: u64, whole: &TensorBytes) -> Result<Metadata> {
+    // `count` was capped and bounded by the file length, so these fit in memory.
     let n = count as usize;
-    let mut kvs = Vec::with_capacity(n);
-    let mut index = HashMap::with_capacity(n);
+    let mut kvs = crate::alloc::vec_with_capacity(n, "GGUF metadata")?;
+    let mut index = crate::alloc::map_with_capacity(n, "GGUF metadata index")?;
     for i in 0..n {
-        let key = c.string("metadata key")?;
+        let key = crate::alloc::string(c.str("metadata key")?, "a GGUF metadata key")?;
         let ty = c.u32("metadata value type")?;
-        let value = read_value(c, ty, &key, 0)?;
+        let value = read_value(c, ty, &key, 0, whole)?;
         if index.insert(key.clone(), i).is_some() {
-            return Err(GgufError::DuplicateKey(key));
+            return Err(GgufError::DuplicateKey(key).into());
         }
         kvs.push((key, value));
     }
     Ok((kvs, index))
-}
-
-/// Read one value of type `ty`; `depth` is the number of enclosing arrays.
-fn read_value(c: &mut Cursor<'_>, ty: u32, key: &str, depth: usize) -> Parse<Value> {
-    Ok(match ty {
-        type_id::U8 => Value::U8(c.u8("u8 value")?),
-        type_id::I8 => Value::I8(c.u8("i8 value")? as i8),
-        type_id::U16 => Value::U16(c.u16("u16 value")?),
-        type_id::I16 => Value::I16(c.u16("i16 value")? as i16),
-        type_id::U32 => Value::U32(c.u32("u32 value")?),
-        type_id::I32 => Value::I32(c.u32("i32 value")? as i32),
-        type_id::F32 => Value::F32(f32::from_bits(c.u32("f32 value")?)),
-        // The spec says 0 or 1; like ggml we read any non-zero byte as true.
-        type_id::BOOL => Value::Bool(c.u8("bool value")? != 0),
-        type_id::STRING => Value::String(c.string("string value")?),
-        type_id::ARRAY => Value::Array(read_array(c, key, depth + 1)?),
-        type_id::U64 => Value::U64(c.u64("u64 value")?),
-        type_id::I64 => Value::I64(c.u64("i64 value")? as i64),
-        type_id::F64 => Value::F64(f64::from_bits(c.u64("f64 value")?)),
-        _ => return Err(unknown_value_type(key, ty)),
-    })
-}
-
-/// Read an array body (`elem_type, count, elems`) at nesting level `depth` (1 = top-level array).
-fn read_array(c: &mut Cursor<'_>, key: &str, depth: usize) -> Parse<Vec<Value>> {
-    if depth > MAX_NESTING {
-        return Err(GgufError::NestingTooDeep(MAX_NESTING));
-    }
-    let elem_ty = c.u32("array element type")?;
-    let count = c.u64("array count")?;
-    let min_size = min_encoded_size(elem_ty).ok_or_else(|| unknown_value_type(key, elem_ty))?;
-    c.check_count("array element", count, min_size)?;
-    let mut items = Vec::with_capacity(count as usize);
-    if elem_ty == type_id::STRING {
-        // Tokenizer vocabularies are arrays of ~250k strings: skip the per-element dispatch.
-        for _ in 0..count {
-            items.push(Value::String(c.string("array string")?));
-        }
-    } else {
-        for _ in 0..count {
-            items.push(read_value(c, elem_ty, key, depth)?);
-        }
-    }
-    Ok(items)
-}
-
-fn unknown_value_type(key: &str, type_id: u32) -> GgufError {
-    GgufError::UnknownValueType {
-        key: key.to_owned(),
-        type_id,
-    }
 }
 
 /// `general.alignment` if present (must be a u32 power of two), else the default.
@@ -325,26 +310,26 @@ fn alignment_of(kvs: &[(String, Value)], index: &HashMap<String, usize>) -> Pars
 
 type Tensors = (Vec<TensorInfo>, HashMap<String, usize>);
 
-fn read_tensor_infos(c: &mut Cursor<'_>, count: u64, alignment: u64) -> Parse<Tensors> {
-    // Bounded by the file length in `check_count`.
+fn read_tensor_infos(c: &mut Cursor<'_>, count: u64, alignment: u64) -> Result<Tensors> {
+    // Capped and bounded by the file length.
     let n = count as usize;
-    let mut tensors = Vec::with_capacity(n);
-    let mut index = HashMap::with_capacity(n);
+    let mut tensors = crate::alloc::vec_with_capacity(n, "GGUF tensor infos")?;
+    let mut index = crate::alloc::map_with_capacity(n, "GGUF tensor index")?;
     for i in 0..n {
         let t = read_tensor_info(c, alignment)?;
         if index.insert(t.name.clone(), i).is_some() {
-            return Err(GgufError::DuplicateTensor(t.name));
+            return Err(GgufError::DuplicateTensor(t.name).into());
         }
         tensors.push(t);
     }
     Ok((tensors, index))
 }
 
-fn read_tensor_info(c: &mut Cursor<'_>, alignment: u64) -> Parse<TensorInfo> {
-    let name = c.string("tensor name")?;
+fn read_tensor_info(c: &mut Cursor<'_>, alignment: u64) -> Result<TensorInfo> {
+    let name = crate::alloc::string(c.str("tensor name")?, "a GGUF tensor name")?;
     let n_dims = c.u32("tensor n_dims")?;
     if !(1..=MAX_DIMS).contains(&n_dims) {
-        return Err(GgufError::BadDims { name, n_dims });
+        return Err(GgufError::BadDims { name, n_dims }.into());
     }
     let mut ne = Vec::with_capacity(n_dims as usize);
     for _ in 0..n_dims {
@@ -354,7 +339,7 @@ fn read_tensor_info(c: &mut Cursor<'_>, alignment: u64) -> Parse<TensorInfo> {
     let offset = c.u64("tensor offset")?;
 
     let Some(ggml_type) = GgmlType::from_id(type_id) else {
-        return Err(GgufError::UnknownTensorType { name, type_id });
+        return Err(GgufError::UnknownTensorType { name, type_id }.into());
     };
     let n_elements = element_count(&name, &ne)?;
     let n_bytes = byte_size(&name, &ne, ggml_type)?;
@@ -363,7 +348,8 @@ fn read_tensor_info(c: &mut Cursor<'_>, alignment: u64) -> Parse<TensorInfo> {
             name,
             offset,
             align: alignment,
-        });
+        }
+        .into());
     }
     Ok(TensorInfo {
         name,
@@ -461,86 +447,4 @@ fn check_no_overlap(tensors: &[TensorInfo]) -> Parse<()> {
         }
     }
     Ok(())
-}
-
-/// A bounds-checked little-endian reader over the file bytes.
-struct Cursor<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn new(buf: &'a [u8]) -> Self {
-        Cursor { buf, pos: 0 }
-    }
-
-    fn file_len(&self) -> u64 {
-        self.buf.len() as u64
-    }
-
-    fn remaining(&self) -> u64 {
-        (self.buf.len() - self.pos) as u64
-    }
-
-    /// The next `n` bytes, or `Truncated` if the file ends first.
-    fn take(&mut self, n: u64, what: &str) -> Parse<&'a [u8]> {
-        if n > self.remaining() {
-            return Err(GgufError::Truncated {
-                what: what.to_owned(),
-                offset: self.pos as u64,
-                needed: n,
-                file_len: self.file_len(),
-            });
-        }
-        // n <= remaining <= usize::MAX, so the cast and the slice are in bounds.
-        let start = self.pos;
-        self.pos += n as usize;
-        Ok(&self.buf[start..self.pos])
-    }
-
-    fn array<const N: usize>(&mut self, what: &str) -> Parse<[u8; N]> {
-        let bytes = self.take(N as u64, what)?;
-        let mut out = [0u8; N];
-        out.copy_from_slice(bytes);
-        Ok(out)
-    }
-
-    fn u8(&mut self, what: &str) -> Parse<u8> {
-        Ok(self.array::<1>(what)?[0])
-    }
-
-    fn u16(&mut self, what: &str) -> Parse<u16> {
-        self.array(what).map(u16::from_le_bytes)
-    }
-
-    fn u32(&mut self, what: &str) -> Parse<u32> {
-        self.array(what).map(u32::from_le_bytes)
-    }
-
-    fn u64(&mut self, what: &str) -> Parse<u64> {
-        self.array(what).map(u64::from_le_bytes)
-    }
-
-    /// A length-prefixed UTF-8 string; the length is checked before anything is allocated.
-    fn string(&mut self, what: &str) -> Parse<String> {
-        let len = self.u64(what)?;
-        let offset = self.pos as u64;
-        let bytes = self.take(len, what)?;
-        match std::str::from_utf8(bytes) {
-            Ok(s) => Ok(s.to_owned()),
-            Err(_) => Err(GgufError::BadUtf8 { offset }),
-        }
-    }
-
-    /// Reject `count` items of at least `min_size` bytes each that cannot fit in the rest of the file.
-    fn check_count(&self, what: &str, count: u64, min_size: u64) -> Parse<()> {
-        match count.checked_mul(min_size) {
-            Some(need) if need <= self.remaining() => Ok(()),
-            _ => Err(GgufError::CountTooLarge {
-                what: what.to_owned(),
-                count,
-                file_len: self.file_len(),
-            }),
-        }
-    }
 }

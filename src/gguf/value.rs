@@ -1,6 +1,8 @@
 //! GGUF metadata values (spec/GGUF.md §1.3) and their on-disk type ids.
 
-/// A metadata value. Arrays hold `Value`s of one element type (nested arrays allowed).
+pub use super::array::Array;
+
+/// A metadata value. Arrays are homogeneous (nested arrays allowed); see `Array`.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Value {
     U8(u8),
@@ -12,7 +14,7 @@ pub enum Value {
     F32(f32),
     Bool(bool),
     String(String),
-    Array(Vec<Value>),
+    Array(Array),
     U64(u64),
     I64(i64),
     F64(f64),
@@ -33,6 +35,37 @@ pub(crate) mod type_id {
     pub const U64: u32 = 10;
     pub const I64: u32 = 11;
     pub const F64: u32 = 12;
+
+    /// Encoded size of a fixed-size type; `None` for strings, arrays and unknown ids.
+    pub fn fixed_size(id: u32) -> Option<u64> {
+        Some(match id {
+            U8 | I8 | BOOL => 1,
+            U16 | I16 => 2,
+            U32 | I32 | F32 => 4,
+            U64 | I64 | F64 => 8,
+            _ => return None,
+        })
+    }
+
+    /// A short name of the type for error messages (`u32`, `string`, `array`, ...).
+    pub fn name(id: u32) -> &'static str {
+        match id {
+            U8 => "u8",
+            I8 => "i8",
+            U16 => "u16",
+            I16 => "i16",
+            U32 => "u32",
+            I32 => "i32",
+            F32 => "f32",
+            BOOL => "bool",
+            STRING => "string",
+            ARRAY => "array",
+            U64 => "u64",
+            I64 => "i64",
+            F64 => "f64",
+            _ => "unknown",
+        }
+    }
 }
 
 /// Arrays nested deeper than this are rejected (reader) or refused (writer).
@@ -41,16 +74,11 @@ pub const MAX_NESTING: usize = 8;
 /// Smallest encoded size of one value of type `id`, or `None` for an unknown id.
 /// Used to bound array counts by the bytes left in the file before allocating.
 pub(crate) fn min_encoded_size(id: u32) -> Option<u64> {
-    use type_id::*;
-    Some(match id {
-        U8 | I8 | BOOL => 1,
-        U16 | I16 => 2,
-        U32 | I32 | F32 => 4,
-        U64 | I64 | F64 => 8,
-        STRING => 8,    // u64 length, possibly zero bytes
-        ARRAY => 4 + 8, // element type + count, possibly zero elements
-        _ => return None,
-    })
+    match id {
+        type_id::STRING => Some(8),    // u64 length, possibly zero bytes
+        type_id::ARRAY => Some(4 + 8), // element type + count, possibly zero elements
+        _ => type_id::fixed_size(id),
+    }
 }
 
 impl Value {
@@ -129,7 +157,7 @@ impl Value {
         }
     }
 
-    pub fn as_array(&self) -> Option<&[Value]> {
+    pub fn as_array(&self) -> Option<&Array> {
         match self {
             Value::Array(a) => Some(a),
             _ => None,
@@ -138,21 +166,7 @@ impl Value {
 
     /// A short name of the type for error messages (`u32`, `string`, `array`, ...).
     pub fn type_name(&self) -> &'static str {
-        match self {
-            Value::U8(_) => "u8",
-            Value::I8(_) => "i8",
-            Value::U16(_) => "u16",
-            Value::I16(_) => "i16",
-            Value::U32(_) => "u32",
-            Value::I32(_) => "i32",
-            Value::F32(_) => "f32",
-            Value::Bool(_) => "bool",
-            Value::String(_) => "string",
-            Value::Array(_) => "array",
-            Value::U64(_) => "u64",
-            Value::I64(_) => "i64",
-            Value::F64(_) => "f64",
-        }
+        type_id::name(self.type_id())
     }
 }
 

@@ -6,7 +6,7 @@ use std::io::Write;
 
 use super::reader::{ALIGNMENT_KEY, DEFAULT_ALIGNMENT, GGUF_MAGIC};
 use super::types::GgmlType;
-use super::value::{type_id, Value, MAX_NESTING};
+use super::value::{Array, Value, MAX_NESTING};
 use crate::error::{Error, GgufError, Result};
 
 const VERSION: u32 = 3;
@@ -237,30 +237,44 @@ fn put_value(buf: &mut Vec<u8>, key: &str, value: &Value, depth: usize) -> Resul
     Ok(())
 }
 
-/// Encode an array body. GGUF arrays are homogeneous: the first element fixes the type
-/// (an empty array is written as an empty u8 array).
-fn put_array(buf: &mut Vec<u8>, key: &str, items: &[Value], depth: usize) -> Result<()> {
+/// Encode an array body. Arrays read from a file are copied as they are (they were validated
+/// when read); arrays built in memory must be homogeneous.
+fn put_array(buf: &mut Vec<u8>, key: &str, a: &Array, depth: usize) -> Result<()> {
     if depth > MAX_NESTING {
         return Err(GgufError::NestingTooDeep(MAX_NESTING).into());
     }
-    let elem_ty = items.first().map_or(type_id::U8, Value::type_id);
-    if items.iter().any(|v| v.type_id() != elem_ty) {
-        return Err(Error::InvalidArgument(format!(
-            "GGUF writer: array '{key}' mixes element types"
-        )));
-    }
+    let elem_ty = a.elem_type_id();
     put_u32(buf, elem_ty);
-    put_u64(buf, items.len() as u64);
-    for item in items {
-        put_value(buf, key, item, depth)?;
+    put_u64(buf, a.len() as u64);
+    if let Some(raw) = a.encoded_flat() {
+        buf.extend_from_slice(raw);
+        return Ok(());
     }
-    Ok(())
+    let mut put_item = |item: &Value| {
+        if item.type_id() != elem_ty {
+            return Err(Error::InvalidArgument(format!(
+                "GGUF writer: array '{key}' mixes element types"
+            )));
+        }
+        put_value(buf, key, item, depth)
+    };
+    match a.values() {
+        Some(items) => items.iter().try_for_each(&mut put_item),
+        // Nested arrays read from a file: re-encoded so their depth is checked here too.
+        None => a.iter().try_for_each(|item| put_item(&item)),
+    }
 }
 
 fn value_size_hint(v: &Value) -> usize {
     match v {
         Value::String(s) => 8 + s.len(),
-        Value::Array(items) => 12 + items.iter().map(value_size_hint).sum::<usize>(),
+        Value::Array(a) => {
+            12 + match (a.encoded_len(), a.values()) {
+                (Some(n), _) => n,
+                (None, Some(items)) => items.iter().map(value_size_hint).sum::<usize>(),
+                (None, None) => 0,
+            }
+        }
         _ => 8,
     }
 }

@@ -66,32 +66,40 @@ fn meta_err(msg: impl Into<String>) -> Error {
     Error::Metadata(msg.into())
 }
 
+/// A non-negative integer from one metadata value, or a message saying what it is instead.
+fn non_negative(k: &str, v: &Value) -> Result<u64> {
+    if let Some(x) = v.as_u64() {
+        return Ok(x);
+    }
+    Err(meta_err(match v.as_i64() {
+        Some(x) => format!("'{k}' = {x} is negative"),
+        None => format!("'{k}' has type {}, expected an integer", v.type_name()),
+    }))
+}
+
 /// An integer key that may be a scalar or a per-layer array whose trunk entries must agree.
 fn int_key(f: &GgufFile, k: &str, n_layer: Option<usize>) -> Result<Option<u64>> {
     let Some(v) = f.get(k) else { return Ok(None) };
-    if let Some(x) = v.as_u64() {
-        return Ok(Some(x));
-    }
-    if let Some(arr) = v.as_array() {
-        let take = n_layer.unwrap_or(arr.len()).min(arr.len());
-        let mut vals = arr[..take].iter().map(Value::as_u64);
-        let first = vals
-            .next()
-            .flatten()
-            .ok_or_else(|| meta_err(format!("'{k}' is an empty or non-integer array")))?;
-        for x in vals {
-            if x != Some(first) {
+    let Some(arr) = v.as_array() else {
+        return non_negative(k, v).map(Some);
+    };
+    let take = n_layer.unwrap_or(arr.len()).min(arr.len());
+    let mut first = None;
+    for (i, x) in arr.iter().take(take).enumerate() {
+        let x = non_negative(&format!("{k}[{i}]"), &x)?;
+        match first {
+            None => first = Some(x),
+            Some(f) if f != x => {
                 return Err(meta_err(format!(
-                    "'{k}' differs between layers; rill needs one value for all layers"
-                )));
+                    "'{k}' differs between layers ({f} and {x}); rill needs one value for all layers"
+                )))
             }
+            Some(_) => {}
         }
-        return Ok(Some(first));
     }
-    Err(meta_err(format!(
-        "'{k}' has type {}, expected an integer",
-        v.type_name()
-    )))
+    first
+        .map(Some)
+        .ok_or_else(|| meta_err(format!("'{k}' is an empty array")))
 }
 
 fn req_int(f: &GgufFile, k: &str, n_layer: Option<usize>) -> Result<usize> {
@@ -128,13 +136,35 @@ fn check_dim(name: &str, v: usize) -> Result<usize> {
     Ok(v)
 }
 
+/// Every `blk.N.*` tensor must belong to one of the `block_count` blocks: a file with more
+/// layers than its `block_count` says would otherwise run as a silently truncated model.
+fn check_layer_tensors(f: &GgufFile, block_count: usize) -> Result<()> {
+    let beyond = f.tensors.iter().find_map(|t| {
+        let rest = t.name.strip_prefix("blk.")?;
+        let layer: usize = rest.split('.').next()?.parse().ok()?;
+        (layer >= block_count).then_some((layer, &t.name))
+    });
+    match beyond {
+        Some((layer, name)) => Err(meta_err(format!(
+            "block_count is {block_count} but tensor '{name}' belongs to layer {layer}; \
+             the file has more layers than its metadata says"
+        ))),
+        None => Ok(()),
+    }
+}
+
 impl Config {
     /// Read and validate the hyper-parameters. `n_vocab` comes from `token_embd.weight`.
     pub fn from_gguf(f: &GgufFile) -> Result<Config> {
-        let arch_name = f
+        let arch_value = f
             .get("general.architecture")
-            .and_then(Value::as_str)
             .ok_or_else(|| meta_err("missing 'general.architecture'"))?;
+        let arch_name = arch_value.as_str().ok_or_else(|| {
+            meta_err(format!(
+                "'general.architecture' has type {}, expected a string",
+                arch_value.type_name()
+            ))
+        })?;
         let arch = match arch_name {
             "qwen35" => Arch::Qwen35,
             "qwen35moe" => Arch::Qwen35Moe,
@@ -151,6 +181,7 @@ impl Config {
             ))
         })?;
         let nl = Some(n_layer);
+        check_layer_tensors(f, block_count)?;
 
         let n_embd = check_dim("embedding_length", req_int(f, &key(a, "embedding_length"), nl)?)?;
         let context_length = opt_int(f, &key(a, "context_length"), nl)?.unwrap_or(4096);
@@ -173,8 +204,11 @@ impl Config {
         }
         let eps = opt_f32(f, &key(a, "attention.layer_norm_rms_epsilon"))?
             .ok_or_else(|| meta_err(format!("missing required key '{a}.attention.layer_norm_rms_epsilon'")))?;
+        // Comparisons are false for NaN, so NaN fails too.
         if !(eps > 0.0 && eps < 1.0) {
-            return Err(meta_err(format!("layer_norm_rms_epsilon {eps} is out of range")));
+            return Err(meta_err(format!(
+                "attention.layer_norm_rms_epsilon {eps} must be a number in (0, 1)"
+            )));
         }
         let n_rot = req_int(f, &key(a, "rope.dimension_count"), nl)?;
         if n_rot == 0 || n_rot % 2 != 0 || n_rot > head_dim {
@@ -184,7 +218,9 @@ impl Config {
         }
         let rope_theta = opt_f32(f, &key(a, "rope.freq_base"))?.unwrap_or(10_000.0);
         if !(rope_theta > 1.0 && rope_theta.is_finite()) {
-            return Err(meta_err(format!("rope.freq_base {rope_theta} is out of range")));
+            return Err(meta_err(format!(
+                "rope.freq_base {rope_theta} must be a finite number > 1"
+            )));
         }
         if let Some(t) = f.get(&key(a, "rope.scaling.type")).and_then(Value::as_str) {
             if t != "none" {
@@ -214,21 +250,29 @@ impl Config {
 
         let is_linear = match f.get(&key(a, "attention.recurrent_layers")) {
             Some(v) => {
-                let arr = v
-                    .as_array()
-                    .ok_or_else(|| meta_err("attention.recurrent_layers is not an array"))?;
-                if arr.len() < n_layer {
+                let arr = v.as_array().ok_or_else(|| {
+                    meta_err(format!(
+                        "attention.recurrent_layers has type {}, expected an array",
+                        v.type_name()
+                    ))
+                })?;
+                // One entry per block, MTP blocks included (spec/MODEL.md §2).
+                if arr.len() != block_count {
                     return Err(meta_err(format!(
-                        "attention.recurrent_layers has {} entries for {n_layer} layers",
+                        "attention.recurrent_layers has {} entries but block_count is {block_count}",
                         arr.len()
                     )));
                 }
-                arr[..n_layer]
-                    .iter()
-                    .map(|x| {
-                        x.as_bool()
-                            .or_else(|| x.as_u64().map(|i| i != 0))
-                            .ok_or_else(|| meta_err("attention.recurrent_layers has a non-bool entry"))
+                arr.iter()
+                    .take(n_layer)
+                    .enumerate()
+                    .map(|(i, x)| {
+                        x.as_bool().or_else(|| x.as_u64().map(|i| i != 0)).ok_or_else(|| {
+                            meta_err(format!(
+                                "attention.recurrent_layers[{i}] has type {}, expected bool",
+                                x.type_name()
+                            ))
+                        })
                     })
                     .collect::<Result<Vec<bool>>>()?
             }
@@ -260,8 +304,14 @@ impl Config {
                     None => n_ff / n_expert_used,
                 };
                 let n_ff_shexp = opt_int(f, &key(a, "expert_shared_feed_forward_length"), nl)?.unwrap_or(n_ff);
+                // 0 (or absent) means "not set" in converted files.
                 let scale = opt_f32(f, &key(a, "expert_weights_scale"))?.unwrap_or(0.0);
-                let weights_scale = if scale == 0.0 || scale == 1.0 { 1.0 } else { scale };
+                if !(scale.is_finite() && scale >= 0.0) {
+                    return Err(meta_err(format!(
+                        "expert_weights_scale {scale} must be a finite number >= 0 (0 = unset)"
+                    )));
+                }
+                let weights_scale = if scale == 0.0 { 1.0 } else { scale };
                 (
                     0,
                     Some(MoeConfig {
@@ -307,6 +357,24 @@ impl Config {
             n_ff,
             moe,
         })
+    }
+
+    /// The tokenizer must have exactly one token per embedding row: fewer, and ids the model
+    /// generates could not be decoded (they would vanish from the output); more, and the
+    /// tokenizer could produce ids the model cannot embed.
+    pub fn check_tokenizer_size(&self, n_tokens: usize) -> Result<()> {
+        if n_tokens == self.n_vocab {
+            return Ok(());
+        }
+        let consequence = if n_tokens < self.n_vocab {
+            "ids it cannot decode could be generated"
+        } else {
+            "it could produce ids the model cannot embed"
+        };
+        Err(Error::Tokenizer(format!(
+            "the tokenizer has {n_tokens} tokens but token_embd.weight has {} rows; {consequence}",
+            self.n_vocab
+        )))
     }
 
     pub fn n_linear_layers(&self) -> usize {

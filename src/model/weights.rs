@@ -138,12 +138,10 @@ impl Binder<'_> {
         }
         let mut upload = self.backend.begin_weight(name, t.ggml_type, &shape)?;
         // Without a streaming path the backend needs the whole tensor: collect the pieces.
-        let mut collected = Vec::new();
-        if upload.is_none() {
-            collected
-                .try_reserve_exact(len)
-                .map_err(|_| Error::tensor(name, format!("cannot allocate {len} bytes to collect the tensor")))?;
-        }
+        let mut collected = match upload {
+            Some(_) => Vec::new(),
+            None => crate::alloc::vec_with_capacity(len, name)?,
+        };
         let mut done = 0;
         while done < len {
             let n = piece.min(len - done);
@@ -169,10 +167,12 @@ impl Binder<'_> {
     /// A small tensor dequantized to f32 on the host. `ne` in ggml order.
     async fn f32(&mut self, name: &str, ne: &[usize]) -> Result<Tensor> {
         let t = checked_info(self.file, name, ne)?;
-        let n = t.n_elements as usize;
+        // The shape matched the config's, whose dimensions fit in memory individually; the
+        // product may not, so the buffer is allocated fallibly.
+        let n = usize::try_from(t.n_elements).map_err(|_| Error::tensor(name, "too many elements"))?;
         let (start, len) = byte_range(self.file, t)?;
         let bytes = self.src.read(start, len).await?;
-        let mut v = vec![0f32; n];
+        let mut v = crate::alloc::vec_filled(n, 0f32, name)?;
         crate::quant::dequantize(t.ggml_type, bytes.as_slice(), &mut v)
             .map_err(|e| Error::tensor(name, e.to_string()))?;
         let shape: Vec<usize> = if ne.len() == 2 && ne[1] == 1 && t.ne.len() == 1 {

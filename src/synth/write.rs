@@ -17,7 +17,7 @@ use super::weights;
 use super::TypeCount;
 use crate::error::{Error, Result};
 use crate::gguf::reader::DEFAULT_ALIGNMENT;
-use crate::gguf::{GgmlType, GgufFile, GgufWriter, Value};
+use crate::gguf::{Array, GgmlType, GgufFile, GgufWriter, Value};
 
 /// Output bytes generated per batch: bounds memory (one batch in flight) while giving rayon
 /// enough rows to spread over all cores.
@@ -45,7 +45,7 @@ pub fn tokenizer_kvs(path: &Path, n_vocab: usize) -> Result<Vec<(String, Value)>
     let n_tokens = src
         .get("tokenizer.ggml.tokens")
         .and_then(Value::as_array)
-        .map(<[Value]>::len)
+        .map(Array::len)
         .ok_or_else(|| Error::Tokenizer(format!("{}: no tokenizer.ggml.tokens array to copy", path.display())))?;
     if n_tokens > n_vocab {
         // Truncating would orphan merges and special-token ids; ask for a matching vocabulary.
@@ -71,11 +71,8 @@ pub fn tokenizer_kvs(path: &Path, n_vocab: usize) -> Result<Vec<(String, Value)>
     Ok(out)
 }
 
-fn pad(a: &[Value], n: usize, filler: impl Fn(usize) -> Value) -> Value {
-    let mut v = Vec::with_capacity(n.max(a.len()));
-    v.extend_from_slice(a);
-    v.extend((a.len()..n).map(filler));
-    Value::Array(v)
+fn pad(a: &Array, n: usize, filler: impl Fn(usize) -> Value) -> Value {
+    Value::Array(a.iter().chain((a.len()..n).map(filler)).collect())
 }
 
 /// Model metadata in the converter's key order (tests/fixtures/tiny-*.F16.gguf).

@@ -10,10 +10,7 @@ use std::collections::{BinaryHeap, HashMap};
 use std::sync::Mutex;
 
 use super::bytes_map::byte_to_char;
-
-/// Marks a byte whose mapped single-char token is missing from the vocabulary (never the case
-/// for a proper byte-level vocab); such symbols never merge and emit nothing.
-const NO_ID: u32 = u32::MAX;
+use crate::{Error, Result};
 
 /// Pieces longer than this are not cached (they are rare and would bloat the cache).
 const CACHE_MAX_PIECE: usize = 64;
@@ -44,9 +41,12 @@ type PairEntry = Reverse<(u32, usize, usize, u32, u32)>;
 impl Bpe {
     /// Build from merge strings (rank = index). `lookup` maps token text to id. Merges whose
     /// parts or result are not in the vocabulary can never fire and are skipped; their count
-    /// is returned so the caller can warn.
-    pub fn new(merges: &[String], lookup: &HashMap<String, u32>) -> (Bpe, usize) {
-        let mut map = HashMap::with_capacity(merges.len());
+    /// is returned so the caller can warn. A vocabulary without a token for each of the 256
+    /// byte symbols is refused: text containing a missing byte could not be encoded, and
+    /// dropping it would change the text silently.
+    pub fn new(merges: &[String], lookup: &HashMap<String, u32>) -> Result<(Bpe, usize)> {
+        let byte_ids = byte_ids(lookup)?;
+        let mut map = crate::alloc::map_with_capacity(merges.len(), "BPE merges")?;
         let mut skipped = 0usize;
         let mut joined = String::new();
         for (rank, m) in merges.iter().enumerate() {
@@ -69,20 +69,12 @@ impl Bpe {
                 _ => skipped += 1,
             }
         }
-        let mut byte_ids = [NO_ID; 256];
-        let mut buf = [0u8; 4];
-        for (b, slot) in byte_ids.iter_mut().enumerate() {
-            let s = byte_to_char(b as u8).encode_utf8(&mut buf);
-            if let Some(&id) = lookup.get(&*s) {
-                *slot = id;
-            }
-        }
         let bpe = Bpe {
             merges: map,
             byte_ids,
             cache: Mutex::new(HashMap::new()),
         };
-        (bpe, skipped)
+        Ok((bpe, skipped))
     }
 
     /// Number of usable merges.
@@ -130,7 +122,7 @@ impl Bpe {
             })
             .collect();
         if n == 1 {
-            push_id(syms[0].id, out);
+            out.push(syms[0].id);
             return;
         }
 
@@ -174,36 +166,51 @@ impl Bpe {
 
         let mut i = 0;
         while i != NONE {
-            push_id(syms[i].id, out);
+            out.push(syms[i].id);
             i = syms[i].next;
         }
     }
 }
 
-#[inline]
-fn push_id(id: u32, out: &mut Vec<u32>) {
-    if id != NO_ID {
-        out.push(id);
+/// The id of each byte's single-symbol token; an error naming the first byte without one.
+fn byte_ids(lookup: &HashMap<String, u32>) -> Result<[u32; 256]> {
+    let mut ids = [0u32; 256];
+    let mut buf = [0u8; 4];
+    for (b, slot) in ids.iter_mut().enumerate() {
+        let c = byte_to_char(b as u8);
+        *slot = *lookup.get(&*c.encode_utf8(&mut buf)).ok_or_else(|| {
+            Error::Tokenizer(format!(
+                "the vocabulary has no token for byte {b:#04x} (symbol '{c}'); a byte-level BPE \
+                 vocabulary needs one for each of the 256 bytes"
+            ))
+        })?;
     }
+    Ok(ids)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The 256 byte symbols (ids 0..256), then `words` (ids from 256).
     fn vocab(words: &[&str]) -> HashMap<String, u32> {
-        words
-            .iter()
+        (0..=255u8)
+            .map(|b| byte_to_char(b).to_string())
+            .chain(words.iter().map(|w| w.to_string()))
             .enumerate()
-            .map(|(i, w)| (w.to_string(), i as u32))
+            .map(|(i, w)| (w, i as u32))
             .collect()
+    }
+
+    fn id(v: &HashMap<String, u32>, w: &str) -> u32 {
+        v[w]
     }
 
     #[test]
     fn merges_by_rank_then_leftmost() {
-        let v = vocab(&["a", "b", "c", "ab", "bc", "abc", "aa"]);
+        let v = vocab(&["ab", "bc", "abc", "aa"]);
         let merges: Vec<String> = ["b c", "a b", "a bc", "a a"].iter().map(|s| s.to_string()).collect();
-        let (bpe, skipped) = Bpe::new(&merges, &v);
+        let (bpe, skipped) = Bpe::new(&merges, &v).unwrap();
         assert_eq!((bpe.n_merges(), skipped), (4, 0));
         let enc = |s: &str| {
             let mut out = Vec::new();
@@ -211,19 +218,27 @@ mod tests {
             out
         };
         // "b c" (rank 0) beats "a b" (rank 1), then "a bc" completes the word.
-        assert_eq!(enc("abc"), [5]);
-        assert_eq!(enc("ab"), [3]);
+        assert_eq!(enc("abc"), [id(&v, "abc")]);
+        assert_eq!(enc("ab"), [id(&v, "ab")]);
         // Equal ranks: leftmost pair first → "aa" + "a".
-        assert_eq!(enc("aaa"), [6, 0]);
+        assert_eq!(enc("aaa"), [id(&v, "aa"), id(&v, "a")]);
         // Cached result is identical.
-        assert_eq!(enc("aaa"), [6, 0]);
+        assert_eq!(enc("aaa"), [id(&v, "aa"), id(&v, "a")]);
     }
 
     #[test]
     fn skips_merges_outside_vocab() {
-        let v = vocab(&["a", "b"]);
+        let v = vocab(&[]);
         let merges = vec!["a b".to_string(), "nospace".to_string()];
-        let (bpe, skipped) = Bpe::new(&merges, &v);
+        let (bpe, skipped) = Bpe::new(&merges, &v).unwrap();
         assert_eq!((bpe.n_merges(), skipped), (0, 2));
+    }
+
+    #[test]
+    fn every_byte_needs_a_token() {
+        let mut v = vocab(&[]);
+        v.remove(&byte_to_char(b'\n').to_string());
+        let e = Bpe::new(&[], &v).err().expect("a byte without a token is refused");
+        assert!(e.to_string().contains("byte 0x0a"), "{e}");
     }
 }

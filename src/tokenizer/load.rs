@@ -1,6 +1,7 @@
 //! Reading `tokenizer.ggml.*` metadata from a GGUF file (TOKENIZER.md §1).
 
-use crate::gguf::{GgufFile, Value};
+use crate::gguf::value::type_id;
+use crate::gguf::{Array, GgufFile, Value};
 use crate::{Error, Result};
 
 use super::{TokenType, Tokenizer, TokenizerData};
@@ -15,6 +16,11 @@ const KEY_EOT: &str = "tokenizer.ggml.eot_token_id";
 const KEY_BOS: &str = "tokenizer.ggml.bos_token_id";
 const KEY_TEMPLATE: &str = "tokenizer.chat_template";
 
+/// Bounds on what a file can make the tokenizer materialise (each token costs about a hundred
+/// bytes in memory): far above any real vocabulary (Qwen3.5: 248,320 tokens, 247,587 merges).
+pub const MAX_TOKENS: usize = 1 << 21;
+pub const MAX_MERGES: usize = 1 << 21;
+
 impl TokenizerData {
     /// Collect the tokenizer metadata of a GGUF file. Only byte-level BPE (`gpt2`) is accepted.
     pub fn from_gguf(f: &GgufFile) -> Result<TokenizerData> {
@@ -28,7 +34,7 @@ impl TokenizerData {
             )));
         }
 
-        let tokens = string_array(f, KEY_TOKENS)?;
+        let tokens = string_array(f, KEY_TOKENS, MAX_TOKENS)?;
         let types_v = array(f, KEY_TYPES)?;
         if types_v.len() != tokens.len() {
             return Err(Error::Tokenizer(format!(
@@ -37,16 +43,15 @@ impl TokenizerData {
                 tokens.len()
             )));
         }
-        let token_types = types_v
-            .iter()
-            .enumerate()
-            .map(|(id, v)| {
-                v.as_i64()
-                    .and_then(TokenType::from_code)
-                    .ok_or_else(|| Error::Tokenizer(format!("{KEY_TYPES}[{id}]: invalid token type {v:?}")))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let merges = string_array(f, KEY_MERGES)?;
+        let mut token_types = crate::alloc::vec_with_capacity(types_v.len(), "token types")?;
+        for (id, v) in types_v.iter().enumerate() {
+            let ty = v
+                .as_i64()
+                .and_then(TokenType::from_code)
+                .ok_or_else(|| Error::Tokenizer(format!("{KEY_TYPES}[{id}]: invalid token type {v:?}")))?;
+            token_types.push(ty);
+        }
+        let merges = string_array(f, KEY_MERGES, MAX_MERGES)?;
 
         let pre = match f.get(KEY_PRE) {
             Some(v) => v.as_str().ok_or_else(|| wrong_type(KEY_PRE, "string", v))?.to_string(),
@@ -86,19 +91,30 @@ fn wrong_type(key: &str, want: &str, got: &Value) -> Error {
     Error::Tokenizer(format!("{key} has type {}, expected {want}", got.type_name()))
 }
 
-fn array<'a>(f: &'a GgufFile, key: &str) -> Result<&'a [Value]> {
+fn array<'a>(f: &'a GgufFile, key: &str) -> Result<&'a Array> {
     let v = f.get(key).ok_or_else(|| Error::Tokenizer(format!("missing {key}")))?;
     v.as_array().ok_or_else(|| wrong_type(key, "array", v))
 }
 
-fn string_array(f: &GgufFile, key: &str) -> Result<Vec<String>> {
+/// The strings of array `key`, at most `max` of them.
+fn string_array(f: &GgufFile, key: &str, max: usize) -> Result<Vec<String>> {
     let items = array(f, key)?;
-    let mut out = Vec::with_capacity(items.len());
-    for (i, v) in items.iter().enumerate() {
-        let s = v
-            .as_str()
-            .ok_or_else(|| Error::Tokenizer(format!("{key}[{i}] has type {}, expected string", v.type_name())))?;
-        out.push(s.to_string());
+    if items.len() > max {
+        return Err(Error::Tokenizer(format!(
+            "{key} has {} entries; rill accepts at most {max}",
+            items.len()
+        )));
+    }
+    if !items.is_empty() && items.elem_type_id() != type_id::STRING {
+        return Err(Error::Tokenizer(format!(
+            "{key} is an array of {}, expected strings",
+            items.elem_type_name()
+        )));
+    }
+    let mut out = crate::alloc::vec_with_capacity(items.len(), key)?;
+    for (i, s) in items.strs().enumerate() {
+        let s = s.ok_or_else(|| Error::Tokenizer(format!("{key}[{i}] is not a string")))?;
+        out.push(crate::alloc::string(s, key)?);
     }
     Ok(out)
 }

@@ -152,13 +152,13 @@ impl Tokenizer {
             }
         }
 
-        let mut lookup = HashMap::with_capacity(tokens.len());
+        let mut lookup = crate::alloc::map_with_capacity(tokens.len(), "the token lookup table")?;
         for (id, t) in tokens.iter().enumerate() {
             // First id wins on (unexpected) duplicate texts.
             lookup.entry(t.clone()).or_insert(id as u32);
         }
 
-        let (bpe, skipped) = Bpe::new(&merges, &lookup);
+        let (bpe, skipped) = Bpe::new(&merges, &lookup)?;
         if skipped > 0 {
             eprintln!(
                 "warning: tokenizer: {skipped} of {} merges reference tokens missing from the vocabulary; ignored",
@@ -333,9 +333,10 @@ mod tests {
 
     #[test]
     fn new_rejects_bad_data() {
+        let tokens: Vec<String> = (0..=255u8).map(|b| bytes_map::byte_to_char(b).to_string()).collect();
         let base = TokenizerData {
-            tokens: vec!["a".into(), "b".into()],
-            token_types: vec![TokenType::Normal, TokenType::Normal],
+            token_types: vec![TokenType::Normal; tokens.len()],
+            tokens,
             pre: "qwen2".into(),
             ..Default::default()
         };
@@ -344,8 +345,12 @@ mod tests {
         d.token_types.pop();
         assert!(matches!(Tokenizer::new(d), Err(Error::Tokenizer(_))));
         let mut d = base.clone();
-        d.bos_token_id = Some(2);
+        d.bos_token_id = Some(256);
         assert!(matches!(Tokenizer::new(d), Err(Error::Tokenizer(_))));
+        // A byte-level vocabulary missing a byte symbol cannot encode every text.
+        let mut d = base.clone();
+        d.tokens[b'x' as usize] = "not x".into();
+        assert!(matches!(Tokenizer::new(d), Err(Error::Tokenizer(m)) if m.contains("0x78")));
         assert!(matches!(
             Tokenizer::new(TokenizerData::default()),
             Err(Error::Tokenizer(_))
