@@ -16,14 +16,39 @@ if [ "$(uname -s)" = Linux ] && ! ls /usr/share/vulkan/icd.d/lvp_icd.*.json >/de
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq mesa-vulkan-drivers libvulkan1 >/dev/null
 fi
 export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp} # quiets Mesa
+# The CUDA backend's kernels must compile on every run, GPU or not: find nvcc (build.rs looks in
+# NVCC, CUDA_HOME, CUDA_PATH, .cuda/, PATH, /usr/local/cuda) or install the pinned CUDA 13.0
+# compiler from PyPI into the git-ignored .cuda/ (about 100 MB, once).
+have_nvcc() {
+    [ -n "${NVCC:-}" ] && [ -x "$NVCC" ] && return 0
+    [ -n "${CUDA_HOME:-}" ] && [ -x "$CUDA_HOME/bin/nvcc" ] && return 0
+    [ -n "${CUDA_PATH:-}" ] && [ -x "$CUDA_PATH/bin/nvcc" ] && return 0
+    ls .cuda/lib/python3*/site-packages/nvidia/cu13/bin/nvcc >/dev/null 2>&1 && return 0
+    command -v nvcc >/dev/null 2>&1 && return 0
+    [ -x /usr/local/cuda/bin/nvcc ]
+}
+if ! have_nvcc; then
+    echo "installing the pinned CUDA 13.0 nvcc into .cuda/ (PyPI)" >&2
+    python3 -m venv .cuda
+    .cuda/bin/pip install -q nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 \
+        nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85
+fi
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-cargo test --release --lib --tests "$@" 2>&1 | tee "$log" || status=$?
+# Everything with the cuda feature (wgpu stays on): the CUDA op and end-to-end tests run where an
+# NVIDIA GPU is and are skipped elsewhere.
+cargo test --release --features cuda --lib --tests "$@" 2>&1 | tee "$log" || status=$?
+# The CUDA weight decoders, compiled for the CPU, against ggml's dequantization (seconds; the
+# whole-kernel emulation, dev/cuda/emulate.sh, runs before every GPU job in scripts/pack-gpu.sh).
+bash dev/cuda/check_formats.sh 2>&1 | tee -a "$log" || status=1
+if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so'; then
+    echo "CUDA device tests skipped: no NVIDIA driver on this machine (the kernels were compiled)" | tee -a "$log"
+fi
 # The CPU hot loops are compiled twice (AVX2 and baseline x86-64, chosen at run time): run the
 # numeric tests again on the baseline path.
 if [ "$status" -eq 0 ] && [ "$(uname -m)" = "x86_64" ]; then
-    RILL_NO_AVX2=1 cargo test --release --test quant_roundtrip --test quant_vectors --test cpu_ops \
+    RILL_NO_AVX2=1 cargo test --release --features cuda --test quant_roundtrip --test quant_vectors --test cpu_ops \
         --test delta_rule --test e2e_fixtures "$@" 2>&1 | tee -a "$log" || status=$?
 fi
 # `rill serve` against the real OpenAI Python client (tests/server): the pinned client goes into a

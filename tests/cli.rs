@@ -1,5 +1,7 @@
 //! The `rill` binary end to end: output formats, streaming text, and one-line errors (never a panic).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -48,8 +50,8 @@ fn tokenize_prints_json_ids() {
 
 #[test]
 fn greedy_run_streams_the_reference_continuation() {
-    for b in rill::backend::available() {
-        greedy_run_on(b);
+    for be in common::backends() {
+        greedy_run_on(be.name());
     }
 }
 
@@ -206,4 +208,30 @@ fn vocab_only_file_cannot_run_but_tokenizes() {
     assert!(out.status.success());
     let ids: Vec<u32> = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(ids, [9707, 1879]);
+}
+
+/// Where this build has the cuda backend but the machine no NVIDIA driver or GPU, `--backend cuda`
+/// is one error line and a non-zero exit (cudarc would panic without the check), and `auto`
+/// falls through to another backend without a word about CUDA.
+#[test]
+fn cuda_without_a_gpu_is_one_error_line_and_auto_falls_through() {
+    if !rill::backend::available().contains(&"cuda") || common::cuda().is_some() {
+        return;
+    }
+    let model = fixture("tiny-dense.F16.gguf");
+    let base = ["run", "-m", &model, "-p", "hi", "-n", "2", "--temp", "0", "--backend"];
+    let out = rill(&[&base[..], &["cuda"]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "exit status {:?}", out.status);
+    assert!(
+        out.stdout.is_empty(),
+        "printed {:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("error: ") && err.contains("cuda"), "{err}");
+    let out = rill(&[&base[..], &["auto"]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.to_lowercase().contains("cuda"), "{err}");
 }

@@ -3,33 +3,16 @@
 //! Before the executor held its scratch for a whole step, two threads got each other's
 //! activations (wrong logits in 430 of 4,000 steps) or a "scratch missing" error.
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
 
+use common::run_session;
 use rill::backend;
-use rill::exec::{Logits, Model};
+use rill::exec::Model;
 
 const FIX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
-
-/// Prefill a prompt, then decode `steps` tokens (each fed token chosen from the session's
-/// index so sessions differ), returning every logit row bit for bit.
-fn run_session(m: &Model, which: usize, steps: usize) -> Vec<Vec<u32>> {
-    let prompt: Vec<u32> = (0..3 + which % 4)
-        .map(|i| (17 * which + 31 * i) as u32 % 1000 + 1)
-        .collect();
-    let mut s = m.new_session(prompt.len() + steps + 1).expect("session");
-    let mut rows = Vec::new();
-    let first = m
-        .prefill(&mut s, &prompt, Logits::Last, &mut |_, _| {})
-        .expect("prefill");
-    rows.push(first.iter().map(|x| x.to_bits()).collect());
-    for k in 0..steps {
-        let tok = ((which * 7 + k * 13) % 900 + 5) as u32;
-        let l = m.decode(&mut s, tok).expect("decode");
-        rows.push(l.iter().map(|x| x.to_bits()).collect());
-    }
-    rows
-}
 
 #[test]
 fn sessions_on_threads_match_sequential_runs_bit_for_bit() {

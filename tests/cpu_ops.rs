@@ -1,41 +1,15 @@
 //! Every op of the CPU backend against a plain, independent f64 loop written here, on fresh random
 //! inputs over odd shapes, plus the error cases (bad shapes, dtypes and aliasing return `Err`).
-//!
-//! TODO(quant): once the real quant module lands, add Q8_0 (and the K-quants) to
-//! `matmul_weight_types` / `moe_experts_*`: quantize random rows with `quant::quantize`, and use
-//! `quant::dequantize` of those bytes as the reference weights (the kernels must match the
-//! dequantized matrix, not the original f32 one).
+//! Quantized weights are checked against the dequantized matrix (what the kernels must match),
+//! not the original f32 one.
 
+mod common;
+
+use common::weights::quantizable;
+use common::{assert_close_f64, silu, Rng};
 use rill::backend::cpu::CpuBackend;
 use rill::backend::{AttnDims, Backend, DType, GdnDims, Pos, Tensor, WeightData, NON_FINITE};
 use rill::gguf::{GgmlType, TensorBytes};
-
-/// xorshift64* + Box-Muller: tiny, deterministic, no crates.
-struct Rng(u64);
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn uniform(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-    fn normal(&mut self) -> f64 {
-        let (u1, u2) = (self.uniform(), self.uniform());
-        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-    }
-    fn vec(&mut self, n: usize) -> Vec<f32> {
-        (0..n).map(|_| self.normal() as f32).collect()
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next_u64() % n as u64) as usize
-    }
-}
 
 const TS: [usize; 4] = [1, 3, 64, 65];
 
@@ -49,25 +23,12 @@ fn zeros(b: &CpuBackend, shape: &[usize]) -> Tensor {
     b.alloc(DType::F32, shape).unwrap()
 }
 
-/// Elementwise `|got - want| <= atol + rtol * |want|`.
-#[track_caller]
-fn assert_close(got: &[f32], want: &[f64], atol: f64, rtol: f64, what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        let ok = (g as f64 - w).abs() <= atol + rtol * w.abs();
-        assert!(ok, "{what}: element {i}: got {g}, want {w}");
-    }
-}
-
-fn silu64(x: f64) -> f64 {
-    x / (1.0 + (-x).exp())
-}
 fn sigmoid64(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
 }
 
-/// Encode f32 values as a GGUF weight of type `ty` (F32/F16/BF16) and return the tensor plus
-/// the values the kernel will actually see (after rounding to `ty`).
+/// Encode f32 values as a GGUF weight of type `ty` and return the tensor plus the values the
+/// kernel will actually see (after rounding to `ty`, or quantizing and dequantizing).
 fn weight(b: &CpuBackend, ty: GgmlType, vals: &[f32], shape: &[usize]) -> (Tensor, Vec<f32>) {
     let (bytes, seen): (Vec<u8>, Vec<f32>) = match ty {
         GgmlType::F32 => (vals.iter().flat_map(|v| v.to_le_bytes()).collect(), vals.to_vec()),
@@ -85,7 +46,14 @@ fn weight(b: &CpuBackend, ty: GgmlType, vals: &[f32], shape: &[usize]) -> (Tenso
                 h.iter().map(|v| v.to_f32()).collect(),
             )
         }
-        other => panic!("test helper does not encode {other:?}"),
+        _ => {
+            let cols = shape[shape.len() - 1];
+            let mut q = vec![0u8; ty.row_size(cols as u64).unwrap() as usize * (vals.len() / cols)];
+            rill::quant::quantize_rows_par(ty, vals, cols, &mut q).unwrap();
+            let mut seen = vec![0f32; vals.len()];
+            rill::quant::dequantize(ty, &q, &mut seen).unwrap();
+            (q, seen)
+        }
     };
     let w = WeightData {
         name: "w".into(),
@@ -119,17 +87,24 @@ fn matmul_weight_types() {
     let mut rng = Rng::new(1);
     for &(n_out, n_in) in &[(37usize, 67usize), (64, 256), (5, 1)] {
         for &t in &TS {
-            let wv = rng.vec(n_out * n_in);
-            let xv = rng.vec(t * n_in);
+            let wv = rng.normals(n_out * n_in, 1.0);
+            let xv = rng.normals(t * n_in, 1.0);
             let x = up(&b, &xv, &[t, n_in]);
-            let mut cases: Vec<(String, Tensor, Vec<f32>)> = Vec::new();
+            // (name, W, the values the kernel sees, relative tolerance on Σ|w x|).
+            let mut cases: Vec<(String, Tensor, Vec<f32>, f64)> = Vec::new();
             for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Bf16] {
                 let (w, seen) = weight(&b, ty, &wv, &[n_out, n_in]);
-                cases.push((format!("{ty:?}"), w, seen));
+                cases.push((format!("{ty:?}"), w, seen, 1e-6));
             }
             // A plain F32 tensor is also a valid W.
-            cases.push(("F32 tensor".into(), up(&b, &wv, &[n_out, n_in]), wv.clone()));
-            for (name, w, seen) in cases {
+            cases.push(("F32 tensor".into(), up(&b, &wv, &[n_out, n_in]), wv.clone(), 1e-6));
+            // Quantized rows go through `quant::vec_dot` (T = 1) or dequantized rows, which
+            // tests/quant_roundtrip.rs holds to 1e-5 Σ|w x| of the dot of the dequantized row.
+            for ty in quantizable().filter(|ty| ty.block_size() > 1 && n_in.is_multiple_of(ty.block_size() as usize)) {
+                let (w, seen) = weight(&b, ty, &wv, &[n_out, n_in]);
+                cases.push((format!("{ty:?}"), w, seen, 1e-5));
+            }
+            for (name, w, seen, rel) in cases {
                 let out = zeros(&b, &[t, n_out]);
                 b.matmul(&w, &x, &out).unwrap();
                 let got = b.read_f32(&out).unwrap();
@@ -137,7 +112,7 @@ fn matmul_weight_types() {
                 for i in 0..got.len() {
                     let err = (got[i] as f64 - want[i]).abs();
                     assert!(
-                        err <= 1e-6 * mag[i] + 1e-7,
+                        err <= rel * mag[i] + 1e-7,
                         "matmul {name} [{n_out},{n_in}] T {t} elem {i}: {} vs {}",
                         got[i],
                         want[i]
@@ -152,17 +127,17 @@ fn matmul_weight_types() {
 fn matmul_errors() {
     let b = be();
     let mut rng = Rng::new(2);
-    let (w, _) = weight(&b, GgmlType::F16, &rng.vec(6 * 8), &[6, 8]);
-    let x = up(&b, &rng.vec(3 * 8), &[3, 8]);
+    let (w, _) = weight(&b, GgmlType::F16, &rng.normals(6 * 8, 1.0), &[6, 8]);
+    let x = up(&b, &rng.normals(3 * 8, 1.0), &[3, 8]);
     assert!(b.matmul(&w, &x, &zeros(&b, &[3, 6])).is_ok());
     assert!(b.matmul(&w, &x, &zeros(&b, &[3, 5])).is_err(), "wrong n_out");
     assert!(b.matmul(&w, &x, &zeros(&b, &[2, 6])).is_err(), "wrong T");
     assert!(
-        b.matmul(&w, &up(&b, &rng.vec(3 * 7), &[3, 7]), &zeros(&b, &[3, 6]))
+        b.matmul(&w, &up(&b, &rng.normals(3 * 7, 1.0), &[3, 7]), &zeros(&b, &[3, 6]))
             .is_err(),
         "wrong n_in"
     );
-    let xw = up(&b, &rng.vec(6 * 6), &[6, 6]);
+    let xw = up(&b, &rng.normals(6 * 6, 1.0), &[6, 6]);
     assert!(b.matmul(&xw, &xw, &xw).is_err(), "output aliasing input");
     let ids = b.upload_u32(&[1, 2, 3], &[3]).unwrap();
     assert!(b.matmul(&w, &ids, &zeros(&b, &[3, 6])).is_err(), "U32 input");
@@ -180,7 +155,7 @@ fn embed_rows() {
     let b = be();
     let mut rng = Rng::new(3);
     let (vocab, d) = (50, 24);
-    let tv = rng.vec(vocab * d);
+    let tv = rng.normals(vocab * d, 1.0);
     for ty in [GgmlType::F32, GgmlType::F16, GgmlType::Bf16] {
         let (table, seen) = weight(&b, ty, &tv, &[vocab, d]);
         for &t in &TS {
@@ -192,7 +167,7 @@ fn embed_rows() {
                 .iter()
                 .flat_map(|&id| seen[id as usize * d..(id as usize + 1) * d].iter().map(|&v| v as f64))
                 .collect();
-            assert_close(&b.read_f32(&out).unwrap(), &want, 0.0, 0.0, "embed");
+            assert_close_f64("embed", &b.read_f32(&out).unwrap(), &want, 0.0, 0.0);
         }
     }
     let (table, _) = weight(&b, GgmlType::F16, &tv, &[vocab, d]);
@@ -221,26 +196,26 @@ fn rms_norm_whole_row_and_per_head() {
     for &t in &TS {
         // Whole row (d = 72), and per head (3 heads of 24 sharing one weight).
         for &(cols, d) in &[(72usize, 72usize), (72, 24)] {
-            let xv = rng.vec(t * cols);
-            let wv = rng.vec(d);
+            let xv = rng.normals(t * cols, 1.0);
+            let wv = rng.normals(d, 1.0);
             let out = zeros(&b, &[t, cols]);
             b.rms_norm(&up(&b, &xv, &[t, cols]), &up(&b, &wv, &[d]), eps, &out)
                 .unwrap();
-            assert_close(
+            assert_close_f64(
+                "rms_norm",
                 &b.read_f32(&out).unwrap(),
                 &rms_ref(&xv, &wv, eps as f64),
                 1e-6,
                 1e-5,
-                "rms_norm",
             );
         }
     }
-    let x = up(&b, &rng.vec(2 * 10), &[2, 10]);
+    let x = up(&b, &rng.normals(2 * 10, 1.0), &[2, 10]);
     assert!(b
-        .rms_norm(&x, &up(&b, &rng.vec(3), &[3]), eps, &zeros(&b, &[2, 10]))
+        .rms_norm(&x, &up(&b, &rng.normals(3, 1.0), &[3]), eps, &zeros(&b, &[2, 10]))
         .is_err());
     assert!(
-        b.rms_norm(&x, &up(&b, &rng.vec(10), &[10]), eps, &x).is_err(),
+        b.rms_norm(&x, &up(&b, &rng.normals(10, 1.0), &[10]), eps, &x).is_err(),
         "aliasing"
     );
 }
@@ -252,9 +227,9 @@ fn gated_rms_norm_per_head() {
     let eps = 1e-6;
     for &t in &TS {
         let (heads, d) = (3, 16);
-        let xv = rng.vec(t * heads * d);
-        let zv = rng.vec(t * heads * d);
-        let wv = rng.vec(d);
+        let xv = rng.normals(t * heads * d, 1.0);
+        let zv = rng.normals(t * heads * d, 1.0);
+        let wv = rng.normals(d, 1.0);
         let out = zeros(&b, &[t, heads * d]);
         let x = up(&b, &xv, &[t, heads * d]);
         let z = up(&b, &zv, &[t, heads * d]);
@@ -262,9 +237,9 @@ fn gated_rms_norm_per_head() {
         let want: Vec<f64> = rms_ref(&xv, &wv, eps as f64)
             .iter()
             .zip(&zv)
-            .map(|(n, &z)| n * silu64(z as f64))
+            .map(|(n, &z)| n * silu(z as f64))
             .collect();
-        assert_close(&b.read_f32(&out).unwrap(), &want, 1e-6, 1e-5, "gated_rms_norm");
+        assert_close_f64("gated_rms_norm", &b.read_f32(&out).unwrap(), &want, 1e-6, 1e-5);
         assert!(b
             .gated_rms_norm(&x, &up(&b, &zv[..d], &[d]), &up(&b, &wv, &[d]), eps, &out)
             .is_err());
@@ -278,18 +253,18 @@ fn elementwise_ops() {
     for &t in &TS {
         let d = 33;
         let n = t * d;
-        let (av, xv, gv) = (rng.vec(n), rng.vec(n), rng.vec(n));
-        let gl: Vec<f32> = rng.vec(t);
+        let (av, xv, gv) = (rng.normals(n, 1.0), rng.normals(n, 1.0), rng.normals(n, 1.0));
+        let gl: Vec<f32> = rng.normals(t, 1.0);
 
         let acc = up(&b, &av, &[t, d]);
         b.add_assign(&acc, &up(&b, &xv, &[t, d])).unwrap();
         let want: Vec<f64> = av.iter().zip(&xv).map(|(&a, &x)| a as f64 + x as f64).collect();
-        assert_close(&b.read_f32(&acc).unwrap(), &want, 1e-6, 1e-6, "add_assign");
+        assert_close_f64("add_assign", &b.read_f32(&acc).unwrap(), &want, 1e-6, 1e-6);
 
         let out = zeros(&b, &[t, d]);
         b.swiglu(&up(&b, &gv, &[t, d]), &up(&b, &xv, &[t, d]), &out).unwrap();
-        let want: Vec<f64> = gv.iter().zip(&xv).map(|(&g, &u)| silu64(g as f64) * u as f64).collect();
-        assert_close(&b.read_f32(&out).unwrap(), &want, 1e-7, 1e-6, "swiglu");
+        let want: Vec<f64> = gv.iter().zip(&xv).map(|(&g, &u)| silu(g as f64) * u as f64).collect();
+        assert_close_f64("swiglu", &b.read_f32(&out).unwrap(), &want, 1e-7, 1e-6);
 
         let x = up(&b, &xv, &[t, d]);
         b.sigmoid_mul_assign(&x, &up(&b, &gv, &[t, d])).unwrap();
@@ -298,7 +273,7 @@ fn elementwise_ops() {
             .zip(&gv)
             .map(|(&x, &g)| x as f64 * sigmoid64(g as f64))
             .collect();
-        assert_close(&b.read_f32(&x).unwrap(), &want, 1e-7, 1e-6, "sigmoid_mul_assign");
+        assert_close_f64("sigmoid_mul_assign", &b.read_f32(&x).unwrap(), &want, 1e-7, 1e-6);
 
         let acc = up(&b, &av, &[t, d]);
         b.sigmoid_scale_add(&acc, &up(&b, &xv, &[t, d]), &up(&b, &gl, &[t, 1]))
@@ -306,7 +281,7 @@ fn elementwise_ops() {
         let want: Vec<f64> = (0..n)
             .map(|i| av[i] as f64 + sigmoid64(gl[i / d] as f64) * xv[i] as f64)
             .collect();
-        assert_close(&b.read_f32(&acc).unwrap(), &want, 1e-6, 1e-6, "sigmoid_scale_add");
+        assert_close_f64("sigmoid_scale_add", &b.read_f32(&acc).unwrap(), &want, 1e-6, 1e-6);
     }
     // Extreme inputs must not produce NaN.
     let g = up(&b, &[-1000.0, 1000.0, 0.0], &[3]);
@@ -334,7 +309,7 @@ fn conv_ref(hist: &[f32], w: &[f32], c: usize, k: usize) -> Vec<f64> {
             for j in 0..k {
                 acc += w[ch * k + j] as f64 * hist[(t + j) * c + ch] as f64;
             }
-            y[t * c + ch] = silu64(acc);
+            y[t * c + ch] = silu(acc);
         }
     }
     y
@@ -345,29 +320,29 @@ fn conv1d_state_continuation() {
     let b = be();
     let mut rng = Rng::new(7);
     let (c, k) = (37, 4);
-    let wv = rng.vec(c * k);
+    let wv = rng.normals(c * k, 1.0);
     let w = up(&b, &wv, &[c, k]);
-    let s0 = rng.vec((k - 1) * c);
+    let s0 = rng.normals((k - 1) * c, 1.0);
     for &t in &TS {
         // One call over T tokens from a nonzero state.
-        let xv = rng.vec(t * c);
+        let xv = rng.normals(t * c, 1.0);
         let st = up(&b, &s0, &[k - 1, c]);
         let out = zeros(&b, &[t, c]);
         b.conv1d_causal_silu(&up(&b, &xv, &[t, c]), &w, &st, &out).unwrap();
         let hist: Vec<f32> = s0.iter().chain(&xv).copied().collect();
-        assert_close(
+        assert_close_f64(
+            "conv1d",
             &b.read_f32(&out).unwrap(),
             &conv_ref(&hist, &wv, c, k),
             1e-6,
             1e-5,
-            "conv1d",
         );
         // New state = last K-1 rows of [state | x] (still partly old state when T < K-1).
         let want_state: Vec<f64> = hist[hist.len() - (k - 1) * c..].iter().map(|&v| v as f64).collect();
-        assert_close(&b.read_f32(&st).unwrap(), &want_state, 0.0, 0.0, "conv1d state");
+        assert_close_f64("conv1d state", &b.read_f32(&st).unwrap(), &want_state, 0.0, 0.0);
     }
     // Split calls: T = 2 then T = 1, and T = 1 three times, both equal one T = 3 call.
-    let xv = rng.vec(3 * c);
+    let xv = rng.normals(3 * c, 1.0);
     let full = {
         let st = up(&b, &s0, &[k - 1, c]);
         let out = zeros(&b, &[3, c]);
@@ -411,11 +386,11 @@ fn gdn_gates_values() {
     let mut rng = Rng::new(8);
     let hv = 5;
     for &t in &TS {
-        let mut av: Vec<f32> = rng.vec(t * hv).iter().map(|v| v * 10.0).collect();
+        let mut av: Vec<f32> = rng.normals(t * hv, 1.0).iter().map(|v| v * 10.0).collect();
         av[0] = 30.0; // softplus overflow branch
-        let bv: Vec<f32> = rng.vec(t * hv).iter().map(|v| v * 5.0).collect();
-        let sa: Vec<f32> = rng.vec(hv).iter().map(|v| -v.abs() - 0.1).collect();
-        let dt = rng.vec(hv);
+        let bv: Vec<f32> = rng.normals(t * hv, 1.0).iter().map(|v| v * 5.0).collect();
+        let sa: Vec<f32> = rng.normals(hv, 1.0).iter().map(|v| -v.abs() - 0.1).collect();
+        let dt = rng.normals(hv, 1.0);
         let (g, beta) = (zeros(&b, &[t, hv]), zeros(&b, &[t, hv]));
         b.gdn_gates(
             &up(&b, &av, &[t, hv]),
@@ -435,8 +410,8 @@ fn gdn_gates_values() {
             wg.push(sa[j] as f64 * sp);
             wb.push(sigmoid64(bv[i] as f64));
         }
-        assert_close(&b.read_f32(&g).unwrap(), &wg, 1e-6, 1e-5, "gdn g");
-        assert_close(&b.read_f32(&beta).unwrap(), &wb, 1e-7, 1e-6, "gdn beta");
+        assert_close_f64("gdn g", &b.read_f32(&g).unwrap(), &wg, 1e-6, 1e-5);
+        assert_close_f64("gdn beta", &b.read_f32(&beta).unwrap(), &wb, 1e-7, 1e-6);
     }
     let a = zeros(&b, &[2, hv]);
     let s = zeros(&b, &[hv]);
@@ -469,7 +444,7 @@ fn l2_norm_qk_heads() {
     let cd = dims.conv_dim();
     let eps = 1e-6;
     for &t in &TS {
-        let mut uv = rng.vec(t * cd);
+        let mut uv = rng.normals(t * cd, 1.0);
         // One all-zero head: must stay zero, not NaN.
         uv[..dims.dk].iter_mut().for_each(|v| *v = 0.0);
         let u = up(&b, &uv, &[t, cd]);
@@ -486,7 +461,7 @@ fn l2_norm_qk_heads() {
                 head.iter_mut().for_each(|v| *v = *v / n * s);
             }
         }
-        assert_close(&b.read_f32(&u).unwrap(), &want, 1e-7, 1e-6, "l2_norm_qk");
+        assert_close_f64("l2_norm_qk", &b.read_f32(&u).unwrap(), &want, 1e-7, 1e-6);
     }
     assert!(b.l2_norm_qk(&zeros(&b, &[2, cd + 1]), dims, eps).is_err());
 }
@@ -497,7 +472,7 @@ fn split_qgate_per_head() {
     let mut rng = Rng::new(10);
     let (h, d) = (3, 8);
     for &t in &TS {
-        let v = rng.vec(t * 2 * h * d);
+        let v = rng.normals(t * 2 * h * d, 1.0);
         let (q, g) = (zeros(&b, &[t, h * d]), zeros(&b, &[t, h * d]));
         b.split_qgate(&up(&b, &v, &[t, 2 * h * d]), d, &q, &g).unwrap();
         let (mut wq, mut wg) = (Vec::new(), Vec::new());
@@ -505,8 +480,8 @@ fn split_qgate_per_head() {
             wq.extend(pair[..d].iter().map(|&x| x as f64));
             wg.extend(pair[d..].iter().map(|&x| x as f64));
         }
-        assert_close(&b.read_f32(&q).unwrap(), &wq, 0.0, 0.0, "split q");
-        assert_close(&b.read_f32(&g).unwrap(), &wg, 0.0, 0.0, "split gate");
+        assert_close_f64("split q", &b.read_f32(&q).unwrap(), &wq, 0.0, 0.0);
+        assert_close_f64("split gate", &b.read_f32(&g).unwrap(), &wg, 0.0, 0.0);
     }
     let qg = zeros(&b, &[1, 2 * h * d]);
     assert!(b
@@ -539,12 +514,12 @@ fn rope_neox_partial() {
     let (heads, hd, n_rot, theta) = (3, 32, 16, 10_000_000.0f32);
     for &t in &TS {
         for &pos0 in &[0usize, 7, 5000] {
-            let xv = rng.vec(t * heads * hd);
+            let xv = rng.normals(t * heads * hd, 1.0);
             let x = up(&b, &xv, &[t, heads * hd]);
             let pt = b.upload_u32(&[pos0 as u32], &[1]).unwrap();
             b.rope_neox(&x, hd, n_rot, theta, Pos { host: pos0, dev: &pt }).unwrap();
             let want = rope_ref(&xv, t, hd, n_rot, theta as f64, pos0);
-            assert_close(&b.read_f32(&x).unwrap(), &want, 1e-6, 1e-6, "rope");
+            assert_close_f64("rope", &b.read_f32(&x).unwrap(), &want, 1e-6, 1e-6);
         }
     }
     let x = zeros(&b, &[2, 3 * hd]);
@@ -569,9 +544,9 @@ fn attention_causal_gqa() {
     for &t in &TS {
         for &pos0 in &[0usize, 5, 70] {
             let ctx = pos0 + t + 3; // spare rows after the last position must be ignored
-            let qv: Vec<f32> = rng.vec(t * nh * d).iter().map(|v| v * 3.0).collect();
-            let kv = rng.vec(ctx * nkv * d);
-            let vv = rng.vec(ctx * nkv * d);
+            let qv: Vec<f32> = rng.normals(t * nh * d, 1.0).iter().map(|v| v * 3.0).collect();
+            let kv = rng.normals(ctx * nkv * d, 1.0);
+            let vv = rng.normals(ctx * nkv * d, 1.0);
             let out = zeros(&b, &[t, nh * d]);
             let (q, kc, vc) = (
                 up(&b, &qv, &[t, nh * d]),
@@ -604,12 +579,12 @@ fn attention_causal_gqa() {
                     }
                 }
             }
-            assert_close(
+            assert_close_f64(
+                &format!("attention T {t} pos0 {pos0}"),
                 &b.read_f32(&out).unwrap(),
                 &want,
                 1e-6,
                 1e-5,
-                &format!("attention T {t} pos0 {pos0}"),
             );
         }
     }
@@ -645,7 +620,7 @@ fn moe_route_topk_ties_and_scale() {
     let mut rng = Rng::new(13);
     let (e, k) = (10, 3);
     for &t in &TS {
-        let mut lv = rng.vec(t * e);
+        let mut lv = rng.normals(t * e, 1.0);
         // Row 0: a three-way tie for the top; the lower indices must win, in index order.
         for (i, v) in lv[..e].iter_mut().enumerate() {
             *v = if i == 2 || i == 5 || i == 8 { 1.5 } else { -1.0 };
@@ -672,7 +647,7 @@ fn moe_route_topk_ties_and_scale() {
                 &gi[tt * k..(tt + 1) * k],
                 &sel.iter().map(|&i| i as u32).collect::<Vec<_>>()[..]
             );
-            assert_close(&gw[tt * k..(tt + 1) * k], &want_w, 1e-7, 1e-5, "moe weights");
+            assert_close_f64("moe weights", &gw[tt * k..(tt + 1) * k], &want_w, 1e-7, 1e-5);
         }
     }
     let l = zeros(&b, &[2, e]);
@@ -689,66 +664,90 @@ fn moe_route_topk_ties_and_scale() {
     );
 }
 
+/// `moe_experts` on expert weights of format `ty` (values `gv`, `uv`, `dv`) for every T, against
+/// the f64 weighted sum over the values the kernel sees.
+#[allow(clippy::too_many_arguments)]
+fn moe_experts_case(
+    b: &CpuBackend,
+    rng: &mut Rng,
+    ty: GgmlType,
+    (gv, uv, dv): (&[f32], &[f32], &[f32]),
+    n_exp: usize,
+    n_ff: usize,
+    d: usize,
+    k: usize,
+) {
+    let (gt, gs) = weight(b, ty, gv, &[n_exp, n_ff, d]);
+    let (ut, us) = weight(b, ty, uv, &[n_exp, n_ff, d]);
+    let (dt, ds) = weight(b, ty, dv, &[n_exp, d, n_ff]);
+    for &t in &TS {
+        let xv = rng.normals(t * d, 1.0);
+        // Distinct experts per token, random weights.
+        let mut idv = Vec::new();
+        for _ in 0..t {
+            let a = rng.below(n_exp);
+            let c = (a + 1 + rng.below(n_exp - 1)) % n_exp;
+            idv.extend([a as u32, c as u32]);
+        }
+        let wv: Vec<f32> = (0..t * k).map(|_| rng.uniform() as f32).collect();
+        let out = zeros(b, &[t, d]);
+        b.moe_experts(
+            &up(b, &xv, &[t, d]),
+            &gt,
+            &ut,
+            &dt,
+            &b.upload_u32(&idv, &[t, k]).unwrap(),
+            &up(b, &wv, &[t, k]),
+            &out,
+        )
+        .unwrap();
+        let mut want = vec![0f64; t * d];
+        for tt in 0..t {
+            let x = &xv[tt * d..(tt + 1) * d];
+            for j in 0..k {
+                let e = idv[tt * k + j] as usize;
+                let h: Vec<f64> = (0..n_ff)
+                    .map(|f| {
+                        let row =
+                            |w: &[f32]| -> f64 { (0..d).map(|i| w[(e * n_ff + f) * d + i] as f64 * x[i] as f64).sum() };
+                        silu(row(&gs)) * row(&us)
+                    })
+                    .collect();
+                for o in 0..d {
+                    let y: f64 = (0..n_ff).map(|f| ds[(e * d + o) * n_ff + f] as f64 * h[f]).sum();
+                    want[tt * d + o] += wv[tt * k + j] as f64 * y;
+                }
+            }
+        }
+        assert_close_f64(
+            &format!("moe_experts {ty:?} T {t}"),
+            &b.read_f32(&out).unwrap(),
+            &want,
+            1e-4,
+            1e-5,
+        );
+    }
+}
+
 #[test]
 fn moe_experts_weighted_sum() {
     let b = be();
     let mut rng = Rng::new(14);
     let (n_exp, n_ff, d, k) = (5, 24, 32, 2);
-    let gv = rng.vec(n_exp * n_ff * d);
-    let uv = rng.vec(n_exp * n_ff * d);
-    let dv = rng.vec(n_exp * d * n_ff);
+    let gv = rng.normals(n_exp * n_ff * d, 1.0);
+    let uv = rng.normals(n_exp * n_ff * d, 1.0);
+    let dv = rng.normals(n_exp * d * n_ff, 1.0);
     for ty in [GgmlType::F16, GgmlType::Bf16, GgmlType::F32] {
-        let (gt, gs) = weight(&b, ty, &gv, &[n_exp, n_ff, d]);
-        let (ut, us) = weight(&b, ty, &uv, &[n_exp, n_ff, d]);
-        let (dt, ds) = weight(&b, ty, &dv, &[n_exp, d, n_ff]);
-        for &t in &TS {
-            let xv = rng.vec(t * d);
-            // Distinct experts per token, random weights.
-            let mut idv = Vec::new();
-            for _ in 0..t {
-                let a = rng.below(n_exp);
-                let c = (a + 1 + rng.below(n_exp - 1)) % n_exp;
-                idv.extend([a as u32, c as u32]);
-            }
-            let wv: Vec<f32> = (0..t * k).map(|_| rng.uniform() as f32).collect();
-            let out = zeros(&b, &[t, d]);
-            b.moe_experts(
-                &up(&b, &xv, &[t, d]),
-                &gt,
-                &ut,
-                &dt,
-                &b.upload_u32(&idv, &[t, k]).unwrap(),
-                &up(&b, &wv, &[t, k]),
-                &out,
-            )
-            .unwrap();
-            let mut want = vec![0f64; t * d];
-            for tt in 0..t {
-                let x = &xv[tt * d..(tt + 1) * d];
-                for j in 0..k {
-                    let e = idv[tt * k + j] as usize;
-                    let h: Vec<f64> = (0..n_ff)
-                        .map(|f| {
-                            let row = |w: &[f32]| -> f64 {
-                                (0..d).map(|i| w[(e * n_ff + f) * d + i] as f64 * x[i] as f64).sum()
-                            };
-                            silu64(row(&gs)) * row(&us)
-                        })
-                        .collect();
-                    for o in 0..d {
-                        let y: f64 = (0..n_ff).map(|f| ds[(e * d + o) * n_ff + f] as f64 * h[f]).sum();
-                        want[tt * d + o] += wv[tt * k + j] as f64 * y;
-                    }
-                }
-            }
-            assert_close(
-                &b.read_f32(&out).unwrap(),
-                &want,
-                1e-4,
-                1e-5,
-                &format!("moe_experts {ty:?} T {t}"),
-            );
-        }
+        moe_experts_case(&b, &mut rng, ty, (&gv, &uv, &dv), n_exp, n_ff, d, k);
+    }
+    // Quantized experts: rows of whole 32-element blocks (n_ff 32 instead of 24, so the outputs
+    // have the magnitudes the absolute tolerance was set for).
+    let (qn_ff, qd) = (32, 32);
+    let qg = rng.normals(n_exp * qn_ff * qd, 1.0);
+    let qu = rng.normals(n_exp * qn_ff * qd, 1.0);
+    let qdn = rng.normals(n_exp * qd * qn_ff, 1.0);
+    for ty in [GgmlType::Q8_0, GgmlType::Q4_0] {
+        moe_experts_case(&b, &mut rng, ty, (&qg, &qu, &qdn), n_exp, qn_ff, qd, k);
     }
     let (gt, _) = weight(&b, GgmlType::F16, &gv, &[n_exp, n_ff, d]);
     let (dt, _) = weight(&b, GgmlType::F16, &dv, &[n_exp, d, n_ff]);
@@ -801,7 +800,7 @@ fn argmax_ties_and_nan() {
     assert_eq!(b.read_u32(&out).unwrap(), vec![1, 1, 3, NON_FINITE, NON_FINITE, 1]);
     let mut rng = Rng::new(15);
     for &t in &TS {
-        let l = rng.vec(t * 101);
+        let l = rng.normals(t * 101, 1.0);
         let out = b.alloc(DType::U32, &[t]).unwrap();
         b.argmax(&up(&b, &l, &[t, 101]), &out).unwrap();
         let want: Vec<u32> = l

@@ -1,13 +1,16 @@
 //! End-to-end: rill's logits and greedy continuations against the fixture references
 //! (transformers float32 for the F16 models, llama.cpp float32-on-dequantized-weights for Q8_0 / Q4_K_M),
-//! both for one batched prefill (chunked delta rule) and for token-by-token decode.
+//! both for one batched prefill (chunked delta rule) and for token-by-token decode, on every
+//! backend compiled into this build (`common::backends()`). The reference cases are one table
+//! (`reference_table!`): a model file, its reference files, a tolerance and the modes checked.
 
-use std::path::Path;
+mod common;
 
-use rill::backend;
-use rill::exec::{DeltaMode, Logits, Model};
+use std::sync::Arc;
 
-const FIX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+use common::fixture;
+use rill::backend::Backend;
+use rill::exec::{Logits, Model};
 
 struct Reference {
     prompt_a: Vec<u32>,
@@ -40,9 +43,9 @@ fn i32s(v: &safetensors::tensor::TensorView<'_>) -> Vec<i32> {
 
 /// `ids_from` holds the prompt ids (the transformers reference); `logits_from` the logits to compare with.
 fn reference(ids_from: &str, logits_from: &str) -> Reference {
-    let ids_bytes = std::fs::read(Path::new(FIX).join(ids_from)).expect("reference file");
+    let ids_bytes = std::fs::read(fixture(ids_from)).expect("reference file");
     let ids = safetensors::SafeTensors::deserialize(&ids_bytes).expect("safetensors");
-    let l_bytes = std::fs::read(Path::new(FIX).join(logits_from)).expect("reference file");
+    let l_bytes = std::fs::read(fixture(logits_from)).expect("reference file");
     let l = safetensors::SafeTensors::deserialize(&l_bytes).expect("safetensors");
     let la = read_tensor(&l, "logits_a");
     let vocab = la.shape()[1];
@@ -61,17 +64,8 @@ fn reference(ids_from: &str, logits_from: &str) -> Reference {
     }
 }
 
-/// Every backend compiled into this build: each end-to-end test runs on all of them
-/// (wgpu on lavapipe in CI). A backend that cannot start fails the test; nothing is skipped.
-fn backends() -> Vec<&'static str> {
-    backend::available()
-}
-
-fn load(backend_name: &str, file: &str, mode: DeltaMode) -> Model {
-    let be = shared_backend(backend_name);
-    let mut m = Model::open(Path::new(FIX).join(file), be).expect("model loads");
-    m.options.delta = mode;
-    m
+fn load(be: Arc<dyn Backend>, file: &str) -> Model {
+    Model::open(fixture(file), be).expect("model loads")
 }
 
 fn argmax(v: &[f32]) -> usize {
@@ -85,7 +79,8 @@ fn argmax(v: &[f32]) -> usize {
 }
 
 /// Compare one position's logits: max abs diff, relative L2, argmax.
-fn check_row(what: &str, got: &[f32], want: &[f32], max_abs: f32, max_rel_l2: f32) {
+fn check_row(what: &str, got: &[f32], want: &[f32], tol: Tol) {
+    let Tol { max_abs, max_rel_l2 } = tol;
     assert_eq!(got.len(), want.len(), "{what}: vocab size");
     let mut worst = 0f32;
     let mut num = 0f64;
@@ -116,7 +111,7 @@ fn all_logits(m: &Model, tokens: &[u32], by_decode: bool) -> Vec<f32> {
     }
 }
 
-fn check_prompts(m: &Model, r: &Reference, by_decode: bool, max_abs: f32, max_rel: f32, tag: &str) {
+fn check_prompts(m: &Model, r: &Reference, by_decode: bool, tol: Tol, tag: &str) {
     let v = r.vocab;
     let la = all_logits(m, &r.prompt_a, by_decode);
     assert_eq!(la.len(), r.prompt_a.len() * v);
@@ -125,18 +120,21 @@ fn check_prompts(m: &Model, r: &Reference, by_decode: bool, max_abs: f32, max_re
             &format!("{tag} A[{p}]"),
             &la[p * v..(p + 1) * v],
             &r.logits_a[p * v..(p + 1) * v],
-            max_abs,
-            max_rel,
+            tol,
         );
     }
-    let lb = all_logits(m, &r.prompt_b, by_decode);
+    check_prompt_b(tag, &all_logits(m, &r.prompt_b, by_decode), r, tol);
+}
+
+/// The reference positions of prompt B in `logits` (every position's logits).
+fn check_prompt_b(tag: &str, logits: &[f32], r: &Reference, tol: Tol) {
+    let v = r.vocab;
     for (i, &p) in r.b_positions.iter().enumerate() {
         check_row(
             &format!("{tag} B[{p}]"),
-            &lb[p * v..(p + 1) * v],
+            &logits[p * v..(p + 1) * v],
             &r.logits_b[i * v..(i + 1) * v],
-            max_abs,
-            max_rel,
+            tol,
         );
     }
 }
@@ -171,112 +169,121 @@ fn greedy_by_decode(m: &Model, prompt: &[u32], n: usize) -> Vec<u32> {
     out
 }
 
+/// A tolerance on logits, from ../shared/fixtures/README.md.
+#[derive(Clone, Copy)]
+struct Tol {
+    max_abs: f32,
+    max_rel_l2: f32,
+}
+
 // F16 models vs transformers float32: max abs <= 1e-3, rel L2 <= 1e-4 (fixtures README).
-const F16_ABS: f32 = 1e-3;
-const F16_REL: f32 = 1e-4;
+const F16_TOL: Tol = Tol {
+    max_abs: 1e-3,
+    max_rel_l2: 1e-4,
+};
 // Quantized models vs llama.cpp float32 on the dequantized weights: max abs <= 2e-3, rel L2 <= 1e-4.
-const Q_ABS: f32 = 2e-3;
-const Q_REL: f32 = 1e-4;
+const Q_TOL: Tol = Tol {
+    max_abs: 2e-3,
+    max_rel_l2: 1e-4,
+};
 
-#[test]
-fn dense_f16_prefill_matches_transformers() {
-    for b in backends() {
-        let r = reference("tiny-dense.reference.safetensors", "tiny-dense.reference.safetensors");
-        check_prompts(
-            &load(b, "tiny-dense.F16.gguf", DeltaMode::Auto),
-            &r,
-            false,
-            F16_ABS,
-            F16_REL,
-            &format!("{b} dense prefill"),
-        );
+/// How a reference is reproduced.
+#[derive(Clone, Copy, Debug)]
+enum Mode {
+    /// Logits of every position of both prompts from one batched prefill (chunked delta rule).
+    Prefill,
+    /// The same logits from token-by-token decode (recurrent delta rule).
+    Decode,
+    /// 32 greedy tokens after prompt A: prefill, then on-device argmax decode.
+    Greedy,
+    /// The same 32 tokens from host-side argmax of token-by-token decode logits.
+    GreedyByDecode,
+}
+use Mode::*;
+
+/// One row of the reference table.
+struct Case {
+    model: &'static str,
+    /// Holds the prompt ids (the transformers reference).
+    ids: &'static str,
+    /// Holds the logits and greedy ids to compare with.
+    logits: &'static str,
+    tol: Tol,
+    modes: &'static [Mode],
+}
+
+/// Check `case` in every mode on every compiled backend.
+fn check_case(case: &Case) {
+    let r = reference(case.ids, case.logits);
+    for be in common::backends() {
+        let name = be.name();
+        let m = load(be, case.model);
+        for &mode in case.modes {
+            let tag = format!("{name} {} {mode:?}", case.model);
+            match mode {
+                Prefill => check_prompts(&m, &r, false, case.tol, &tag),
+                Decode => check_prompts(&m, &r, true, case.tol, &tag),
+                Greedy => assert_eq!(greedy(&m, &r.prompt_a, 32), r.greedy, "{tag}"),
+                GreedyByDecode => assert_eq!(greedy_by_decode(&m, &r.prompt_a, 32), r.greedy, "{tag}"),
+            }
+        }
     }
 }
 
-#[test]
-fn dense_f16_decode_matches_transformers() {
-    for b in backends() {
-        let r = reference("tiny-dense.reference.safetensors", "tiny-dense.reference.safetensors");
-        check_prompts(
-            &load(b, "tiny-dense.F16.gguf", DeltaMode::Auto),
-            &r,
-            true,
-            F16_ABS,
-            F16_REL,
-            &format!("{b} dense decode"),
-        );
-    }
+/// One test per row of the reference table (so rows run in parallel).
+macro_rules! reference_table {
+    ($($test:ident: $case:expr,)*) => {
+        $(
+            #[test]
+            fn $test() {
+                check_case(&$case);
+            }
+        )*
+    };
 }
 
-#[test]
-fn dense_f16_greedy_matches_transformers() {
-    for b in backends() {
-        let r = reference("tiny-dense.reference.safetensors", "tiny-dense.reference.safetensors");
-        let m = load(b, "tiny-dense.F16.gguf", DeltaMode::Auto);
-        assert_eq!(greedy(&m, &r.prompt_a, 32), r.greedy, "{b}: greedy after prefill");
-        assert_eq!(
-            greedy_by_decode(&m, &r.prompt_a, 32),
-            r.greedy,
-            "{b}: greedy token by token"
-        );
-    }
-}
-
-#[test]
-fn moe_f16_prefill_matches_transformers() {
-    for b in backends() {
-        let r = reference("tiny-moe.reference.safetensors", "tiny-moe.reference.safetensors");
-        check_prompts(
-            &load(b, "tiny-moe.F16.gguf", DeltaMode::Auto),
-            &r,
-            false,
-            F16_ABS,
-            F16_REL,
-            &format!("{b} moe prefill"),
-        );
-    }
-}
-
-#[test]
-fn moe_f16_decode_matches_transformers() {
-    for b in backends() {
-        let r = reference("tiny-moe.reference.safetensors", "tiny-moe.reference.safetensors");
-        check_prompts(
-            &load(b, "tiny-moe.F16.gguf", DeltaMode::Auto),
-            &r,
-            true,
-            F16_ABS,
-            F16_REL,
-            &format!("{b} moe decode"),
-        );
-    }
-}
-
-#[test]
-fn moe_f16_greedy_matches_transformers() {
-    for b in backends() {
-        let r = reference("tiny-moe.reference.safetensors", "tiny-moe.reference.safetensors");
-        let m = load(b, "tiny-moe.F16.gguf", DeltaMode::Auto);
-        assert_eq!(greedy(&m, &r.prompt_a, 32), r.greedy, "{b}: greedy after prefill");
-        assert_eq!(
-            greedy_by_decode(&m, &r.prompt_a, 32),
-            r.greedy,
-            "{b}: greedy token by token"
-        );
-    }
+reference_table! {
+    dense_f16_matches_transformers: Case {
+        model: "tiny-dense.F16.gguf",
+        ids: "tiny-dense.reference.safetensors",
+        logits: "tiny-dense.reference.safetensors",
+        tol: F16_TOL,
+        modes: &[Prefill, Decode, Greedy, GreedyByDecode],
+    },
+    moe_f16_matches_transformers: Case {
+        model: "tiny-moe.F16.gguf",
+        ids: "tiny-moe.reference.safetensors",
+        logits: "tiny-moe.reference.safetensors",
+        tol: F16_TOL,
+        modes: &[Prefill, Decode, Greedy, GreedyByDecode],
+    },
+    q8_0_matches_llamacpp_dequant_f32: Case {
+        model: "tiny-dense.Q8_0.gguf",
+        ids: "tiny-dense.reference.safetensors",
+        logits: "tiny-dense.Q8_0.dequant-f32.llamacpp.safetensors",
+        tol: Q_TOL,
+        modes: &[Prefill, Decode, Greedy],
+    },
+    q4_k_m_matches_llamacpp_dequant_f32: Case {
+        model: "tiny-dense.Q4_K_M.gguf",
+        ids: "tiny-dense.reference.safetensors",
+        logits: "tiny-dense.Q4_K_M.dequant-f32.llamacpp.safetensors",
+        tol: Q_TOL,
+        modes: &[Prefill, Decode, Greedy],
+    },
 }
 
 /// Chunked prefill of part of prompt B, then recurrent decode of the rest, equals the reference.
 #[test]
 fn prefill_then_decode_continues_the_state() {
-    for b in backends() {
+    for be in common::backends() {
+        let name = be.name();
         for (file, refname) in [
             ("tiny-dense.F16.gguf", "tiny-dense.reference.safetensors"),
             ("tiny-moe.F16.gguf", "tiny-moe.reference.safetensors"),
         ] {
             let r = reference(refname, refname);
-            let m = load(b, file, DeltaMode::Auto);
-            let v = r.vocab;
+            let m = load(Arc::clone(&be), file);
             let split = 130;
             let mut s = m.new_session(r.prompt_b.len()).expect("session");
             let mut logits = m
@@ -285,15 +292,7 @@ fn prefill_then_decode_continues_the_state() {
             for &t in &r.prompt_b[split..] {
                 logits.extend(m.decode(&mut s, t).expect("decode"));
             }
-            for (i, &p) in r.b_positions.iter().enumerate() {
-                check_row(
-                    &format!("{file} split B[{p}]"),
-                    &logits[p * v..(p + 1) * v],
-                    &r.logits_b[i * v..(i + 1) * v],
-                    F16_ABS,
-                    F16_REL,
-                );
-            }
+            check_prompt_b(&format!("{name} {file} split"), &logits, &r, F16_TOL);
         }
     }
 }
@@ -301,63 +300,32 @@ fn prefill_then_decode_continues_the_state() {
 /// Small micro-batches (prefill split across many calls, each chunked) give the same logits.
 #[test]
 fn ubatch_size_does_not_change_results() {
-    for b in backends() {
+    for be in common::backends() {
+        let name = be.name();
         let r = reference("tiny-dense.reference.safetensors", "tiny-dense.reference.safetensors");
-        let mut m = load(b, "tiny-dense.F16.gguf", DeltaMode::Auto);
+        let mut m = load(Arc::clone(&be), "tiny-dense.F16.gguf");
         m.options.ubatch = 37;
-        let v = r.vocab;
-        let lb = all_logits(&m, &r.prompt_b, false);
-        for (i, &p) in r.b_positions.iter().enumerate() {
-            check_row(
-                &format!("ubatch37 B[{p}]"),
-                &lb[p * v..(p + 1) * v],
-                &r.logits_b[i * v..(i + 1) * v],
-                F16_ABS,
-                F16_REL,
-            );
-        }
-    }
-}
-
-#[test]
-fn q8_0_matches_llamacpp_dequant_f32() {
-    for b in backends() {
-        let r = reference(
-            "tiny-dense.reference.safetensors",
-            "tiny-dense.Q8_0.dequant-f32.llamacpp.safetensors",
+        check_prompt_b(
+            &format!("{name} ubatch37"),
+            &all_logits(&m, &r.prompt_b, false),
+            &r,
+            F16_TOL,
         );
-        let m = load(b, "tiny-dense.Q8_0.gguf", DeltaMode::Auto);
-        check_prompts(&m, &r, false, Q_ABS, Q_REL, &format!("{b} q8_0 prefill"));
-        check_prompts(&m, &r, true, Q_ABS, Q_REL, &format!("{b} q8_0 decode"));
-        assert_eq!(greedy(&m, &r.prompt_a, 32), r.greedy, "{b}: q8_0 greedy");
-    }
-}
-
-#[test]
-fn q4_k_m_matches_llamacpp_dequant_f32() {
-    for b in backends() {
-        let r = reference(
-            "tiny-dense.reference.safetensors",
-            "tiny-dense.Q4_K_M.dequant-f32.llamacpp.safetensors",
-        );
-        let m = load(b, "tiny-dense.Q4_K_M.gguf", DeltaMode::Auto);
-        check_prompts(&m, &r, false, Q_ABS, Q_REL, &format!("{b} q4_k_m prefill"));
-        check_prompts(&m, &r, true, Q_ABS, Q_REL, &format!("{b} q4_k_m decode"));
-        assert_eq!(greedy(&m, &r.prompt_a, 32), r.greedy, "{b}: q4_k_m greedy");
     }
 }
 
 #[test]
 fn prompt_longer_than_context_is_a_typed_error() {
-    for b in backends() {
-        let m = load(b, "tiny-dense.F16.gguf", DeltaMode::Auto);
+    for be in common::backends() {
+        let name = be.name();
+        let m = load(Arc::clone(&be), "tiny-dense.F16.gguf");
         let mut s = m.new_session(8).expect("session");
         let err = m.prefill(&mut s, &[1; 9], Logits::Last, &mut |_, _| {}).unwrap_err();
-        assert!(matches!(err, rill::Error::ContextOverflow { .. }), "{err}");
+        assert!(matches!(err, rill::Error::ContextOverflow { .. }), "{name}: {err}");
         m.prefill(&mut s, &[1; 8], Logits::Last, &mut |_, _| {})
-            .expect("fits exactly");
+            .unwrap_or_else(|e| panic!("{name}: 8 tokens fit exactly: {e}"));
         let err = m.decode(&mut s, 1).unwrap_err();
-        assert!(matches!(err, rill::Error::ContextOverflow { .. }), "{err}");
+        assert!(matches!(err, rill::Error::ContextOverflow { .. }), "{name}: {err}");
     }
 }
 
@@ -365,9 +333,10 @@ fn prompt_longer_than_context_is_a_typed_error() {
 /// prompt caching), and the original is unaffected by work done on the copy.
 #[test]
 fn session_snapshot_restores_exactly() {
-    for b in backends() {
+    for be in common::backends() {
+        let name = be.name();
         let r = reference("tiny-moe.reference.safetensors", "tiny-moe.reference.safetensors");
-        let m = load(b, "tiny-moe.F16.gguf", DeltaMode::Auto);
+        let m = load(Arc::clone(&be), "tiny-moe.F16.gguf");
         let mut s = m.new_session(64).expect("session");
         m.prefill(&mut s, &r.prompt_a, Logits::None, &mut |_, _| {})
             .expect("prefill");
@@ -380,7 +349,7 @@ fn session_snapshot_restores_exactly() {
         let mut restored = fresh;
         let a = m.decode(&mut s, r.greedy[0]).expect("decode original");
         let b = m.decode(&mut restored, r.greedy[0]).expect("decode restored");
-        assert_eq!(a, b, "restored snapshot must continue bit-identically");
+        assert_eq!(a, b, "{name}: restored snapshot must continue bit-identically");
         assert_eq!(copy.pos, r.prompt_a.len() + 3);
         assert_eq!(s.pos, r.prompt_a.len() + 1);
     }
@@ -390,15 +359,16 @@ fn session_snapshot_restores_exactly() {
 /// position of prompt A against transformers (fixture README: ~1e-4 relative).
 #[test]
 fn hidden_states_match_transformers_layer_by_layer() {
-    for b in backends() {
+    for be in common::backends() {
+        let name = be.name();
         for (file, refname) in [
             ("tiny-dense.F16.gguf", "tiny-dense.reference.safetensors"),
             ("tiny-moe.F16.gguf", "tiny-moe.reference.safetensors"),
         ] {
-            let bytes = std::fs::read(Path::new(FIX).join(refname)).expect("reference");
+            let bytes = std::fs::read(fixture(refname)).expect("reference");
             let st = safetensors::SafeTensors::deserialize(&bytes).expect("safetensors");
             let r = reference(refname, refname);
-            let m = load(b, file, DeltaMode::Auto);
+            let m = load(Arc::clone(&be), file);
             let d = m.config.n_embd;
             let mut s = m.new_session(r.prompt_a.len()).expect("session");
             let tr = m.trace_hidden(&mut s, &r.prompt_a).expect("trace");
@@ -409,32 +379,16 @@ fn hidden_states_match_transformers_layer_by_layer() {
                 (num / den).sqrt()
             };
             let embed = f32s(&read_tensor(&st, "embed_a_last"));
-            assert!(rel(&last(&tr.embed), &embed) <= 1e-6, "{file}: embedding");
+            assert!(rel(&last(&tr.embed), &embed) <= 1e-6, "{name} {file}: embedding");
             let per_layer = f32s(&read_tensor(&st, "hidden_a_last_per_layer"));
             assert_eq!(tr.layers.len() * d, per_layer.len());
             for (i, h) in tr.layers.iter().enumerate() {
                 let e = rel(&last(h), &per_layer[i * d..(i + 1) * d]);
-                assert!(e <= 1e-4, "{file}: layer {i} rel error {e}");
+                assert!(e <= 1e-4, "{name} {file}: layer {i} rel error {e}");
             }
             let fin = f32s(&read_tensor(&st, "hidden_a_last_final_norm"));
             let e = rel(&last(&tr.final_norm), &fin);
-            assert!(e <= 1e-4, "{file}: final norm rel error {e}");
+            assert!(e <= 1e-4, "{name} {file}: final norm rel error {e}");
         }
     }
-}
-
-/// One backend per name for the whole test process: the tests run on parallel threads, and several
-/// GPU devices at once in one process hung on the NVIDIA Vulkan driver.
-fn shared_backend(name: &str) -> std::sync::Arc<dyn rill::backend::Backend> {
-    use std::collections::HashMap;
-    use std::sync::{Arc, Mutex, OnceLock};
-    static SHARED: OnceLock<Mutex<HashMap<String, Arc<dyn rill::backend::Backend>>>> = OnceLock::new();
-    let mut map = SHARED
-        .get_or_init(|| Mutex::new(HashMap::new()))
-        .lock()
-        .expect("backend map");
-    Arc::clone(
-        map.entry(name.to_string())
-            .or_insert_with(|| rill::backend::create(name).unwrap_or_else(|e| panic!("backend {name}: {e}"))),
-    )
 }

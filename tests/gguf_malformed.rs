@@ -1,6 +1,8 @@
 //! Malformed GGUF files: each must be rejected with its specific error, quickly, without panicking
 //! and without any single allocation larger than the file could justify.
 
+mod common;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::time::{Duration, Instant};
@@ -726,24 +728,10 @@ fn every_prefix_is_rejected() {
 // ---------------------------------------------------------------------------------------------
 // Random mutation: never panic, hang or over-allocate.
 
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 #[test]
 fn random_mutations_never_panic() {
     let base = writer_file();
-    let mut rng = XorShift(0x9E37_79B9_7F4A_7C15);
+    let mut rng = common::Rng::new(1);
     let mut rejected = 0;
     for _ in 0..2000 {
         let mut bytes = base.clone();
@@ -753,7 +741,7 @@ fn random_mutations_never_panic() {
                 0 => 0,
                 1 => 0xFF,
                 2 => bytes[i] ^ (1 << rng.below(8)),
-                _ => rng.next() as u8,
+                _ => rng.next_u64() as u8,
             };
         }
         if rng.below(8) == 0 {

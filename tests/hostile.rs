@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use rill::gguf::Value;
 
-#[path = "common/gguf_edit.rs"]
-mod gguf_edit;
-use gguf_edit::{keep_t, rewrite_fixture, FIX};
+mod common;
+
+use common::gguf::{keep_t, rewrite_fixture};
 
 fn bin() -> PathBuf {
     std::env::var_os("RILL_TEST_BIN")
@@ -25,7 +25,7 @@ fn bin() -> PathBuf {
 }
 
 fn fixture(name: &str) -> String {
-    Path::new(FIX).join(name).to_string_lossy().into_owned()
+    common::fixture(name).to_string_lossy().into_owned()
 }
 
 fn tmp_dir(name: &str) -> PathBuf {
@@ -377,7 +377,13 @@ fn tokenizer_smaller_than_the_embedding_is_refused() {
             _ => v.clone(),
         })
     };
-    let p = rewrite_fixture("tiny-dense.F16.gguf", "small-vocab.gguf", shrink, Vec::new(), keep_t);
+    let p = rewrite_fixture(
+        "tiny-dense.F16.gguf",
+        "hostile-small-vocab.gguf",
+        shrink,
+        Vec::new(),
+        keep_t,
+    );
     let out = rill(&["run", "-m", s(&p), "-p", "hi", "-n", "1", "--backend", "cpu"]);
     let needle = format!(
         "{}: tokenizer: the tokenizer has 8190 tokens but token_embd.weight has 8192 rows",

@@ -1,27 +1,31 @@
 //! Files that are valid GGUF but not a runnable Qwen3.5 model give a clear error naming the problem.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
-use rill::backend;
+use common::gguf::{keep_kv, keep_t, rewrite_fixture, set_kv, TensorEdit};
 use rill::exec::Model;
 use rill::gguf::{GgmlType, Value};
 use rill::Error;
-
-#[path = "common/gguf_edit.rs"]
-mod gguf_edit;
-use gguf_edit::{keep_kv, keep_t, rewrite_fixture, set_kv};
 
 /// Rewrite the tiny dense model with edits (see `rewrite_fixture`).
 fn rewrite(
     out_name: &str,
     kv: impl Fn(&str, &Value) -> Option<Value>,
-    tensor: impl Fn(&str, &[u64], GgmlType) -> Option<(Vec<u64>, GgmlType)>,
+    tensor: impl Fn(&str, TensorEdit) -> Option<TensorEdit>,
 ) -> PathBuf {
-    rewrite_fixture("tiny-dense.F16.gguf", out_name, kv, Vec::new(), tensor)
+    rewrite_fixture(
+        "tiny-dense.F16.gguf",
+        &format!("model-errors-{out_name}"),
+        kv,
+        Vec::new(),
+        tensor,
+    )
 }
 
 fn load(path: &Path) -> Result<Model, Error> {
-    Model::open(path, backend::create("cpu").expect("cpu"))
+    Model::open(path, common::cpu())
 }
 
 /// The metadata error of a model that must be refused.
@@ -40,9 +44,7 @@ fn unchanged_rewrite_loads() {
 
 #[test]
 fn missing_tensor_is_named() {
-    let p = rewrite("missing.gguf", keep_kv, |n, ne, ty| {
-        (n != "blk.1.ssm_a").then(|| (ne.to_vec(), ty))
-    });
+    let p = rewrite("missing.gguf", keep_kv, |n, t| (n != "blk.1.ssm_a").then_some(t));
     let e = load(&p).err().expect("must fail");
     assert!(matches!(&e, Error::Tensor { name, .. } if name == "blk.1.ssm_a"), "{e}");
     assert!(e.to_string().contains("missing"), "{e}");
@@ -50,11 +52,11 @@ fn missing_tensor_is_named() {
 
 #[test]
 fn wrong_shape_is_named() {
-    let p = rewrite("shape.gguf", keep_kv, |n, ne, ty| {
+    let p = rewrite("shape.gguf", keep_kv, |n, t| {
         if n == "blk.3.attn_k.weight" {
-            Some((vec![64, 512], ty))
+            Some(TensorEdit { ne: vec![64, 512], ..t })
         } else {
-            Some((ne.to_vec(), ty))
+            Some(t)
         }
     });
     let e = load(&p).err().expect("must fail");
@@ -67,11 +69,15 @@ fn wrong_shape_is_named() {
 #[test]
 fn unsupported_tensor_type_is_named() {
     // Q8_1 is a valid ggml type (block 32) used only for activations; rill does not run it as a weight: a clear error naming the tensor.
-    let p = rewrite("type.gguf", keep_kv, |n, ne, ty| {
-        Some((
-            ne.to_vec(),
-            if n == "blk.0.ffn_up.weight" { GgmlType::Q8_1 } else { ty },
-        ))
+    let p = rewrite("type.gguf", keep_kv, |n, t| {
+        if n == "blk.0.ffn_up.weight" {
+            Some(TensorEdit {
+                ty: GgmlType::Q8_1,
+                ..t
+            })
+        } else {
+            Some(t)
+        }
     });
     let e = load(&p).err().expect("must fail");
     assert!(
@@ -186,13 +192,19 @@ fn non_finite_float_hyper_parameters_are_refused() {
         (-1.0, "expert_weights_scale -1"),
     ] {
         let extra = vec![("qwen35moe.expert_weights_scale".to_string(), Value::F32(value))];
-        let p = rewrite_fixture("tiny-moe.F16.gguf", "scale.gguf", keep_kv, extra, keep_t);
+        let p = rewrite_fixture("tiny-moe.F16.gguf", "model-errors-scale.gguf", keep_kv, extra, keep_t);
         let m = metadata_error(&p);
         assert!(m.contains(needle), "scale {value}: {m}");
     }
     // A finite scale loads.
     let extra = vec![("qwen35moe.expert_weights_scale".to_string(), Value::F32(2.5))];
-    let p = rewrite_fixture("tiny-moe.F16.gguf", "scale-ok.gguf", keep_kv, extra, keep_t);
+    let p = rewrite_fixture(
+        "tiny-moe.F16.gguf",
+        "model-errors-scale-ok.gguf",
+        keep_kv,
+        extra,
+        keep_t,
+    );
     let m = load(&p).expect("a finite scale loads");
     assert_eq!(m.config.moe.as_ref().map(|c| c.weights_scale), Some(2.5));
 }

@@ -4,51 +4,32 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
+use common::gguf::{keep_kv, rewrite_fixture, TensorEdit};
 use rill::exec::Model;
-use rill::gguf::{GgufFile, GgufWriter};
+use rill::gguf::GgmlType;
 use rill::Error;
-
-const FIX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
 /// The tiny dense model with every value of `output_norm.weight` (F32) set to NaN, written to
 /// a fresh file named by `tag` (tests run in parallel; a file mapped by one must not be rewritten).
 fn nan_norm_model(tag: &str) -> PathBuf {
-    let src = GgufFile::open(Path::new(FIX).join("tiny-dense.F16.gguf")).expect("fixture");
-    let mut w = GgufWriter::new();
-    for (k, v) in src.metadata() {
-        w.add_kv(k.clone(), v.clone());
-    }
-    let mut datas = Vec::new();
-    for t in &src.tensors {
-        let idx = w
-            .add_tensor(t.name.clone(), t.ne.clone(), t.ggml_type)
-            .expect("add tensor");
-        let mut data = src.tensor_data(t).to_vec();
-        if t.name == "output_norm.weight" {
-            assert_eq!(t.ggml_type, rill::gguf::GgmlType::F32, "fixture layout");
-            for c in data.chunks_exact_mut(4) {
-                c.copy_from_slice(&f32::NAN.to_le_bytes());
-            }
+    let out = format!("nonfinite-{tag}.gguf");
+    rewrite_fixture("tiny-dense.F16.gguf", &out, keep_kv, Vec::new(), |name, t| {
+        if name != "output_norm.weight" {
+            return Some(t);
         }
-        datas.push((idx, data));
-    }
-    let path = std::env::temp_dir().join(format!("rill-nonfinite-{}-{tag}.gguf", std::process::id()));
-    let mut f = std::io::BufWriter::new(std::fs::File::create(&path).expect("create"));
-    w.write_header(&mut f).expect("header");
-    for (idx, data) in datas {
-        w.write_tensor_data(&mut f, idx, &data).expect("data");
-    }
-    drop(f);
-    path
+        assert_eq!(t.ty, GgmlType::F32, "fixture layout");
+        let data = f32::NAN.to_le_bytes().repeat(t.data.len() / 4);
+        Some(TensorEdit { data, ..t })
+    })
 }
 
 #[test]
 fn greedy_fails_on_nan_logits_on_every_backend() {
     let path = nan_norm_model("lib");
-    for name in rill::backend::available() {
-        let be = common::shared(name);
+    for be in common::backends() {
+        let name = be.name();
         let m = Model::open(&path, be).expect("model loads");
         let mut s = m.new_session(16).expect("session");
         match m.prefill_greedy(&mut s, &[1, 2, 3], &mut |_, _| {}) {
@@ -98,8 +79,7 @@ fn rss() -> u64 {
 
 #[test]
 fn long_context_reserves_without_touching_and_fails_typed_when_too_big() {
-    let be = rill::backend::create("cpu").expect("cpu");
-    let m = Model::open(Path::new(FIX).join("tiny-dense.F16.gguf"), be).expect("model");
+    let m = Model::open(common::fixture("tiny-dense.F16.gguf"), common::cpu()).expect("model");
     let n_ctx = 1_000_000;
     let bytes = rill::exec::Session::bytes_needed(&m.config, n_ctx);
     assert!(bytes > 1 << 30, "the case must be large: {bytes} bytes");

@@ -7,7 +7,6 @@
 mod common;
 
 use std::path::Path;
-use std::sync::Arc;
 
 use rill::backend::{self, Backend};
 use rill::cache::{model_fingerprint, read_state, write_state, Engine, Flow, PrefixCache};
@@ -18,15 +17,13 @@ use rill::tokenizer::{render_chat_prompt, ChatMessage, ChatOptions, Tokenizer};
 
 const FIX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
 
-fn backend_named(name: &str) -> Arc<dyn Backend> {
-    match name {
-        "wgpu" => common::wgpu(),
-        other => backend::create(other).expect("backend"),
-    }
+fn load(be: &str, file: &str) -> Model {
+    Model::open(common::fixture(file), common::shared(be)).expect("model loads")
 }
 
-fn load(be: &str, file: &str) -> Model {
-    Model::open(Path::new(FIX).join(file), backend_named(be)).expect("model loads")
+/// The names of the backends to test: cpu and every device backend of the build.
+fn backend_names() -> Vec<&'static str> {
+    common::backends().iter().map(|b| b.name()).collect()
 }
 
 fn tokenizer(file: &str) -> Tokenizer {
@@ -61,7 +58,7 @@ fn continue_with(m: &Model, s: &mut rill::exec::Session, b: &[u32]) -> Vec<f32> 
 
 #[test]
 fn restored_snapshot_continues_bit_identically_on_every_backend() {
-    for be in backend::available() {
+    for be in backend_names() {
         for file in ["tiny-dense.F16.gguf", "tiny-moe.F16.gguf"] {
             let m = load(be, file);
             let (a, b) = prompts();
@@ -199,7 +196,7 @@ fn chat_turn(engine: &mut Engine, tok: &Tokenizer, msgs: &[ChatMessage], n: usiz
 
 #[test]
 fn later_chat_turns_run_only_their_new_tokens_and_match_a_cold_run() {
-    for be in backend::available() {
+    for be in backend_names() {
         let tok = tokenizer("tiny-dense.F16.gguf");
         let mut warm = Engine::new(load(be, "tiny-dense.F16.gguf"), 512, 64 << 20, 0).expect("engine");
         let mut cold = Engine::new(load(be, "tiny-dense.F16.gguf"), 512, 0, 0).expect("engine");

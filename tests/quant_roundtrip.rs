@@ -1,69 +1,12 @@
 //! Quantize → dequantize error bounds, edge cases (never NaN/inf), and `vec_dot` agreement with
 //! `dot(dequantize(row), x)` for every supported type.
 
+mod common;
+
+use common::weights::{f16_scale_offsets, quantizable, DEQUANTIZE_ONLY, WEIGHT_TYPES};
+use common::Rng;
 use rill::gguf::GgmlType;
 use rill::quant::{can_dequantize, can_quantize, dequantize, quantize, quantize_rows_par, vec_dot};
-
-/// xorshift64* with Box-Muller gaussians: deterministic, no dependencies.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next_u64(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// Uniform in (0, 1).
-    fn uniform(&mut self) -> f64 {
-        ((self.next_u64() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-    fn gauss(&mut self) -> f32 {
-        let (u, v) = (self.uniform(), self.uniform());
-        ((-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()) as f32
-    }
-    fn gauss_vec(&mut self, n: usize, sigma: f32) -> Vec<f32> {
-        (0..n).map(|_| self.gauss() * sigma).collect()
-    }
-}
-
-const QUANTIZABLE: [GgmlType; 11] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::Bf16,
-    GgmlType::Q8_0,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q4K,
-    GgmlType::Q5K,
-    GgmlType::Q6K,
-];
-
-const DEQUANTIZABLE: [GgmlType; 16] = [
-    GgmlType::F32,
-    GgmlType::F16,
-    GgmlType::Bf16,
-    GgmlType::Q8_0,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q2K,
-    GgmlType::Q3K,
-    GgmlType::Q4K,
-    GgmlType::Q5K,
-    GgmlType::Q6K,
-    GgmlType::Iq4Nl,
-    GgmlType::Iq4Xs,
-    GgmlType::Mxfp4,
-];
 
 /// Upper bound on the relative RMS error for N(0,1) data (README measured values plus margin).
 fn rms_bound(ty: GgmlType) -> f64 {
@@ -112,8 +55,8 @@ fn assert_finite(ty: GgmlType, what: &str, y: &[f32]) {
 #[test]
 fn gaussian_roundtrip_error_within_bounds() {
     let mut rng = Rng::new(1);
-    let x = rng.gauss_vec(16 * 4096, 1.0);
-    for ty in QUANTIZABLE {
+    let x = rng.normals(16 * 4096, 1.0);
+    for ty in quantizable() {
         let y = roundtrip(ty, &x);
         assert_finite(ty, "gaussian", &y);
         let e = rel_rms(&x, &y);
@@ -127,12 +70,12 @@ fn scaled_and_shifted_rows_within_bounds() {
     // A non-zero mean (legacy asymmetric formats and the K-quant mins must cope) and
     // per-32-block scale changes inside each super-block.
     let mut rng = Rng::new(2);
-    let shifted: Vec<f32> = rng.gauss_vec(8192, 2.0).iter().map(|v| v + 0.5).collect();
-    let mut varied = rng.gauss_vec(8192, 1.0);
+    let shifted: Vec<f32> = rng.normals(8192, 2.0).iter().map(|v| v + 0.5).collect();
+    let mut varied = rng.normals(8192, 1.0);
     for (i, v) in varied.iter_mut().enumerate() {
         *v *= 2f32.powi(((i / 32) % 8) as i32 - 4);
     }
-    for ty in QUANTIZABLE {
+    for ty in quantizable() {
         for (name, x) in [("shifted", &shifted), ("varied", &varied)] {
             let y = roundtrip(ty, x);
             assert_finite(ty, name, &y);
@@ -155,12 +98,12 @@ fn edge_cases_never_produce_nan_or_inf() {
         ("constant 0.7", vec![0.7; n]),
         ("constant -3", vec![-3.0; n]),
         ("constant 1e-4", vec![1e-4; n]),
-        ("tiny gaussian", rng.gauss_vec(n, 1e-4)),
-        ("very tiny gaussian", rng.gauss_vec(n, 1e-9)),
-        ("subnormal-ish", rng.gauss_vec(n, 1e-30)),
-        ("large gaussian", rng.gauss_vec(n, 1e4)),
+        ("tiny gaussian", rng.normals(n, 1e-4)),
+        ("very tiny gaussian", rng.normals(n, 1e-9)),
+        ("subnormal-ish", rng.normals(n, 1e-30)),
+        ("large gaussian", rng.normals(n, 1e4)),
     ];
-    let mut outliers = rng.gauss_vec(n, 0.5);
+    let mut outliers = rng.normals(n, 0.5);
     for (k, i) in [3usize, 77, 300, 301, 640, 1000].iter().enumerate() {
         outliers[*i] = if k % 2 == 0 {
             20.0 + 8.0 * k as f32
@@ -169,7 +112,7 @@ fn edge_cases_never_produce_nan_or_inf() {
         };
     }
     cases.push(("outliers", outliers));
-    let mut half_zero = rng.gauss_vec(n, 1.0);
+    let mut half_zero = rng.normals(n, 1.0);
     half_zero[..64].fill(0.0);
     half_zero[256..512].fill(0.0);
     cases.push(("zero blocks", half_zero));
@@ -178,7 +121,7 @@ fn edge_cases_never_produce_nan_or_inf() {
     one_hot[300] = -2.0;
     cases.push(("one hot", one_hot));
 
-    for ty in QUANTIZABLE {
+    for ty in quantizable() {
         for (name, x) in &cases {
             let y = roundtrip(ty, x);
             assert_finite(ty, name, &y);
@@ -230,8 +173,8 @@ fn edge_cases_never_produce_nan_or_inf() {
 fn quantize_rows_par_equals_serial() {
     let mut rng = Rng::new(4);
     let row_len = 512;
-    let x = rng.gauss_vec(row_len * 300, 1.0);
-    for ty in QUANTIZABLE {
+    let x = rng.normals(row_len * 300, 1.0);
+    for ty in quantizable() {
         let mut serial = vec![0u8; row_bytes(ty, x.len())];
         quantize(ty, &x, &mut serial).unwrap();
         let mut par = vec![0u8; serial.len()];
@@ -244,11 +187,11 @@ fn quantize_rows_par_equals_serial() {
 fn random_row(ty: GgmlType, n: usize, rng: &mut Rng) -> Vec<u8> {
     let f16 = |v: f32| half::f16::from_f32(v).to_le_bytes();
     match ty {
-        GgmlType::F32 => return rng.gauss_vec(n, 1.0).iter().flat_map(|v| v.to_le_bytes()).collect(),
-        GgmlType::F16 => return rng.gauss_vec(n, 1.0).iter().flat_map(|v| f16(*v)).collect(),
+        GgmlType::F32 => return rng.normals(n, 1.0).iter().flat_map(|v| v.to_le_bytes()).collect(),
+        GgmlType::F16 => return rng.normals(n, 1.0).iter().flat_map(|v| f16(*v)).collect(),
         GgmlType::Bf16 => {
             return rng
-                .gauss_vec(n, 1.0)
+                .normals(n, 1.0)
                 .iter()
                 .flat_map(|v| half::bf16::from_f32(*v).to_le_bytes())
                 .collect()
@@ -257,19 +200,9 @@ fn random_row(ty: GgmlType, n: usize, rng: &mut Rng) -> Vec<u8> {
     }
     let bs = ty.type_size() as usize;
     let mut row: Vec<u8> = (0..row_bytes(ty, n)).map(|_| rng.next_u64() as u8).collect();
-    // Byte offsets of the f16 scale fields per block.
-    let scale_at: &[usize] = match ty {
-        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::Iq4Nl | GgmlType::Iq4Xs => &[0],
-        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
-        GgmlType::Q2K => &[80, 82],
-        GgmlType::Q3K => &[108],
-        GgmlType::Q6K => &[208],
-        GgmlType::Mxfp4 => &[],
-        other => panic!("{other}"),
-    };
     for block in row.chunks_exact_mut(bs) {
-        for &at in scale_at {
-            let v = rng.gauss() * 0.05;
+        for &at in f16_scale_offsets(ty) {
+            let v = (rng.normal() as f32) * 0.05;
             block[at..at + 2].copy_from_slice(&f16(v));
         }
         if ty == GgmlType::Mxfp4 {
@@ -282,11 +215,11 @@ fn random_row(ty: GgmlType, n: usize, rng: &mut Rng) -> Vec<u8> {
 #[test]
 fn vec_dot_matches_dot_of_dequantized_row() {
     let mut rng = Rng::new(5);
-    for ty in DEQUANTIZABLE {
+    for ty in WEIGHT_TYPES {
         assert!(can_dequantize(ty));
         for n in [256usize, 1024, 4096 + 512] {
             let row = random_row(ty, n, &mut rng);
-            let x = rng.gauss_vec(n, 1.0);
+            let x = rng.normals(n, 1.0);
             let mut y = vec![0f32; n];
             dequantize(ty, &row, &mut y).unwrap();
             assert_finite(ty, "random row", &y);
@@ -306,9 +239,9 @@ fn vec_dot_of_quantized_rows() {
     // The same check on rows produced by our own quantizers (realistic scale distributions).
     let mut rng = Rng::new(6);
     let n = 2048;
-    let w = rng.gauss_vec(n, 1.0);
-    let x = rng.gauss_vec(n, 1.0);
-    for ty in QUANTIZABLE {
+    let w = rng.normals(n, 1.0);
+    let x = rng.normals(n, 1.0);
+    for ty in quantizable() {
         let mut q = vec![0u8; row_bytes(ty, n)];
         quantize(ty, &w, &mut q).unwrap();
         let mut y = vec![0f32; n];
@@ -334,7 +267,7 @@ fn length_and_type_errors() {
         assert!(matches!(e, rill::Error::UnsupportedType { .. }), "{ty}: {e}");
         assert!(vec_dot(ty, &[], &[]).is_err());
     }
-    for ty in [GgmlType::Q2K, GgmlType::Q3K, GgmlType::Iq4Xs, GgmlType::Iq4Nl] {
+    for ty in DEQUANTIZE_ONLY {
         assert!(!can_quantize(ty));
         assert!(matches!(
             quantize(ty, &[0.0; 256], &mut vec![0u8; row_bytes(ty, 256)]),
@@ -353,7 +286,7 @@ fn vec_dot_decodes_every_element_like_dequantize() {
     // layout (both SIMD paths when run with and without RILL_NO_AVX2).
     let mut rng = Rng::new(7);
     let n = 512;
-    for ty in DEQUANTIZABLE {
+    for ty in WEIGHT_TYPES {
         for _ in 0..3 {
             let row = random_row(ty, n, &mut rng);
             let mut y = vec![0f32; n];
@@ -379,26 +312,18 @@ fn vec_dot_error_within_summation_bound_over_wide_ranges() {
     // The bound is a property of the summation alone, not tuned to the data.
     let mut rng = Rng::new(8);
     let u = 2f64.powi(-24);
-    for ty in DEQUANTIZABLE {
+    for ty in WEIGHT_TYPES {
         for n in [256usize, 1024, 4096 + 512] {
             let mut row = random_row(ty, n, &mut rng);
             let bs = ty.type_size() as usize;
-            let scale_at: &[usize] = match ty {
-                GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 | GgmlType::Iq4Nl | GgmlType::Iq4Xs => &[0],
-                GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
-                GgmlType::Q2K => &[80, 82],
-                GgmlType::Q3K => &[108],
-                GgmlType::Q6K => &[208],
-                _ => &[],
-            };
             for block in row.chunks_exact_mut(bs) {
-                for &at in scale_at {
+                for &at in f16_scale_offsets(ty) {
                     let e = (rng.uniform() * 32.0) as i32 - 20;
                     let v = 2f32.powi(e) * (1.0 + rng.uniform() as f32) * if rng.uniform() < 0.5 { -1.0 } else { 1.0 };
                     block[at..at + 2].copy_from_slice(&half::f16::from_f32(v).to_le_bytes());
                 }
             }
-            let mut x = rng.gauss_vec(n, 1.0);
+            let mut x = rng.normals(n, 1.0);
             for _ in 0..4 {
                 let i = (rng.next_u64() % n as u64) as usize;
                 x[i] = if rng.uniform() < 0.5 { 1e4 } else { -1e4 };

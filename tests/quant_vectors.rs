@@ -3,36 +3,22 @@
 //! blocks for the formats where the reference algorithm is deterministic arithmetic, and our
 //! K-quant quantizers must be as accurate as ggml's on the same inputs.
 
+mod common;
+
+use common::fixture;
+use common::weights::WEIGHT_TYPES;
 use rill::gguf::GgmlType;
 use rill::quant::{dequantize, quantize};
 use safetensors::SafeTensors;
-use std::path::PathBuf;
 
 const ROWS: usize = 8;
 const COLS: usize = 512;
 
-/// The 14 types in `quants.gguf`, in the fixture's order.
-const TYPES: [GgmlType; 14] = [
-    GgmlType::F16,
-    GgmlType::Bf16,
-    GgmlType::Q8_0,
-    GgmlType::Q4_0,
-    GgmlType::Q4_1,
-    GgmlType::Q5_0,
-    GgmlType::Q5_1,
-    GgmlType::Q2K,
-    GgmlType::Q3K,
-    GgmlType::Q4K,
-    GgmlType::Q5K,
-    GgmlType::Q6K,
-    GgmlType::Iq4Nl,
-    GgmlType::Iq4Xs,
-];
-
-fn fixture(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures")
-        .join(name)
+/// The 14 types in `quants.gguf`, in the fixture's order: every weight format but F32 and MXFP4.
+fn fixture_types() -> impl Iterator<Item = GgmlType> {
+    WEIGHT_TYPES
+        .into_iter()
+        .filter(|ty| !matches!(ty, GgmlType::F32 | GgmlType::Mxfp4))
 }
 
 struct Reference {
@@ -87,7 +73,7 @@ fn quantize_matrix(ty: GgmlType, src: &[f32]) -> Vec<u8> {
 #[test]
 fn quantizer_error_matches_ggml_per_row() {
     let r = Reference::load();
-    for ty in TYPES {
+    for ty in fixture_types() {
         if !rill::quant::can_quantize(ty) {
             continue;
         }
@@ -127,7 +113,7 @@ fn open_gguf() -> rill::gguf::GgufFile {
 fn dequantize_matches_reference_bit_for_bit() {
     let r = Reference::load();
     let file = open_gguf();
-    for ty in TYPES {
+    for ty in fixture_types() {
         let blocks = stored_blocks(&file, ty);
         let want = r.f32_tensor(&format!("deq.{}", ty.name()));
         let mut got = vec![0f32; ROWS * COLS];
@@ -166,7 +152,7 @@ fn dequantize_matches_reference_bit_for_bit() {
 fn quantize_reproduces_ggml_blocks() {
     let r = Reference::load();
     let file = open_gguf();
-    for ty in TYPES {
+    for ty in fixture_types() {
         if !rill::quant::can_quantize(ty) {
             continue;
         }

@@ -1,21 +1,18 @@
 //! Synthesized files load and run: every quant on every compiled backend, with finite activations through
 //! a deep stack, and batched prefill agreeing with token-by-token decode.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use rill::backend;
+use common::fixture;
+use rill::backend::Backend;
 use rill::exec::{Logits, Model};
 use rill::synth::{self, ShapeParams, SynthOptions};
 
-fn fixture(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
-}
-
 fn out(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("rill-synth-runs-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("tmp");
-    dir.join(format!("{tag}.gguf"))
+    common::temp_path(&format!("synth-runs-{tag}.gguf"))
 }
 
 fn opts(shape: &str, quant: &str, tag: &str) -> SynthOptions {
@@ -47,13 +44,13 @@ fn deep_k_shape(moe: bool) -> ShapeParams {
 /// Prefill 40 tokens (chunked delta rule) and compare the logits of every position with
 /// token-by-token decode; all finite and of sane magnitude.
 fn run_and_check(path: &Path, what: &str) {
-    for b in backend::available() {
-        run_and_check_on(b, path, &format!("{what} on {b}"));
+    for be in common::backends() {
+        let what = format!("{what} on {}", be.name());
+        run_and_check_on(be, path, &what);
     }
 }
 
-fn run_and_check_on(backend_name: &str, path: &Path, what: &str) {
-    let be = shared_backend(backend_name);
+fn run_and_check_on(be: std::sync::Arc<dyn Backend>, path: &Path, what: &str) {
     let m = Model::open(path, be).unwrap_or_else(|e| panic!("{what}: {e}"));
     let v = m.config.n_vocab;
     let toks: Vec<u32> = (0..40u32).map(|i| (i * 977 + 13) % 8000).collect();
@@ -134,20 +131,4 @@ fn cli_synth_then_info_prints_the_q4_k_m_mix() {
         assert!(line.contains(&format!("{count} tensors")), "{ty}: {line}");
     }
     let _ = std::fs::remove_file(&path);
-}
-
-/// One backend per name for the whole test process: the tests run on parallel threads, and several
-/// GPU devices at once in one process hung on the NVIDIA Vulkan driver.
-fn shared_backend(name: &str) -> std::sync::Arc<dyn rill::backend::Backend> {
-    use std::collections::HashMap;
-    use std::sync::{Arc, Mutex, OnceLock};
-    static SHARED: OnceLock<Mutex<HashMap<String, Arc<dyn rill::backend::Backend>>>> = OnceLock::new();
-    let mut map = SHARED
-        .get_or_init(|| Mutex::new(HashMap::new()))
-        .lock()
-        .expect("backend map");
-    Arc::clone(
-        map.entry(name.to_string())
-            .or_insert_with(|| rill::backend::create(name).unwrap_or_else(|e| panic!("backend {name}: {e}"))),
-    )
 }

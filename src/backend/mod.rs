@@ -14,6 +14,8 @@ pub mod check;
 /// The CPU reference backend (rayon threads): native only, the browser runs on WebGPU.
 #[cfg(not(target_arch = "wasm32"))]
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
 
@@ -437,12 +439,15 @@ pub fn available() -> Vec<&'static str> {
     if cfg!(feature = "wgpu") {
         v.push("wgpu");
     }
+    if cfg!(feature = "cuda") {
+        v.push("cuda");
+    }
     v
 }
 
-/// Create a backend by name (`--backend`) at the exact precision. `auto` picks wgpu when this
-/// build has it and a real GPU adapter exists (not a CPU emulation such as lavapipe), else the
-/// CPU backend.
+/// Create a backend by name (`--backend`) at the exact precision. `auto` picks cuda when this
+/// build has it and an NVIDIA GPU with its driver is present, else wgpu when this build has it
+/// and a real GPU adapter exists (not a CPU emulation such as lavapipe), else the CPU backend.
 pub fn create(name: &str) -> Result<Arc<dyn Backend>> {
     create_with(name, &BackendOptions::default())
 }
@@ -453,6 +458,11 @@ pub fn create(name: &str) -> Result<Arc<dyn Backend>> {
 pub fn create_with(name: &str, _opts: &BackendOptions) -> Result<Arc<dyn Backend>> {
     match name {
         "auto" => {
+            // Every candidate fails quietly (no driver, no adapter): the next one is tried.
+            #[cfg(feature = "cuda")]
+            if let Ok(b) = cuda::CudaBackend::new() {
+                return Ok(Arc::new(b));
+            }
             #[cfg(feature = "wgpu")]
             if let Ok(b) = wgpu::WgpuBackend::new() {
                 if !b.is_cpu_adapter() {
@@ -464,6 +474,8 @@ pub fn create_with(name: &str, _opts: &BackendOptions) -> Result<Arc<dyn Backend
         "cpu" => Ok(Arc::new(cpu::CpuBackend::new())),
         #[cfg(feature = "wgpu")]
         "wgpu" => wgpu::create(),
+        #[cfg(feature = "cuda")]
+        "cuda" => cuda::create(),
         other => Err(Error::UnknownBackend(other.to_string(), available().join(", "))),
     }
 }

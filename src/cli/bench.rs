@@ -20,7 +20,8 @@ pub struct BenchArgs {
     /// GGUF model file.
     #[arg(short, long)]
     model: PathBuf,
-    /// Compute backend: auto (a GPU through wgpu if there is one, else cpu), cpu, wgpu.
+    /// Compute backend: auto (cuda if this build has it and an NVIDIA GPU is present, else a GPU
+    /// through wgpu, else cpu), cpu, wgpu, cuda.
     #[arg(long, default_value = "auto")]
     backend: String,
     /// Prompt lengths to test (comma-separated; empty to skip).

@@ -13,7 +13,7 @@ use crate::gguf::GgufFile;
 use crate::model::Config;
 use crate::tokenizer::Tokenizer;
 
-/// A model, its tokenizer and the parsed file, ready to run.
+/// A model and its tokenizer, ready to run.
 pub struct Loaded {
     pub model: Model,
     pub tokenizer: Tokenizer,

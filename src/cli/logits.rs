@@ -30,7 +30,8 @@ pub struct LogitsArgs {
     /// Feed the tokens one at a time (recurrent decode path) instead of one batched prefill.
     #[arg(long)]
     decode: bool,
-    /// Compute backend: auto (a GPU through wgpu if there is one, else cpu), cpu, wgpu.
+    /// Compute backend: auto (cuda if this build has it and an NVIDIA GPU is present, else a GPU
+    /// through wgpu, else cpu), cpu, wgpu, cuda.
     #[arg(long, default_value = "auto")]
     backend: String,
 }

@@ -56,7 +56,8 @@ pub struct RunArgs {
     /// Context size in tokens (default: prompt + n, at least the model's context up to 8192).
     #[arg(long)]
     ctx: Option<usize>,
-    /// Compute backend: auto (a GPU through wgpu if there is one, else cpu), cpu, wgpu.
+    /// Compute backend: auto (cuda if this build has it and an NVIDIA GPU is present, else a GPU
+    /// through wgpu, else cpu), cpu, wgpu, cuda.
     #[arg(long, default_value = "auto")]
     backend: String,
 }

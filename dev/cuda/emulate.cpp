@@ -1,0 +1,744 @@
+// emulate.cpp: every CUDA kernel of kernels-cuda/ run on the CPU (dev/cuda/host_shim.h with
+// RILL_EMULATE_THREADS: one OS thread per CUDA thread, real barriers and warp shuffles) with the
+// launch geometry the Rust backend uses, against plain double-precision references. It catches
+// indexing, reduction and synchronisation mistakes before any GPU time is spent; the numbers are
+// then checked again on the GPU by the Rust test suite. Run through dev/cuda/emulate.sh.
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "attention.cu"
+#include "conv.cu"
+#include "delta_rule.cu"
+#include "elementwise.cu"
+#include "embed.cu"
+#include "matmul_tiled.cu"
+#include "matvec.cu"
+#include "matvec_glu.cu"
+#include "moe.cu"
+#include "norm.cu"
+
+static int failures = 0, checks = 0;
+
+// |got - want| <= atol + rtol * scale per element; prints the worst.
+static void expect(const std::string& what, const std::vector<float>& got, const std::vector<double>& want, double atol,
+                   double rtol, const std::vector<double>* scale = nullptr) {
+    checks++;
+    double worst = 0;
+    size_t wi = 0;
+    bool bad = got.size() != want.size();
+    for (size_t i = 0; !bad && i < got.size(); ++i) {
+        const double s = scale ? (*scale)[i] : std::fabs(want[i]);
+        const double ex = std::fabs(got[i] - want[i]) - (atol + rtol * s);
+        if (std::isnan(got[i]) || ex > worst) {
+            worst = std::isnan(got[i]) ? INFINITY : ex;
+            wi = i;
+        }
+    }
+    if (bad || worst > 0) {
+        failures++;
+        if (bad)
+            printf("FAIL %s: %zu values, want %zu\n", what.c_str(), got.size(), want.size());
+        else
+            printf("FAIL %s [%zu]: got %.9g want %.9g\n", what.c_str(), wi, got[wi], want[wi]);
+    }
+}
+
+static uint64_t rs = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd() {
+    rs ^= rs >> 12;
+    rs ^= rs << 25;
+    rs ^= rs >> 27;
+    return rs * 0x2545F4914F6CDD1Dull;
+}
+static float urand() { return (float)((rnd() >> 40) * (1.0 / 16777216.0)); }
+static float nrand() { return (urand() + urand() + urand() - 1.5f) * 2.0f; }
+static std::vector<float> normals(size_t n, float s = 1.0f) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = nrand() * s;
+    return v;
+}
+static uint16_t f2h(float f) {
+    // round to nearest even f32 -> f16 for normal values (the test data is normal)
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    const uint32_t sign = (u >> 16) & 0x8000;
+    int e = (int)((u >> 23) & 0xff) - 127 + 15;
+    uint32_t m = u & 0x7fffff;
+    if (e <= 0) return (uint16_t)sign;
+    uint32_t h = sign | (e << 10) | (m >> 13);
+    const uint32_t rest = m & 0x1fff;
+    if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) h++;
+    return (uint16_t)h;
+}
+
+// Device memory stand-in: a zero-padded, 256-byte aligned copy.
+struct Buf {
+    uint8_t* p = nullptr;
+    size_t n = 0;
+    Buf() = default;
+    explicit Buf(size_t bytes) : n(bytes) {
+        const size_t pad = (bytes + 64 + 255) / 256 * 256;
+        p = static_cast<uint8_t*>(aligned_alloc(256, pad));
+        memset(p, 0, pad);
+    }
+    template <class T>
+    static Buf of(const std::vector<T>& v) {
+        Buf b(v.size() * sizeof(T));
+        memcpy(b.p, v.data(), b.n);
+        return b;
+    }
+    template <class T>
+    std::vector<T> get(size_t count) const {
+        std::vector<T> v(count);
+        memcpy(v.data(), p, count * sizeof(T));
+        return v;
+    }
+    unsigned long long addr() const { return (unsigned long long)p; }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Weights: random blocks with sane scales, and their dequantized values (formats.cuh decoders are
+// bit-identical to ggml, dev/cuda/check_formats.sh).
+
+struct FmtDesc {
+    const char* name;
+    int qk, bytes;
+};
+
+template <class F>
+static size_t row_bytes_of(int cols) {
+    return F::FLOAT ? (size_t)cols * (F::BYTES / 32) : (size_t)(cols / F::QK) * F::BYTES;
+}
+
+template <class F>
+static std::vector<uint8_t> random_weight(int rows, int cols) {
+    const size_t rb = row_bytes_of<F>(cols);
+    std::vector<uint8_t> w(rb * rows);
+    if constexpr (F::FLOAT) {
+        for (size_t i = 0; i < (size_t)rows * cols; ++i) {
+            const float v = nrand();
+            if (F::BYTES == 128) {
+                memcpy(w.data() + 4 * i, &v, 4);
+            } else {
+                const uint16_t h = f2h(v);
+                memcpy(w.data() + 2 * i, &h, 2);
+            }
+        }
+        return w;
+    }
+    for (auto& b : w) b = (uint8_t)rnd();
+    // Small normal f16 scales where the formats keep them.
+    const size_t nb = w.size() / F::BYTES;
+    for (size_t i = 0; i < nb; ++i) {
+        uint8_t* b = w.data() + i * F::BYTES;
+        auto put = [&](int off) {
+            const uint16_t h = f2h((0.002f + 0.006f * urand()) * (rnd() & 1 ? 1 : -1));
+            memcpy(b + off, &h, 2);
+        };
+        if (F::QK == 32) {
+            put(0);
+            if (F::BYTES == 20 || F::BYTES == 24) put(2);
+        } else if (F::BYTES == 144 || F::BYTES == 176) {
+            put(0);
+            put(2);
+        } else if (F::BYTES == 210) {
+            put(208);
+        }
+    }
+    return w;
+}
+
+template <class F>
+static std::vector<double> dequant(const std::vector<uint8_t>& w, int rows, int cols) {
+    const size_t rb = w.size() / rows;
+    Buf b = Buf::of(w);
+    std::vector<double> out((size_t)rows * cols);
+    for (int r = 0; r < rows; ++r)
+        for (int k = 0; k < (cols + 31) / 32; ++k) {
+            float y[32];
+            dec_unit<F>(b.p + r * rb, k, cols, y);
+            for (int i = 0; i < 32 && 32 * k + i < cols; ++i) out[(size_t)r * cols + 32 * k + i] = y[i];
+        }
+    return out;
+}
+
+// The Rust plan (src/backend/cuda/ops/linear.rs): unit lanes; rows per thread chosen by the test.
+static int unit_lanes(int units) {
+    for (int ut : {256, 128, 64, 32})
+        if (units >= ut && units % ut == 0) return ut;
+    if (units < 256) {
+        int p = 32;
+        while (p < units) p *= 2;
+        return p;
+    }
+    return 256;
+}
+
+struct Mv {
+    unsigned long long w, w2 = 0, x, out, ids = 0, scales = 0;
+    int n_out, n_in;
+    size_t row_bytes, expert_bytes = 0;
+    int n_experts = 1, x_group = 1, nsum = 1, vectors = 1, rpt = 1;
+    bool x_in_smem = true;
+};
+
+static void run_mv(void (*k)(const Args), const Mv& m) {
+    const int units = (m.n_in + 31) / 32, ut = unit_lanes(units), rpb = (256 / ut) * m.rpt;
+    Args a;
+    memset(&a, 0, sizeof a);
+    a.p[0] = m.w;
+    a.p[1] = m.w2;
+    a.p[2] = m.x;
+    a.p[3] = m.out;
+    a.p[4] = m.ids;
+    a.p[5] = m.scales;
+    a.n[0] = m.n_out;
+    a.n[1] = m.n_in;
+    a.n[2] = (long long)m.row_bytes;
+    a.n[3] = (long long)m.expert_bytes;
+    a.n[4] = m.n_experts;
+    a.n[5] = m.x_group;
+    a.n[6] = m.nsum;
+    a.n[7] = ut;
+    a.n[8] = m.rpt;
+    a.n[9] = m.x_in_smem;
+    a.n[10] = m.n_out;
+    a.n[11] = m.n_in;
+    const size_t smem = m.x_in_smem ? (size_t)m.nsum * units * MV_XPAD * 4 : 0;
+    emu_launch(k, Dim3{(unsigned)((m.n_out + rpb - 1) / rpb), (unsigned)m.vectors, 1}, 256, smem, a);
+}
+
+static double silu(double v) { return v / (1 + std::exp(-v)); }
+
+template <class F>
+static void test_matvec(const char* name, void (*kmv)(const Args), void (*kglu)(const Args), void (*ktiled)(const Args),
+                        void (*kembed)(const Args), int n_in) {
+    for (int n_out : {1, 7, 37}) {
+        auto wb = random_weight<F>(n_out, n_in);
+        auto wd = dequant<F>(wb, n_out, n_in);
+        const size_t rb = wb.size() / n_out;
+        Buf W = Buf::of(wb);
+        for (int T : {1, 3, 5, 65}) {
+            auto x = normals((size_t)T * n_in);
+            Buf X = Buf::of(x), O(sizeof(float) * T * n_out);
+            std::vector<double> want((size_t)T * n_out), mag((size_t)T * n_out);
+            for (int t = 0; t < T; ++t)
+                for (int o = 0; o < n_out; ++o) {
+                    double s = 0, m = 0;
+                    for (int i = 0; i < n_in; ++i) {
+                        s += wd[(size_t)o * n_in + i] * x[(size_t)t * n_in + i];
+                        m += std::fabs(wd[(size_t)o * n_in + i] * x[(size_t)t * n_in + i]);
+                    }
+                    want[(size_t)t * n_out + o] = s;
+                    mag[(size_t)t * n_out + o] = m;
+                }
+            const std::string what = std::string(name) + " [" + std::to_string(n_out) + "x" + std::to_string(n_in) +
+                                     "] T " + std::to_string(T);
+            if (T <= 3) {
+                for (int rpt : {1, 3, 8})
+                    for (bool xs : {true, false}) {
+                        memset(O.p, 0xFF, O.n);
+                        run_mv(kmv, Mv{W.addr(), 0, X.addr(), O.addr(), 0, 0, n_out, n_in, rb, 0, 1, 1, 1, T, rpt, xs});
+                        expect("matvec " + what + " rpt " + std::to_string(rpt) + (xs ? "" : " x-global"),
+                               O.get<float>((size_t)T * n_out), want, 1e-30, 1e-5, &mag);
+                    }
+            } else {
+                memset(O.p, 0xFF, O.n);
+                Args a;
+                memset(&a, 0, sizeof a);
+                a.p[0] = W.addr();
+                a.p[1] = X.addr();
+                a.p[2] = O.addr();
+                a.n[0] = n_out;
+                a.n[1] = n_in;
+                a.n[2] = (long long)rb;
+                a.n[3] = T;
+                emu_launch(ktiled, Dim3{(unsigned)((n_out + 63) / 64), (unsigned)((T + 63) / 64), 1}, 256, 0, a);
+                expect("matmul_tiled " + what, O.get<float>((size_t)T * n_out), want, 1e-30, 1e-5, &mag);
+            }
+        }
+        // Fused SwiGLU: the same weight as gate and (a second random one as) up.
+        auto ub = random_weight<F>(n_out, n_in);
+        auto ud = dequant<F>(ub, n_out, n_in);
+        Buf U = Buf::of(ub);
+        for (int T : {1, 3}) {
+            auto x = normals((size_t)T * n_in);
+            Buf X = Buf::of(x), O(sizeof(float) * T * n_out);
+            std::vector<double> want((size_t)T * n_out), mag((size_t)T * n_out);
+            for (int t = 0; t < T; ++t)
+                for (int o = 0; o < n_out; ++o) {
+                    double g = 0, u = 0, mg = 0, mu = 0;
+                    for (int i = 0; i < n_in; ++i) {
+                        const double xi = x[(size_t)t * n_in + i];
+                        g += wd[(size_t)o * n_in + i] * xi;
+                        u += ud[(size_t)o * n_in + i] * xi;
+                        mg += std::fabs(wd[(size_t)o * n_in + i] * xi);
+                        mu += std::fabs(ud[(size_t)o * n_in + i] * xi);
+                    }
+                    want[(size_t)t * n_out + o] = silu(g) * u;
+                    mag[(size_t)t * n_out + o] = mg * std::fabs(u) + mu * std::fabs(silu(g)) + 1e-30;
+                }
+            for (int rpt : {1, 4}) {
+                run_mv(kglu, Mv{W.addr(), U.addr(), X.addr(), O.addr(), 0, 0, n_out, n_in, rb, 0, 1, 1, 1, T, rpt, true});
+                expect(std::string("matvec_glu ") + name + " n_out " + std::to_string(n_out) + " T " + std::to_string(T) +
+                           " rpt " + std::to_string(rpt),
+                       O.get<float>((size_t)T * n_out), want, 1e-30, 1e-5, &mag);
+            }
+        }
+        // Embedding rows (ids past the table give zeros).
+        std::vector<uint32_t> ids = {0, (uint32_t)(n_out - 1), 0xFFFFFFFFu, (uint32_t)(n_out / 2)};
+        Buf I = Buf::of(ids), O(sizeof(float) * ids.size() * n_in);
+        Args a;
+        memset(&a, 0, sizeof a);
+        a.p[0] = W.addr();
+        a.p[1] = I.addr();
+        a.p[2] = O.addr();
+        a.n[0] = n_out;
+        a.n[1] = n_in;
+        a.n[2] = (long long)rb;
+        const int units = (n_in + 31) / 32;
+        emu_launch(kembed, Dim3{(unsigned)((units + 63) / 64), (unsigned)ids.size(), 1}, 64, 0, a);
+        std::vector<double> want(ids.size() * n_in, 0.0);
+        for (size_t t = 0; t < ids.size(); ++t)
+            if (ids[t] < (uint32_t)n_out)
+                for (int i = 0; i < n_in; ++i) want[t * n_in + i] = wd[(size_t)ids[t] * n_in + i];
+        expect(std::string("embed ") + name + " n_out " + std::to_string(n_out), O.get<float>(ids.size() * n_in), want, 0, 0);
+    }
+}
+
+// MoE: gate/up products with expert ids (x_group = k), then the k-way weighted down sum.
+template <class F>
+static void test_moe(const char* name, void (*kglu)(const Args), void (*kmv)(const Args), int d, int f) {
+    const int E = 6, k = 3, T = 3;
+    auto gb = random_weight<F>(E * f, d), ub = random_weight<F>(E * f, d), db = random_weight<F>(E * d, f);
+    auto gd = dequant<F>(gb, E * f, d), udq = dequant<F>(ub, E * f, d), dd = dequant<F>(db, E * d, f);
+    const size_t rbg = gb.size() / (E * f), rbd = db.size() / (E * d);
+    std::vector<uint32_t> ids = {0, 5, 2, 3, 3, 1, 4, 0, 9 /* invalid: contributes nothing */};
+    std::vector<float> ws = {0.5f, 0.3f, 0.2f, 0.6f, 0.1f, 0.3f, 0.7f, 0.2f, 0.1f};
+    auto x = normals((size_t)T * d);
+    Buf G = Buf::of(gb), U = Buf::of(ub), D = Buf::of(db), I = Buf::of(ids), S = Buf::of(ws), X = Buf::of(x);
+    Buf H(sizeof(float) * T * k * f), O(sizeof(float) * T * d);
+    memset(H.p, 0, H.n);
+    run_mv(kglu, Mv{G.addr(), U.addr(), X.addr(), H.addr(), I.addr(), 0, f, d, rbg, f * rbg, E, k, 1, T * k, 2, true});
+    std::vector<double> hw((size_t)T * k * f, 0.0);
+    for (int t = 0; t < T; ++t)
+        for (int j = 0; j < k; ++j) {
+            const uint32_t e = ids[t * k + j];
+            if (e >= (uint32_t)E) continue;
+            for (int o = 0; o < f; ++o) {
+                double g = 0, u = 0;
+                for (int i = 0; i < d; ++i) {
+                    g += gd[((size_t)e * f + o) * d + i] * x[(size_t)t * d + i];
+                    u += udq[((size_t)e * f + o) * d + i] * x[(size_t)t * d + i];
+                }
+                hw[((size_t)t * k + j) * f + o] = silu(g) * u;
+            }
+        }
+    auto h = H.get<float>((size_t)T * k * f);
+    expect(std::string("moe gate/up ") + name, h, hw, 1e-4, 1e-4);
+    run_mv(kmv, Mv{D.addr(), 0, H.addr(), O.addr(), I.addr(), S.addr(), d, f, rbd, d * rbd, E, 1, k, T, 2, true});
+    std::vector<double> ow((size_t)T * d, 0.0);
+    for (int t = 0; t < T; ++t)
+        for (int j = 0; j < k; ++j) {
+            const uint32_t e = ids[t * k + j];
+            if (e >= (uint32_t)E) continue;
+            for (int o = 0; o < d; ++o) {
+                double s = 0;
+                for (int i = 0; i < f; ++i) s += dd[((size_t)e * d + o) * f + i] * h[((size_t)t * k + j) * f + i];
+                ow[(size_t)t * d + o] += ws[t * k + j] * s;
+            }
+        }
+    expect(std::string("moe down ") + name, O.get<float>((size_t)T * d), ow, 1e-4, 1e-4);
+}
+
+// ---------------------------------------------------------------------------------------------
+
+static Args args() {
+    Args a;
+    memset(&a, 0, sizeof a);
+    return a;
+}
+
+static void test_norms() {
+    for (int d : {1, 7, 128, 257, 4096}) {
+        const int groups = 3, bs = std::clamp((d + 31) / 32 * 32, 32, 256);
+        auto x = normals((size_t)groups * d, 2.0f), w = normals(d), z = normals((size_t)groups * d), acc = normals((size_t)groups * d);
+        Buf X = Buf::of(x), W = Buf::of(w), Z = Buf::of(z), A = Buf::of(acc), O(4 * x.size());
+        std::vector<double> want(x.size()), wantg(x.size()), wanta(x.size()), acc2(x.size());
+        for (int g = 0; g < groups; ++g) {
+            double ss = 0, ssa = 0;
+            for (int i = 0; i < d; ++i) {
+                ss += (double)x[g * d + i] * x[g * d + i];
+                acc2[g * d + i] = (double)acc[g * d + i] + x[g * d + i];
+                ssa += acc2[g * d + i] * acc2[g * d + i];
+            }
+            const double s = 1 / std::sqrt(ss / d + 1e-6), sa = 1 / std::sqrt(ssa / d + 1e-6);
+            for (int i = 0; i < d; ++i) {
+                want[g * d + i] = x[g * d + i] * s * w[i];
+                wantg[g * d + i] = want[g * d + i] * silu(z[g * d + i]);
+                wanta[g * d + i] = acc2[g * d + i] * sa * w[i];
+            }
+        }
+        Args a = args();
+        a.p[0] = X.addr();
+        a.p[1] = W.addr();
+        a.p[2] = O.addr();
+        a.n[0] = d;
+        a.f[0] = 1e-6f;
+        emu_launch(rms_norm, Dim3{(unsigned)groups, 1, 1}, bs, 0, a);
+        expect("rms_norm d " + std::to_string(d), O.get<float>(x.size()), want, 1e-6, 1e-5);
+        a.p[1] = Z.addr();
+        a.p[2] = W.addr();
+        a.p[3] = O.addr();
+        emu_launch(gated_rms_norm, Dim3{(unsigned)groups, 1, 1}, bs, 0, a);
+        expect("gated_rms_norm d " + std::to_string(d), O.get<float>(x.size()), wantg, 1e-6, 1e-5);
+        a.p[0] = A.addr();
+        a.p[1] = X.addr();
+        a.p[2] = W.addr();
+        a.p[3] = O.addr();
+        emu_launch(add_rms_norm, Dim3{(unsigned)groups, 1, 1}, bs, 0, a);
+        expect("add_rms_norm out d " + std::to_string(d), O.get<float>(x.size()), wanta, 1e-6, 1e-5);
+        expect("add_rms_norm acc d " + std::to_string(d), A.get<float>(x.size()), acc2, 1e-6, 1e-6);
+    }
+}
+
+// conv1d + SiLU, alone and fused with the q/k L2 norm, continuing from a state.
+static void test_conv() {
+    for (int dk : {128, 5}) {
+        const int hk = 2, hv = 3, dv = dk == 5 ? 7 : 128, K = 4;
+        const int kd = hk * dk, C = 2 * kd + hv * dv;
+        for (int T : {1, 3, 65}) {
+            auto x = normals((size_t)T * C), w = normals((size_t)C * K, 0.5f), st = normals((size_t)(K - 1) * C);
+            std::vector<double> full((size_t)(K - 1 + T) * C), out((size_t)T * C), state((size_t)(K - 1) * C);
+            for (int r = 0; r < K - 1; ++r)
+                for (int c = 0; c < C; ++c) full[(size_t)r * C + c] = st[(size_t)r * C + c];
+            for (int t = 0; t < T; ++t)
+                for (int c = 0; c < C; ++c) full[(size_t)(K - 1 + t) * C + c] = x[(size_t)t * C + c];
+            for (int t = 0; t < T; ++t)
+                for (int c = 0; c < C; ++c) {
+                    double y = 0;
+                    for (int j = 0; j < K; ++j) y += w[(size_t)c * K + j] * full[(size_t)(t + j) * C + c];
+                    out[(size_t)t * C + c] = silu(y);
+                }
+            for (int r = 0; r < K - 1; ++r)
+                for (int c = 0; c < C; ++c) state[(size_t)r * C + c] = full[(size_t)(T + r) * C + c];
+            std::vector<double> normed = out;
+            for (int t = 0; t < T; ++t)
+                for (int h = 0; h < 2 * hk; ++h) {
+                    double ss = 0;
+                    for (int i = 0; i < dk; ++i) ss += normed[(size_t)t * C + h * dk + i] * normed[(size_t)t * C + h * dk + i];
+                    double s = 1 / std::sqrt(ss + 1e-6);
+                    if (h < hk) s /= std::sqrt((double)dk);
+                    for (int i = 0; i < dk; ++i) normed[(size_t)t * C + h * dk + i] *= s;
+                }
+            for (int fused = 0; fused < 2; ++fused) {
+                Buf X = Buf::of(x), W = Buf::of(w), S = Buf::of(st), O(4 * (size_t)T * C);
+                Args a = args();
+                a.p[0] = X.addr();
+                a.p[1] = W.addr();
+                a.p[2] = S.addr();
+                a.p[3] = O.addr();
+                a.n[0] = T;
+                a.n[1] = C;
+                a.n[2] = K;
+                const std::string what = " dk " + std::to_string(dk) + " T " + std::to_string(T);
+                if (fused) {
+                    a.n[3] = hk;
+                    a.n[4] = dk;
+                    a.f[0] = 1e-6f;
+                    const int bs = (dk + 31) / 32 * 32;
+                    emu_launch(conv1d_silu_l2qk, Dim3{(unsigned)(2 * hk + (hv * dv + bs - 1) / bs), 1, 1}, bs, 0, a);
+                    expect("conv1d_silu_l2qk out" + what, O.get<float>((size_t)T * C), normed, 1e-6, 1e-5);
+                } else {
+                    emu_launch(conv1d_silu, Dim3{(unsigned)((C + 255) / 256), 1, 1}, 256, 0, a);
+                    expect("conv1d_silu out" + what, O.get<float>((size_t)T * C), out, 1e-6, 1e-5);
+                }
+                expect("conv state" + what + (fused ? " fused" : ""), S.get<float>((size_t)(K - 1) * C), state, 0, 0);
+            }
+        }
+    }
+}
+
+// Row-owned delta rule against spec/DELTANET.md A.2 in double, from a random non-symmetric state.
+static void test_delta() {
+    for (int dk : {128, 32, 37}) {
+        const int hk = 2, hv = 4, dv = dk;
+        const int kd = hk * dk, cd = 2 * kd + hv * dv;
+        for (int T : {1, 2, 5}) {
+            std::vector<float> u = normals((size_t)T * cd), g((size_t)T * hv), be((size_t)T * hv),
+                               m0 = normals((size_t)hv * dv * dk, 0.3f);
+            for (int t = 0; t < T; ++t)
+                for (int h = 0; h < 2 * hk; ++h) {
+                    double n = 0;
+                    for (int i = 0; i < dk; ++i) n += (double)u[(size_t)t * cd + h * dk + i] * u[(size_t)t * cd + h * dk + i];
+                    for (int i = 0; i < dk; ++i)
+                        u[(size_t)t * cd + h * dk + i] = (float)(u[(size_t)t * cd + h * dk + i] / std::sqrt(n) / (h < hk ? std::sqrt((double)dk) : 1.0));
+                }
+            for (auto& v : g) v = -std::fabs(nrand());
+            for (auto& v : be) v = (float)(1 / (1 + std::exp(-nrand())));
+            std::vector<double> M(m0.begin(), m0.end()), o((size_t)T * hv * dv);
+            for (int t = 0; t < T; ++t)
+                for (int j = 0; j < hv; ++j) {
+                    const int kh = j % hk;
+                    const float* q = &u[(size_t)t * cd + kh * dk];
+                    const float* k = &u[(size_t)t * cd + kd + kh * dk];
+                    const double decay = std::exp((double)g[t * hv + j]), b = be[t * hv + j];
+                    for (int c = 0; c < dv; ++c) {
+                        double* row = &M[((size_t)j * dv + c) * dk];
+                        double kv = 0;
+                        for (int i = 0; i < dk; ++i) kv += row[i] * k[i];
+                        const double delta = b * (u[(size_t)t * cd + 2 * kd + j * dv + c] - decay * kv);
+                        double oo = 0;
+                        for (int i = 0; i < dk; ++i) {
+                            row[i] = decay * row[i] + delta * k[i];
+                            oo += row[i] * q[i];
+                        }
+                        o[(size_t)t * hv * dv + j * dv + c] = oo;
+                    }
+                }
+            Buf U = Buf::of(u), G = Buf::of(g), B = Buf::of(be), S = Buf::of(m0), O(4 * (size_t)T * hv * dv);
+            Args a = args();
+            a.p[0] = U.addr();
+            a.p[1] = G.addr();
+            a.p[2] = B.addr();
+            a.p[3] = S.addr();
+            a.p[4] = O.addr();
+            a.n[0] = T;
+            a.n[1] = hk;
+            a.n[2] = hv;
+            a.n[3] = dk;
+            a.n[4] = dv;
+            emu_launch(dk <= 128 ? delta_rule_4 : delta_rule_8, Dim3{(unsigned)hv, (unsigned)((dv + 3) / 4), 1}, 128, 0, a);
+            const std::string what = " dk " + std::to_string(dk) + " T " + std::to_string(T);
+            expect("delta out" + what, O.get<float>((size_t)T * hv * dv), o, 1e-5, 1e-4);
+            expect("delta state" + what, S.get<float>(M.size()), M, 1e-5, 1e-4);
+        }
+    }
+}
+
+// RoPE, the KV store and split attention with its merge, positions read from device memory.
+static void test_attention() {
+    struct D {
+        int h, hkv, dh;
+    };
+    for (D dm : {D{4, 2, 64}, D{4, 1, 5}, D{2, 1, 256}, D{16, 4, 256}}) {
+        for (int T : {1, 3}) {
+            for (int pos : {0, 7, 130}) {
+                const int ctx = pos + T + 3, W = dm.hkv * dm.dh;
+                auto q = normals((size_t)T * dm.h * dm.dh), kc = normals((size_t)ctx * W), vc = normals((size_t)ctx * W);
+                auto knew = normals((size_t)T * W), vnew = normals((size_t)T * W);
+                std::vector<uint32_t> pv = {(uint32_t)pos};
+                Buf P = Buf::of(pv), K = Buf::of(kc), V = Buf::of(vc), KN = Buf::of(knew), VN = Buf::of(vnew);
+                // KV store of the T new rows.
+                Args s = args();
+                s.p[0] = KN.addr();
+                s.p[1] = VN.addr();
+                s.p[2] = K.addr();
+                s.p[3] = V.addr();
+                s.p[4] = P.addr();
+                s.n[0] = (long long)T * W;
+                s.n[1] = W;
+                s.n[2] = ctx;
+                emu_launch(kv_store, Dim3{1, 1, 1}, 256, 0, s);
+                for (int t = 0; t < T; ++t)
+                    for (int i = 0; i < W; ++i) {
+                        kc[(size_t)(pos + t) * W + i] = knew[(size_t)t * W + i];
+                        vc[(size_t)(pos + t) * W + i] = vnew[(size_t)t * W + i];
+                    }
+                const std::string what = " h " + std::to_string(dm.h) + "/" + std::to_string(dm.hkv) + " D " +
+                                         std::to_string(dm.dh) + " T " + std::to_string(T) + " pos " + std::to_string(pos);
+                expect("kv_store" + what, K.get<float>(kc.size()), std::vector<double>(kc.begin(), kc.end()), 0, 0);
+                // RoPE on q (n_rot = min(64, D) rounded down to even).
+                const int n_rot = std::min(64, dm.dh) / 2 * 2;
+                std::vector<double> qr(q.begin(), q.end());
+                for (int t = 0; t < T; ++t)
+                    for (int h = 0; h < dm.h; ++h)
+                        for (int i = 0; i < n_rot / 2; ++i) {
+                            const double f = std::pow(1e7, -2.0 * i / n_rot), an = (pos + t) * f;
+                            const float c = (float)std::cos(an), sn = (float)std::sin(an);
+                            double& a0 = qr[((size_t)t * dm.h + h) * dm.dh + i];
+                            double& a1 = qr[((size_t)t * dm.h + h) * dm.dh + i + n_rot / 2];
+                            const double x0 = a0, x1 = a1;
+                            a0 = x0 * c - x1 * sn;
+                            a1 = x0 * sn + x1 * c;
+                        }
+                Buf Q = Buf::of(q);
+                Args r = args();
+                r.p[0] = Q.addr();
+                r.p[1] = P.addr();
+                r.n[0] = dm.h;
+                r.n[1] = dm.dh;
+                r.n[2] = n_rot;
+                r.f[0] = 1e7f;
+                if (n_rot >= 2) emu_launch(rope_neox, Dim3{(unsigned)dm.h, (unsigned)T, 1}, std::clamp((n_rot / 2 + 31) / 32 * 32, 32, 256), 0, r);
+                auto qg = Q.get<float>(q.size());
+                expect("rope" + what, qg, qr, 1e-5, 1e-5);
+                // Attention over rows 0..pos+t of the caches.
+                std::vector<double> want((size_t)T * dm.h * dm.dh, 0.0);
+                const double scale = 1 / std::sqrt((double)dm.dh);
+                for (int t = 0; t < T; ++t)
+                    for (int h = 0; h < dm.h; ++h) {
+                        const int kvh = h / (dm.h / dm.hkv), n = pos + t + 1;
+                        std::vector<double> sc(n);
+                        double mx = -INFINITY, sum = 0;
+                        for (int j = 0; j < n; ++j) {
+                            double d = 0;
+                            for (int i = 0; i < dm.dh; ++i) d += (double)qg[((size_t)t * dm.h + h) * dm.dh + i] * kc[(size_t)j * W + kvh * dm.dh + i];
+                            sc[j] = d * scale;
+                            mx = std::max(mx, sc[j]);
+                        }
+                        for (int j = 0; j < n; ++j) sum += (sc[j] = std::exp(sc[j] - mx));
+                        for (int j = 0; j < n; ++j)
+                            for (int i = 0; i < dm.dh; ++i)
+                                want[((size_t)t * dm.h + h) * dm.dh + i] += sc[j] / sum * vc[(size_t)j * W + kvh * dm.dh + i];
+                    }
+                for (int S : {1, 3, 17}) {
+                    if (T > 1 && S > 1) continue;  // the backend splits only one-token steps
+                    Buf O(4 * want.size()), Part(4 * (size_t)T * dm.h * S * (dm.dh + 2));
+                    Args a = args();
+                    a.p[0] = Q.addr();
+                    a.p[1] = K.addr();
+                    a.p[2] = V.addr();
+                    a.p[3] = O.addr();
+                    a.p[4] = P.addr();
+                    a.p[5] = S > 1 ? Part.addr() : 0;
+                    a.n[0] = dm.h;
+                    a.n[1] = dm.hkv;
+                    a.n[2] = dm.dh;
+                    a.n[3] = S;
+                    a.n[4] = ctx;
+                    a.f[0] = (float)scale;
+                    emu_launch(attn_split, Dim3{(unsigned)dm.h, (unsigned)T, (unsigned)S}, 128, 0, a);
+                    if (S > 1) {
+                        Args c = args();
+                        c.p[0] = Part.addr();
+                        c.p[1] = O.addr();
+                        c.n[0] = dm.h;
+                        c.n[1] = dm.dh;
+                        c.n[2] = S;
+                        emu_launch(attn_combine, Dim3{(unsigned)dm.h, (unsigned)T, 1}, 128, 0, c);
+                    }
+                    expect("attention S " + std::to_string(S) + what, O.get<float>(want.size()), want, 5e-6, 1e-4);
+                }
+            }
+        }
+    }
+}
+
+static void test_route_argmax_elementwise() {
+    // MoE routing: softmax, top-k with ties to the lower index, renormalise, scale.
+    const int T = 3, E = 37, k = 5;
+    auto l = normals((size_t)T * E, 2.0f);
+    l[3] = l[9] = 9.0f;  // a tie in token 0
+    Buf L = Buf::of(l), I(4 * T * k), Wt(4 * T * k);
+    Args a = args();
+    a.p[0] = L.addr();
+    a.p[1] = I.addr();
+    a.p[2] = Wt.addr();
+    a.n[0] = E;
+    a.n[1] = k;
+    a.f[0] = 1.5f;
+    emu_launch(moe_route, Dim3{T, 1, 1}, 256, (size_t)E * 4 + (E + 3) / 4 * 4, a);
+    auto ids = I.get<uint32_t>(T * k);
+    auto ws = Wt.get<float>(T * k);
+    std::vector<double> wantw(T * k);
+    bool ids_ok = true;
+    for (int t = 0; t < T; ++t) {
+        std::vector<double> p(E);
+        double mx = -INFINITY, s = 0;
+        for (int e = 0; e < E; ++e) mx = std::max(mx, (double)l[t * E + e]);
+        for (int e = 0; e < E; ++e) s += (p[e] = std::exp(l[t * E + e] - mx));
+        std::vector<int> order(E);
+        for (int e = 0; e < E; ++e) order[e] = e;
+        std::stable_sort(order.begin(), order.end(), [&](int x, int y) { return p[x] > p[y]; });
+        double sel = 0;
+        for (int j = 0; j < k; ++j) sel += p[order[j]] / s;
+        for (int j = 0; j < k; ++j) {
+            ids_ok &= ids[t * k + j] == (uint32_t)order[j];
+            wantw[t * k + j] = p[order[j]] / s / sel * 1.5;
+        }
+    }
+    checks++;
+    if (!ids_ok) {
+        failures++;
+        printf("FAIL moe_route ids\n");
+    }
+    expect("moe_route weights", ws, wantw, 1e-7, 1e-5);
+
+    // argmax: ties, NaN, -inf, all-NaN rows (NON_FINITE), over a row longer than one block's chunk.
+    const int V = 10000, R = 5;
+    std::vector<float> x = normals((size_t)R * V);
+    x[7] = x[9000] = 50.0f;                           // row 0: tie -> 7
+    x[V + 0] = NAN, x[V + 5] = 60.0f;                 // row 1: NaN never wins -> 5
+    for (int i = 0; i < V; ++i) x[2 * V + i] = NAN;   // row 2: all NaN -> NON_FINITE
+    for (int i = 0; i < V; ++i) x[3 * V + i] = -INFINITY;
+    x[3 * V + 4444] = -1e30f;                         // row 3: one number among -inf -> 4444
+    x[4 * V + 6000] = INFINITY;                       // row 4: +inf wins -> 6000
+    const int parts = std::clamp((V + 4095) / 4096, 1, 1024), chunk = (V + parts - 1) / parts;
+    Buf X = Buf::of(x), Part(8 * R * parts), Out(4 * R);
+    Args p = args();
+    p.p[0] = X.addr();
+    p.p[1] = Part.addr();
+    p.n[0] = V;
+    p.n[1] = chunk;
+    emu_launch(argmax_partial, Dim3{(unsigned)parts, R, 1}, 256, 0, p);
+    Args f = args();
+    f.p[0] = Part.addr();
+    f.p[1] = Out.addr();
+    f.n[0] = parts;
+    emu_launch(argmax_final, Dim3{R, 1, 1}, 32, 0, f);
+    auto am = Out.get<uint32_t>(R);
+    checks++;
+    if (am != std::vector<uint32_t>{7, 5, 0xFFFFFFFFu, 4444, 6000}) {
+        failures++;
+        printf("FAIL argmax: %u %u %u %u %u\n", am[0], am[1], am[2], am[3], am[4]);
+    }
+
+    // split_qgate and gdn_gates.
+    const int T2 = 3, H = 2, Dh = 5, n = T2 * H * Dh;
+    auto qg = normals(2 * n);
+    Buf QG = Buf::of(qg), Q(4 * n), Gt(4 * n);
+    Args s = args();
+    s.p[0] = QG.addr();
+    s.p[1] = Q.addr();
+    s.p[2] = Gt.addr();
+    s.n[0] = n;
+    s.n[1] = Dh;
+    emu_launch(split_qgate, Dim3{1, 1, 1}, 256, 0, s);
+    std::vector<double> wq(n), wg(n);
+    for (int hh = 0; hh < T2 * H; ++hh)
+        for (int i = 0; i < Dh; ++i) {
+            wq[hh * Dh + i] = qg[2 * hh * Dh + i];
+            wg[hh * Dh + i] = qg[2 * hh * Dh + Dh + i];
+        }
+    expect("split_qgate q", Q.get<float>(n), wq, 0, 0);
+    expect("split_qgate gate", Gt.get<float>(n), wg, 0, 0);
+}
+
+int main(int argc, char** argv) {
+    // Optional filter: run only the groups whose name contains argv[1].
+    const std::string only = argc > 1 ? argv[1] : "";
+    auto want = [&](const char* g) { return only.empty() || std::string(g).find(only) != std::string::npos; };
+    if (want("matvec")) {
+        test_matvec<FmtQ4_K>("Q4_K", matvec_Q4_K, matvec_glu_Q4_K, matmul_tiled_Q4_K, embed_Q4_K, 768);
+        test_matvec<FmtQ6_K>("Q6_K", matvec_Q6_K, matvec_glu_Q6_K, matmul_tiled_Q6_K, embed_Q6_K, 512);
+        test_matvec<FmtQ8_0>("Q8_0", matvec_Q8_0, matvec_glu_Q8_0, matmul_tiled_Q8_0, embed_Q8_0, 96);
+        test_matvec<FmtQ5_0>("Q5_0", matvec_Q5_0, matvec_glu_Q5_0, matmul_tiled_Q5_0, embed_Q5_0, 4096);
+        test_matvec<FmtF32>("F32", matvec_F32, matvec_glu_F32, matmul_tiled_F32, embed_F32, 37);
+        test_matvec<FmtF16>("F16", matvec_F16, matvec_glu_F16, matmul_tiled_F16, embed_F16, 100);
+    }
+    if (want("moe")) {
+        test_moe<FmtQ4_K>("Q4_K", matvec_glu_Q4_K, matvec_Q4_K, 256, 512);
+        test_moe<FmtQ8_0>("Q8_0", matvec_glu_Q8_0, matvec_Q8_0, 64, 96);
+    }
+    if (want("norm")) test_norms();
+    if (want("conv")) test_conv();
+    if (want("delta")) test_delta();
+    if (want("attention")) test_attention();
+    if (want("route")) test_route_argmax_elementwise();
+    printf("%d checks, %d failed\n", checks, failures);
+    return failures ? 1 : 0;
+}

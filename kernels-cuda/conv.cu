@@ -1,0 +1,72 @@
+// conv.cu: the causal depthwise conv1d + SiLU of the Gated DeltaNet layer (spec/MODEL.md 5.3),
+// continuing from and updating the rolling state, and its fusion with the q/k L2 norm.
+//
+// Conceptually X = [state (K-1 rows) | x (T rows)] along time; out[t][c] = silu(sum_j w[c][j] *
+// X[t+j][c]) and the new state is the last K-1 rows of X. Each channel is independent, so one
+// thread owns a channel for all T tokens; it reads X straight from the state and x buffers.
+#include "common.cuh"
+
+// X[r][c] of the concatenation [state | x].
+__device__ __forceinline__ float conv_in(const float* state, const float* x, int r, int c, int C, int K) {
+    return r < K - 1 ? state[(size_t)r * C + c] : x[(size_t)(r - (K - 1)) * C + c];
+}
+
+// silu(sum_j w[c][j] * X[t + j][c]), summed in tap order like the CPU reference.
+__device__ __forceinline__ float conv_at(const float* state, const float* x, const float* w, int t, int c, int C, int K) {
+    float y = 0.0f;
+    for (int j = 0; j < K; ++j) y = __fadd_rn(y, __fmul_rn(w[(size_t)c * K + j], conv_in(state, x, t + j, c, C, K)));
+    return siluf_(y);
+}
+
+// Rows T .. T+K-2 of X become the state. Written in increasing row order: row r reads X[T + r],
+// which is either x or a state row above r, never one already overwritten.
+__device__ __forceinline__ void conv_shift_state(float* state, const float* x, int T, int c, int C, int K) {
+    for (int r = 0; r < K - 1; ++r) state[(size_t)r * C + c] = conv_in(state, x, T + r, c, C, K);
+}
+
+// Slots: p0 x [T, C], p1 w [C, K], p2 state [K-1, C], p3 out [T, C]; n0 T, n1 C, n2 K.
+// Grid: ceil(C / 256); block 256.
+KERNEL void conv1d_silu(const Args a) {
+    kernel_start();
+    const float* x = reinterpret_cast<const float*>(a.p[0]);
+    const float* w = reinterpret_cast<const float*>(a.p[1]);
+    float* state = reinterpret_cast<float*>(a.p[2]);
+    float* out = reinterpret_cast<float*>(a.p[3]);
+    const int T = (int)a.n[0], C = (int)a.n[1], K = (int)a.n[2];
+    const int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    for (int t = 0; t < T; ++t) out[(size_t)t * C + c] = conv_at(state, x, w, t, c, C, K);
+    conv_shift_state(state, x, T, c, C, K);
+}
+
+// conv1d_silu, then the L2 norm of every q and k head (dk channels each; q heads also scaled by
+// 1/sqrt(dk)). A block owns one head's channels (blockDim = dk rounded up to 32): blocks
+// 0 .. 2hk-1 are the q and k heads, the rest cover the v channels in slices of blockDim, which
+// are not normalised. The per-token sum of squares of a head is a block reduction.
+// Slots: as conv1d_silu, plus n3 hk, n4 dk; f0 eps.
+KERNEL void conv1d_silu_l2qk(const Args a) {
+    kernel_start();
+    __shared__ float sh[32];
+    const float* x = reinterpret_cast<const float*>(a.p[0]);
+    const float* w = reinterpret_cast<const float*>(a.p[1]);
+    float* state = reinterpret_cast<float*>(a.p[2]);
+    float* out = reinterpret_cast<float*>(a.p[3]);
+    const int T = (int)a.n[0], C = (int)a.n[1], K = (int)a.n[2], hk = (int)a.n[3], dk = (int)a.n[4];
+    const float eps = a.f[0];
+    const int h = blockIdx.x;
+    const bool qk = h < 2 * hk;
+    // Channel of this thread: inside head h for q/k blocks, else in the v slice h - 2hk.
+    const int c = qk ? h * dk + (int)threadIdx.x : 2 * hk * dk + (h - 2 * hk) * (int)blockDim.x + (int)threadIdx.x;
+    const bool live = qk ? (int)threadIdx.x < dk : c < C;
+    const float qscale = h < hk ? 1.0f / sqrtf((float)dk) : 1.0f;
+    for (int t = 0; t < T; ++t) {
+        const float y = live ? conv_at(state, x, w, t, c, C, K) : 0.0f;
+        float v = y;
+        if (qk) {
+            const float ss = block_sum(y * y, sh);  // every thread of the block takes part
+            v = y * ((1.0f / sqrtf(ss + eps)) * qscale);
+        }
+        if (live) out[(size_t)t * C + c] = v;
+    }
+    if (live) conv_shift_state(state, x, T, c, C, K);
+}

@@ -1,0 +1,178 @@
+// matvec.cuh: matrix-vector products on weights in their GGUF block formats (the decode path, and
+// the expert products of MoE at any batch size).
+//
+//   out[v][o] = sum_i W[o][i] * x[v][i]          for each output vector v (grid.y)
+//
+// Decode is memory-bound: for one token the time is the weight bytes read. So each weight byte is
+// read once, with 16-byte loads (formats.cuh), whole units of 32 elements are decoded in registers
+// and each activation unit is loaded once per thread and reused for all the rows the thread owns.
+//
+// Work split of a block (256 threads): thread t = (rg, ut) with ut = t % UT the *unit lane* and
+// rg = t / UT the *row group* (RG = 256 / UT groups). The block owns RG * RPT consecutive rows;
+// thread (rg, ut) owns rows rg, rg + RG, ... (RPT of them) and units ut, ut + UT, ... of each.
+// With UT >= 32 a warp reads 32 consecutive units of one row: contiguous bytes. The partial sums
+// of a row are reduced over the UT threads of its group (warp shuffles, then shared memory).
+//
+// The activations are copied once per block into shared memory, padded to 36 floats per unit so
+// that the 16-byte reads of 8 consecutive units hit different banks; when they do not fit
+// (very long rows, many MoE vectors) they are read from global memory instead (x_in_smem = 0).
+//
+// Batching (grid.y = output vectors, all uniform over a block):
+//   - dense T tokens:    vector v uses x[v], W, writes out[v];
+//   - MoE gate/up (GLU): entry b = t*k + j uses x[b / k], expert ids[b] (W and W2), writes
+//                        out[b] = silu(W_gate x) * (W_up x);
+//   - MoE down (nsum = k): out[t] = sum_j scales[t*k+j] * W_{ids[t*k+j]} x[t*k+j], summed in a
+//                        fixed order inside the block (no atomics: reproducible).
+// Expert ids at or past n_experts contribute nothing (the CPU backend rejects them).
+#pragma once
+
+#include "formats.cuh"
+
+#define MV_THREADS 256
+#define MV_RPT_MAX 8  // rows per thread, plain products
+#define MV_RPT_MAX_GLU 4  // rows per thread with two weights (gate and up)
+#define MV_XPAD 36  // floats per unit in shared memory (32 + 4 of padding)
+
+// Slots: p0 W, p1 W2 (GLU up weights or 0), p2 x, p3 out, p4 expert ids (u32) or 0, p5 scales or 0.
+//        n0 n_out, n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts, n5 x_group, n6 nsum,
+//        n7 UT, n8 RPT, n9 x_in_smem, n10 out_stride (floats), n11 x_stride (floats).
+template <class F, bool GLU>
+__device__ __forceinline__ void matvec(const Args& a) {
+    constexpr int RPT_MAX = GLU ? MV_RPT_MAX_GLU : MV_RPT_MAX;
+    DYNAMIC_SMEM(float4, smem4);
+    float* xs = reinterpret_cast<float*>(smem4);
+    __shared__ float red[MV_THREADS / 32][RPT_MAX * (GLU ? 2 : 1)];
+
+    const uint8_t* W = reinterpret_cast<const uint8_t*>(a.p[0]);
+    const uint8_t* W2 = reinterpret_cast<const uint8_t*>(a.p[1]);
+    const float* X = reinterpret_cast<const float*>(a.p[2]);
+    float* out = reinterpret_cast<float*>(a.p[3]);
+    const uint32_t* ids = reinterpret_cast<const uint32_t*>(a.p[4]);
+    const float* scales = reinterpret_cast<const float*>(a.p[5]);
+    const int n_out = (int)a.n[0], n_in = (int)a.n[1];
+    const size_t row_bytes = (size_t)a.n[2], expert_bytes = (size_t)a.n[3];
+    const uint32_t n_experts = (uint32_t)a.n[4];
+    const int x_group = (int)a.n[5], nsum = (int)a.n[6];
+    const int UT = (int)a.n[7], RPT = (int)a.n[8];
+    const bool x_in_smem = a.n[9] != 0;
+    const size_t out_stride = (size_t)a.n[10], x_stride = (size_t)a.n[11];
+
+    const int t = threadIdx.x, ut = t % UT, rg = t / UT, RG = MV_THREADS / UT;
+    const int rows_per_block = RG * RPT;
+    const int row0 = blockIdx.x * rows_per_block;
+    const int ov = blockIdx.y;  // output vector
+    const int units = (n_in + 31) / 32;
+
+    // Dense weights do not depend on earlier kernels: start pulling this block's rows into L2
+    // while the previous kernel finishes (programmatic dependent launch).
+    if (ids == nullptr) {
+        const int rows = min(rows_per_block, n_out - row0);
+        const size_t bytes = (size_t)rows * row_bytes;
+        const uint8_t* base = W + (size_t)row0 * row_bytes;
+        for (size_t off = (size_t)t * 128; off < bytes; off += (size_t)MV_THREADS * 128) {
+            prefetch_l2(base + off);
+            if (GLU) prefetch_l2(W2 + (size_t)row0 * row_bytes + off);
+        }
+    }
+    kernel_start();
+
+    // The activation vectors of this block, one per summed entry.
+    if (x_in_smem) {
+        for (int j = 0; j < nsum; ++j) {
+            const float* xv = X + (size_t)((ov * nsum + j) / x_group) * x_stride;
+            float* dst = xs + (size_t)j * units * MV_XPAD;
+            for (int i = t; i < units * 32; i += MV_THREADS) dst[(i / 32) * MV_XPAD + (i % 32)] = i < n_in ? xv[i] : 0.0f;
+        }
+        __syncthreads();
+    }
+
+    float acc[RPT_MAX], accu[RPT_MAX];
+#pragma unroll
+    for (int i = 0; i < RPT_MAX; ++i) acc[i] = accu[i] = 0.0f;
+
+    for (int j = 0; j < nsum; ++j) {
+        const int b = ov * nsum + j;
+        uint32_t e = 0;
+        if (ids != nullptr) {
+            e = ids[b];
+            if (e >= n_experts) continue;  // uniform over the block
+        }
+        const uint8_t* We = W + (size_t)e * expert_bytes;
+        const uint8_t* W2e = GLU ? W2 + (size_t)e * expert_bytes : nullptr;
+        const float* xg = X + (size_t)(b / x_group) * x_stride;
+        const float* xsj = xs + (size_t)j * units * MV_XPAD;
+        float sg[RPT_MAX], su[RPT_MAX];
+#pragma unroll
+        for (int i = 0; i < RPT_MAX; ++i) sg[i] = su[i] = 0.0f;
+
+        for (int u = ut; u < units; u += UT) {
+            // This unit's 32 activations.
+            float xr[32];
+            if (x_in_smem) {
+                const float4* p = reinterpret_cast<const float4*>(xsj + (size_t)u * MV_XPAD);
+#pragma unroll
+                for (int q = 0; q < 8; ++q) {
+                    const float4 v = p[q];
+                    xr[4 * q] = v.x;
+                    xr[4 * q + 1] = v.y;
+                    xr[4 * q + 2] = v.z;
+                    xr[4 * q + 3] = v.w;
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < 32; ++i) xr[i] = (32 * u + i < n_in) ? xg[32 * u + i] : 0.0f;
+            }
+            // Sums of each half unit, for the formats with an additive constant per half.
+            float2 sx = make_float2(0.0f, 0.0f);
+#pragma unroll
+            for (int i = 0; i < 16; ++i) {
+                sx.x += xr[i];
+                sx.y += xr[16 + i];
+            }
+
+#pragma unroll
+            for (int i = 0; i < RPT_MAX; ++i) {
+                const int row = row0 + rg + RG * i;
+                if (i < RPT && row < n_out) {
+                    sg[i] += dot_unit<F>(We + (size_t)row * row_bytes, u, n_in, xr, sx);
+                    if (GLU) su[i] += dot_unit<F>(W2e + (size_t)row * row_bytes, u, n_in, xr, sx);
+                }
+            }
+        }
+        const float s = scales != nullptr ? scales[b] : 1.0f;
+#pragma unroll
+        for (int i = 0; i < RPT_MAX; ++i) {
+            acc[i] += s * sg[i];
+            if (GLU) accu[i] += s * su[i];
+        }
+    }
+
+    // Reduce each row over the UT threads of its group: within warps, then across the UT/32 warps.
+    const int w = t / 32, lane = t % 32;
+#pragma unroll
+    for (int i = 0; i < RPT_MAX; ++i) {
+        if (i < RPT) {
+            const float g = warp_sum(acc[i]);
+            const float v = GLU ? warp_sum(accu[i]) : 0.0f;
+            if (lane == 0) {
+                red[w][i] = g;
+                if (GLU) red[w][RPT_MAX + i] = v;
+            }
+        }
+    }
+    __syncthreads();
+    const int warps_per_group = UT / 32 > 0 ? UT / 32 : 1;
+    if (t < rows_per_block) {
+        const int g_ = t % RG, i = t / RG;  // local row t = g_ + RG * i
+        const int row = row0 + t;
+        if (row < n_out) {
+            float g = 0.0f, v = 0.0f;
+            for (int k = 0; k < warps_per_group; ++k) {
+                g += red[g_ * warps_per_group + k][i];
+                if (GLU) v += red[g_ * warps_per_group + k][RPT_MAX + i];
+            }
+            out[(size_t)ov * out_stride + row] = GLU ? siluf_(g) * v : g;
+        }
+    }
+}
+

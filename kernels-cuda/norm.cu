@@ -1,0 +1,73 @@
+// norm.cu: RMSNorm (plain, fused with the residual add, gated) and the per-head L2 norm of q/k.
+//
+// One block per group of d values (a token's hidden vector, or one head). Each thread strides
+// over the group; the sum of squares is a block reduction. Values are computed as the CPU
+// reference writes them: s = 1 / sqrt(mean(x^2) + eps), y = (x * s) * w (two roundings).
+#include "common.cuh"
+
+// 1 / sqrt(sum(x^2)/d + eps) over the group at x.
+__device__ __forceinline__ float rms_scale(const float* x, int d, float eps, float* sh) {
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) ss = fmaf(x[i], x[i], ss);
+    ss = block_sum(ss, sh);
+    return 1.0f / sqrtf(ss / (float)d + eps);
+}
+
+// out = rms_norm(x; w). Slots: p0 x, p1 w [d], p2 out; n0 d; f0 eps. Grid: groups.
+KERNEL void rms_norm(const Args a) {
+    kernel_start();
+    __shared__ float sh[32];
+    const int d = (int)a.n[0];
+    const float* x = reinterpret_cast<const float*>(a.p[0]) + (size_t)blockIdx.x * d;
+    const float* w = reinterpret_cast<const float*>(a.p[1]);
+    float* out = reinterpret_cast<float*>(a.p[2]) + (size_t)blockIdx.x * d;
+    const float s = rms_scale(x, d, a.f[0], sh);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) out[i] = __fmul_rn(__fmul_rn(x[i], s), w[i]);
+}
+
+// acc += x; out = rms_norm(acc; w). Slots: p0 acc, p1 x, p2 w, p3 out; n0 d; f0 eps.
+KERNEL void add_rms_norm(const Args a) {
+    kernel_start();
+    __shared__ float sh[32];
+    const int d = (int)a.n[0];
+    float* acc = reinterpret_cast<float*>(a.p[0]) + (size_t)blockIdx.x * d;
+    const float* x = reinterpret_cast<const float*>(a.p[1]) + (size_t)blockIdx.x * d;
+    const float* w = reinterpret_cast<const float*>(a.p[2]);
+    float* out = reinterpret_cast<float*>(a.p[3]) + (size_t)blockIdx.x * d;
+    // Each thread adds and later reads back only its own elements: no barrier needed between.
+    for (int i = threadIdx.x; i < d; i += blockDim.x) acc[i] = acc[i] + x[i];
+    const float s = rms_scale(acc, d, a.f[0], sh);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) out[i] = __fmul_rn(__fmul_rn(acc[i], s), w[i]);
+}
+
+// out = rms_norm(x; w) * silu(z). Slots: p0 x, p1 z, p2 w [d], p3 out; n0 d; f0 eps.
+KERNEL void gated_rms_norm(const Args a) {
+    kernel_start();
+    __shared__ float sh[32];
+    const int d = (int)a.n[0];
+    const size_t o = (size_t)blockIdx.x * d;
+    const float* x = reinterpret_cast<const float*>(a.p[0]) + o;
+    const float* z = reinterpret_cast<const float*>(a.p[1]) + o;
+    const float* w = reinterpret_cast<const float*>(a.p[2]);
+    float* out = reinterpret_cast<float*>(a.p[3]) + o;
+    const float s = rms_scale(x, d, a.f[0], sh);
+    for (int i = threadIdx.x; i < d; i += blockDim.x)
+        out[i] = __fmul_rn(__fmul_rn(__fmul_rn(x[i], s), w[i]), siluf_(z[i]));
+}
+
+// In place on u [T, conv_dim]: every q and k head (the first 2*hk groups of dk of a row) times
+// 1/sqrt(sum(x^2) + eps), q heads also times 1/sqrt(dk). Slots: p0 u; n0 conv_dim, n1 hk, n2 dk;
+// f0 eps. Grid: (2*hk, T).
+KERNEL void l2_norm_qk(const Args a) {
+    kernel_start();
+    __shared__ float sh[32];
+    const int cd = (int)a.n[0], hk = (int)a.n[1], dk = (int)a.n[2];
+    const int h = blockIdx.x;
+    float* x = reinterpret_cast<float*>(a.p[0]) + (size_t)blockIdx.y * cd + (size_t)h * dk;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) ss = fmaf(x[i], x[i], ss);
+    ss = block_sum(ss, sh);
+    float s = 1.0f / sqrtf(ss + a.f[0]);
+    if (h < hk) s *= 1.0f / sqrtf((float)dk);
+    for (int i = threadIdx.x; i < dk; i += blockDim.x) x[i] = x[i] * s;
+}

@@ -1,0 +1,434 @@
+//! CUDA backend: kernels from `kernels-cuda/` (compiled by nvcc in build.rs, embedded as fatbins)
+//! on one stream of the first NVIDIA GPU, through the driver API (cudarc's raw bindings).
+//!
+//! - Buffers are plain device allocations; weights keep their GGUF block bytes (every format the
+//!   CPU backend reads) and the kernels decode them in registers.
+//! - Every op is one or a few kernel launches on the stream (`launch.rs`); a decode step can be
+//!   recorded and replayed as a CUDA graph (`step_begin`/`step_end`), and kernels start early
+//!   under programmatic dependent launch on Hopper (they wait for their inputs in-kernel).
+//! - Precision: everything is f32 arithmetic on exactly dequantized weights, the strict tier
+//!   (`Precision::Exact`); there is no faster tier yet, so `Fast` also runs exact.
+//! - `RILL_PROFILE=1` times every kernel with CUDA events and prints a per-kernel and per-phase
+//!   summary at exit (steps then run unrecorded). `RILL_CUDA_GRAPHS=0` / `RILL_CUDA_PDL=0` turn
+//!   off graphs / dependent launch.
+
+mod buffer;
+mod driver;
+mod kernels;
+mod launch;
+mod ops;
+mod profile;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
+
+use crate::backend::{AttnDims, Backend, DType, GdnDims, Pos, Precision, ReadFuture, StepMode, Tensor, WeightData};
+use crate::error::Result;
+use driver::{cuda_err, DevPtr, Device, Stream};
+use kernels::Kernels;
+use launch::{GraphCache, Recording};
+use profile::Profiler;
+
+/// Scratch memory owned by the backend for kernels' intermediates (attention partials, argmax
+/// partials, MoE hidden rows), by purpose. It only grows; an outgrown allocation is kept until the
+/// backend goes, because a recorded step may still use it.
+#[derive(Default)]
+struct Workspaces {
+    slots: HashMap<&'static str, (DevPtr, usize)>,
+    retired: Vec<DevPtr>,
+}
+
+/// State shared by the backend handle and its buffers (which free themselves through it).
+pub(crate) struct Inner {
+    stream: Stream,
+    /// Private stream for capturing recorded steps into graphs.
+    capture: Mutex<Stream>,
+    kernels: Kernels,
+    recordings: Mutex<HashMap<ThreadId, Recording>>,
+    recording_threads: AtomicUsize,
+    graphs: Mutex<GraphCache>,
+    workspaces: Mutex<Workspaces>,
+    profile: Option<Profiler>,
+    pdl: AtomicBool,
+    /// Dependent launch inside captured graphs (dropped if a capture with it fails).
+    graph_pdl: AtomicBool,
+    graphs_enabled: bool,
+    next_id: AtomicU64,
+    /// Declared last: dropped (the context released) after everything above.
+    dev: Device,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if self.dev.bind().is_err() {
+            return;
+        }
+        let _ = self.stream.sync();
+        if let Ok(mut g) = self.graphs.lock() {
+            *g = GraphCache::default();
+        }
+        if let Ok(mut w) = self.workspaces.lock() {
+            for (p, _) in w.slots.values() {
+                driver::mem_free(*p);
+            }
+            for p in w.retired.drain(..) {
+                driver::mem_free(p);
+            }
+        }
+    }
+}
+
+impl Inner {
+    /// Device scratch of at least `bytes` for `purpose` (see `Workspaces`).
+    pub(crate) fn workspace(&self, purpose: &'static str, bytes: usize) -> Result<DevPtr> {
+        let mut w = self
+            .workspaces
+            .lock()
+            .map_err(|_| cuda_err("workspace lock poisoned"))?;
+        if let Some(&(p, n)) = w.slots.get(purpose) {
+            if n >= bytes {
+                return Ok(p);
+            }
+        }
+        self.dev.bind()?;
+        let size = bytes.max(1 << 16).next_power_of_two();
+        let p = match driver::mem_alloc(size) {
+            Ok(p) => p,
+            Err(Some(e)) => return Err(e),
+            Err(None) => {
+                return Err(crate::Error::OutOfMemory {
+                    what: format!("cuda scratch for {purpose}"),
+                    needed: size as u64,
+                    available: self.dev.mem_info().map(|m| m.0).unwrap_or(0),
+                })
+            }
+        };
+        if let Some((old, _)) = w.slots.insert(purpose, (p, size)) {
+            w.retired.push(old);
+        }
+        Ok(p)
+    }
+}
+
+/// The CUDA backend (device 0).
+pub struct CudaBackend {
+    inner: Arc<Inner>,
+}
+
+fn env_off(name: &str) -> bool {
+    std::env::var(name).is_ok_and(|v| v == "0")
+}
+
+/// How a CUDA backend runs its work (defaults from the environment, see the module doc).
+#[derive(Debug, Clone, Copy)]
+pub struct CudaOptions {
+    /// Record one-token steps and replay them as CUDA graphs.
+    pub graphs: bool,
+    /// Programmatic dependent launch (compute capability 9.0 and newer).
+    pub dependent_launch: bool,
+}
+
+impl Default for CudaOptions {
+    fn default() -> Self {
+        CudaOptions {
+            graphs: !env_off("RILL_CUDA_GRAPHS"),
+            dependent_launch: !env_off("RILL_CUDA_PDL"),
+        }
+    }
+}
+
+/// Counters of recorded steps (tests check that replay really happens).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GraphStats {
+    /// Steps captured into graphs.
+    pub recorded: u64,
+    /// Steps replayed from a graph.
+    pub replayed: u64,
+    /// Graphs held now.
+    pub cached: usize,
+}
+
+impl CudaBackend {
+    /// Open the first NVIDIA GPU. Without a driver this is a clean error, never a panic.
+    pub fn new() -> Result<CudaBackend> {
+        Self::with_options(CudaOptions::default())
+    }
+
+    /// `new` with explicit options.
+    pub fn with_options(opts: CudaOptions) -> Result<CudaBackend> {
+        if !driver::driver_present() {
+            return Err(cuda_err(
+                "no NVIDIA driver found (libcuda could not be loaded); use --backend cpu or wgpu",
+            ));
+        }
+        let dev = Device::open(0)?;
+        let kernels = Kernels::load(dev.max_smem_optin)?;
+        let profiling = std::env::var_os("RILL_PROFILE").is_some_and(|v| v == "1");
+        let inner = Inner {
+            stream: Stream::new()?,
+            capture: Mutex::new(Stream::new()?),
+            kernels,
+            recordings: Mutex::new(HashMap::new()),
+            recording_threads: AtomicUsize::new(0),
+            graphs: Mutex::new(GraphCache::default()),
+            workspaces: Mutex::new(Workspaces::default()),
+            profile: profiling.then(Profiler::new),
+            // Programmatic dependent launch needs compute capability 9.0; profiling times kernels
+            // one at a time, so it runs them strictly in order.
+            pdl: AtomicBool::new(dev.cc.0 >= 9 && !profiling && opts.dependent_launch),
+            graph_pdl: AtomicBool::new(true),
+            graphs_enabled: !profiling && opts.graphs,
+            next_id: AtomicU64::new(1),
+            dev,
+        };
+        Ok(CudaBackend { inner: Arc::new(inner) })
+    }
+}
+
+impl CudaBackend {
+    pub fn graph_stats(&self) -> GraphStats {
+        self.inner.graph_stats()
+    }
+}
+
+impl Drop for CudaBackend {
+    fn drop(&mut self) {
+        if let Some(p) = &self.inner.profile {
+            if self.inner.sync().is_ok() {
+                let r = p.report();
+                if !r.is_empty() {
+                    eprint!("{r}");
+                }
+            }
+        }
+    }
+}
+
+/// Shared handle for `backend::create`.
+pub fn create() -> Result<Arc<dyn Backend>> {
+    Ok(Arc::new(CudaBackend::new()?))
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        "cuda"
+    }
+
+    fn device_name(&self) -> String {
+        let d = &self.inner.dev;
+        format!(
+            "{} (sm_{}{}, {} SMs, {:.1} GiB)",
+            d.name,
+            d.cc.0,
+            d.cc.1,
+            d.sms,
+            d.total_mem as f64 / (1u64 << 30) as f64
+        )
+    }
+
+    fn driver_info(&self) -> String {
+        let v = self.inner.dev.driver_version;
+        let on = |b: bool| if b { "on" } else { "off" };
+        format!(
+            "CUDA driver {}.{}, graphs {}, dependent launch {}, {} kernel modules",
+            v / 1000,
+            (v % 1000) / 10,
+            on(self.inner.graphs_enabled),
+            on(self.inner.pdl.load(std::sync::atomic::Ordering::Relaxed)),
+            self.inner.kernels.module_names().len()
+        )
+    }
+
+    fn precision(&self) -> Precision {
+        Precision::Exact
+    }
+
+    fn memory_available(&self) -> Option<u64> {
+        self.inner.dev.mem_info().ok().map(|m| m.0)
+    }
+
+    fn alloc(&self, dtype: DType, shape: &[usize]) -> Result<Tensor> {
+        self.inner.alloc(dtype, shape)
+    }
+    fn upload_f32(&self, data: &[f32], shape: &[usize]) -> Result<Tensor> {
+        self.inner
+            .upload(DType::F32, shape, bytemuck::cast_slice(data), data.len())
+    }
+    fn upload_u32(&self, data: &[u32], shape: &[usize]) -> Result<Tensor> {
+        self.inner
+            .upload(DType::U32, shape, bytemuck::cast_slice(data), data.len())
+    }
+    fn upload_weight(&self, w: &WeightData) -> Result<Tensor> {
+        self.inner.upload_weight(w)
+    }
+    fn write_u32(&self, t: &Tensor, data: &[u32]) -> Result<()> {
+        self.inner.write(t, DType::U32, bytemuck::cast_slice(data), data.len())
+    }
+    fn read_f32(&self, t: &Tensor) -> Result<Vec<f32>> {
+        let b = self.inner.read(t, DType::F32)?;
+        Ok(b.chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+    fn read_u32(&self, t: &Tensor) -> Result<Vec<u32>> {
+        let b = self.inner.read(t, DType::U32)?;
+        Ok(b.chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+    fn read_f32_async<'a>(&'a self, t: &'a Tensor) -> ReadFuture<'a, Vec<f32>> {
+        Box::pin(std::future::ready(self.read_f32(t)))
+    }
+    fn read_u32_async<'a>(&'a self, t: &'a Tensor) -> ReadFuture<'a, Vec<u32>> {
+        Box::pin(std::future::ready(self.read_u32(t)))
+    }
+    fn zero(&self, t: &Tensor) -> Result<()> {
+        self.inner.zero(t)
+    }
+    fn copy(&self, src: &Tensor, dst: &Tensor) -> Result<()> {
+        self.inner.copy(src, dst)
+    }
+    fn copy_rows(&self, src: &Tensor, src_row: usize, dst: &Tensor, dst_row: usize, n: usize) -> Result<()> {
+        self.inner.copy_rows(src, src_row, dst, dst_row, n)
+    }
+    fn sync(&self) -> Result<()> {
+        self.inner.sync()
+    }
+
+    fn step_begin(&self, key: u64) -> Result<StepMode> {
+        self.inner.step_begin(key)
+    }
+    fn step_end(&self, key: u64, ok: bool) -> Result<()> {
+        self.inner.step_end(key, ok)
+    }
+
+    fn embed(&self, table: &Tensor, ids: &Tensor, out: &Tensor) -> Result<()> {
+        ops::linear::embed(&self.inner, table, ids, out)
+    }
+    fn matmul(&self, w: &Tensor, x: &Tensor, out: &Tensor) -> Result<()> {
+        ops::linear::matmul(&self.inner, w, x, out)
+    }
+    fn rms_norm(&self, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
+        ops::norm::rms_norm(&self.inner, x, w, eps, out)
+    }
+    fn add_assign(&self, acc: &Tensor, x: &Tensor) -> Result<()> {
+        ops::eltwise::add_assign(&self.inner, acc, x)
+    }
+    fn add_rms_norm(&self, acc: &Tensor, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
+        ops::norm::add_rms_norm(&self.inner, acc, x, w, eps, out)
+    }
+    fn swiglu(&self, gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<()> {
+        ops::eltwise::swiglu(&self.inner, gate, up, out)
+    }
+    fn matmul_swiglu(
+        &self,
+        w_gate: &Tensor,
+        w_up: &Tensor,
+        x: &Tensor,
+        gate_tmp: &Tensor,
+        up_tmp: &Tensor,
+        out: &Tensor,
+    ) -> Result<()> {
+        ops::linear::matmul_swiglu(&self.inner, w_gate, w_up, x, gate_tmp, up_tmp, out)
+    }
+    fn sigmoid_mul_assign(&self, x: &Tensor, gate: &Tensor) -> Result<()> {
+        ops::eltwise::sigmoid_mul_assign(&self.inner, x, gate)
+    }
+    fn sigmoid_scale_add(&self, acc: &Tensor, x: &Tensor, gate_logit: &Tensor) -> Result<()> {
+        ops::eltwise::sigmoid_scale_add(&self.inner, acc, x, gate_logit)
+    }
+    fn conv1d_causal_silu(&self, x: &Tensor, w: &Tensor, state: &Tensor, out: &Tensor) -> Result<()> {
+        ops::conv::conv1d_causal_silu(&self.inner, x, w, state, out)
+    }
+    fn conv1d_silu_l2qk(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        state: &Tensor,
+        out: &Tensor,
+        dims: GdnDims,
+        eps: f32,
+    ) -> Result<()> {
+        ops::conv::conv1d_silu_l2qk(&self.inner, x, w, state, out, dims, eps)
+    }
+    fn gdn_gates(
+        &self,
+        a: &Tensor,
+        b: &Tensor,
+        ssm_a: &Tensor,
+        dt_bias: &Tensor,
+        g_out: &Tensor,
+        beta_out: &Tensor,
+    ) -> Result<()> {
+        ops::eltwise::gdn_gates(&self.inner, a, b, ssm_a, dt_bias, g_out, beta_out)
+    }
+    fn l2_norm_qk(&self, u: &Tensor, dims: GdnDims, eps: f32) -> Result<()> {
+        ops::norm::l2_norm_qk(&self.inner, u, dims, eps)
+    }
+    fn delta_rule_recurrent(
+        &self,
+        u: &Tensor,
+        g: &Tensor,
+        beta: &Tensor,
+        state: &Tensor,
+        out: &Tensor,
+        dims: GdnDims,
+    ) -> Result<()> {
+        ops::delta::delta_rule(&self.inner, "delta_rule_recurrent", u, g, beta, state, out, dims)
+    }
+    fn delta_rule_chunked(
+        &self,
+        u: &Tensor,
+        g: &Tensor,
+        beta: &Tensor,
+        state: &Tensor,
+        out: &Tensor,
+        dims: GdnDims,
+    ) -> Result<()> {
+        ops::delta::delta_rule(&self.inner, "delta_rule_chunked", u, g, beta, state, out, dims)
+    }
+    fn gated_rms_norm(&self, x: &Tensor, z: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
+        ops::norm::gated_rms_norm(&self.inner, x, z, w, eps, out)
+    }
+    fn split_qgate(&self, qg: &Tensor, head_dim: usize, q: &Tensor, gate: &Tensor) -> Result<()> {
+        ops::eltwise::split_qgate(&self.inner, qg, head_dim, q, gate)
+    }
+    fn rope_neox(&self, x: &Tensor, head_dim: usize, n_rot: usize, theta: f32, pos: Pos) -> Result<()> {
+        ops::attention::rope_neox(&self.inner, x, head_dim, n_rot, theta, pos)
+    }
+    fn kv_store(&self, k: &Tensor, v: &Tensor, k_cache: &Tensor, v_cache: &Tensor, pos: Pos) -> Result<()> {
+        ops::attention::kv_store(&self.inner, k, v, k_cache, v_cache, pos)
+    }
+    fn attention(
+        &self,
+        q: &Tensor,
+        k_cache: &Tensor,
+        v_cache: &Tensor,
+        pos: Pos,
+        dims: AttnDims,
+        scale: f32,
+        out: &Tensor,
+    ) -> Result<()> {
+        ops::attention::attention(&self.inner, q, k_cache, v_cache, pos, dims, scale, out)
+    }
+    fn moe_route(&self, logits: &Tensor, k: usize, scale: f32, ids: &Tensor, weights: &Tensor) -> Result<()> {
+        ops::moe::moe_route(&self.inner, logits, k, scale, ids, weights)
+    }
+    fn moe_experts(
+        &self,
+        x: &Tensor,
+        gate_exps: &Tensor,
+        up_exps: &Tensor,
+        down_exps: &Tensor,
+        ids: &Tensor,
+        weights: &Tensor,
+        out: &Tensor,
+    ) -> Result<()> {
+        ops::linear::moe_experts(&self.inner, x, gate_exps, up_exps, down_exps, ids, weights, out)
+    }
+    fn argmax(&self, logits: &Tensor, out: &Tensor) -> Result<()> {
+        ops::eltwise::argmax(&self.inner, logits, out)
+    }
+}

@@ -1,0 +1,88 @@
+//! RMSNorm (plain, fused with the residual add, gated) and the q/k L2 norm
+//! (kernels-cuda/norm.cu). One block per group of values.
+
+use super::{grid_u32, group_threads, Launch};
+use crate::backend::cuda::buffer::ptr;
+use crate::backend::cuda::launch::Args;
+use crate::backend::cuda::profile::Phase;
+use crate::backend::cuda::Inner;
+use crate::backend::{check, GdnDims, Tensor};
+use crate::error::Result;
+
+fn groups(inner: &Inner, name: &'static str, numel: usize, d: usize, args: Args, uses: &[&Tensor]) -> Result<()> {
+    let g = numel / d;
+    if g == 0 {
+        return Ok(());
+    }
+    inner.kernel(
+        Launch {
+            name: (name, ""),
+            grid: [grid_u32(name, "groups", g)?, 1, 1],
+            block: group_threads(d),
+            smem: 0,
+            args,
+            phase: Phase::Norms,
+        },
+        uses,
+    )
+}
+
+pub(crate) fn rms_norm(inner: &Inner, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
+    let op = "rms_norm";
+    let d = check::rms_norm(x, w, out)?;
+    let mut a = Args::default();
+    a.p[0] = ptr(x, op)?;
+    a.p[1] = ptr(w, op)?;
+    a.p[2] = ptr(out, op)?;
+    a.n[0] = d as i64;
+    a.f[0] = eps;
+    groups(inner, "rms_norm", x.numel(), d, a, &[x, w, out])
+}
+
+pub(crate) fn add_rms_norm(inner: &Inner, acc: &Tensor, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
+    let op = "add_rms_norm";
+    let d = check::add_rms_norm(acc, x, w, out)?;
+    let mut a = Args::default();
+    a.p[0] = ptr(acc, op)?;
+    a.p[1] = ptr(x, op)?;
+    a.p[2] = ptr(w, op)?;
+    a.p[3] = ptr(out, op)?;
+    a.n[0] = d as i64;
+    a.f[0] = eps;
+    groups(inner, "add_rms_norm", acc.numel(), d, a, &[acc, x, w, out])
+}
+
+pub(crate) fn gated_rms_norm(inner: &Inner, x: &Tensor, z: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
+    let op = "gated_rms_norm";
+    let d = check::gated_rms_norm(x, z, w, out)?;
+    let mut a = Args::default();
+    a.p[0] = ptr(x, op)?;
+    a.p[1] = ptr(z, op)?;
+    a.p[2] = ptr(w, op)?;
+    a.p[3] = ptr(out, op)?;
+    a.n[0] = d as i64;
+    a.f[0] = eps;
+    groups(inner, "gated_rms_norm", x.numel(), d, a, &[x, z, w, out])
+}
+
+pub(crate) fn l2_norm_qk(inner: &Inner, u: &Tensor, dims: GdnDims, eps: f32) -> Result<()> {
+    let op = "l2_norm_qk";
+    let t = check::l2_norm_qk(u, dims)?;
+    let mut a = Args::default();
+    a.p[0] = ptr(u, op)?;
+    a.n[0] = dims.conv_dim() as i64;
+    a.n[1] = dims.hk as i64;
+    a.n[2] = dims.dk as i64;
+    a.f[0] = eps;
+    inner.kernel(
+        Launch {
+            name: ("l2_norm_qk", ""),
+            grid: [grid_u32(op, "heads", 2 * dims.hk)?, grid_u32(op, "tokens", t)?, 1],
+            block: group_threads(dims.dk),
+            smem: 0,
+            args: a,
+            phase: Phase::Conv,
+        },
+        &[u],
+    )
+}

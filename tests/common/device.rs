@@ -1,0 +1,120 @@
+//! The device op suites (`tests/device_*.rs`): each test runs on every device backend compiled
+//! into this build and compares it with the CPU reference backend on the same inputs.
+
+use std::sync::Arc;
+
+use rill::backend::{Backend, DType, Pos, Tensor};
+
+use super::{assert_close, cpu, device_backends};
+
+/// A device backend and the CPU reference.
+pub struct Both {
+    pub dev: Arc<dyn Backend>,
+    pub cpu: Arc<dyn Backend>,
+}
+
+/// Which of the two backends an op closure is running on (`Pt::on` picks its tensor).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Dev,
+    Cpu,
+}
+
+/// The same data on the device and on the CPU.
+#[derive(Clone)]
+pub struct Pt {
+    pub dev: Tensor,
+    pub cpu: Tensor,
+}
+
+impl Pt {
+    pub fn on(&self, side: Side) -> &Tensor {
+        match side {
+            Side::Dev => &self.dev,
+            Side::Cpu => &self.cpu,
+        }
+    }
+}
+
+impl Both {
+    /// One pair per device backend compiled into this build.
+    pub fn each() -> Vec<Both> {
+        device_backends()
+            .into_iter()
+            .map(|dev| Both { dev, cpu: cpu() })
+            .collect()
+    }
+    pub fn name(&self) -> &'static str {
+        self.dev.name()
+    }
+    pub fn be(&self, side: Side) -> &dyn Backend {
+        match side {
+            Side::Dev => self.dev.as_ref(),
+            Side::Cpu => self.cpu.as_ref(),
+        }
+    }
+    /// Build a tensor on both backends.
+    pub fn make(&self, f: impl Fn(&dyn Backend) -> rill::Result<Tensor>) -> Pt {
+        Pt {
+            dev: f(self.dev.as_ref()).unwrap_or_else(|e| panic!("{}: {e}", self.name())),
+            cpu: f(self.cpu.as_ref()).unwrap_or_else(|e| panic!("cpu: {e}")),
+        }
+    }
+    pub fn up(&self, data: &[f32], shape: &[usize]) -> Pt {
+        self.make(|be| be.upload_f32(data, shape))
+    }
+    pub fn up_u32(&self, data: &[u32], shape: &[usize]) -> Pt {
+        self.make(|be| be.upload_u32(data, shape))
+    }
+    pub fn zeros(&self, shape: &[usize]) -> Pt {
+        self.make(|be| be.alloc(DType::F32, shape))
+    }
+    pub fn zeros_u32(&self, shape: &[usize]) -> Pt {
+        self.make(|be| be.alloc(DType::U32, shape))
+    }
+    /// The position tensor of a `Pos` (U32 `[1]` holding `pos`).
+    pub fn pos(&self, pos: usize) -> Pt {
+        self.up_u32(&[u32::try_from(pos).expect("position fits u32")], &[1])
+    }
+    /// Run `op` on the device, then on the CPU; `side` tells it which tensors to use.
+    pub fn run(&self, what: &str, op: impl Fn(&dyn Backend, Side) -> rill::Result<()>) {
+        op(self.dev.as_ref(), Side::Dev).unwrap_or_else(|e| panic!("{} {what}: {e}", self.name()));
+        op(self.cpu.as_ref(), Side::Cpu).unwrap_or_else(|e| panic!("cpu {what}: {e}"));
+    }
+    /// Both sides of an F32 tensor, (device, CPU).
+    pub fn read(&self, t: &Pt) -> (Vec<f32>, Vec<f32>) {
+        (
+            self.dev.read_f32(&t.dev).expect("device read"),
+            self.cpu.read_f32(&t.cpu).expect("cpu read"),
+        )
+    }
+    pub fn read_u32(&self, t: &Pt) -> (Vec<u32>, Vec<u32>) {
+        (
+            self.dev.read_u32(&t.dev).expect("device read"),
+            self.cpu.read_u32(&t.cpu).expect("cpu read"),
+        )
+    }
+    /// `assert_close` of the device's tensor against the CPU's.
+    pub fn check(&self, what: &str, t: &Pt, atol: f32, rtol: f32) {
+        let (got, want) = self.read(t);
+        assert_close(&format!("{} {what}", self.name()), &got, &want, atol, rtol);
+    }
+}
+
+/// A `Pos` at `host` on `side`, with its device tensor from `pt` (made by `Both::pos(host)`).
+pub fn pos_on(host: usize, pt: &Pt, side: Side) -> Pos<'_> {
+    Pos { host, dev: pt.on(side) }
+}
+
+impl Both {
+    /// For inputs past a limit of some backend's kernels (a largest head dim, kernel width or
+    /// expert count), which the contract allows: the device either refuses with an error, or runs
+    /// (then the CPU runs it too and this returns true: the caller compares the outputs).
+    pub fn runs_or_refuses(&self, what: &str, op: impl Fn(&dyn Backend, Side) -> rill::Result<()>) -> bool {
+        if op(self.dev.as_ref(), Side::Dev).is_err() {
+            return false;
+        }
+        op(self.cpu.as_ref(), Side::Cpu).unwrap_or_else(|e| panic!("cpu {what}: {e}"));
+        true
+    }
+}

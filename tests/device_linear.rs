@@ -1,0 +1,356 @@
+//! Every device backend's `matmul`, `matmul_swiglu` and `embed`, for every weight format, against
+//! the CPU backend; and the contract errors of those ops on every backend.
+
+mod common;
+
+use common::device::{Both, Pt};
+use common::weights::{dequant, random_weight, upload, WEIGHT_TYPES};
+use common::*;
+use rill::backend::{Backend, DType, Tensor, WeightData};
+use rill::gguf::{GgmlType, TensorBytes};
+
+/// Compare device and CPU `matmul` outputs: `|g - c| <= 1e-5 * sum_i |w_i x_i|` per output (the
+/// bound of f32 summation-order differences), plus a tiny absolute floor.
+fn check_matmul(what: &str, got: &[f32], want: &[f32], w: &[f32], x: &[f32], n_in: usize) {
+    let n_out = w.len() / n_in;
+    let n_tok = x.len() / n_in;
+    assert_eq!(got.len(), n_tok * n_out, "{what}: length");
+    for t in 0..n_tok {
+        for o in 0..n_out {
+            let mag: f32 = (0..n_in).map(|i| (w[o * n_in + i] * x[t * n_in + i]).abs()).sum();
+            let (g, c) = (got[t * n_out + o], want[t * n_out + o]);
+            assert!(
+                (g - c).abs() <= 1e-5 * mag + 1e-30,
+                "{what} [t {t}, o {o}]: device {g} cpu {c} (sum |w x| {mag})"
+            );
+        }
+    }
+}
+
+/// A weight of format `ty` on both backends.
+fn upload_both(p: &Both, ty: GgmlType, shape: &[usize], bytes: &[u8]) -> Pt {
+    Pt {
+        dev: upload(p.dev.as_ref(), ty, shape, bytes),
+        cpu: upload(p.cpu.as_ref(), ty, shape, bytes),
+    }
+}
+
+/// Run `matmul` on both backends for one weight and all the token counts.
+fn matmul_case(p: &Both, ty: GgmlType, bytes: &[u8], n_out: usize, n_in: usize, rng: &mut Rng) {
+    let w = upload_both(p, ty, &[n_out, n_in], bytes);
+    let wf = dequant(ty, bytes, n_out * n_in);
+    for n_tok in [1usize, 3, 8, 9, 64, 65] {
+        let x = rng.normals(n_tok * n_in, 1.0);
+        let (xt, out) = (p.up(&x, &[n_tok, n_in]), p.zeros(&[n_tok, n_out]));
+        let what = format!("{} matmul {ty} [{n_out}, {n_in}] T {n_tok}", p.name());
+        p.run(&what, |be, s| be.matmul(w.on(s), xt.on(s), out.on(s)));
+        let (got, want) = p.read(&out);
+        check_matmul(&what, &got, &want, &wf, &x, n_in);
+    }
+}
+
+#[test]
+fn matmul_every_type_matches_cpu() {
+    for p in Both::each() {
+        let mut rng = Rng::new(7);
+        for ty in WEIGHT_TYPES {
+            let bs = ty.block_size() as usize;
+            // A row of 1..3 blocks of 256 (K-quants) or of 32 (legacy), and rows that are not a
+            // multiple of the workgroup size; odd element counts for the plain floats.
+            let mut n_ins = vec![256usize, 768];
+            match bs {
+                1 => n_ins.push(37),
+                32 => n_ins.push(96),
+                _ => {}
+            }
+            for &n_in in &n_ins {
+                for n_out in [1usize, 7, 300] {
+                    let bytes = random_weight(ty, n_out, n_in, 0.5, &mut rng);
+                    matmul_case(&p, ty, &bytes, n_out, n_in, &mut rng);
+                }
+            }
+        }
+    }
+}
+
+/// `DType::F32` weights (router, shared-expert gate) go through the `f32` format.
+#[test]
+fn matmul_f32_tensor_weight() {
+    for p in Both::each() {
+        let mut rng = Rng::new(11);
+        for (n_out, n_in, n_tok) in [(1usize, 64usize, 5usize), (300, 96, 9), (17, 33, 1)] {
+            let w = rng.normals(n_out * n_in, 0.3);
+            let x = rng.normals(n_tok * n_in, 1.0);
+            let (wt, xt, out) = (
+                p.up(&w, &[n_out, n_in]),
+                p.up(&x, &[n_tok, n_in]),
+                p.zeros(&[n_tok, n_out]),
+            );
+            p.run("matmul F32 tensor", |be, s| be.matmul(wt.on(s), xt.on(s), out.on(s)));
+            let (got, want) = p.read(&out);
+            check_matmul(&format!("{} matmul F32 tensor", p.name()), &got, &want, &w, &x, n_in);
+        }
+    }
+}
+
+/// The two weights of `matmul_swiglu` on both backends, and the values the kernels see.
+struct GateUp {
+    name: String,
+    gate: Pt,
+    up: Pt,
+    gate_deq: Vec<f32>,
+    up_deq: Vec<f32>,
+}
+
+/// The FFN's input side in one op, `silu(W_gate x) * (W_up x)`, for every weight format.
+#[test]
+fn matmul_swiglu_every_type_matches_cpu() {
+    for p in Both::each() {
+        let mut rng = Rng::new(29);
+        let (n_ff, n_in) = (37usize, 256usize);
+        let mut cases = Vec::new();
+        for ty in WEIGHT_TYPES {
+            let (bg, bu) = (
+                random_weight(ty, n_ff, n_in, 0.5, &mut rng),
+                random_weight(ty, n_ff, n_in, 0.5, &mut rng),
+            );
+            cases.push(GateUp {
+                name: format!("{ty}"),
+                gate: upload_both(&p, ty, &[n_ff, n_in], &bg),
+                up: upload_both(&p, ty, &[n_ff, n_in], &bu),
+                gate_deq: dequant(ty, &bg, n_ff * n_in),
+                up_deq: dequant(ty, &bu, n_ff * n_in),
+            });
+        }
+        let (gv, uv) = (rng.normals(n_ff * n_in, 0.3), rng.normals(n_ff * n_in, 0.3));
+        cases.push(GateUp {
+            name: "F32 tensor".into(),
+            gate: p.up(&gv, &[n_ff, n_in]),
+            up: p.up(&uv, &[n_ff, n_in]),
+            gate_deq: gv,
+            up_deq: uv,
+        });
+        for c in &cases {
+            for t in [1usize, 3, 64, 65] {
+                let x = rng.normals(t * n_in, 1.0);
+                let xt = p.up(&x, &[t, n_in]);
+                let (gate_tmp, up_tmp, out) = (p.zeros(&[t, n_ff]), p.zeros(&[t, n_ff]), p.zeros(&[t, n_ff]));
+                let what = format!("{} matmul_swiglu {} T {t}", p.name(), c.name);
+                p.run(&what, |be, s| {
+                    be.matmul_swiglu(
+                        c.gate.on(s),
+                        c.up.on(s),
+                        xt.on(s),
+                        gate_tmp.on(s),
+                        up_tmp.on(s),
+                        out.on(s),
+                    )
+                });
+                let (got, want) = p.read(&out);
+                // Error model: each product is within 1e-5 of its Σ|w x| of the CPU's (matmul
+                // above); out = silu(g) u moves by |silu'(g)| |u| δg + |silu(g)| δu with
+                // |silu'| <= 1.1, plus the few-ulp 1e-5 relative of the swiglu itself.
+                for tt in 0..t {
+                    let xr = &x[tt * n_in..(tt + 1) * n_in];
+                    for o in 0..n_ff {
+                        let dot = |m: &[f32]| -> (f64, f64) {
+                            let row = &m[o * n_in..(o + 1) * n_in];
+                            let prods = row.iter().zip(xr).map(|(&a, &b)| a as f64 * b as f64);
+                            prods.fold((0.0, 0.0), |(s, m), v| (s + v, m + v.abs()))
+                        };
+                        let ((g, mag_g), (u, mag_u)) = (dot(&c.gate_deq), dot(&c.up_deq));
+                        let (gi, wi) = (got[tt * n_ff + o], want[tt * n_ff + o]);
+                        let tol =
+                            1e-5 * (1.1 * u.abs() * mag_g + silu(g).abs() * mag_u) + 1e-5 * wi.abs() as f64 + 1e-30;
+                        assert!(
+                            ((gi - wi) as f64).abs() <= tol,
+                            "{what} [t {tt}, o {o}]: device {gi} cpu {wi} (tol {tol:.3e})"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// ggml's stored blocks from `quants.gguf` (8 rows of 512; row 5 has f16-subnormal scales and
+/// some rows all-zero blocks) through `matmul` and `embed`.
+#[test]
+fn stored_ggml_blocks_match_cpu() {
+    for p in Both::each() {
+        let file = rill::gguf::GgufFile::open(fixture("quants.gguf")).expect("open quants.gguf");
+        let mut rng = Rng::new(13);
+        let (rows, cols) = (8usize, 512usize);
+        let mut seen = 0;
+        for ty in WEIGHT_TYPES {
+            let Some(info) = file.tensor(&format!("q.{}", ty.name())) else {
+                continue;
+            };
+            seen += 1;
+            assert_eq!(info.ggml_type, ty);
+            assert_eq!(info.ne, vec![cols as u64, rows as u64]);
+            let bytes = file.tensor_data(info).to_vec();
+            matmul_case(&p, ty, &bytes, rows, cols, &mut rng);
+
+            // Embedding every row: pure dequantization, equal up to FMA contraction of d*q - m.
+            let ids = [5u32, 0, 7, 5, 1, 2, 3, 4, 6];
+            let table = upload_both(&p, ty, &[rows, cols], &bytes);
+            let (got, want) = embed_both(&p, &table, &ids, cols);
+            let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+            assert_close(
+                &format!("{} embed {ty} stored", p.name()),
+                &got,
+                &want,
+                1e-6 * scale,
+                1e-6,
+            );
+            // Row 5 exercises the f16-subnormal scales exactly (no d*q - m form for most types).
+            let row5 = &want[..cols];
+            assert!(row5.iter().any(|&v| v != 0.0), "{ty}: row 5 is all zero");
+        }
+        assert!(seen >= 14, "quants.gguf: only {seen} types found");
+    }
+}
+
+/// Run `embed` on both backends; returns (device, CPU) outputs.
+fn embed_both(p: &Both, table: &Pt, ids: &[u32], d: usize) -> (Vec<f32>, Vec<f32>) {
+    let n = ids.len();
+    let (it, out) = (p.up_u32(ids, &[n]), p.zeros(&[n, d]));
+    p.run("embed", |be, s| be.embed(table.on(s), it.on(s), out.on(s)));
+    p.read(&out)
+}
+
+#[test]
+fn embed_every_type_matches_cpu() {
+    for p in Both::each() {
+        let mut rng = Rng::new(17);
+        for ty in WEIGHT_TYPES {
+            let d = if ty.block_size() == 256 { 512 } else { 96 };
+            let vocab = 37;
+            let bytes = random_weight(ty, vocab, d, 0.5, &mut rng);
+            let table = upload_both(&p, ty, &[vocab, d], &bytes);
+            for ids in [&[17u32][..], &[0, 36, 5], &[0, 36, 5, 5, 17, 1]] {
+                let (got, want) = embed_both(&p, &table, ids, d);
+                let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+                assert_close(
+                    &format!("{} embed {ty} T {}", p.name(), ids.len()),
+                    &got,
+                    &want,
+                    1e-6 * scale,
+                    1e-6,
+                );
+            }
+        }
+        // A DType::F32 table is exact, for T up to 65.
+        let t = rng.normals(10 * 8, 1.0);
+        let table = p.up(&t, &[10, 8]);
+        let ids: Vec<u32> = (0..65).map(|_| rng.below(10) as u32).collect();
+        let (got, want) = embed_both(&p, &table, &ids, 8);
+        assert_eq!(got, want, "{} embed F32 table", p.name());
+    }
+}
+
+/// Ids past the vocabulary never read out of bounds: the device refuses them or writes a zero
+/// row (the wgpu backend: no error path inside a shader); the other rows are the table's.
+#[test]
+fn embed_out_of_range_id_is_refused_or_zero() {
+    for p in Both::each() {
+        let g = p.dev.as_ref();
+        let mut rng = Rng::new(19);
+        let (vocab, d) = (4usize, 64usize);
+        let bytes = random_weight(GgmlType::Q8_0, vocab, d, 0.5, &mut rng);
+        let t = upload(g, GgmlType::Q8_0, &[vocab, d], &bytes);
+        let ids = g.upload_u32(&[1, 4, u32::MAX, 3], &[4]).expect("up");
+        let out = g.alloc(DType::F32, &[4, d]).expect("alloc");
+        if g.embed(&t, &ids, &out).is_err() {
+            continue;
+        }
+        let y = g.read_f32(&out).expect("read");
+        let wf = dequant(GgmlType::Q8_0, &bytes, vocab * d);
+        assert_eq!(&y[..d], &wf[d..2 * d], "{}", p.name());
+        assert!(y[d..3 * d].iter().all(|&v| v == 0.0), "{}", p.name());
+        assert_eq!(&y[3 * d..], &wf[3 * d..], "{}", p.name());
+    }
+}
+
+/// A format the backend has no kernel for (Q8_1, an activation format): refused at upload or at
+/// the op, with an error naming it.
+fn unsupported_format_refused(be: &dyn Backend, shape: &[usize], op: impl Fn(&Tensor) -> rill::Result<()>) {
+    let q81 = WeightData {
+        name: "q8_1".into(),
+        ggml_type: GgmlType::Q8_1,
+        shape: shape.to_vec(),
+        bytes: TensorBytes::from_vec(vec![0u8; shape.iter().product::<usize>() / 32 * 36]),
+    };
+    let err = match be.upload_weight(&q81) {
+        Err(e) => e,
+        Ok(w) => op(&w).expect_err("Q8_1 must be refused"),
+    };
+    assert!(err.to_string().contains("Q8_1"), "{}: {err}", be.name());
+}
+
+#[test]
+fn shape_dtype_and_alias_errors() {
+    for be in common::backends() {
+        let g = be.as_ref();
+        let name = g.name();
+        let mut rng = Rng::new(23);
+        let bytes = random_weight(GgmlType::Q4_0, 4, 64, 0.5, &mut rng);
+        let w = upload(g, GgmlType::Q4_0, &[4, 64], &bytes);
+        let x = up(g, &rng.normals(2 * 64, 1.0), &[2, 64]);
+        let out = g.alloc(DType::F32, &[2, 4]).expect("alloc");
+        g.matmul(&w, &x, &out).expect("valid matmul");
+        let f = |shape: &[usize]| g.alloc(DType::F32, shape).expect("alloc");
+        let refused = |r: rill::Result<()>, what: &str| assert!(r.is_err(), "{name}: {what} must be refused");
+
+        // Shapes.
+        refused(g.matmul(&w, &f(&[2, 32]), &out), "n_in mismatch");
+        refused(g.matmul(&w, &x, &f(&[3, 4])), "T mismatch");
+        refused(g.matmul(&w, &x, &f(&[2, 5])), "n_out mismatch");
+        // A DType::F32 weight is checked the same way.
+        let wf = up(g, &rng.normals(4 * 32, 1.0), &[4, 32]);
+        refused(g.matmul(&wf, &x, &out), "F32 weight n_in mismatch");
+
+        // Dtypes.
+        let xu = g.alloc(DType::U32, &[2, 64]).expect("alloc");
+        refused(g.matmul(&w, &xu, &out), "U32 x");
+        let outu = g.alloc(DType::U32, &[2, 4]).expect("alloc");
+        refused(g.matmul(&w, &x, &outu), "U32 out");
+        let wu = g.alloc(DType::U32, &[4, 64]).expect("alloc");
+        refused(g.matmul(&wu, &x, &out), "U32 weight");
+        unsupported_format_refused(g, &[4, 64], |q| g.matmul(q, &x, &out));
+
+        // Aliasing: out must not share a buffer with x (or the weight).
+        let sq = up(g, &rng.normals(4 * 4, 1.0), &[4, 4]);
+        let sq_w = up(g, &rng.normals(4 * 4, 1.0), &[4, 4]);
+        refused(g.matmul(&sq_w, &sq, &sq), "out aliases x");
+        refused(g.matmul(&sq, &sq_w, &sq), "out aliases W");
+
+        // matmul_swiglu: the two weights differ, scratch of the wrong size, aliasing.
+        let (gt, ut, o) = (f(&[2, 4]), f(&[2, 4]), f(&[2, 4]));
+        g.matmul_swiglu(&w, &w, &x, &gt, &ut, &o).expect("valid matmul_swiglu");
+        let w8 = upload(
+            g,
+            GgmlType::Q4_0,
+            &[8, 64],
+            &random_weight(GgmlType::Q4_0, 8, 64, 0.5, &mut rng),
+        );
+        refused(g.matmul_swiglu(&w, &w8, &x, &gt, &ut, &o), "W_up shape");
+        refused(g.matmul_swiglu(&w, &w, &x, &f(&[2, 3]), &ut, &o), "gate_tmp size");
+        refused(g.matmul_swiglu(&w, &w, &x, &gt, &ut, &f(&[3, 4])), "out size");
+        refused(g.matmul_swiglu(&w, &w, &x, &gt, &gt, &o), "gate_tmp is up_tmp");
+        refused(g.matmul_swiglu(&w, &w, &x, &gt, &ut, &gt), "out is gate_tmp");
+
+        // embed.
+        let ids = g.upload_u32(&[0, 3], &[2]).expect("up");
+        let e_out = f(&[2, 64]);
+        g.embed(&w, &ids, &e_out).expect("valid embed");
+        refused(g.embed(&w, &ids, &f(&[2, 32])), "d mismatch");
+        refused(g.embed(&w, &ids, &f(&[3, 64])), "T mismatch");
+        refused(g.embed(&w, &up(g, &[0.0, 3.0], &[2]), &e_out), "F32 ids");
+        refused(g.embed(&wu, &ids, &e_out), "U32 table");
+        unsupported_format_refused(g, &[4, 64], |q| g.embed(q, &ids, &e_out));
+        let t32 = up(g, &rng.normals(8, 1.0), &[4, 2]);
+        refused(g.embed(&t32, &ids, &t32), "out aliases table");
+    }
+}

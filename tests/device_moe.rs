@@ -1,0 +1,507 @@
+//! Every device backend's MoE ops (`moe_route`, `moe_experts`) against the CPU backend, for every
+//! weight format; and the contract errors of those ops on every backend.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::device::{Both, Pt, Side};
+use common::weights::{dequant, random_weight, WEIGHT_TYPES};
+use common::*;
+use rill::backend::{Backend, DType, Tensor, WeightData};
+use rill::gguf::{GgmlType, TensorBytes};
+
+/// Route `logits` `[t, e]` on both backends; ids must match exactly, weights to `1e-5` relative.
+fn route_case(p: &Both, logits: &[f32], t: usize, e: usize, k: usize, scale: f32) {
+    let what = format!("{} moe_route t={t} e={e} k={k} scale={scale}", p.name());
+    let l = p.up(logits, &[t, e]);
+    let (ids, w) = (p.zeros_u32(&[t, k]), p.zeros(&[t, k]));
+    p.run(&what, |be, s| be.moe_route(l.on(s), k, scale, ids.on(s), w.on(s)));
+    let (gi, ci) = p.read_u32(&ids);
+    assert_eq!(gi, ci, "{what}: ids");
+    p.check(&format!("{what}: weights"), &w, 0.0, 1e-5);
+}
+
+#[test]
+fn route_matches_cpu() {
+    for p in Both::each() {
+        let mut rng = Rng::new(11);
+        for &(t, e, k) in &[
+            (1usize, 8usize, 2usize),
+            (3, 8, 8),
+            (65, 64, 8),
+            (64, 64, 8),
+            (3, 64, 2),
+            (1, 512, 8),
+            (65, 512, 16),
+            (3, 300, 1),
+            (2, 2048, 16),
+        ] {
+            let logits = rng.normals(t * e, 3.0);
+            route_case(&p, &logits, t, e, k, 1.0);
+            route_case(&p, &logits, t, e, k, 2.5);
+        }
+    }
+}
+
+#[test]
+fn route_ties_go_to_lower_index() {
+    for p in Both::each() {
+        let mut rng = Rng::new(12);
+        for &(t, e, k) in &[(65usize, 64usize, 8usize), (3, 8, 8), (3, 512, 16), (1, 600, 16)] {
+            // Few distinct values: many exact ties.
+            let mut logits: Vec<f32> = rng
+                .normals(t * e, 1.0)
+                .iter()
+                .map(|v| (v * 2.0).round() / 2.0)
+                .collect();
+            // One row entirely equal, one with ties at the top across thread strides.
+            logits[..e].fill(0.25);
+            if t > 1 {
+                let row = &mut logits[e..2 * e];
+                row.fill(-1.0);
+                for i in [e - 1, 0, e / 2, 257 % e, 1] {
+                    row[i] = 4.0;
+                }
+            }
+            route_case(&p, &logits, t, e, k, 1.0);
+        }
+        // Masked experts (-inf logits, probability 0): with fewer finite logits than k the zeros are
+        // taken by lower index.
+        let e = 64;
+        let mut logits = rng.normals(2 * e, 1.0);
+        for (i, v) in logits.iter_mut().enumerate() {
+            if i % 64 >= 3 && i % 5 != 0 {
+                *v = f32::NEG_INFINITY;
+            }
+        }
+        route_case(&p, &logits, 2, e, 16, 1.0);
+        // All equal: the first k experts, each weight scale / k.
+        let g = p.dev.as_ref();
+        let l = g.upload_f32(&[0.5; 16], &[1, 16]).expect("up");
+        let ids = g.alloc(DType::U32, &[1, 4]).expect("alloc");
+        let w = g.alloc(DType::F32, &[1, 4]).expect("alloc");
+        g.moe_route(&l, 4, 2.0, &ids, &w).expect("route");
+        assert_eq!(g.read_u32(&ids).expect("read"), [0, 1, 2, 3], "{}", p.name());
+        assert_close(
+            &format!("{} equal weights", p.name()),
+            &g.read_f32(&w).expect("read"),
+            &[0.5; 4],
+            0.0,
+            1e-6,
+        );
+    }
+}
+
+/// The rules of `backend/check.rs` for both MoE ops, on every backend.
+#[test]
+fn contract_errors_are_reported() {
+    for be in common::backends() {
+        let g = be.as_ref();
+        let name = g.name();
+        let refused = |r: rill::Result<()>, what: &str| assert!(r.is_err(), "{name}: {what} must be refused");
+        let f = |shape: &[usize]| g.alloc(DType::F32, shape).expect("alloc");
+        let u = |shape: &[usize]| g.alloc(DType::U32, shape).expect("alloc");
+
+        // moe_route.
+        let l = g.upload_f32(&[0.0; 16], &[2, 8]).expect("up");
+        let (ids, w) = (u(&[2, 2]), f(&[2, 2]));
+        g.moe_route(&l, 2, 1.0, &ids, &w).expect("valid route");
+        refused(g.moe_route(&l, 0, 1.0, &ids, &w), "k = 0");
+        refused(g.moe_route(&l, 9, 1.0, &u(&[2, 9]), &f(&[2, 9])), "k > E");
+        refused(g.moe_route(&l, 2, 1.0, &w, &w), "F32 ids");
+        refused(g.moe_route(&l, 2, 1.0, &ids, &ids), "U32 weights");
+        refused(g.moe_route(&l, 2, 1.0, &u(&[3]), &w), "ids size");
+        refused(g.moe_route(&l, 2, 1.0, &ids, &f(&[2, 3])), "weights size");
+        refused(g.moe_route(&u(&[2, 8]), 2, 1.0, &ids, &w), "U32 logits");
+        // Aliasing: weights sharing the logits buffer.
+        let w_alias = Tensor {
+            buf: Arc::clone(&l.buf),
+            dtype: DType::F32,
+            shape: vec![2, 2],
+        };
+        refused(g.moe_route(&l, 2, 1.0, &ids, &w_alias), "weights alias logits");
+
+        // moe_experts.
+        let (n_exp, d, n_ff) = (4usize, 32usize, 64usize);
+        let mut rng = Rng::new(41);
+        let weight = |shape: [usize; 3], rng: &mut Rng| {
+            let bytes = random_weight(GgmlType::F16, shape[0] * shape[1], shape[2], 0.1, rng);
+            common::weights::upload(g, GgmlType::F16, &shape, &bytes)
+        };
+        let gw = weight([n_exp, n_ff, d], &mut rng);
+        let uw = weight([n_exp, n_ff, d], &mut rng);
+        let dw = weight([n_exp, d, n_ff], &mut rng);
+        let x = up(g, &rng.normals(2 * d, 1.0), &[2, d]);
+        let ids = g.upload_u32(&[0, 1, 2, 3], &[2, 2]).expect("up");
+        let ws = up(g, &[0.5; 4], &[2, 2]);
+        let out = f(&[2, d]);
+        g.moe_experts(&x, &gw, &uw, &dw, &ids, &ws, &out)
+            .expect("valid experts");
+        // Shapes.
+        refused(g.moe_experts(&x, &gw, &uw, &gw, &ids, &ws, &out), "down shape");
+        refused(g.moe_experts(&x, &gw, &dw, &dw, &ids, &ws, &out), "up shape");
+        refused(
+            g.moe_experts(&f(&[2, d + 1]), &gw, &uw, &dw, &ids, &ws, &out),
+            "x width",
+        );
+        let ids3 = g.upload_u32(&[0, 1, 2], &[3]).expect("up");
+        refused(g.moe_experts(&x, &gw, &uw, &dw, &ids3, &ws, &out), "ids count");
+        refused(
+            g.moe_experts(&x, &gw, &uw, &dw, &ids, &up(g, &[0.5; 6], &[2, 3]), &out),
+            "weights count",
+        );
+        refused(g.moe_experts(&x, &gw, &uw, &dw, &ids, &ws, &f(&[2, d - 1])), "out size");
+        let flat = f(&[n_exp * n_ff, d]);
+        refused(g.moe_experts(&x, &flat, &flat, &dw, &ids, &ws, &out), "2-D experts");
+        // Dtypes.
+        refused(g.moe_experts(&x, &gw, &uw, &dw, &ws, &ws, &out), "F32 ids");
+        refused(g.moe_experts(&x, &gw, &uw, &dw, &ids, &ids, &out), "U32 weights");
+        refused(g.moe_experts(&u(&[2, d]), &gw, &uw, &dw, &ids, &ws, &out), "U32 x");
+        refused(g.moe_experts(&x, &gw, &ids, &dw, &ids, &ws, &out), "U32 expert weight");
+        // Aliasing: out is x.
+        refused(g.moe_experts(&x, &gw, &uw, &dw, &ids, &ws, &x), "out aliases x");
+        // A weight format without a kernel: refused at upload or by the op, naming it.
+        let q81 = WeightData {
+            name: "q8_1".into(),
+            ggml_type: GgmlType::Q8_1,
+            shape: vec![n_exp, n_ff, d],
+            bytes: TensorBytes::from_vec(vec![0u8; n_exp * n_ff * 36]),
+        };
+        let err = match g.upload_weight(&q81) {
+            Err(e) => e,
+            Ok(q) => g
+                .moe_experts(&x, &q, &q, &dw, &ids, &ws, &out)
+                .expect_err("Q8_1 experts must be refused"),
+        };
+        assert!(err.to_string().contains("Q8_1"), "{name}: {err}");
+        // Still working.
+        g.moe_experts(&x, &gw, &uw, &dw, &ids, &ws, &out)
+            .expect("experts after errors");
+        g.sync().expect("sync");
+    }
+}
+
+/// Sizes past the limits of some backend's kernels (the wgpu backend's: at most 16 experts per
+/// token and 2048 experts): refused, or computed as the CPU does. And a device refuses another
+/// backend's tensors.
+#[test]
+fn kernel_limits_and_foreign_tensors() {
+    for p in Both::each() {
+        let mut rng = Rng::new(43);
+        for (t, e, k) in [(2usize, 32usize, 17usize), (1, 4096, 2)] {
+            let what = format!("moe_route top-{k} of {e}");
+            let l = p.up(&rng.normals(t * e, 2.0), &[t, e]);
+            let (ids, w) = (p.zeros_u32(&[t, k]), p.zeros(&[t, k]));
+            if p.runs_or_refuses(&what, |be, s| be.moe_route(l.on(s), k, 1.0, ids.on(s), w.on(s))) {
+                let (gi, ci) = p.read_u32(&ids);
+                assert_eq!(gi, ci, "{} {what}: ids", p.name());
+                p.check(&format!("{what}: weights"), &w, 0.0, 1e-5);
+            }
+        }
+        // 17 experts per token.
+        let (n_exp, d, n_ff, t, k) = (20usize, 32usize, 64usize, 2usize, 17usize);
+        let ex = Experts::new(&p, &mut rng, Some(GgmlType::F16), [n_exp, d, n_ff], [0.1; 3]);
+        let x = p.up(&rng.normals(t * d, 1.0), &[t, d]);
+        let idv: Vec<u32> = (0..t * k).map(|i| (i % n_exp) as u32).collect();
+        let (ids, ws) = (p.up_u32(&idv, &[t, k]), p.up(&rng.normals(t * k, 0.1), &[t, k]));
+        let out = p.zeros(&[t, d]);
+        if p.runs_or_refuses("moe_experts k = 17", |be, s| ex.run(be, s, &x, &ids, &ws, &out)) {
+            let (got, want) = p.read(&out);
+            let bound = ex.term_bound(&p.read(&x).1, &idv, &p.read(&ws).1, k);
+            check_terms(&format!("{} moe_experts k = 17", p.name()), &got, &want, &bound);
+        }
+
+        // Tensors of another backend.
+        let g = p.dev.as_ref();
+        let (ids2, w2) = (
+            g.alloc(DType::U32, &[2, 2]).expect("alloc"),
+            g.alloc(DType::F32, &[2, 2]).expect("alloc"),
+        );
+        let cl = p.cpu.upload_f32(&[0.0; 16], &[2, 8]).expect("up");
+        assert!(
+            g.moe_route(&cl, 2, 1.0, &ids2, &w2).is_err(),
+            "{}: cpu logits",
+            p.name()
+        );
+        let (ids2, ws2) = (p.up_u32(&[0, 1, 2, 3], &[2, 2]), p.up(&[0.5; 4], &[2, 2]));
+        let x2 = p.up(&rng.normals(2 * d, 1.0), &[2, d]);
+        let out2 = g.alloc(DType::F32, &[2, d]).expect("alloc");
+        assert!(
+            g.moe_experts(
+                &x2.dev,
+                &ex.gate.t.cpu,
+                &ex.up.t.cpu,
+                &ex.down.t.cpu,
+                &ids2.dev,
+                &ws2.dev,
+                &out2
+            )
+            .is_err(),
+            "{}: cpu weights",
+            p.name()
+        );
+    }
+}
+
+/// An expert weight `[e, rows, cols]` of type `ty` (None: a plain F32 tensor) on both backends,
+/// plus its dequantized values.
+struct Weight {
+    t: Pt,
+    deq: Vec<f32>,
+}
+
+fn weight(p: &Both, rng: &mut Rng, ty: Option<GgmlType>, shape: [usize; 3], scale: f32) -> Weight {
+    let Some(ty) = ty else {
+        // Plain F32 tensors are weights too.
+        let vals = rng.normals(shape.iter().product(), scale);
+        return Weight {
+            t: p.up(&vals, &shape),
+            deq: vals,
+        };
+    };
+    let bytes = random_weight(ty, shape[0] * shape[1], shape[2], scale, rng);
+    Weight {
+        t: Pt {
+            dev: common::weights::upload(p.dev.as_ref(), ty, &shape, &bytes),
+            cpu: common::weights::upload(p.cpu.as_ref(), ty, &shape, &bytes),
+        },
+        deq: dequant(ty, &bytes, shape.iter().product()),
+    }
+}
+
+/// The three expert weights of an MoE layer, `[E, n_ff, d]` (gate, up) and `[E, d, n_ff]` (down).
+struct Experts {
+    gate: Weight,
+    up: Weight,
+    down: Weight,
+    d: usize,
+    n_ff: usize,
+}
+
+impl Experts {
+    /// Random experts of format `ty` with standard deviations `scales` (gate, up, down).
+    fn new(p: &Both, rng: &mut Rng, ty: Option<GgmlType>, [n_exp, d, n_ff]: [usize; 3], scales: [f32; 3]) -> Experts {
+        Experts {
+            gate: weight(p, rng, ty, [n_exp, n_ff, d], scales[0]),
+            up: weight(p, rng, ty, [n_exp, n_ff, d], scales[1]),
+            down: weight(p, rng, ty, [n_exp, d, n_ff], scales[2]),
+            d,
+            n_ff,
+        }
+    }
+
+    /// `moe_experts` with these weights on `side`.
+    fn run(&self, be: &dyn Backend, s: Side, x: &Pt, ids: &Pt, ws: &Pt, out: &Pt) -> rill::Result<()> {
+        be.moe_experts(
+            x.on(s),
+            self.gate.t.on(s),
+            self.up.t.on(s),
+            self.down.t.on(s),
+            ids.on(s),
+            ws.on(s),
+            out.on(s),
+        )
+    }
+
+    /// `Σ_j |w_j| Σ_f |down_e[o][f] · h_j[f]|` per output: the magnitude of the terms of `out[t][o]`.
+    fn term_bound(&self, x: &[f32], ids: &[u32], ws: &[f32], k: usize) -> Vec<f32> {
+        let (d, n_ff) = (self.d, self.n_ff);
+        let (gate, upw, down) = (&self.gate.deq, &self.up.deq, &self.down.deq);
+        let t_len = x.len() / d;
+        let mut bound = vec![0f32; t_len * d];
+        let mut h = vec![0f64; n_ff];
+        for t in 0..t_len {
+            let xt = &x[t * d..(t + 1) * d];
+            for j in 0..k {
+                let e = ids[t * k + j] as usize;
+                let w = ws[t * k + j].abs() as f64;
+                for (f, hf) in h.iter_mut().enumerate() {
+                    let row = (e * n_ff + f) * d;
+                    let dot =
+                        |m: &[f32]| -> f64 { m[row..row + d].iter().zip(xt).map(|(&a, &b)| a as f64 * b as f64).sum() };
+                    *hf = silu(dot(gate)) * dot(upw);
+                }
+                for o in 0..d {
+                    let row = (e * d + o) * n_ff;
+                    let s: f64 = down[row..row + n_ff]
+                        .iter()
+                        .zip(&h)
+                        .map(|(&a, b)| (a as f64 * b).abs())
+                        .sum();
+                    bound[t * d + o] += (w * s) as f32;
+                }
+            }
+        }
+        bound
+    }
+}
+
+/// `|device - cpu| <= 1e-4 Σ|terms|` for every output.
+fn check_terms(what: &str, got: &[f32], want: &[f32], bound: &[f32]) {
+    let mut worst = (0usize, 0f32);
+    for (i, ((&gv, &cv), &b)) in got.iter().zip(want).zip(bound).enumerate() {
+        assert!(gv.is_finite(), "{what}[{i}]: {gv}");
+        let r = (gv - cv).abs() / b.max(f32::MIN_POSITIVE);
+        if r > worst.1 {
+            worst = (i, r);
+        }
+    }
+    let i = worst.0;
+    eprintln!("{what}: worst error {:.3e} of Σ|terms|", worst.1);
+    assert!(
+        worst.1 <= 1e-4,
+        "{what}[{i}]: got {} want {} (error {:.3e} of Σ|terms| {})",
+        got[i],
+        want[i],
+        worst.1,
+        bound[i]
+    );
+}
+
+/// `moe_experts` on random inputs with CPU-routed ids/weights; `|device - cpu| <= 1e-4 Σ|terms|`.
+fn experts_case(p: &Both, ty: Option<GgmlType>, n_exp: usize, k: usize, d: usize, n_ff: usize, t_len: usize) {
+    let what = format!(
+        "{} moe_experts {ty:?} E={n_exp} k={k} d={d} n_ff={n_ff} T={t_len}",
+        p.name()
+    );
+    let c = p.cpu.as_ref();
+    let mut rng = Rng::new((n_exp * 31 + k * 7 + d + n_ff * 3 + t_len) as u64);
+    let (sd, sf) = (1.0 / (d as f32).sqrt(), 1.0 / (n_ff as f32).sqrt());
+    let ex = Experts::new(p, &mut rng, ty, [n_exp, d, n_ff], [sd, sd, sf]);
+    let x = rng.normals(t_len * d, 1.0);
+    let logits = rng.normals(t_len * n_exp, 2.0);
+    // Route on the CPU; both backends get the same ids and weights.
+    let cl = up(c, &logits, &[t_len, n_exp]);
+    let cids = c.alloc(DType::U32, &[t_len, k]).expect("alloc");
+    let cw = c.alloc(DType::F32, &[t_len, k]).expect("alloc");
+    c.moe_route(&cl, k, 1.0, &cids, &cw).expect("cpu route");
+    let ids = c.read_u32(&cids).expect("read");
+    let ws = c.read_f32(&cw).expect("read");
+
+    let (xt, it, wt) = (
+        p.up(&x, &[t_len, d]),
+        p.up_u32(&ids, &[t_len, k]),
+        p.up(&ws, &[t_len, k]),
+    );
+    let out = p.zeros(&[t_len, d]);
+    p.run(&what, |be, s| ex.run(be, s, &xt, &it, &wt, &out));
+    let (got, want) = p.read(&out);
+    let bound = ex.term_bound(&x, &ids, &ws, k);
+    check_terms(&what, &got, &want, &bound);
+}
+
+/// (E, k, d, n_ff, T) covering every value of each parameter.
+const CASES: &[(usize, usize, usize, usize, usize)] = &[
+    (8, 2, 64, 64, 1),
+    (8, 8, 64, 512, 3),
+    (64, 2, 256, 64, 65),
+    (64, 8, 64, 64, 3),
+    (8, 2, 256, 512, 65),
+    (64, 8, 256, 512, 65),
+    (8, 8, 64, 64, 64),
+];
+
+fn experts_cases(ty: GgmlType) {
+    for p in Both::each() {
+        // K-quants (and IQ4_XS) need rows of whole 256-element blocks.
+        let whole = |c: &&(usize, usize, usize, usize, usize)| {
+            let bs = ty.block_size() as usize;
+            c.2.is_multiple_of(bs) && c.3.is_multiple_of(bs)
+        };
+        for &(e, k, d, n_ff, t) in CASES.iter().filter(whole) {
+            experts_case(&p, Some(ty), e, k, d, n_ff, t);
+        }
+    }
+}
+
+#[test]
+fn experts_f32_match_cpu() {
+    experts_cases(GgmlType::F32);
+    // A plain F32 tensor as the expert weights.
+    for p in Both::each() {
+        experts_case(&p, None, 8, 2, 64, 64, 3);
+    }
+}
+
+#[test]
+fn experts_f16_match_cpu() {
+    experts_cases(GgmlType::F16);
+}
+
+#[test]
+fn experts_q8_0_match_cpu() {
+    experts_cases(GgmlType::Q8_0);
+}
+
+#[test]
+fn experts_q4_k_match_cpu() {
+    experts_cases(GgmlType::Q4K);
+}
+
+/// Every other format through the same path (one small shape each).
+#[test]
+fn experts_other_formats_match_cpu() {
+    use GgmlType::*;
+    for p in Both::each() {
+        for ty in WEIGHT_TYPES.into_iter().filter(|t| ![F32, F16, Q8_0, Q4K].contains(t)) {
+            let n = if ty.block_size() == 256 { 256 } else { 64 };
+            experts_case(&p, Some(ty), 8, 2, n, n, 3);
+        }
+    }
+}
+
+/// End to end: device routing feeding the device experts equals the CPU pipeline.
+#[test]
+fn route_then_experts() {
+    for p in Both::each() {
+        let (n_exp, k, d, n_ff, t_len) = (16usize, 4usize, 64usize, 128usize, 5usize);
+        let mut rng = Rng::new(21);
+        let ty = Some(GgmlType::F16);
+        let ex = Experts::new(&p, &mut rng, ty, [n_exp, d, n_ff], [0.125, 0.125, 0.09]);
+        let x = p.up(&rng.normals(t_len * d, 1.0), &[t_len, d]);
+        let l = p.up(&rng.normals(t_len * n_exp, 2.0), &[t_len, n_exp]);
+        let (ids, ws, out) = (p.zeros_u32(&[t_len, k]), p.zeros(&[t_len, k]), p.zeros(&[t_len, d]));
+        p.run("route + experts", |be, s| {
+            be.moe_route(l.on(s), k, 1.5, ids.on(s), ws.on(s))?;
+            ex.run(be, s, &x, &ids, &ws, &out)
+        });
+        let (got, want) = p.read(&out);
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        assert_close(
+            &format!("{} route + experts", p.name()),
+            &got,
+            &want,
+            1e-5 * scale,
+            1e-4,
+        );
+    }
+}
+
+/// An id >= E never reads out of bounds: the device refuses it, or skips the slot (the result
+/// equals the same call with that slot's weight set to zero, and the CPU's on the valid part).
+#[test]
+fn experts_invalid_ids_refused_or_skipped() {
+    for p in Both::each() {
+        let (n_exp, d, n_ff) = (8usize, 64usize, 64usize);
+        let mut rng = Rng::new(31);
+        let ty = Some(GgmlType::F32);
+        let ex = Experts::new(&p, &mut rng, ty, [n_exp, d, n_ff], [0.125; 3]);
+        let x = p.up(&rng.normals(2 * d, 1.0), &[2, d]);
+        let call = |ids: &[u32], ws: &[f32]| {
+            let (it, wt, out) = (p.up_u32(ids, &[2, 3]), p.up(ws, &[2, 3]), p.zeros(&[2, d]));
+            let r = ex.run(p.dev.as_ref(), Side::Dev, &x, &it, &wt, &out);
+            r.map(|()| p.dev.read_f32(&out.dev).expect("read"))
+        };
+        let valid = ([3, 0, 5, 0, 1, 0], [0.5, 0.0, 0.25, 0.0, 0.6, 0.0]);
+        let Ok(bad) = call(&[3, 8, 5, 0xffff_ffff, 1, 1_000_000], &[0.5, 0.7, 0.25, 0.3, 0.6, 0.2]) else {
+            continue;
+        };
+        let ok = call(&valid.0, &valid.1).expect("valid ids");
+        assert_close(&format!("{} invalid ids skipped", p.name()), &bad, &ok, 1e-6, 1e-5);
+        // And the CPU agrees on the valid part.
+        let (it, wt, out) = (p.up_u32(&valid.0, &[2, 3]), p.up(&valid.1, &[2, 3]), p.zeros(&[2, d]));
+        ex.run(p.cpu.as_ref(), Side::Cpu, &x, &it, &wt, &out).expect("cpu");
+        assert_close(&format!("{} valid part", p.name()), &ok, &p.read(&out).1, 1e-5, 1e-4);
+    }
+}
