@@ -223,7 +223,8 @@ impl Engine {
             ("maxBufferSize", l.max_buffer_size),
             ("maxStorageBufferBindingSize", l.max_storage_buffer_binding_size),
         ];
-        check_tensor_sizes(&file, &limits).map_err(js_err)?;
+        check_tensor_sizes(&file, &limits)
+            .map_err(|e| js_err(format!("the model is too large for this browser's WebGPU adapter: {e}")))?;
         let tokenizer = Tokenizer::from_gguf(&file).map_err(js_err)?;
         let total: u64 = file.tensors.iter().map(|t| t.n_bytes).sum();
         let mut done = 0u64;

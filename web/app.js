@@ -5,6 +5,7 @@ const $ = (id) => document.getElementById(id);
 const demo = {
   ready: false,
   loaded: null, // {name, info} of the loaded model
+  loading: '', // the name of the model being loaded (for error messages)
   busy: false, // a load or a generation is running
   messages: [], // the conversation, [{role, content}]
   lastRun: null, // {tokens, text, finish, promptPerSecond, genPerSecond}
@@ -120,6 +121,7 @@ $('url-form').addEventListener('submit', (e) => {
 
 function startLoad(name) {
   notice('');
+  demo.loading = name;
   demo.loaded = null;
   $('model-info').textContent = `Loading ${name}…`;
   progress('load', 0, 0);
@@ -253,7 +255,7 @@ const on = {
   error(m) {
     noteWasm(m.wasmBytes);
     demo.errors.push(m.message);
-    notice(m.message);
+    notice(m.during.startsWith('load') ? `Could not load ${demo.loading}: ${m.message}` : m.message);
     if (m.during === 'generate') {
       // The turn failed: drop its user message so the conversation stays consistent.
       if (current && current.chat) demo.messages.pop();

@@ -7,7 +7,7 @@
 // the models and the URL, a plain prompt for the synth), OUT (where the screenshot and
 // results.json go), CHROMIUM (the browser binary).
 import { chromium } from 'playwright-core';
-import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, statSync, truncateSync, writeSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { basename, join } from 'node:path';
 
@@ -117,6 +117,46 @@ async function greedyTurn(page, prompt, n, { chat = true, timeout = 120_000 } = 
 
 const same = (a, b) => a.length === b.length && a.every((x, i) => x === b[i]);
 
+// A GGUF v3 header with one F32 tensor of `bytes` bytes, written as a sparse file of the full
+// length (only the header takes disk space; the page reads only the header before refusing).
+function writeHugeGguf(path, bytes) {
+  const parts = [];
+  const u32 = (v) => { const b = Buffer.alloc(4); b.writeUInt32LE(v); parts.push(b); };
+  const u64 = (v) => { const b = Buffer.alloc(8); b.writeBigUInt64LE(BigInt(v)); parts.push(b); };
+  const str = (s) => { u64(Buffer.byteLength(s)); parts.push(Buffer.from(s)); };
+  parts.push(Buffer.from('GGUF'));
+  u32(3); // version
+  u64(1); // tensors
+  u64(1); // metadata entries
+  str('general.architecture');
+  u32(8); // string
+  str('qwen35');
+  const cols = 1024;
+  str('token_embd.weight');
+  u32(2); // dims
+  u64(cols);
+  u64(bytes / 4 / cols);
+  u32(0); // F32
+  u64(0); // offset in the data section
+  let header = Buffer.concat(parts);
+  header = Buffer.concat([header, Buffer.alloc((32 - (header.length % 32)) % 32)]);
+  const fd = openSync(path, 'w');
+  writeSync(fd, header);
+  closeSync(fd);
+  truncateSync(path, header.length + bytes);
+}
+
+// Load `path` through the file input and wait for the page's error; returns the notice's text.
+async function loadFailure(page, path) {
+  const before = (await state(page)).errors.length;
+  await page.setInputFiles('#file', path);
+  await page.waitForFunction((e) => window.rillDemo.errors.length > e && !window.rillDemo.busy, before, {
+    timeout: 60_000,
+  });
+  const visible = await page.isVisible('#notice');
+  return visible ? (await page.textContent('#notice')).trim() : '(no message shown)';
+}
+
 async function main() {
   // ---- without --enable-unsafe-webgpu Chromium offers no adapter: the page must say so ----
   {
@@ -140,6 +180,35 @@ async function main() {
     const device = JSON.parse(await page.textContent('#device-info'));
     results.device = device;
     log('device:', JSON.stringify(device));
+
+
+    // ---- files the page must refuse with a message that says why ----
+    {
+      const notGguf = join(out, 'not-a-model.gguf');
+      writeFileSync(notGguf, 'this is a text file, not a model\n'.repeat(100));
+      let text = await loadFailure(page, notGguf);
+      check('a file that is not GGUF is refused with a clear message', /not a GGUF file/.test(text), text);
+
+      const model = readFileSync(expected.models[0].path);
+      const cut = join(out, 'truncated.gguf');
+      writeFileSync(cut, model.subarray(0, Math.floor(model.length * 0.9)));
+      text = await loadFailure(page, cut);
+      check('a truncated model is refused with a clear message', /truncated|beyond|past the end|end of the file/i.test(text), text);
+
+      // Larger than this adapter allows in one buffer: refused from the header, naming the limit,
+      // before any tensor byte is read.
+      const limit = Math.min(device.limits.maxBufferSize, device.limits.maxStorageBufferBindingSize);
+      const huge = join(out, 'too-large.gguf');
+      const bytes = (Math.floor(limit / 4096) + 1) * 4096;
+      writeHugeGguf(huge, bytes);
+      text = await loadFailure(page, huge);
+      rmSync(huge, { force: true });
+      check(
+        'a model too large for the adapter is refused, naming the limit',
+        /too large/.test(text) && /max(Storage)?Buffer(Binding)?Size/.test(text) && /token_embd\.weight/.test(text),
+        text,
+      );
+    }
 
     // ---- the tiny fixtures through the file input: greedy tokens equal the native CPU's ----
     for (const m of expected.models) {
