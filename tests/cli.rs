@@ -235,3 +235,61 @@ fn cuda_without_a_gpu_is_one_error_line_and_auto_falls_through() {
     assert!(out.status.success(), "{err}");
     assert!(!err.to_lowercase().contains("cuda"), "{err}");
 }
+
+/// `--precision` is one flag shared by every command that runs a model: `rill bench` names the
+/// tier the backend ran at (the CPU backend has only the exact tier, so `fast` runs exact there),
+/// and an unknown tier is refused before anything runs.
+#[test]
+fn bench_names_the_precision_tier() {
+    let model = fixture("tiny-dense.F16.gguf");
+    let bench = |precision: &str, json: bool| {
+        let mut args = vec![
+            "bench",
+            "-m",
+            &model,
+            "--backend",
+            "cpu",
+            "-p",
+            "",
+            "-n",
+            "2",
+            "-r",
+            "1",
+            "--no-warmup",
+            "--precision",
+            precision,
+        ];
+        if json {
+            args.push("--json");
+        }
+        rill(&args)
+    };
+    let out = bench("exact", false);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("backend: cpu | precision: exact |"), "{text}");
+    let out = bench("fast", true);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["precision"], "exact", "{v}");
+    let out = bench("loose", false);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("expected exact or fast"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+/// `rill run` and `rill chat` share one set of sampling flags, checked the same way.
+#[test]
+fn run_and_chat_refuse_the_same_bad_sampling_flag() {
+    let model = fixture("tiny-dense.F16.gguf");
+    let run = rill(&["run", "-m", &model, "-p", "hi", "-n", "1", "--top-p", "1.5"]);
+    let chat = rill(&["chat", "-m", &model, "--top-p", "1.5"]);
+    let (e_run, e_chat) = (
+        String::from_utf8_lossy(&run.stderr),
+        String::from_utf8_lossy(&chat.stderr),
+    );
+    assert_clean_error(&run, "top");
+    assert_clean_error(&chat, "top");
+    assert_eq!(e_run, e_chat);
+}

@@ -20,10 +20,8 @@ pub struct BenchArgs {
     /// GGUF model file.
     #[arg(short, long)]
     model: PathBuf,
-    /// Compute backend: auto (cuda if this build has it and an NVIDIA GPU is present, else a GPU
-    /// through wgpu, else cpu), cpu, wgpu, cuda.
-    #[arg(long, default_value = "auto")]
-    backend: String,
+    #[command(flatten)]
+    device: common::BackendArgs,
     /// Prompt lengths to test (comma-separated; empty to skip).
     #[arg(short = 'p', long, default_value = "512")]
     prompts: String,
@@ -122,7 +120,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     let size: u64 = file.tensors.iter().map(|t| t.n_bytes).sum();
     let params: u64 = file.tensors.iter().map(|t| t.n_elements).sum();
     drop(file);
-    let loaded = common::load(&a.model, &a.backend)?;
+    let loaded = common::load(&a.model, &a.device)?;
     let model = &loaded.model;
     let be = model.backend();
 
@@ -159,7 +157,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             .collect();
         let v = serde_json::json!({
             "model": a.model.display().to_string(), "model_desc": model_desc, "size_bytes": size,
-            "params": params, "type_mix": mix_s, "backend": be.name(), "device": be.device_name(),
+            "params": params, "type_mix": mix_s, "backend": be.name(), "precision": be.precision().name(), "device": be.device_name(),
             "driver": be.driver_info(), "commit": COMMIT, "reps": a.reps, "tests": tests,
         });
         writeln!(
@@ -174,8 +172,9 @@ pub fn run(a: BenchArgs) -> Result<()> {
     writeln!(o, "types:   {}", mix_s.join(", "))?;
     writeln!(
         o,
-        "backend: {} | device: {} | driver: {}",
+        "backend: {} | precision: {} | device: {} | driver: {}",
         be.name(),
+        be.precision().name(),
         be.device_name(),
         be.driver_info()
     )?;

@@ -8,6 +8,7 @@ use std::path::Path;
 
 use clap::Args;
 
+use super::common;
 use super::serve::EngineArgs;
 use crate::cache::{model_fingerprint, read_state, write_state, Engine, Flow, Outcome};
 use crate::error::{Error, Result};
@@ -31,20 +32,8 @@ pub struct ChatArgs {
     /// Most tokens per reply (default: until the context is full).
     #[arg(short = 'n', long)]
     n_predict: Option<usize>,
-    /// Sampling temperature; 0 is greedy.
-    #[arg(long = "temp", default_value_t = 0.8)]
-    temperature: f32,
-    #[arg(long, default_value_t = 40)]
-    top_k: usize,
-    #[arg(long, default_value_t = 0.95)]
-    top_p: f32,
-    #[arg(long, default_value_t = 0.05)]
-    min_p: f32,
-    #[arg(long, default_value_t = 1.0)]
-    repeat_penalty: f32,
-    /// Random seed (default: from the clock).
-    #[arg(long)]
-    seed: Option<u64>,
+    #[command(flatten)]
+    sampling: common::SamplingArgs,
 }
 
 const HELP: &str =
@@ -66,22 +55,7 @@ struct Chat {
 }
 
 pub fn run(a: ChatArgs) -> Result<()> {
-    let seed = a.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0)
-    });
-    let sampler = SamplerConfig {
-        temperature: a.temperature,
-        top_k: a.top_k,
-        top_p: a.top_p,
-        min_p: a.min_p,
-        repeat_penalty: a.repeat_penalty,
-        repeat_last_n: 64,
-        seed,
-    };
-    sampler.validate()?;
+    let sampler = a.sampling.config()?;
     let fingerprint = model_fingerprint(&GgufFile::open(&a.engine.model)?);
     let (engine, tok) = a.engine.engine()?;
     let mut chat = Chat {

@@ -1,16 +1,18 @@
-//! Shared CLI plumbing: backend selection, model loading with a progress bar.
+//! Shared CLI plumbing: backend and sampling flags, model loading with a progress bar.
 
 use std::io::IsTerminal;
 use std::path::Path;
 use std::sync::Arc;
 
+use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::backend;
+use crate::backend::{self, BackendOptions, Precision};
 use crate::error::Result;
 use crate::exec::Model;
 use crate::gguf::GgufFile;
 use crate::model::Config;
+use crate::sample::SamplerConfig;
 use crate::tokenizer::Tokenizer;
 
 /// A model and its tokenizer, ready to run.
@@ -19,9 +21,85 @@ pub struct Loaded {
     pub tokenizer: Tokenizer,
 }
 
-/// Open `path`, build the tokenizer, and upload the weights to `backend_name`, showing a progress
-/// bar on a terminal.
-pub fn load(path: &Path, backend_name: &str) -> Result<Loaded> {
+/// The device flags of every command that runs a model: which backend, at which precision tier.
+#[derive(Args, Clone, Debug)]
+pub struct BackendArgs {
+    /// Compute backend: auto (cuda if this build has it and an NVIDIA GPU is present, else a GPU
+    /// through wgpu, else cpu), cpu, wgpu, cuda.
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
+    /// Precision tier: exact (f32 arithmetic on dequantized weights, the strict tier of the test
+    /// fixtures) or fast (a backend's faster kernels, e.g. tensor-core prefill on cuda; backends
+    /// without them run exact). `rill bench` prints the tier it ran at.
+    #[arg(long, default_value = "exact", value_parser = parse_precision)]
+    pub precision: Precision,
+}
+
+fn parse_precision(s: &str) -> std::result::Result<Precision, String> {
+    s.parse::<Precision>().map_err(|e| e.to_string())
+}
+
+impl BackendArgs {
+    /// Start the chosen backend.
+    pub fn create(&self) -> Result<Arc<dyn backend::Backend>> {
+        backend::create_with(
+            &self.backend,
+            &BackendOptions {
+                precision: self.precision,
+            },
+        )
+    }
+}
+
+/// The sampling flags of `rill run` and `rill chat`.
+#[derive(Args, Clone, Debug)]
+pub struct SamplingArgs {
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long = "temp", default_value_t = 0.8)]
+    pub temperature: f32,
+    /// Keep only the K most likely tokens (0 = off).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Nucleus sampling threshold (1 = off).
+    #[arg(long, default_value_t = 0.95)]
+    pub top_p: f32,
+    /// Drop tokens less likely than min-p times the most likely (0 = off).
+    #[arg(long, default_value_t = 0.05)]
+    pub min_p: f32,
+    /// Repetition penalty over the last 64 tokens (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    pub repeat_penalty: f32,
+    /// Random seed (default: from the clock).
+    #[arg(long)]
+    pub seed: Option<u64>,
+}
+
+impl SamplingArgs {
+    /// The sampler configuration, validated; without `--seed` the seed comes from the clock.
+    pub fn config(&self) -> Result<SamplerConfig> {
+        let seed = self.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos() as u64)
+                .unwrap_or(0)
+        });
+        let cfg = SamplerConfig {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repeat_penalty: self.repeat_penalty,
+            repeat_last_n: 64,
+            seed,
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+}
+
+/// Open `path`, build the tokenizer, and upload the weights to the backend `dev` names, showing a
+/// progress bar on a terminal.
+pub fn load(path: &Path, dev: &BackendArgs) -> Result<Loaded> {
     // Parse the file before starting a (possibly slow) device, so bad files fail fast.
     let file = GgufFile::open(path)?;
     let in_model = |e: crate::Error| e.in_model(path);
@@ -29,7 +107,7 @@ pub fn load(path: &Path, backend_name: &str) -> Result<Loaded> {
     Config::from_gguf(&file)
         .and_then(|c| c.check_tokenizer_size(tokenizer.vocab_size()))
         .map_err(in_model)?;
-    let be = backend::create(backend_name)?;
+    let be = dev.create()?;
     let total: u64 = file.tensors.iter().map(|t| t.n_bytes).sum();
     let bar = progress_bar(total, "loading");
     let model = Model::load(&file, Arc::clone(&be), &mut |n| bar.inc(n)).map_err(in_model)?;

@@ -30,16 +30,14 @@ pub struct LogitsArgs {
     /// Feed the tokens one at a time (recurrent decode path) instead of one batched prefill.
     #[arg(long)]
     decode: bool,
-    /// Compute backend: auto (cuda if this build has it and an NVIDIA GPU is present, else a GPU
-    /// through wgpu, else cpu), cpu, wgpu, cuda.
-    #[arg(long, default_value = "auto")]
-    backend: String,
+    #[command(flatten)]
+    device: common::BackendArgs,
 }
 
 pub fn run(a: LogitsArgs) -> Result<()> {
     // Refuse an unusable output before the (possibly slow) model load.
     let target = output::check_target(&a.output)?;
-    let loaded = common::load(&a.model, &a.backend)?;
+    let loaded = common::load(&a.model, &a.device)?;
     let model = &loaded.model;
     let ids = match (&a.tokens, &a.prompt) {
         (Some(t), _) => common::parse_ids(t)?,

@@ -9,7 +9,7 @@ use clap::Args;
 use super::common;
 use crate::error::{Error, Result};
 use crate::exec::Logits;
-use crate::sample::{Sampler, SamplerConfig};
+use crate::sample::Sampler;
 use crate::tokenizer::{render_chat_prompt, ChatMessage, ChatOptions};
 
 #[derive(Args)]
@@ -23,24 +23,8 @@ pub struct RunArgs {
     /// Maximum number of tokens to generate.
     #[arg(short = 'n', long, default_value_t = 128)]
     n_predict: usize,
-    /// Sampling temperature; 0 is greedy.
-    #[arg(long = "temp", default_value_t = 0.8)]
-    temperature: f32,
-    /// Keep only the K most likely tokens (0 = off).
-    #[arg(long, default_value_t = 40)]
-    top_k: usize,
-    /// Nucleus sampling threshold (1 = off).
-    #[arg(long, default_value_t = 0.95)]
-    top_p: f32,
-    /// Drop tokens less likely than min-p times the most likely (0 = off).
-    #[arg(long, default_value_t = 0.05)]
-    min_p: f32,
-    /// Repetition penalty over the last 64 tokens (1 = off).
-    #[arg(long, default_value_t = 1.0)]
-    repeat_penalty: f32,
-    /// Random seed (default: from the clock).
-    #[arg(long)]
-    seed: Option<u64>,
+    #[command(flatten)]
+    sampling: common::SamplingArgs,
     /// Wrap the prompt in the model's chat template (a user turn, then the assistant's turn).
     #[arg(long)]
     chat: bool,
@@ -56,29 +40,13 @@ pub struct RunArgs {
     /// Context size in tokens (default: prompt + n, at least the model's context up to 8192).
     #[arg(long)]
     ctx: Option<usize>,
-    /// Compute backend: auto (cuda if this build has it and an NVIDIA GPU is present, else a GPU
-    /// through wgpu, else cpu), cpu, wgpu, cuda.
-    #[arg(long, default_value = "auto")]
-    backend: String,
+    #[command(flatten)]
+    device: common::BackendArgs,
 }
 
 pub fn run(a: RunArgs) -> Result<()> {
-    let seed = a.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0)
-    });
-    let mut sampler = Sampler::new(SamplerConfig {
-        temperature: a.temperature,
-        top_k: a.top_k,
-        top_p: a.top_p,
-        min_p: a.min_p,
-        repeat_penalty: a.repeat_penalty,
-        repeat_last_n: 64,
-        seed,
-    })?;
-    let loaded = common::load(&a.model, &a.backend)?;
+    let mut sampler = Sampler::new(a.sampling.config()?)?;
+    let loaded = common::load(&a.model, &a.device)?;
     let (model, tok) = (&loaded.model, &loaded.tokenizer);
 
     let prompt = if a.chat {

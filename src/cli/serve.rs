@@ -16,9 +16,8 @@ pub struct EngineArgs {
     /// GGUF model file.
     #[arg(short, long)]
     pub model: PathBuf,
-    /// Compute backend: auto (a GPU through wgpu if there is one, else cpu), cpu, wgpu.
-    #[arg(long, default_value = "auto")]
-    pub backend: String,
+    #[command(flatten)]
+    pub device: common::BackendArgs,
     /// Context size in tokens (default: the model's context, at most 8192).
     #[arg(long)]
     pub ctx: Option<usize>,
@@ -61,7 +60,7 @@ pub fn parse_mem(s: &str) -> std::result::Result<u64, String> {
 impl EngineArgs {
     /// Load the model and build the engine. Returns the tokenizer too.
     pub fn engine(&self) -> Result<(Engine, crate::tokenizer::Tokenizer)> {
-        let loaded = common::load(&self.model, &self.backend)?;
+        let loaded = common::load(&self.model, &self.device)?;
         let n_ctx = self.ctx.unwrap_or_else(|| common::default_ctx(&loaded.model, 1));
         let engine = Engine::new(loaded.model, n_ctx, self.cache_mem, self.cache_every)?;
         Ok((engine, loaded.tokenizer))
