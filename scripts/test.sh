@@ -86,7 +86,7 @@ web_passed=0
 web_failed=0
 if [ "$status" -eq 0 ]; then
     weblog=$(mktemp)
-    bash web/test.sh 2>&1 | tee "$weblog" || status=$?
+    RILL_CARGO_FEATURES=cuda bash web/test.sh 2>&1 | tee "$weblog" || status=$?
     web_passed=$(grep -c '^\[web-test\] ok' "$weblog" || true)
     web_failed=$(grep -c '^\[web-test\] FAIL' "$weblog" || true)
     rm -f "$weblog"

@@ -31,8 +31,9 @@ fi
 
 bash web/build.sh
 
-# The reference: the same chat turn, greedy, on the native CPU backend.
-cargo build --release --bin rill --example greedy_tokens
+# The reference: the same chat turn, greedy, on the native CPU backend. RILL_CARGO_FEATURES: the
+# features of the caller's release build (scripts/test.sh builds with `cuda`), so that it is reused.
+cargo build --release --bin rill --example greedy_tokens ${RILL_CARGO_FEATURES:+--features "$RILL_CARGO_FEATURES"}
 prompt="Write a haiku about rivers."
 greedy() { target/release/examples/greedy_tokens "$1" "$prompt" 16 --backend cpu; }
 dense=tests/fixtures/tiny-dense.Q4_K_M.gguf
