@@ -16,7 +16,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
 use crate::backend::wgpu::WgpuBackend;
-use crate::backend::{Backend, ReadFuture};
+use crate::backend::{Backend, BackendOptions, ReadFuture};
 use crate::error::{Error, Result};
 use crate::exec::{Logits, Model, Session};
 use crate::gguf::{GgufFile, TensorBytes};
@@ -167,7 +167,9 @@ impl Engine {
     /// Open the WebGPU device. Fails with a readable message when the browser has no WebGPU
     /// adapter.
     pub async fn create() -> std::result::Result<Engine, JsError> {
-        let backend = WgpuBackend::new_async().await.map_err(js_err)?;
+        let backend = WgpuBackend::with_options_async(&BackendOptions::default())
+            .await
+            .map_err(js_err)?;
         Ok(Engine {
             backend: Arc::new(backend),
             loaded: RefCell::new(None),
@@ -217,12 +219,10 @@ impl Engine {
         // Free the old model's device memory before the new one arrives.
         self.loaded.replace(None);
         let file = read_header(&blob).await.map_err(js_err)?;
-        // The limits by WebGPU's names, as the browser's adapter reports them.
-        let l = self.backend.limits();
-        let limits = [
-            ("maxBufferSize", l.max_buffer_size),
-            ("maxStorageBufferBindingSize", l.max_storage_buffer_binding_size),
-        ];
+        // The limit by WebGPU's name, as the browser's adapter reports it. A tensor larger than
+        // one storage binding is bound in pieces, but it must fit one buffer. (The loader checks
+        // every tensor against the backend's own rules again before uploading any.)
+        let limits = [("maxBufferSize", self.backend.limits().max_buffer_size)];
         check_tensor_sizes(&file, &limits)
             .map_err(|e| js_err(format!("the model is too large for this browser's WebGPU adapter: {e}")))?;
         let tokenizer = Tokenizer::from_gguf(&file).map_err(js_err)?;

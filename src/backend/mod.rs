@@ -246,6 +246,17 @@ pub trait Backend: Send + Sync {
     ) -> Result<Option<Box<dyn WeightUpload + '_>>> {
         Ok(None)
     }
+    /// Whether `upload_weight(w)` would succeed and the weight could run on this device (buffer
+    /// and binding limits). The loader asks for every tensor before uploading any, so a model
+    /// that cannot run fails at once, naming the tensor and the limit.
+    fn check_upload(&self, w: &WeightData) -> Result<()> {
+        self.check_weight_fits(&w.name, w.ggml_type, &w.shape, w.bytes.as_slice().len() as u64)
+    }
+    /// `check_upload` from the tensor's description alone (the browser checks from the file's
+    /// header, before any tensor byte is read). Default: yes.
+    fn check_weight_fits(&self, _name: &str, _ggml_type: GgmlType, _shape: &[usize], _n_bytes: u64) -> Result<()> {
+        Ok(())
+    }
     /// Overwrite an existing U32 tensor (token ids) from the host.
     fn write_u32(&self, t: &Tensor, data: &[u32]) -> Result<()>;
     fn read_f32(&self, t: &Tensor) -> Result<Vec<f32>>;
@@ -455,16 +466,16 @@ pub fn create(name: &str) -> Result<Arc<dyn Backend>> {
 /// `create` with options. A backend without a faster tier runs `Exact` whatever is asked;
 /// `Backend::precision` says what it runs.
 #[cfg(not(target_arch = "wasm32"))]
-pub fn create_with(name: &str, _opts: &BackendOptions) -> Result<Arc<dyn Backend>> {
+pub fn create_with(name: &str, opts: &BackendOptions) -> Result<Arc<dyn Backend>> {
     match name {
         "auto" => {
             // Every candidate fails quietly (no driver, no adapter): the next one is tried.
             #[cfg(feature = "cuda")]
-            if let Ok(b) = cuda::CudaBackend::new() {
-                return Ok(Arc::new(b));
+            if let Ok(b) = cuda::create(opts) {
+                return Ok(b);
             }
             #[cfg(feature = "wgpu")]
-            if let Ok(b) = wgpu::WgpuBackend::new() {
+            if let Ok(b) = wgpu::WgpuBackend::with_options(opts) {
                 if !b.is_cpu_adapter() {
                     return Ok(Arc::new(b));
                 }
@@ -473,9 +484,9 @@ pub fn create_with(name: &str, _opts: &BackendOptions) -> Result<Arc<dyn Backend
         }
         "cpu" => Ok(Arc::new(cpu::CpuBackend::new())),
         #[cfg(feature = "wgpu")]
-        "wgpu" => wgpu::create(),
+        "wgpu" => wgpu::create(opts),
         #[cfg(feature = "cuda")]
-        "cuda" => cuda::create(),
+        "cuda" => cuda::create(opts),
         other => Err(Error::UnknownBackend(other.to_string(), available().join(", "))),
     }
 }

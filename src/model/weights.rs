@@ -197,6 +197,11 @@ impl Weights {
         backend: &Arc<dyn Backend>,
         on_bytes: &mut dyn FnMut(u64),
     ) -> Result<Weights> {
+        // Every tensor against the device's limits first: a model that cannot run fails before
+        // gigabytes are uploaded, naming the tensor and the limit.
+        for t in &file.tensors {
+            backend.check_weight_fits(&t.name, t.ggml_type, &t.shape(), t.n_bytes)?;
+        }
         let mut b = Binder {
             file,
             src,

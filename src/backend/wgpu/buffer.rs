@@ -1,20 +1,50 @@
-//! Device buffers and the memory ops (alloc, upload whole or streamed, read back, zero, copy).
+//! Device buffers and the memory ops (alloc, upload, read back, zero, copy).
+//!
+//! Every buffer has a process-unique id: the encoder caches bind groups by the ids of the buffers
+//! they bind. A dropped buffer reports its id to the graveyard, and the encoder then forgets every
+//! bind group (and recorded step) that named it, so cached bind groups never keep memory alive.
 
 use std::any::Any;
-use std::future::Future;
-use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
 
 use super::{gpu_err, WgpuBackend};
-use crate::backend::{DType, DeviceBuffer, Tensor, WeightData, WeightUpload};
+use crate::backend::{DType, DeviceBuffer, Tensor, WeightData};
 use crate::error::Result;
-use crate::gguf::GgmlType;
 
-/// A storage buffer. `size` is the allocated byte size (a multiple of 4, at least 4).
+/// Ids of buffers dropped since the encoder last looked.
+#[derive(Default)]
+pub(crate) struct Graveyard {
+    any: AtomicBool,
+    ids: Mutex<Vec<u64>>,
+}
+
+impl Graveyard {
+    /// The ids buried since the last call (empty without taking the lock when there are none).
+    pub fn take(&self) -> Vec<u64> {
+        if !self.any.swap(false, Ordering::Acquire) {
+            return Vec::new();
+        }
+        self.ids.lock().map(|mut v| std::mem::take(&mut *v)).unwrap_or_default()
+    }
+}
+
+/// A storage buffer. `size` is the allocated byte size (a multiple of 16, at least 16, so every
+/// buffer can be bound as an array of vec4).
 pub(crate) struct WgpuBuffer {
     pub buffer: wgpu::Buffer,
     pub size: u64,
+    pub id: u64,
+    graveyard: Arc<Graveyard>,
+}
+
+impl Drop for WgpuBuffer {
+    fn drop(&mut self) {
+        if let Ok(mut v) = self.graveyard.ids.lock() {
+            v.push(self.id);
+            self.graveyard.any.store(true, Ordering::Release);
+        }
+    }
 }
 
 impl DeviceBuffer for WgpuBuffer {
@@ -31,96 +61,87 @@ pub(crate) fn get(t: &Tensor) -> Result<&WgpuBuffer> {
         .ok_or_else(|| gpu_err("tensor does not belong to the wgpu backend"))
 }
 
-fn elements(shape: &[usize]) -> Result<usize> {
+pub(crate) fn elements(shape: &[usize]) -> Result<usize> {
     shape
         .iter()
         .try_fold(1usize, |a, &d| a.checked_mul(d))
         .ok_or_else(|| gpu_err(format!("shape {shape:?} overflows")))
 }
 
-/// Round a byte count up to a whole number of u32 words (at least one).
-fn padded(bytes: u64) -> u64 {
+/// Round a byte count up to whole u32 words (copies move whole words).
+pub(crate) fn words(bytes: u64) -> u64 {
     bytes.div_ceil(4).max(1) * 4
 }
 
-fn create(be: &WgpuBackend, label: &str, bytes: u64, mapped: bool) -> Result<wgpu::Buffer> {
-    let size = padded(bytes);
-    if size > be.limits.max_buffer_size {
+/// Round a byte count up to whole vec4s (buffer sizes: shaders bind them as `array<vec4<..>>`).
+fn vec4s(bytes: u64) -> u64 {
+    bytes.div_ceil(16).max(1) * 16
+}
+
+fn next_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A new storage buffer of at least `bytes`, wrapped with its id.
+pub(crate) fn create(be: &WgpuBackend, label: &str, bytes: u64, mapped: bool) -> Result<WgpuBuffer> {
+    let size = vec4s(bytes);
+    if size > be.caps.max_buffer {
         return Err(gpu_err(format!(
-            "out of device memory: {label} needs {size} bytes, the device's largest buffer is {} bytes",
-            be.limits.max_buffer_size
+            "{label} needs a buffer of {size} bytes, this device's largest is {} bytes (try --backend cpu)",
+            be.caps.max_buffer
         )));
     }
-    Ok(be.device.create_buffer(&wgpu::BufferDescriptor {
+    let buffer = be.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some(label),
         size,
         usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
         mapped_at_creation: mapped,
-    }))
+    });
+    Ok(WgpuBuffer {
+        buffer,
+        size,
+        id: next_id(),
+        graveyard: Arc::clone(&be.graveyard),
+    })
 }
 
-fn tensor(buffer: wgpu::Buffer, dtype: DType, shape: &[usize]) -> Tensor {
-    let size = buffer.size();
+pub(crate) fn tensor(buf: WgpuBuffer, dtype: DType, shape: &[usize]) -> Tensor {
     Tensor {
-        buf: Arc::new(WgpuBuffer { buffer, size }),
+        buf: Arc::new(buf),
         dtype,
         shape: shape.to_vec(),
     }
+}
+
+/// Bytes of an F32/U32 tensor of `shape`.
+pub(crate) fn f32_bytes(what: &str, dtype: DType, shape: &[usize]) -> Result<u64> {
+    if !matches!(dtype, DType::F32 | DType::U32) {
+        return Err(gpu_err(format!("{what}: only F32 and U32 tensors")));
+    }
+    (elements(shape)? as u64)
+        .checked_mul(4)
+        .ok_or_else(|| gpu_err(format!("{what}: size overflows")))
 }
 
 /// A zero-filled F32/U32 tensor (wgpu zero-initialises new buffers).
 pub(crate) fn alloc(be: &WgpuBackend, dtype: DType, shape: &[usize]) -> Result<Tensor> {
-    if !matches!(dtype, DType::F32 | DType::U32) {
-        return Err(gpu_err("alloc: only F32 and U32 tensors can be allocated"));
-    }
-    let n = elements(shape)?;
-    let bytes = (n as u64)
-        .checked_mul(4)
-        .ok_or_else(|| gpu_err("alloc: size overflows"))?;
+    let bytes = f32_bytes("alloc", dtype, shape)?;
     Ok(tensor(create(be, "tensor", bytes, false)?, dtype, shape))
 }
 
-/// A tensor of `shape` on a persistent scratch buffer named `slot` (an op's intermediates): the
-/// buffer is created on first use, replaced by a larger one when a call needs more, and reused by
-/// every later call, so ops allocate nothing in the token loop. Dispatches that share a slot are
-/// ordered by wgpu's usage tracking like any other read-write buffer.
-pub(crate) fn scratch(be: &WgpuBackend, slot: &'static str, dtype: DType, shape: &[usize]) -> Result<Tensor> {
-    if !matches!(dtype, DType::F32 | DType::U32) {
-        return Err(gpu_err("scratch: only F32 and U32 tensors"));
-    }
-    let bytes = (elements(shape)? as u64)
-        .checked_mul(4)
-        .ok_or_else(|| gpu_err("scratch: size overflows"))?;
-    let mut pool = be.scratch.lock().map_err(|_| gpu_err("scratch pool lock poisoned"))?;
-    let buf = match pool.get(slot) {
-        Some(b) if b.size >= padded(bytes) => Arc::clone(b),
-        _ => {
-            let b = Arc::new(WgpuBuffer {
-                buffer: create(be, slot, bytes, false)?,
-                size: padded(bytes),
-            });
-            pool.insert(slot, Arc::clone(&b));
-            b
-        }
-    };
-    Ok(Tensor {
-        buf,
-        dtype,
-        shape: shape.to_vec(),
-    })
-}
-
 /// Create a buffer holding `bytes` (written through a mapping at creation, no staging copy).
-fn create_init(be: &WgpuBackend, label: &str, bytes: &[u8]) -> Result<wgpu::Buffer> {
+fn create_init(be: &WgpuBackend, label: &str, bytes: &[u8]) -> Result<WgpuBuffer> {
     let buf = create(be, label, bytes.len() as u64, true)?;
     {
         let mut view = buf
+            .buffer
             .slice(..)
             .get_mapped_range_mut()
             .map_err(|e| gpu_err(format!("map {label}: {e}")))?;
         view.slice(..bytes.len()).copy_from_slice(bytes);
     }
-    buf.unmap();
+    buf.buffer.unmap();
     Ok(buf)
 }
 
@@ -131,101 +152,14 @@ pub(crate) fn upload(be: &WgpuBackend, dtype: DType, shape: &[usize], bytes: &[u
     Ok(tensor(create_init(be, "upload", bytes)?, dtype, shape))
 }
 
-/// Check that `n_bytes` is exactly a weight of `shape` in `ggml_type`.
-fn check_weight_size(name: &str, ggml_type: GgmlType, shape: &[usize], n_bytes: u64) -> Result<()> {
-    let cols = shape.last().copied().unwrap_or(0);
-    let rows = elements(shape)? / cols.max(1);
-    let row = ggml_type.row_size(cols as u64);
-    if row.and_then(|r| r.checked_mul(rows as u64)) != Some(n_bytes) {
-        return Err(gpu_err(format!(
-            "weight '{name}': {n_bytes} bytes do not match shape {shape:?}"
-        )));
-    }
-    Ok(())
-}
-
-/// A weight in its GGUF block format; shaders read it as `array<u32>` and unpack the blocks.
+/// A weight in its GGUF block format; shaders read it as `array<vec4<u32>>` and unpack the
+/// blocks. A weight larger than one storage binding is bound in pieces of whole rows by the ops
+/// (`pieces`); `check_weight` has already told the user about anything that cannot run.
 pub(crate) fn upload_weight(be: &WgpuBackend, w: &WeightData) -> Result<Tensor> {
     let bytes = w.bytes.as_slice();
-    check_weight_size(&w.name, w.ggml_type, &w.shape, bytes.len() as u64)?;
-    let buf = create_init(be, &w.name, bytes)
-        .map_err(|e| gpu_err(format!("weight '{}' ({} bytes): {e}", w.name, bytes.len())))?;
+    be.check_weight(&w.name, w.ggml_type, &w.shape, bytes.len() as u64)?;
+    let buf = create_init(be, &w.name, bytes)?;
     Ok(tensor(buf, DType::Ggml(w.ggml_type), &w.shape))
-}
-
-/// A weight whose bytes arrive in pieces (`Backend::begin_weight`): each piece is queued
-/// straight into the device buffer, so the host holds one piece at a time, never the tensor.
-pub(crate) struct StreamedWeight<'a> {
-    be: &'a WgpuBackend,
-    buffer: wgpu::Buffer,
-    name: String,
-    ggml_type: GgmlType,
-    shape: Vec<usize>,
-    /// Bytes the weight has.
-    len: u64,
-    /// Bytes written so far.
-    written: u64,
-}
-
-impl<'a> StreamedWeight<'a> {
-    pub(crate) fn new(be: &'a WgpuBackend, name: &str, ggml_type: GgmlType, shape: &[usize]) -> Result<Self> {
-        let cols = shape.last().copied().unwrap_or(0) as u64;
-        let rows = (elements(shape)? as u64) / cols.max(1);
-        let len = ggml_type
-            .row_size(cols)
-            .and_then(|r| r.checked_mul(rows))
-            .ok_or_else(|| {
-                gpu_err(format!(
-                    "weight '{name}': shape {shape:?} is not whole {ggml_type} blocks"
-                ))
-            })?;
-        let buffer =
-            create(be, name, len, false).map_err(|e| gpu_err(format!("weight '{name}' ({len} bytes): {e}")))?;
-        Ok(StreamedWeight {
-            be,
-            buffer,
-            name: name.to_string(),
-            ggml_type,
-            shape: shape.to_vec(),
-            len,
-            written: 0,
-        })
-    }
-}
-
-impl WeightUpload for StreamedWeight<'_> {
-    fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        let end = self.written + bytes.len() as u64;
-        if end > self.len {
-            return Err(gpu_err(format!(
-                "weight '{}': {end} bytes written, the tensor has {}",
-                self.name, self.len
-            )));
-        }
-        // Device copies go by whole words: only the final piece may end mid-word (the buffer
-        // is padded), and it is copied with its padding.
-        if !self.written.is_multiple_of(4) {
-            return Err(gpu_err(format!(
-                "weight '{}': a piece of {} bytes follows one that was not a multiple of 4",
-                self.name,
-                bytes.len()
-            )));
-        }
-        if bytes.len().is_multiple_of(4) {
-            self.be.queue.write_buffer(&self.buffer, self.written, bytes);
-        } else {
-            let mut padded_piece = bytes.to_vec();
-            padded_piece.resize(padded(bytes.len() as u64) as usize, 0);
-            self.be.queue.write_buffer(&self.buffer, self.written, &padded_piece);
-        }
-        self.written = end;
-        Ok(())
-    }
-
-    fn finish(self: Box<Self>) -> Result<Tensor> {
-        check_weight_size(&self.name, self.ggml_type, &self.shape, self.written)?;
-        Ok(tensor(self.buffer, DType::Ggml(self.ggml_type), &self.shape))
-    }
 }
 
 /// Overwrite an existing tensor from the host. Pending recorded work is submitted first, so ops
@@ -239,128 +173,67 @@ pub(crate) fn write(be: &WgpuBackend, t: &Tensor, dtype: DType, bytes: &[u8], n:
         )));
     }
     let b = get(t)?;
-    let mut rec = be.recorder()?;
-    be.flush_locked(&mut rec);
+    let mut enc = be.encoder()?;
+    enc.host_access();
+    enc.flush();
     be.queue.write_buffer(&b.buffer, 0, bytes);
     Ok(())
 }
 
-/// `read_async`, blocking (native only: the browser cannot wait for the device).
+/// Submit pending work and copy the tensor's `numel * 4` bytes back to the host.
 pub(crate) fn read(be: &WgpuBackend, t: &Tensor) -> Result<Vec<u8>> {
-    #[cfg(not(target_arch = "wasm32"))]
-    return pollster::block_on(read_async(be, t));
-    #[cfg(target_arch = "wasm32")]
-    {
-        let _ = (be, t);
-        Err(gpu_err(
-            "blocking reads are impossible in the browser: use read_f32_async / read_u32_async",
-        ))
+    if cfg!(target_arch = "wasm32") {
+        // The map below could never complete: the browser maps buffers from its event loop.
+        return Err(gpu_err(
+            "blocking reads are impossible in the browser: await read_f32_async / read_u32_async",
+        ));
     }
-}
-
-/// Little-endian 4-byte words of `bytes` as values.
-pub(crate) fn words<T>(bytes: &[u8], from_le: fn([u8; 4]) -> T) -> Vec<T> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| from_le([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
-/// Submit pending work and copy the tensor's `numel * 4` bytes back to the host. Natively the
-/// device is polled until the copy is mapped, so the future is ready when first polled; in the
-/// browser the map resolves from the event loop and the future wakes then.
-pub(crate) async fn read_async(be: &WgpuBackend, t: &Tensor) -> Result<Vec<u8>> {
     let b = get(t)?;
     let bytes = (t.numel() as u64) * 4;
     if bytes == 0 {
         return Ok(Vec::new());
     }
     // One staging buffer, grown on demand and reused: decode reads back a token id every step,
-    // and a fresh buffer per read would allocate in the token loop. It is taken out of its slot
-    // while mapped (no lock is held across the await); a concurrent read makes its own.
-    let cached = be
-        .readback
-        .lock()
-        .map_err(|_| gpu_err("readback lock poisoned"))?
-        .take();
-    let staging = match cached {
-        Some(s) if s.size() >= padded(bytes) => s,
-        _ => be.device.create_buffer(&wgpu::BufferDescriptor {
+    // and a fresh buffer per read would allocate in the token loop. The lock also serialises reads.
+    let mut cache = be.readback.lock().map_err(|_| gpu_err("readback lock poisoned"))?;
+    if cache.as_ref().is_none_or(|b| b.size() < words(bytes)) {
+        *cache = Some(be.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
-            size: padded(bytes).next_power_of_two().max(256),
+            size: words(bytes).next_power_of_two().max(256),
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
-        }),
-    };
-    {
-        let mut rec = be.recorder()?;
-        be.encoder(&mut rec)
-            .copy_buffer_to_buffer(&b.buffer, 0, &staging, 0, padded(bytes));
-        be.flush_locked(&mut rec);
+        }));
     }
-    let slice = staging.slice(..padded(bytes));
-    let mapped = MapDone::default();
-    let done = mapped.clone();
-    slice.map_async(wgpu::MapMode::Read, move |r| done.complete(r));
-    #[cfg(not(target_arch = "wasm32"))]
+    let staging = cache.as_ref().ok_or_else(|| gpu_err("readback buffer missing"))?;
+    {
+        let mut enc = be.encoder()?;
+        enc.host_access();
+        enc.commands()
+            .copy_buffer_to_buffer(&b.buffer, 0, staging, 0, words(bytes));
+        enc.flush();
+    }
+    let slice = staging.slice(..words(bytes));
+    let (tx, rx) = std::sync::mpsc::channel();
+    slice.map_async(wgpu::MapMode::Read, move |r| {
+        let _ = tx.send(r);
+    });
     be.device
         .poll(wgpu::PollType::wait_indefinitely())
         .map_err(|e| gpu_err(format!("device poll: {e}")))?;
-    mapped.await.map_err(|e| gpu_err(format!("readback map: {e}")))?;
-    #[cfg(target_arch = "wasm32")]
-    be.check_device_error()?;
-    let out = {
-        let view = slice
-            .get_mapped_range()
-            .map_err(|e| gpu_err(format!("readback view: {e}")))?;
-        view[..bytes as usize].to_vec()
-    };
+    rx.recv()
+        .map_err(|_| gpu_err("readback callback dropped"))?
+        .map_err(|e| gpu_err(format!("readback map: {e}")))?;
+    let out = mapped_bytes(&slice, bytes);
     staging.unmap();
-    if let Ok(mut slot) = be.readback.lock() {
-        if slot.as_ref().is_none_or(|s| s.size() < staging.size()) {
-            *slot = Some(staging);
-        }
-    }
-    Ok(out)
+    out
 }
 
-/// Resolves when `Buffer::map_async` calls back (a one-shot channel).
-#[derive(Clone, Default)]
-struct MapDone(Arc<Mutex<MapState>>);
-
-#[derive(Default)]
-struct MapState {
-    result: Option<std::result::Result<(), wgpu::BufferAsyncError>>,
-    waker: Option<Waker>,
-}
-
-impl MapDone {
-    fn complete(&self, r: std::result::Result<(), wgpu::BufferAsyncError>) {
-        let waker = self.0.lock().ok().and_then(|mut s| {
-            s.result = Some(r);
-            s.waker.take()
-        });
-        if let Some(w) = waker {
-            w.wake();
-        }
-    }
-}
-
-impl Future for MapDone {
-    type Output = std::result::Result<(), wgpu::BufferAsyncError>;
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // A poisoned lock means the callback panicked: report the map as failed.
-        let Ok(mut s) = self.0.lock() else {
-            return Poll::Ready(Err(wgpu::BufferAsyncError));
-        };
-        match s.result.take() {
-            Some(r) => Poll::Ready(r),
-            None => {
-                s.waker = Some(cx.waker().clone());
-                Poll::Pending
-            }
-        }
-    }
+/// The first `bytes` bytes of a mapped readback slice.
+pub(crate) fn mapped_bytes(slice: &wgpu::BufferSlice<'_>, bytes: u64) -> Result<Vec<u8>> {
+    let view = slice
+        .get_mapped_range()
+        .map_err(|e| gpu_err(format!("readback view: {e}")))?;
+    Ok(view[..bytes as usize].to_vec())
 }
 
 pub(crate) fn zero(be: &WgpuBackend, t: &Tensor) -> Result<()> {
@@ -368,8 +241,8 @@ pub(crate) fn zero(be: &WgpuBackend, t: &Tensor) -> Result<()> {
         return Err(gpu_err("zero: only F32/U32 tensors"));
     }
     let b = get(t)?;
-    let mut rec = be.recorder()?;
-    be.encoder(&mut rec).clear_buffer(&b.buffer, 0, None);
+    let mut enc = be.encoder()?;
+    enc.commands().clear_buffer(&b.buffer, 0, None);
     Ok(())
 }
 
@@ -383,9 +256,8 @@ pub(crate) fn copy(be: &WgpuBackend, src: &Tensor, dst: &Tensor) -> Result<()> {
     if bytes == 0 {
         return Ok(());
     }
-    let mut rec = be.recorder()?;
-    be.encoder(&mut rec)
-        .copy_buffer_to_buffer(&s.buffer, 0, &d.buffer, 0, bytes);
+    let mut enc = be.encoder()?;
+    enc.commands().copy_buffer_to_buffer(&s.buffer, 0, &d.buffer, 0, bytes);
     Ok(())
 }
 
@@ -406,8 +278,8 @@ pub(crate) fn copy_rows(
     }
     let (s, d) = (get(src)?, get(dst)?);
     let row = w as u64 * 4;
-    let mut rec = be.recorder()?;
-    be.encoder(&mut rec).copy_buffer_to_buffer(
+    let mut enc = be.encoder()?;
+    enc.commands().copy_buffer_to_buffer(
         &s.buffer,
         src_row as u64 * row,
         &d.buffer,
