@@ -16,7 +16,7 @@ use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
 use crate::backend::wgpu::WgpuBackend;
-use crate::backend::{Backend, ReadFuture};
+use crate::backend::{Backend, BackendOptions, ReadFuture};
 use crate::error::{Error, Result};
 use crate::exec::{Logits, Model, Session};
 use crate::gguf::{GgufFile, TensorBytes};
@@ -167,7 +167,9 @@ impl Engine {
     /// Open the WebGPU device. Fails with a readable message when the browser has no WebGPU
     /// adapter.
     pub async fn create() -> std::result::Result<Engine, JsError> {
-        let backend = WgpuBackend::new_async().await.map_err(js_err)?;
+        let backend = WgpuBackend::with_options_async(&BackendOptions::default())
+            .await
+            .map_err(js_err)?;
         Ok(Engine {
             backend: Arc::new(backend),
             loaded: RefCell::new(None),
@@ -217,17 +219,12 @@ impl Engine {
         // Free the old model's device memory before the new one arrives.
         self.loaded.replace(None);
         let file = read_header(&blob).await.map_err(js_err)?;
-        // Every tensor against the adapter's limits, from the header alone: the largest buffer by
-        // WebGPU's name, as the browser reports it, then the backend's own check (a tensor
-        // larger than one storage binding is bound in pieces of whole rows, if its rows fit).
-        let too_large = |e: Error| js_err(format!("the model is too large for this browser's WebGPU adapter: {e}"));
+        // The limit by WebGPU's name, as the browser's adapter reports it. A tensor larger than
+        // one storage binding is bound in pieces, but it must fit one buffer. (The loader checks
+        // every tensor against the backend's own rules again before uploading any.)
         let limits = [("maxBufferSize", self.backend.limits().max_buffer_size)];
-        check_tensor_sizes(&file, &limits).map_err(too_large)?;
-        for t in &file.tensors {
-            self.backend
-                .check_upload(&t.name, t.ggml_type, &t.shape(), t.n_bytes)
-                .map_err(too_large)?;
-        }
+        check_tensor_sizes(&file, &limits)
+            .map_err(|e| js_err(format!("the model is too large for this browser's WebGPU adapter: {e}")))?;
         let tokenizer = Tokenizer::from_gguf(&file).map_err(js_err)?;
         let total: u64 = file.tensors.iter().map(|t| t.n_bytes).sum();
         let mut done = 0u64;

@@ -231,9 +231,7 @@ fn unsplittable_weight_is_refused_at_upload_or_runs() {
         shape: vec![2, cols],
         bytes: TensorBytes::from_vec(bytes.clone()),
     };
-    assert!(cpu()
-        .check_upload(&w.name, w.ggml_type, &w.shape, w.bytes.as_slice().len() as u64)
-        .is_ok());
+    assert!(cpu().check_upload(&w).is_ok());
     for p in each() {
         let g = p.dev.as_ref();
         match weight(g, "blk.0.huge.weight", GgmlType::F32, &[2, cols], &bytes) {
@@ -243,8 +241,7 @@ fn unsplittable_weight_is_refused_at_upload_or_runs() {
                     assert!(msg.contains(want), "{}: error should name {want:?}: {msg}", p.name());
                 }
                 assert!(
-                    g.check_upload(&w.name, w.ggml_type, &w.shape, w.bytes.as_slice().len() as u64)
-                        .is_err(),
+                    g.check_upload(&w).is_err(),
                     "{}: check_upload passes what upload refuses",
                     p.name()
                 );
@@ -252,8 +249,7 @@ fn unsplittable_weight_is_refused_at_upload_or_runs() {
             Ok(gw) => {
                 assert_ne!(p.name(), "wgpu", "wgpu bound a row over its lowered binding limit");
                 assert!(
-                    g.check_upload(&w.name, w.ggml_type, &w.shape, w.bytes.as_slice().len() as u64)
-                        .is_ok(),
+                    g.check_upload(&w).is_ok(),
                     "{}: check_upload refuses what upload takes",
                     p.name()
                 );

@@ -235,14 +235,6 @@ pub trait Backend: Send + Sync {
     fn upload_u32(&self, data: &[u32], shape: &[usize]) -> Result<Tensor>;
     /// Upload a weight in its block format (`DType::Ggml`); kernels dequantize it.
     fn upload_weight(&self, w: &WeightData) -> Result<Tensor>;
-    /// Whether a weight `name` of `shape` in `ggml_type`, `n_bytes` long, could be uploaded
-    /// (`upload_weight` or `begin_weight`) and run on this device (buffer and binding limits).
-    /// The loader asks for every tensor before uploading any, so a model that cannot run fails
-    /// at once, naming the tensor and the limit. Only the header is needed, not the bytes (the
-    /// browser has read nothing else yet). Default: yes.
-    fn check_upload(&self, _name: &str, _ggml_type: GgmlType, _shape: &[usize], _n_bytes: u64) -> Result<()> {
-        Ok(())
-    }
     /// Start uploading a weight of `shape` (row-major) in its block format whose bytes will
     /// arrive in pieces. `None` (the default): the backend has no such path, and the loader
     /// collects the pieces and calls `upload_weight`. GPU backends copy each piece to the device.
@@ -253,6 +245,17 @@ pub trait Backend: Send + Sync {
         _shape: &[usize],
     ) -> Result<Option<Box<dyn WeightUpload + '_>>> {
         Ok(None)
+    }
+    /// Whether `upload_weight(w)` would succeed and the weight could run on this device (buffer
+    /// and binding limits). The loader asks for every tensor before uploading any, so a model
+    /// that cannot run fails at once, naming the tensor and the limit.
+    fn check_upload(&self, w: &WeightData) -> Result<()> {
+        self.check_weight_fits(&w.name, w.ggml_type, &w.shape, w.bytes.as_slice().len() as u64)
+    }
+    /// `check_upload` from the tensor's description alone (the browser checks from the file's
+    /// header, before any tensor byte is read). Default: yes.
+    fn check_weight_fits(&self, _name: &str, _ggml_type: GgmlType, _shape: &[usize], _n_bytes: u64) -> Result<()> {
+        Ok(())
     }
     /// Overwrite an existing U32 tensor (token ids) from the host.
     fn write_u32(&self, t: &Tensor, data: &[u32]) -> Result<()>;
@@ -488,11 +491,11 @@ pub fn create_with(name: &str, opts: &BackendOptions) -> Result<Arc<dyn Backend>
     }
 }
 
-/// In the browser a device is opened asynchronously: use `wgpu::WgpuBackend::with_options_async`.
+/// In the browser a device is opened asynchronously: use `wgpu::WgpuBackend::new_async`.
 #[cfg(target_arch = "wasm32")]
 pub fn create_with(name: &str, _opts: &BackendOptions) -> Result<Arc<dyn Backend>> {
     Err(Error::Backend(format!(
-        "backend '{name}': the browser opens its device asynchronously (await wgpu::WgpuBackend::with_options_async())"
+        "backend '{name}': the browser opens its device asynchronously (await wgpu::WgpuBackend::new_async())"
     )))
 }
 

@@ -200,7 +200,7 @@ impl Weights {
         // Every tensor against the device's limits first: a model that cannot run fails before
         // gigabytes are uploaded, naming the tensor and the limit.
         for t in &file.tensors {
-            backend.check_upload(&t.name, t.ggml_type, &t.shape(), t.n_bytes)?;
+            backend.check_weight_fits(&t.name, t.ggml_type, &t.shape(), t.n_bytes)?;
         }
         let mut b = Binder {
             file,

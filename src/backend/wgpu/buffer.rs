@@ -1,20 +1,16 @@
-//! Device buffers and the memory ops (alloc, upload whole or streamed, read back, zero, copy).
+//! Device buffers and the memory ops (alloc, upload, read back, zero, copy).
 //!
 //! Every buffer has a process-unique id: the encoder caches bind groups by the ids of the buffers
 //! they bind. A dropped buffer reports its id to the graveyard, and the encoder then forgets every
 //! bind group (and recorded step) that named it, so cached bind groups never keep memory alive.
 
 use std::any::Any;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll, Waker};
 
 use super::{gpu_err, WgpuBackend};
-use crate::backend::{DType, DeviceBuffer, Tensor, WeightData, WeightUpload};
+use crate::backend::{DType, DeviceBuffer, Tensor, WeightData};
 use crate::error::Result;
-use crate::gguf::GgmlType;
 
 /// Ids of buffers dropped since the encoder last looked.
 #[derive(Default)]
@@ -65,7 +61,7 @@ pub(crate) fn get(t: &Tensor) -> Result<&WgpuBuffer> {
         .ok_or_else(|| gpu_err("tensor does not belong to the wgpu backend"))
 }
 
-fn elements(shape: &[usize]) -> Result<usize> {
+pub(crate) fn elements(shape: &[usize]) -> Result<usize> {
     shape
         .iter()
         .try_fold(1usize, |a, &d| a.checked_mul(d))
@@ -110,7 +106,7 @@ pub(crate) fn create(be: &WgpuBackend, label: &str, bytes: u64, mapped: bool) ->
     })
 }
 
-fn tensor(buf: WgpuBuffer, dtype: DType, shape: &[usize]) -> Tensor {
+pub(crate) fn tensor(buf: WgpuBuffer, dtype: DType, shape: &[usize]) -> Tensor {
     Tensor {
         buf: Arc::new(buf),
         dtype,
@@ -166,89 +162,6 @@ pub(crate) fn upload_weight(be: &WgpuBackend, w: &WeightData) -> Result<Tensor> 
     Ok(tensor(buf, DType::Ggml(w.ggml_type), &w.shape))
 }
 
-/// A weight whose bytes arrive in pieces (`Backend::begin_weight`): each piece is queued
-/// straight into the device buffer, so the host holds one piece at a time, never the tensor.
-pub(crate) struct StreamedWeight<'a> {
-    be: &'a WgpuBackend,
-    buf: WgpuBuffer,
-    name: String,
-    ggml_type: GgmlType,
-    shape: Vec<usize>,
-    /// Bytes the weight has.
-    len: u64,
-    /// Bytes written so far.
-    written: u64,
-}
-
-impl<'a> StreamedWeight<'a> {
-    /// The buffer of a weight of `shape` in `ggml_type`, checked against the device's limits
-    /// like an uploaded weight (`check_weight`) before anything is allocated.
-    pub(crate) fn new(be: &'a WgpuBackend, name: &str, ggml_type: GgmlType, shape: &[usize]) -> Result<Self> {
-        let cols = shape.last().copied().unwrap_or(0) as u64;
-        let rows = (elements(shape)? as u64) / cols.max(1);
-        let len = ggml_type
-            .row_size(cols)
-            .and_then(|r| r.checked_mul(rows))
-            .ok_or_else(|| {
-                gpu_err(format!(
-                    "weight '{name}': shape {shape:?} is not whole {ggml_type} blocks"
-                ))
-            })?;
-        be.check_weight(name, ggml_type, shape, len)?;
-        Ok(StreamedWeight {
-            be,
-            buf: create(be, name, len, false)?,
-            name: name.to_string(),
-            ggml_type,
-            shape: shape.to_vec(),
-            len,
-            written: 0,
-        })
-    }
-}
-
-impl WeightUpload for StreamedWeight<'_> {
-    fn write(&mut self, bytes: &[u8]) -> Result<()> {
-        let end = self.written + bytes.len() as u64;
-        if end > self.len {
-            return Err(gpu_err(format!(
-                "weight '{}': {end} bytes written, the tensor has {}",
-                self.name, self.len
-            )));
-        }
-        // Device copies go by whole words: only the final piece may end mid-word (the buffer
-        // is padded to whole vec4s), and it is copied with its padding.
-        if !self.written.is_multiple_of(4) {
-            return Err(gpu_err(format!(
-                "weight '{}': a piece of {} bytes follows one that was not a multiple of 4",
-                self.name,
-                bytes.len()
-            )));
-        }
-        if bytes.len().is_multiple_of(4) {
-            self.be.queue.write_buffer(&self.buf.buffer, self.written, bytes);
-        } else {
-            let mut padded_piece = bytes.to_vec();
-            padded_piece.resize(words(bytes.len() as u64) as usize, 0);
-            self.be
-                .queue
-                .write_buffer(&self.buf.buffer, self.written, &padded_piece);
-        }
-        self.written = end;
-        Ok(())
-    }
-
-    fn finish(self: Box<Self>) -> Result<Tensor> {
-        if self.written != self.len {
-            return Err(gpu_err(format!(
-                "weight '{}': {} of its {} bytes were written",
-                self.name, self.written, self.len
-            )));
-        }
-        Ok(tensor(self.buf, DType::Ggml(self.ggml_type), &self.shape))
-    }
-}
-
 /// Overwrite an existing tensor from the host. Pending recorded work is submitted first, so ops
 /// recorded earlier still see the old contents.
 pub(crate) fn write(be: &WgpuBackend, t: &Tensor, dtype: DType, bytes: &[u8], n: usize) -> Result<()> {
@@ -267,123 +180,60 @@ pub(crate) fn write(be: &WgpuBackend, t: &Tensor, dtype: DType, bytes: &[u8], n:
     Ok(())
 }
 
-/// `read_async`, blocking (native only: the browser cannot wait for the device).
+/// Submit pending work and copy the tensor's `numel * 4` bytes back to the host.
 pub(crate) fn read(be: &WgpuBackend, t: &Tensor) -> Result<Vec<u8>> {
-    #[cfg(not(target_arch = "wasm32"))]
-    return pollster::block_on(read_async(be, t));
-    #[cfg(target_arch = "wasm32")]
-    {
-        let _ = (be, t);
-        Err(gpu_err(
-            "blocking reads are impossible in the browser: use read_f32_async / read_u32_async",
-        ))
+    if cfg!(target_arch = "wasm32") {
+        // The map below could never complete: the browser maps buffers from its event loop.
+        return Err(gpu_err(
+            "blocking reads are impossible in the browser: await read_f32_async / read_u32_async",
+        ));
     }
-}
-
-/// Little-endian 4-byte words of `bytes` as values.
-pub(crate) fn values<T>(bytes: &[u8], from_le: fn([u8; 4]) -> T) -> Vec<T> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| from_le([c[0], c[1], c[2], c[3]]))
-        .collect()
-}
-
-/// Submit pending work and copy the tensor's `numel * 4` bytes back to the host. Natively the
-/// device is polled until the copy is mapped, so the future is ready when first polled; in the
-/// browser the map resolves from the event loop and the future wakes then.
-pub(crate) async fn read_async(be: &WgpuBackend, t: &Tensor) -> Result<Vec<u8>> {
     let b = get(t)?;
     let bytes = (t.numel() as u64) * 4;
     if bytes == 0 {
         return Ok(Vec::new());
     }
     // One staging buffer, grown on demand and reused: decode reads back a token id every step,
-    // and a fresh buffer per read would allocate in the token loop. It is taken out of its slot
-    // while mapped (no lock is held across the await); a concurrent read makes its own.
-    let cached = be
-        .readback
-        .lock()
-        .map_err(|_| gpu_err("readback lock poisoned"))?
-        .take();
-    let staging = match cached {
-        Some(s) if s.size() >= words(bytes) => s,
-        _ => be.device.create_buffer(&wgpu::BufferDescriptor {
+    // and a fresh buffer per read would allocate in the token loop. The lock also serialises reads.
+    let mut cache = be.readback.lock().map_err(|_| gpu_err("readback lock poisoned"))?;
+    if cache.as_ref().is_none_or(|b| b.size() < words(bytes)) {
+        *cache = Some(be.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
             size: words(bytes).next_power_of_two().max(256),
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
-        }),
-    };
+        }));
+    }
+    let staging = cache.as_ref().ok_or_else(|| gpu_err("readback buffer missing"))?;
     {
         let mut enc = be.encoder()?;
         enc.host_access();
         enc.commands()
-            .copy_buffer_to_buffer(&b.buffer, 0, &staging, 0, words(bytes));
+            .copy_buffer_to_buffer(&b.buffer, 0, staging, 0, words(bytes));
         enc.flush();
     }
     let slice = staging.slice(..words(bytes));
-    let mapped = MapDone::default();
-    let done = mapped.clone();
-    slice.map_async(wgpu::MapMode::Read, move |r| done.complete(r));
-    #[cfg(not(target_arch = "wasm32"))]
+    let (tx, rx) = std::sync::mpsc::channel();
+    slice.map_async(wgpu::MapMode::Read, move |r| {
+        let _ = tx.send(r);
+    });
     be.device
         .poll(wgpu::PollType::wait_indefinitely())
         .map_err(|e| gpu_err(format!("device poll: {e}")))?;
-    mapped.await.map_err(|e| gpu_err(format!("readback map: {e}")))?;
-    #[cfg(target_arch = "wasm32")]
-    be.check_device_error()?;
-    let out = {
-        let view = slice
-            .get_mapped_range()
-            .map_err(|e| gpu_err(format!("readback view: {e}")))?;
-        view[..bytes as usize].to_vec()
-    };
+    rx.recv()
+        .map_err(|_| gpu_err("readback callback dropped"))?
+        .map_err(|e| gpu_err(format!("readback map: {e}")))?;
+    let out = mapped_bytes(&slice, bytes);
     staging.unmap();
-    if let Ok(mut slot) = be.readback.lock() {
-        if slot.as_ref().is_none_or(|s| s.size() < staging.size()) {
-            *slot = Some(staging);
-        }
-    }
-    Ok(out)
+    out
 }
 
-/// Resolves when `Buffer::map_async` calls back (a one-shot channel).
-#[derive(Clone, Default)]
-struct MapDone(Arc<Mutex<MapState>>);
-
-#[derive(Default)]
-struct MapState {
-    result: Option<std::result::Result<(), wgpu::BufferAsyncError>>,
-    waker: Option<Waker>,
-}
-
-impl MapDone {
-    fn complete(&self, r: std::result::Result<(), wgpu::BufferAsyncError>) {
-        let waker = self.0.lock().ok().and_then(|mut s| {
-            s.result = Some(r);
-            s.waker.take()
-        });
-        if let Some(w) = waker {
-            w.wake();
-        }
-    }
-}
-
-impl Future for MapDone {
-    type Output = std::result::Result<(), wgpu::BufferAsyncError>;
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        // A poisoned lock means the callback panicked: report the map as failed.
-        let Ok(mut s) = self.0.lock() else {
-            return Poll::Ready(Err(wgpu::BufferAsyncError));
-        };
-        match s.result.take() {
-            Some(r) => Poll::Ready(r),
-            None => {
-                s.waker = Some(cx.waker().clone());
-                Poll::Pending
-            }
-        }
-    }
+/// The first `bytes` bytes of a mapped readback slice.
+pub(crate) fn mapped_bytes(slice: &wgpu::BufferSlice<'_>, bytes: u64) -> Result<Vec<u8>> {
+    let view = slice
+        .get_mapped_range()
+        .map_err(|e| gpu_err(format!("readback view: {e}")))?;
+    Ok(view[..bytes as usize].to_vec())
 }
 
 pub(crate) fn zero(be: &WgpuBackend, t: &Tensor) -> Result<()> {

@@ -10,11 +10,14 @@ pub(crate) mod caps;
 mod encoder;
 pub(crate) mod kernels;
 mod ops;
+mod stream;
+#[cfg(target_arch = "wasm32")]
+mod web;
 
 use std::sync::{Arc, Mutex};
 
 use crate::backend::{
-    check, AttnDims, Backend, BackendOptions, DType, GdnDims, Pos, Precision, ReadFuture, StepMode, Tensor, WeightData,
+    check, AttnDims, Backend, BackendOptions, DType, GdnDims, Pos, Precision, StepMode, Tensor, WeightData,
     WeightUpload,
 };
 use crate::error::{Error, Result};
@@ -26,41 +29,19 @@ pub struct WgpuBackend {
     device: wgpu::Device,
     queue: wgpu::Queue,
     info: wgpu::AdapterInfo,
-    /// The limits the device was opened with (the adapter's, a binding limit lowered by a test).
-    limits: wgpu::Limits,
     pub(crate) caps: Caps,
     graveyard: Arc<buffer::Graveyard>,
-    /// Reused host-readback staging buffer (see `buffer::read_async`).
+    /// Reused host-readback staging buffer (see `buffer::read`).
     readback: Mutex<Option<wgpu::Buffer>>,
+    state: Mutex<State>,
     /// The browser reports validation errors and a lost device through callbacks, not error
     /// scopes that could be waited on: the first one is kept here and fails the next read.
     #[cfg(target_arch = "wasm32")]
     device_error: Arc<Mutex<Option<String>>>,
-    state: Mutex<State>,
 }
 
 pub(crate) fn gpu_err(msg: impl std::fmt::Display) -> Error {
     Error::Backend(format!("wgpu: {msg}"))
-}
-
-/// Keep the first uncaptured error and the loss of the device, which the browser reports
-/// through callbacks (natively wgpu's default handler panics on an uncaptured error instead).
-#[cfg(target_arch = "wasm32")]
-fn web_error_sink(device: &wgpu::Device) -> Arc<Mutex<Option<String>>> {
-    let slot: Arc<Mutex<Option<String>>> = Arc::default();
-    let keep = |slot: &Arc<Mutex<Option<String>>>| {
-        let slot = Arc::clone(slot);
-        move |msg: String| {
-            if let Ok(mut s) = slot.lock() {
-                s.get_or_insert(msg);
-            }
-        }
-    };
-    let on_error = keep(&slot);
-    device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| on_error(e.to_string())));
-    let on_lost = keep(&slot);
-    device.set_device_lost_callback(move |reason, msg| on_lost(format!("device lost ({reason:?}): {msg}")));
-    slot
 }
 
 impl WgpuBackend {
@@ -70,22 +51,16 @@ impl WgpuBackend {
         WgpuBackend::with_options(&BackendOptions::default())
     }
 
-    /// `with_options_async`, blocking until the device is open (native only: the browser
-    /// cannot block, it awaits `with_options_async`).
+    /// Pick the best adapter (a discrete or integrated GPU over a CPU fallback such as lavapipe;
+    /// `RILL_WGPU_ADAPTER=substring` picks by name) and open a device with its full limits and
+    /// the optional features the selected kernel variants use (`caps`).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn with_options(opts: &BackendOptions) -> Result<WgpuBackend> {
         pollster::block_on(WgpuBackend::with_options_async(opts))
     }
 
-    /// `new` for the browser: the best adapter at the exact precision, awaited.
-    pub async fn new_async() -> Result<WgpuBackend> {
-        WgpuBackend::with_options_async(&BackendOptions::default()).await
-    }
-
-    /// Pick the best adapter (a discrete or integrated GPU over a CPU fallback such as lavapipe;
-    /// `RILL_WGPU_ADAPTER=substring` picks by name) and open a device with its full limits and
-    /// the optional features the selected kernel variants use (`caps`). Awaits the adapter and
-    /// the device; in the browser the adapter is WebGPU's (`navigator.gpu`, also in a worker).
+    /// `with_options`, awaiting the adapter and the device (the browser cannot block on them;
+    /// there the adapter is WebGPU's, `navigator.gpu`, also in a worker).
     pub async fn with_options_async(opts: &BackendOptions) -> Result<WgpuBackend> {
         let ov = Overrides::from_env();
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
@@ -115,13 +90,11 @@ impl WgpuBackend {
             })
             .min_by_key(rank)
             .ok_or_else(|| {
-                if cfg!(target_arch = "wasm32") {
-                    gpu_err("this browser offers no WebGPU adapter (is WebGPU or hardware acceleration turned off?)")
+                gpu_err(if cfg!(target_arch = "wasm32") {
+                    "this browser offers no WebGPU adapter (is WebGPU or hardware acceleration turned off?)"
                 } else {
-                    gpu_err(
-                        "no GPU adapter with compute shaders found (install a Vulkan driver, e.g. mesa-vulkan-drivers)",
-                    )
-                }
+                    "no GPU adapter with compute shaders found (install a Vulkan driver, e.g. mesa-vulkan-drivers)"
+                })
             })?;
         let info = adapter.get_info();
         let features = caps::wanted_features(&adapter, opts.precision, ov);
@@ -142,7 +115,7 @@ impl WgpuBackend {
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("rill"),
                 required_features: features,
-                required_limits: limits.clone(),
+                required_limits: limits,
                 experimental_features: experimental,
                 memory_hints: wgpu::MemoryHints::Performance,
                 trace: wgpu::Trace::Off,
@@ -150,36 +123,25 @@ impl WgpuBackend {
             .await
             .map_err(|e| gpu_err(format!("cannot open {}: {e}", info.name)))?;
         #[cfg(target_arch = "wasm32")]
-        let device_error = web_error_sink(&device);
-        // Profiling waits on the device between dispatches: native only.
-        let profile = cfg!(not(target_arch = "wasm32")) && std::env::var_os("RILL_PROFILE").is_some_and(|v| v == "1");
+        let device_error = web::error_sink(&device);
+        let profile = std::env::var_os("RILL_PROFILE").is_some_and(|v| v == "1");
         let state = State::new(&device, &queue, caps.uniform_align, profile, caps.timestamps_in_passes);
         Ok(WgpuBackend {
             device,
             queue,
             info,
-            limits,
             caps,
             graveyard: Arc::default(),
             readback: Mutex::new(None),
+            state: Mutex::new(state),
             #[cfg(target_arch = "wasm32")]
             device_error,
-            state: Mutex::new(state),
         })
     }
 
-    /// The limits the device was opened with.
-    pub fn limits(&self) -> &wgpu::Limits {
-        &self.limits
-    }
-
-    /// The first device error the browser reported, if any (see `device_error`).
-    #[cfg(target_arch = "wasm32")]
-    pub(crate) fn check_device_error(&self) -> Result<()> {
-        match self.device_error.lock().ok().and_then(|e| e.clone()) {
-            Some(e) => Err(gpu_err(e)),
-            None => Ok(()),
-        }
+    /// The limits the device was opened with (the adapter's, as the browser reports them).
+    pub fn limits(&self) -> wgpu::Limits {
+        self.device.limits()
     }
 
     /// Exclusive access to the recorder for one op's dispatches.
@@ -284,7 +246,7 @@ impl Backend for WgpuBackend {
         self.caps.precision()
     }
 
-    fn check_upload(&self, name: &str, ggml_type: GgmlType, shape: &[usize], n_bytes: u64) -> Result<()> {
+    fn check_weight_fits(&self, name: &str, ggml_type: GgmlType, shape: &[usize], n_bytes: u64) -> Result<()> {
         self.check_weight(name, ggml_type, shape, n_bytes)
     }
 
@@ -306,32 +268,44 @@ impl Backend for WgpuBackend {
         ggml_type: GgmlType,
         shape: &[usize],
     ) -> Result<Option<Box<dyn WeightUpload + '_>>> {
-        Ok(Some(Box::new(buffer::StreamedWeight::new(
+        Ok(Some(Box::new(stream::StreamedWeight::new(
             self, name, ggml_type, shape,
         )?)))
+    }
+    // The browser cannot block on the device: its reads are awaited (`web::read`); native code
+    // keeps the blocking reads (the default async reads are ready futures of them).
+    #[cfg(target_arch = "wasm32")]
+    fn read_f32_async<'a>(&'a self, t: &'a Tensor) -> crate::backend::ReadFuture<'a, Vec<f32>> {
+        Box::pin(async move {
+            check::dtype("read_f32", "t", t, DType::F32)?;
+            Ok(web::le_words(&web::read(self, t).await?, f32::from_le_bytes))
+        })
+    }
+    #[cfg(target_arch = "wasm32")]
+    fn read_u32_async<'a>(&'a self, t: &'a Tensor) -> crate::backend::ReadFuture<'a, Vec<u32>> {
+        Box::pin(async move {
+            check::dtype("read_u32", "t", t, DType::U32)?;
+            Ok(web::le_words(&web::read(self, t).await?, u32::from_le_bytes))
+        })
     }
     fn write_u32(&self, t: &Tensor, data: &[u32]) -> Result<()> {
         buffer::write(self, t, DType::U32, bytemuck::cast_slice(data), data.len())
     }
     fn read_f32(&self, t: &Tensor) -> Result<Vec<f32>> {
         check::dtype("read_f32", "t", t, DType::F32)?;
-        Ok(buffer::values(&buffer::read(self, t)?, f32::from_le_bytes))
+        let bytes = buffer::read(self, t)?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
     }
     fn read_u32(&self, t: &Tensor) -> Result<Vec<u32>> {
         check::dtype("read_u32", "t", t, DType::U32)?;
-        Ok(buffer::values(&buffer::read(self, t)?, u32::from_le_bytes))
-    }
-    fn read_f32_async<'a>(&'a self, t: &'a Tensor) -> ReadFuture<'a, Vec<f32>> {
-        Box::pin(async move {
-            check::dtype("read_f32", "t", t, DType::F32)?;
-            Ok(buffer::values(&buffer::read_async(self, t).await?, f32::from_le_bytes))
-        })
-    }
-    fn read_u32_async<'a>(&'a self, t: &'a Tensor) -> ReadFuture<'a, Vec<u32>> {
-        Box::pin(async move {
-            check::dtype("read_u32", "t", t, DType::U32)?;
-            Ok(buffer::values(&buffer::read_async(self, t).await?, u32::from_le_bytes))
-        })
+        let bytes = buffer::read(self, t)?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
     }
     fn zero(&self, t: &Tensor) -> Result<()> {
         buffer::zero(self, t)
