@@ -89,7 +89,7 @@ run_test() {
     note "$(printf 'test %-14s %-9s exit %3s: %s' "$name" "$tag" "$st" "$(grep -E '^test result:' "$log" | tail -1)")"
     grep -E '^test .* FAILED$|panicked at' "$log" | head -8 | tee -a "$summary" >&2
 }
-for t in device_ops device_linear device_moe device_delta device_pieces e2e_fixtures; do
+for t in device_ops device_linear device_moe device_delta device_pieces e2e_fixtures prefix_cache; do
     run_test 45 "$t" subgroup
 done
 run_test 45 device_fast fast
