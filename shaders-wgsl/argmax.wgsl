@@ -14,6 +14,12 @@ struct Params {
 var<workgroup> best_val: array<f32, ROW_WG>;
 var<workgroup> best_idx: array<u32, ROW_WG>;
 
+// f32 from bits at run time: a const-expression that evaluates to NaN or inf is a WGSL creation
+// error (browsers' compilers enforce it; naga does not).
+fn from_bits(b: u32) -> f32 {
+    return bitcast<f32>(b);
+}
+
 // NaN test on the bits: `x != x` may be folded away by a compiler that assumes no NaNs.
 fn is_nan(x: f32) -> bool {
     return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;
@@ -38,7 +44,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     let row = linear_wg(wg, nwg);
     let base = row * P.v;
     // Strided scan; an invocation with no element keeps index 0xffffffff, which loses every tie.
-    var bv = bitcast<f32>(0x7fc00000u); // NaN
+    var bv = from_bits(0x7fc00000u); // NaN
     var bi = 0xffffffffu;
     for (var i = li; i < P.v; i += ROW_WG) {
         let x = logits[base + i];
@@ -64,7 +70,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     if (li == 0u) {
         // The winner is NaN or -inf only when the row has no allowed value.
         let b = best_val[0];
-        if (is_nan(b) || b == bitcast<f32>(0xff800000u)) {
+        if (is_nan(b) || b == from_bits(0xff800000u)) {
             out[row] = 0xffffffffu;
         } else {
             out[row] = best_idx[0];
