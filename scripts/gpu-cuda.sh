@@ -11,9 +11,12 @@
 #      per-phase and per-class split (GEMMs with TFLOP/s, delta rule, attention, rest);
 #   4. fast against exact on the real shapes: the logits of a 100-token prompt on the same file
 #      (rel L2 and argmax agreement per position);
-#   5. the prefill kernel harness (dev/cuda/prefill_bench all --quick) in the time left, then the
-#      decode harness (matvec_bench) if time remains;
-#   6. a summary (printed last, also $OUT/summary.txt) and every log in $OUT/gpu-logs.tar.gz.
+#   5. decode kernel variants end to end (RILL_CUDA_MATVEC=exact and q8: tg128 of each model, the
+#      q8 logits of token-by-token decode against the exact ones, a q8 decode profile);
+#   6. the prefill kernel harness (dev/cuda/prefill_bench all --quick), then the decode harness
+#      (matvec_bench: every decode matvec variant checked and timed, its winner table), each in the
+#      time left;
+#   7. a summary (printed last, also $OUT/summary.txt) and every log in $OUT/gpu-logs.tar.gz.
 # Run from the repository root, carrying .gpu:
 #   bash scripts/gpu-cuda.sh
 # SKIP_MODELS=1 leaves out the model stages (a dry run of the plumbing); BUDGET=N changes the budget.
@@ -139,18 +142,9 @@ profile qwen3.5-35b-a3b q4_k_m fast
 profile qwen3.5-9b q4_k_m exact
 
 # ---- 4. fast against exact on the real shapes ---------------------------------------------------
-toks=$(python3 -c "print(','.join(str((7919 * i + 13) % 150000 + 100) for i in range(100)))")
-for m in "${models[@]}"; do
-    set -- $m
-    ready "$1" "$2" || continue
-    [ "$(left)" -gt 90 ] || break
-    f=$(model_file "$1" "$2")
-    log "logits fast vs exact $1 $2 (100-token prompt, one batch)"
-    for prec in fast exact; do
-        timeout "$(limit 60)" $rill logits -m "$f" --tokens "$toks" --backend cuda --precision $prec \
-            -o "$LOGS/logits-$prec-$1-$2.safetensors" >>"$LOGS/logits-$1-$2.log" 2>&1
-    done
-    python3 - "$LOGS/logits-fast-$1-$2.safetensors" "$LOGS/logits-exact-$1-$2.safetensors" <<'EOF' 2>&1 | tee -a "$LOGS/summary.txt"
+# `compare_logits A B`: rel L2 per position, max abs, argmax agreement of A against B.
+compare_logits() {
+    python3 - "$1" "$2" <<'EOF' 2>&1 | tee -a "$LOGS/summary.txt"
 import sys, json, struct
 import numpy as np
 def load(p):
@@ -166,14 +160,54 @@ except Exception as e:
     print(f"logits compare: cannot read ({e})"); sys.exit(0)
 rel = np.sqrt(((a - c) ** 2).sum(1) / (c ** 2).sum(1))
 agree = (a.argmax(1) == c.argmax(1)).sum()
-name = sys.argv[1].split('logits-fast-')[1]
-print(f"logits fast vs exact {name}: rel L2 max {rel.max():.2e} median {np.median(rel):.2e}, "
+name = lambda p: p.split('/')[-1].replace('.safetensors', '')
+print(f"logits {name(sys.argv[1])} vs {name(sys.argv[2])}: rel L2 max {rel.max():.2e} median {np.median(rel):.2e}, "
       f"max abs {np.abs(a - c).max():.2e}, argmax {agree}/{len(rel)}, non-finite {int((~np.isfinite(a)).sum())}")
 EOF
+}
+toks=$(python3 -c "print(','.join(str((7919 * i + 13) % 150000 + 100) for i in range(100)))")
+for m in "${models[@]}"; do
+    set -- $m
+    ready "$1" "$2" || continue
+    [ "$(left)" -gt 90 ] || break
+    f=$(model_file "$1" "$2")
+    log "logits fast vs exact $1 $2 (100-token prompt, one batch)"
+    for prec in fast exact; do
+        timeout "$(limit 60)" $rill logits -m "$f" --tokens "$toks" --backend cuda --precision $prec \
+            -o "$LOGS/logits-$prec-$1-$2.safetensors" >>"$LOGS/logits-$1-$2.log" 2>&1
+    done
+    compare_logits "$LOGS/logits-fast-$1-$2.safetensors" "$LOGS/logits-exact-$1-$2.safetensors"
     rm -f "$LOGS"/logits-*-"$1-$2".safetensors
 done
 
-# ---- 5. kernel harnesses --------------------------------------------------------------------------
+# ---- 5. decode kernel variants end to end ---------------------------------------------------------
+# RILL_CUDA_MATVEC picks the decode matvec kernels (src/backend/cuda/ops/linear.rs): exact (f32 on
+# dequantized weights) or q8 (8-bit activations, dp4a). tg128 of each, then the q8 logits of 8
+# tokens decoded one by one against the exact ones (the drift at real depth).
+short=785,3974,293,4830,282,5131,7784,82
+for m in "${models[@]}"; do
+    set -- $m
+    ready "$1" "$2" || continue
+    [ "$(left)" -gt 120 ] || break
+    f=$(model_file "$1" "$2")
+    for v in exact q8; do
+        log "decode variant $v: $1 $2"
+        RILL_CUDA_MATVEC=$v timeout "$(limit 60)" $rill bench -m "$f" --backend cuda -p "" -n 128 -r 2 --json \
+            >"$LOGS/variant-$v-$1-$2.json" 2>"$LOGS/variant-$v-$1-$2.log"
+        RILL_CUDA_MATVEC=$v timeout "$(limit 60)" $rill logits -m "$f" --tokens $short --decode --backend cuda \
+            -o "$LOGS/logits-decode-$v-$1-$2.safetensors" >>"$LOGS/logits-$1-$2.log" 2>&1
+    done
+    compare_logits "$LOGS/logits-decode-q8-$1-$2.safetensors" "$LOGS/logits-decode-exact-$1-$2.safetensors"
+    rm -f "$LOGS"/logits-decode-*-"$1-$2".safetensors
+done
+if ready qwen3.5-9b q4_k_m && [ "$(left)" -gt 100 ]; then
+    log "profile q8 decode qwen3.5-9b q4_k_m"
+    RILL_CUDA_MATVEC=q8 RILL_PROFILE=1 timeout "$(limit 60)" $rill bench -m "$(model_file qwen3.5-9b q4_k_m)" \
+        --backend cuda -p "" -n 64 -r 1 --no-warmup >"$LOGS/profile-decode-q8-qwen3.5-9b-q4_k_m.txt" 2>&1
+    grep -A 9 "by phase" "$LOGS/profile-decode-q8-qwen3.5-9b-q4_k_m.txt" | tee -a "$LOGS/summary.txt"
+fi
+
+# ---- 6. kernel harnesses --------------------------------------------------------------------------
 if [ "$(left)" -gt 70 ]; then
     log "prefill harness (prefill_bench all --quick, $(limit 200) s at most)"
     mkdir -p "$LOGS/prefill"
@@ -183,12 +217,13 @@ if [ "$(left)" -gt 70 ]; then
 fi
 if [ "$(left)" -gt 60 ]; then
     log "matvec harness"
-    timeout "$(limit 60)" target/release/matvec_bench >"$LOGS/matvec_bench.log" 2>&1
-    echo "matvec_bench exit $?" >>"$LOGS/matvec_bench.log"
+    timeout "$(limit 240)" target/release/matvec_bench >"$LOGS/matvec_bench.log" 2>&1
+    echo "matvec_bench exit $? (124: stopped at its time limit)" | tee -a "$LOGS/matvec_bench.log" "$LOGS/summary.txt"
+    sed -n '/==== winners/,$p' "$LOGS/matvec_bench.log" | tee -a "$LOGS/summary.txt"
 fi
 for p in "${synth_pids[@]}"; do kill "$p" 2>/dev/null; done
 
-# ---- 6. summary ---------------------------------------------------------------------------------
+# ---- 7. summary ---------------------------------------------------------------------------------
 log "summary"
 python3 - "$LOGS" <<'EOF' | tee -a "$LOGS/summary.txt"
 import json, os, sys, glob
@@ -222,6 +257,16 @@ for name, tg in targets.items():
         ms = f"{102 / row['pp102'] * 1000:.1f}" if row.get("pp102") else "-"
         print(f"{name:<24} {prec:<6} " + " ".join(cells) + f"  {ms:>8} {note}")
 print("(+ / -: at or above / below the issue 8 target)")
+print("decode variants (RILL_CUDA_MATVEC), tg128 tokens/s:")
+for name in targets:
+    cells = []
+    for v in ("exact", "q8"):
+        try:
+            j = json.load(open(os.path.join(out, f"variant-{v}-{name}.json")))
+            cells.append(f"{v} {j['tests'][0]['tokens_per_s_mean']:.1f}")
+        except Exception as e:
+            cells.append(f"{v} ({type(e).__name__})")
+    print(f"  {name:<26} {' | '.join(cells)}")
 for f in sorted(glob.glob(os.path.join(out, "test-*.log"))):
     res = [l.strip() for l in open(f, errors="replace") if l.startswith("test result:")]
     print(f"{os.path.basename(f)[5:-4]:<26} {res[-1] if res else 'no result (crashed or timed out)'}")

@@ -210,6 +210,8 @@ impl Inner {
         }
         self.dev.bind()?;
         {
+            // A replayed graph uses the workspaces too: not between another thread's launches.
+            let _ws = self.workspaces()?;
             let mut gc = self
                 .graphs
                 .lock()
@@ -255,7 +257,7 @@ impl Inner {
         self.dev.bind()?;
         match self.capture(&rec.ops) {
             Ok(graph) => {
-                graph.launch(self.stream.0)?;
+                self.workspaces().and_then(|_ws| graph.launch(self.stream.0))?;
                 let mut gc = self
                     .graphs
                     .lock()
@@ -285,6 +287,8 @@ impl Inner {
                 if let Ok(mut gc) = self.graphs.lock() {
                     gc.no_graph.insert(key);
                 }
+                // Ops one by one, consecutive on the stream like the graph (workspaces).
+                let _ws = self.workspaces()?;
                 rec.ops.iter().try_for_each(|op| self.issue(op, self.stream.0))
             }
         }

@@ -24,6 +24,7 @@ mod launch;
 mod ops;
 mod profile;
 mod shadow;
+mod workspace;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
@@ -34,19 +35,10 @@ use crate::backend::{
     AttnDims, Backend, BackendOptions, DType, GdnDims, Pos, Precision, ReadFuture, StepMode, Tensor, WeightData,
 };
 use crate::error::Result;
-use driver::{cuda_err, DevPtr, Device, Stream};
+use driver::{cuda_err, Device, Stream};
 use kernels::Kernels;
 use launch::{GraphCache, Recording};
 use profile::Profiler;
-
-/// Scratch memory owned by the backend for kernels' intermediates (attention partials, argmax
-/// partials, MoE hidden rows), by purpose. It only grows; an outgrown allocation is kept until the
-/// backend goes, because a recorded step may still use it.
-#[derive(Default)]
-struct Workspaces {
-    slots: HashMap<&'static str, (DevPtr, usize)>,
-    retired: Vec<DevPtr>,
-}
 
 /// State shared by the backend handle and its buffers (which free themselves through it).
 pub(crate) struct Inner {
@@ -57,7 +49,7 @@ pub(crate) struct Inner {
     recordings: Mutex<HashMap<ThreadId, Recording>>,
     recording_threads: AtomicUsize,
     graphs: Mutex<GraphCache>,
-    workspaces: Mutex<Workspaces>,
+    workspaces: workspace::Workspaces,
     profile: Option<Profiler>,
     pdl: AtomicBool,
     /// Dependent launch inside captured graphs (dropped if a capture with it fails).
@@ -82,46 +74,7 @@ impl Drop for Inner {
         if let Ok(mut g) = self.graphs.lock() {
             *g = GraphCache::default();
         }
-        if let Ok(mut w) = self.workspaces.lock() {
-            for (p, _) in w.slots.values() {
-                driver::mem_free(*p);
-            }
-            for p in w.retired.drain(..) {
-                driver::mem_free(p);
-            }
-        }
-    }
-}
-
-impl Inner {
-    /// Device scratch of at least `bytes` for `purpose` (see `Workspaces`).
-    pub(crate) fn workspace(&self, purpose: &'static str, bytes: usize) -> Result<DevPtr> {
-        let mut w = self
-            .workspaces
-            .lock()
-            .map_err(|_| cuda_err("workspace lock poisoned"))?;
-        if let Some(&(p, n)) = w.slots.get(purpose) {
-            if n >= bytes {
-                return Ok(p);
-            }
-        }
-        self.dev.bind()?;
-        let size = bytes.max(1 << 16).next_power_of_two();
-        let p = match driver::mem_alloc(size) {
-            Ok(p) => p,
-            Err(Some(e)) => return Err(e),
-            Err(None) => {
-                return Err(crate::Error::OutOfMemory {
-                    what: format!("cuda scratch for {purpose}"),
-                    needed: size as u64,
-                    available: self.dev.mem_info().map(|m| m.0).unwrap_or(0),
-                })
-            }
-        };
-        if let Some((old, _)) = w.slots.insert(purpose, (p, size)) {
-            w.retired.push(old);
-        }
-        Ok(p)
+        self.workspaces.free_all();
     }
 }
 
@@ -189,7 +142,7 @@ impl CudaBackend {
             recordings: Mutex::new(HashMap::new()),
             recording_threads: AtomicUsize::new(0),
             graphs: Mutex::new(GraphCache::default()),
-            workspaces: Mutex::new(Workspaces::default()),
+            workspaces: workspace::Workspaces::default(),
             profile: profiling.then(Profiler::new),
             // Programmatic dependent launch needs compute capability 9.0; profiling times kernels
             // one at a time, so it runs them strictly in order.

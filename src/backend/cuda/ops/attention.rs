@@ -116,12 +116,16 @@ pub(crate) fn attention(
         return Ok(());
     }
     if d == FLASH_D && super::gemm::fast_batch(inner, t) {
+        // The f16 copies of K and V are workspaces: held until the kernel is submitted.
+        let _ws = inner.workspaces()?;
         return flash(inner, q, k_cache, v_cache, pos.host, dims, scale, out, t);
     }
     let ctx = k_cache.rows();
     let s = splits(inner, t, h, ctx);
+    // The partials' workspace stays locked until the merge is submitted.
+    let ws = inner.workspaces()?;
     let part = if s > 1 {
-        inner.workspace("attention", t * h * s * (d + 2) * 4)?
+        ws.get("attention", t * h * s * (d + 2) * 4)?
     } else {
         0
     };

@@ -28,6 +28,8 @@ pub(crate) fn delta_rule(
 ) -> Result<()> {
     let t = check::delta_rule(op, u, g, beta, state, out, dims)?;
     if op == "delta_rule_chunked" && dims.dk == CHUNK_D && dims.dv == CHUNK_D && t > 0 {
+        // The chunk intermediates are workspaces: held until the last kernel is submitted.
+        let _ws = inner.workspaces()?;
         return chunked(inner, u, g, beta, state, out, dims, t);
     }
     // Columns per lane: one kernel per register budget.

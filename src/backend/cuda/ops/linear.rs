@@ -245,9 +245,14 @@ fn run_mv(inner: &Inner, op: &str, m: &Mv, reads: &[&Tensor], writes: &[&Tensor]
         return Ok(());
     }
     let glu = m.w2.is_some();
-    let plan = mv_plan(inner, m.n_out * m.vectors, m.n_in, m.nsum, glu);
+    let (plan, prefix) = match q8_plan(inner, m) {
+        Some(q8) => q8,
+        None => (
+            mv_plan(inner, m.n_out * m.vectors, m.n_in, m.nsum, glu),
+            if glu { "matvec_glu_" } else { "matvec_" },
+        ),
+    };
     let gx = grid_u32(op, "row blocks", m.n_out.div_ceil(plan.rows_per_block()))?;
-    let prefix = if glu { "matvec_glu_" } else { "matvec_" };
     // Output vectors in chunks of the grid's y limit; every per-vector pointer moves with them.
     // A chunk holds a whole number of x groups, so the kernel's `entry / x_group` stays right.
     let chunk = (GRID_YZ_MAX / m.x_group.max(1)).max(1) * m.x_group.max(1);
@@ -310,6 +315,8 @@ pub(crate) fn matmul(inner: &Inner, w: &Tensor, x: &Tensor, out: &Tensor) -> Res
     let wt = weight(op, w, d.n_out, d.n_in)?;
     let op_ = ptr(out, op)?;
     if let Some(g) = wt.gemm(inner, d.t, d.n_in) {
+        // The f16 copy of x and any split-K partials are workspaces: held until submitted.
+        let _ws = inner.workspaces()?;
         let x16 = inner.f16_of(x)?;
         return gemm::dense(inner, &g, x16, op_, d.t, d.n_out, d.n_in, &[w], &[out]);
     }
@@ -397,6 +404,7 @@ pub(crate) fn matmul_swiglu(
         return run_mv(inner, op, &m, &[w_gate, w_up, x], &[out]);
     }
     if let (Some(gg), Some(ug)) = (g.gemm(inner, d.t, d.n_in), u.gemm(inner, d.t, d.n_in)) {
+        let _ws = inner.workspaces()?;
         let x16 = inner.f16_of(x)?;
         let (gp, up, outp) = (ptr(gate_tmp, op)?, ptr(up_tmp, op)?, ptr(out, op)?);
         gemm::dense(inner, &gg, x16, gp, d.t, d.n_out, d.n_in, &[w_gate], &[gate_tmp])?;
@@ -447,13 +455,16 @@ pub(crate) fn moe_experts(
     let dn = weight(op, down_exps, e * d, f)?;
     if let (Some(gg), Some(ug), Some(dg)) = (g.gemm(inner, t, d), u.gemm(inner, t, d), dn.gemm(inner, t, f)) {
         if super::moe::groups_fit(&m) {
+            let _ws = inner.workspaces()?;
             return super::moe::grouped_experts(inner, &gg, &ug, &dg, m, x, ids, weights, out);
         }
     }
     let (xp, idp, wp) = (ptr(x, op)?, ptr(ids, op)?, ptr(weights, op)?);
     let entries = t * k;
-    // Hidden rows h[t*k + j] = silu(gate_e x[t]) * up_e x[t].
-    let h = inner.workspace("moe_hidden", entries * f * 4)?;
+    // Hidden rows h[t*k + j] = silu(gate_e x[t]) * up_e x[t], in a workspace: held until the
+    // down product is submitted, so no other thread's op writes it in between.
+    let ws = inner.workspaces()?;
+    let h = ws.get("moe_hidden", entries * f * 4)?;
     let reads = [x, gate_exps, up_exps, down_exps, ids, weights];
     fn gate_up<'a>(
         w: &'a Weight,
@@ -483,8 +494,8 @@ pub(crate) fn moe_experts(
         run_mv(inner, op, &gate_up(&g, Some(&u), xp, idp, h, m), &reads, &[])?;
     } else {
         // Different formats: the two products separately, then swiglu.
-        let gt = inner.workspace("moe_gate", entries * f * 4)?;
-        let ut = inner.workspace("moe_up", entries * f * 4)?;
+        let gt = ws.get("moe_gate", entries * f * 4)?;
+        let ut = ws.get("moe_up", entries * f * 4)?;
         run_mv(inner, op, &gate_up(&g, None, xp, idp, gt, m), &reads, &[])?;
         run_mv(inner, op, &gate_up(&u, None, xp, idp, ut, m), &reads, &[])?;
         let mut a = Args::default();
@@ -528,4 +539,75 @@ pub(crate) fn moe_experts(
         &reads,
         &[out],
     )
+}
+
+// ---- fast-tier matrix-vector kernels ------------------------------------------------------------
+
+/// Which decode matvec kernels run: `RILL_CUDA_MATVEC=exact` (f32 on dequantized weights, the
+/// strict tier) or `q8` (kernels-cuda/matvec_q8.cuh: activations rounded to 8 bits per element
+/// with a scale per 32, integer dot products; the fast tier). Read once; anything else, or unset,
+/// is the default for the backend's precision.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum MvVariant {
+    Exact,
+    Q8,
+}
+
+fn mv_variant(inner: &Inner) -> MvVariant {
+    static V: std::sync::OnceLock<Option<MvVariant>> = std::sync::OnceLock::new();
+    let forced = *V.get_or_init(|| match std::env::var("RILL_CUDA_MATVEC").as_deref() {
+        Ok("exact") => Some(MvVariant::Exact),
+        Ok("q8") => Some(MvVariant::Q8),
+        _ => None,
+    });
+    forced.unwrap_or_else(|| default_mv_variant(inner))
+}
+
+/// The default: exact. (`Precision::Fast` should pick `Q8` once the backend knows its precision.)
+fn default_mv_variant(_inner: &Inner) -> MvVariant {
+    MvVariant::Exact
+}
+
+/// Units of 32 elements per chunk of the q8 kernel for this format (`Q8Dot<F>::CU`), or None
+/// where there is no q8 kernel.
+fn q8_chunk_units(ty: GgmlType) -> Option<usize> {
+    match ty {
+        GgmlType::Q4K => Some(2),
+        GgmlType::Q6K => Some(4),
+        GgmlType::Q5K | GgmlType::Q8_0 => Some(1),
+        _ => None,
+    }
+}
+
+/// The plan and kernel prefix of `m` on the q8 kernels when they are selected and cover it (the
+/// launch is `run_mv`'s, the unit lanes then count chunks of `q8_chunk_units`); None: the exact
+/// kernels run.
+fn q8_plan(inner: &Inner, m: &Mv) -> Option<(MvPlan, &'static str)> {
+    if mv_variant(inner) != MvVariant::Q8 {
+        return None;
+    }
+    let cu = q8_chunk_units(m.w.ty)?;
+    if m.w2.is_some_and(|w2| w2.ty != m.w.ty) || !m.n_in.is_multiple_of(32 * cu) {
+        return None;
+    }
+    let units = m.n_in / 32;
+    // Quantized activations in shared memory: 32 bytes + scale + two half sums per unit.
+    let smem = m.nsum * units * 44;
+    if smem > inner.kernels.matvec_smem_limit() as usize {
+        return None;
+    }
+    let glu = m.w2.is_some();
+    let (ut_override, rpt_override) = mv_overrides();
+    let ut = ut_override.unwrap_or_else(|| unit_lanes(units / cu));
+    let rpt_max = if glu { MV_RPT_MAX_GLU } else { MV_RPT_MAX };
+    let rpt = rpt_override
+        .unwrap_or_else(|| (m.n_out * m.vectors).div_ceil((MV_THREADS / ut) * 2 * inner.sms()))
+        .clamp(1, rpt_max);
+    let plan = MvPlan {
+        ut,
+        rpt,
+        x_in_smem: true,
+        smem: smem as u32,
+    };
+    Some((plan, if glu { "matvec_q8_glu_" } else { "matvec_q8_" }))
 }
