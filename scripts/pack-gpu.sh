@@ -24,6 +24,7 @@ if [ -z "$nvcc" ]; then
     done
 fi
 [ -n "$nvcc" ] || { echo "nvcc not found: run scripts/test.sh once (it installs the pinned nvcc into .cuda/)" >&2; exit 1; }
+nvcc=$(cd "$(dirname "$nvcc")" && pwd)/$(basename "$nvcc") # absolute: some builds below change directory
 export NVCC=$nvcc
 
 # GPU time is scarce: the kernels first pass on the CPU (decoders bit for bit against ggml, every
