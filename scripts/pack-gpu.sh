@@ -9,13 +9,13 @@
 # Binaries lose their debug info (symbols stay, for backtraces) and travel as one xz tar, which
 # python3's tarfile unpacks there (no zstd/xz tools needed on the GPU machine).
 # Usage: bash scripts/pack-gpu.sh        (prints the sizes; the tree plus .gpu must stay < 64 MiB)
-# Before building, the kernels are checked on the CPU (about 8 minutes on two cores; CHECKED=1
-# skips that when the same kernels were just checked).
+# Before building, the kernels are checked on the CPU (about 8 minutes on two cores;
+# SKIP_CPU_CHECKS=1 skips that when the same kernels were just checked).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 features=(--release --no-default-features --features cuda)
-tests=(device_ops device_linear device_delta device_moe cuda_steps e2e_fixtures cli synth_runs nonfinite)
+tests=(device_ops device_linear device_delta device_moe device_pieces device_fast concurrency cuda_steps e2e_fixtures cli synth_runs nonfinite)
 
 nvcc=${NVCC:-}
 if [ -z "$nvcc" ]; then
@@ -29,7 +29,8 @@ export NVCC=$nvcc
 
 # GPU time is scarce: the kernels first pass on the CPU (decoders bit for bit against ggml, every
 # kernel emulated against double-precision references).
-if [ -z "${CHECKED:-}" ]; then
+# SKIP_CPU_CHECKS=1: they already passed on this commit (a second pack after a packing error).
+if [ -z "${SKIP_CPU_CHECKS:-}" ]; then
     echo "checking the kernels on the CPU (dev/cuda/check_formats.sh, dev/cuda/emulate.sh, dev/cuda/emu/run-emu.sh)" >&2
     bash dev/cuda/check_formats.sh
     bash dev/cuda/emulate.sh
