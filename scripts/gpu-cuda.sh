@@ -140,6 +140,18 @@ for m in "${models[@]}"; do
         -o "$LOGITS/logits-cuda-q8-$1-$2.safetensors" >>"$OUT/logits-$1-$2.log" 2>&1
     compare_logits "$LOGITS/logits-cuda-q8-$1-$2.safetensors" "$LOGITS/logits-cpu-$1-$2.safetensors"
 done
+# The matvec geometry (rows per thread) fixed for every product, both tiers, on the 9B Q4_K_M file:
+# end-to-end counterparts of the harness's geometry sweep.
+if [ -z "${SKIP_MODELS:-}" ]; then
+    for v in exact q8; do
+        for rpt in 2 4 8; do
+            log "decode variant $v RILL_CUDA_MV_RPT=$rpt: qwen3.5-9b q4_k_m"
+            RILL_CUDA_MATVEC=$v RILL_CUDA_MV_RPT=$rpt timeout 300 $rill bench -m "$MODELS/qwen3.5-9b-q4_k_m.gguf" \
+                --backend cuda -p "" -n 128 -r 2 --json >"$OUT/variant-$v-rpt$rpt-qwen3.5-9b-q4_k_m.json" \
+                2>"$OUT/variant-$v-rpt$rpt-qwen3.5-9b-q4_k_m.log"
+        done
+    done
+fi
 if [ -z "${SKIP_MODELS:-}" ]; then
     log "profile q8 decode qwen3.5-9b q4_k_m"
     RILL_CUDA_MATVEC=q8 RILL_PROFILE=1 timeout 300 $rill bench -m "$MODELS/qwen3.5-9b-q4_k_m.gguf" --backend cuda \
@@ -177,6 +189,15 @@ for name, tgt in targets.items():
         except Exception as e:
             cells.append(f"{v} ({type(e).__name__})")
     print(f"  {name:<26} {' | '.join(cells)}   target {tgt}")
+for v in ("exact", "q8"):
+    cells = []
+    for rpt in (2, 4, 8):
+        try:
+            j = json.load(open(os.path.join(out, f"variant-{v}-rpt{rpt}-qwen3.5-9b-q4_k_m.json")))
+            cells.append(f"rpt {rpt}: {j['tests'][0]['tokens_per_s_mean']:.1f}")
+        except Exception as e:
+            cells.append(f"rpt {rpt}: ({type(e).__name__})")
+    print(f"  qwen3.5-9b-q4_k_m {v} with RILL_CUDA_MV_RPT  {' | '.join(cells)}")
 for f in sorted(glob.glob(os.path.join(out, "test-*.log"))):
     res = [l.strip() for l in open(f, errors="replace") if l.startswith("test result:")]
     print(f"{os.path.basename(f)[5:-4]:<26} {res[-1] if res else 'no result (crashed or timed out)'}")

@@ -52,6 +52,15 @@ inline uint4 __ldg(const uint4* p) {
     memcpy(&v, p, 16);
     return v;
 }
+inline float4 __ldg(const float4* p) {
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
+        fprintf(stderr, "misaligned 16-byte load at %p\n", (const void*)p);
+        abort();
+    }
+    float4 v;
+    memcpy(&v, p, 16);
+    return v;
+}
 inline float __ldg(const float* p) {
     float v;
     memcpy(&v, p, 4);
