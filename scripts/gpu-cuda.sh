@@ -179,24 +179,18 @@ for name, tgt in targets.items():
         row["tg128"] = f"({type(e).__name__})"
     ok = "" if row["tg128"] in ("-",) or row["tg128"].startswith("(") else ("ok" if float(row["tg128"]) >= tgt else "BELOW")
     print(f"{name:<26} {row['tg128']:>12} {tgt:>7} {row['pp102']:>12} {row['pp512']:>12} {ok}")
+def tg(file, label):
+    try:
+        j = json.load(open(os.path.join(out, file)))
+        return f"{label} {j['tests'][0]['tokens_per_s_mean']:.1f}"
+    except Exception as e:
+        return f"{label} ({type(e).__name__})"
 print("decode variants (RILL_CUDA_MATVEC), tg128 tokens/s:")
 for name, tgt in targets.items():
-    cells = []
-    for v in ("exact", "q8"):
-        try:
-            j = json.load(open(os.path.join(out, f"variant-{v}-{name}.json")))
-            cells.append(f"{v} {j['tests'][0]['tokens_per_s_mean']:.1f}")
-        except Exception as e:
-            cells.append(f"{v} ({type(e).__name__})")
+    cells = [tg(f"variant-{v}-{name}.json", v) for v in ("exact", "q8")]
     print(f"  {name:<26} {' | '.join(cells)}   target {tgt}")
 for v in ("exact", "q8"):
-    cells = []
-    for rpt in (2, 4, 8):
-        try:
-            j = json.load(open(os.path.join(out, f"variant-{v}-rpt{rpt}-qwen3.5-9b-q4_k_m.json")))
-            cells.append(f"rpt {rpt}: {j['tests'][0]['tokens_per_s_mean']:.1f}")
-        except Exception as e:
-            cells.append(f"rpt {rpt}: ({type(e).__name__})")
+    cells = [tg(f"variant-{v}-rpt{r}-qwen3.5-9b-q4_k_m.json", f"rpt {r}:") for r in (2, 4, 8)]
     print(f"  qwen3.5-9b-q4_k_m {v} with RILL_CUDA_MV_RPT  {' | '.join(cells)}")
 for f in sorted(glob.glob(os.path.join(out, "test-*.log"))):
     res = [l.strip() for l in open(f, errors="replace") if l.startswith("test result:")]
