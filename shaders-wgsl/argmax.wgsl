@@ -2,7 +2,6 @@
 // scans a strided slice of the row, then a tree reduction in workgroup memory picks the winner.
 // The CPU backend's rule (the sampler's): the first index wins ties, NaN and -inf are never
 // chosen, and a row with nothing else gives NON_FINITE (0xffffffff).
-const WG: u32 = 256u;
 
 struct Params {
     v: u32, // row length
@@ -12,8 +11,8 @@ struct Params {
 @group(0) @binding(1) var<storage, read> logits: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<u32>;
 
-var<workgroup> best_val: array<f32, WG>;
-var<workgroup> best_idx: array<u32, WG>;
+var<workgroup> best_val: array<f32, ROW_WG>;
+var<workgroup> best_idx: array<u32, ROW_WG>;
 
 // NaN test on the bits: `x != x` may be folded away by a compiler that assumes no NaNs.
 fn is_nan(x: f32) -> bool {
@@ -33,7 +32,7 @@ fn better(v: f32, i: u32, bv: f32, bi: u32) -> bool {
     return i < bi; // equal values (or both NaN): the first index wins
 }
 
-@compute @workgroup_size(WG)
+@compute @workgroup_size(ROW_WG)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
     let row = linear_wg(wg, nwg);
@@ -41,7 +40,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     // Strided scan; an invocation with no element keeps index 0xffffffff, which loses every tie.
     var bv = bitcast<f32>(0x7fc00000u); // NaN
     var bi = 0xffffffffu;
-    for (var i = li; i < P.v; i += WG) {
+    for (var i = li; i < P.v; i += ROW_WG) {
         let x = logits[base + i];
         if (better(x, i, bv, bi)) {
             bv = x;
@@ -51,7 +50,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     best_val[li] = bv;
     best_idx[li] = bi;
     workgroupBarrier();
-    for (var stride = WG / 2u; stride > 0u; stride >>= 1u) {
+    for (var stride = ROW_WG / 2u; stride > 0u; stride >>= 1u) {
         if (li < stride) {
             let v = best_val[li + stride];
             let i = best_idx[li + stride];

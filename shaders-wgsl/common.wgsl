@@ -24,6 +24,11 @@ fn f16_to_f32(h: u32) -> f32 {
     return select(v, -v, s == 1u);
 }
 
+// Two IEEE binary16 values (low half first) as f32, exactly.
+fn f16x2(w: u32) -> vec2<f32> {
+    return vec2<f32>(f16_to_f32(w & 0xffffu), f16_to_f32(w >> 16u));
+}
+
 // Split a linear workgroup index over a 2-D grid (dispatches are limited per dimension).
 fn linear_wg(wg: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return wg.x + wg.y * nwg.x;

@@ -7,7 +7,6 @@
 // independent, so the same invocation then writes its window back as the new state: the last
 // K-1 rows of X, which still contain old state rows when T < K-1. Neighbouring invocations touch
 // neighbouring channels, so every load and store of a token row is coalesced.
-const MAX_K: u32 = 16u; // window size bound; checked on the host
 
 struct Params {
     t_len: u32,
@@ -21,16 +20,16 @@ struct Params {
 @group(0) @binding(3) var<storage, read_write> state: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
-@compute @workgroup_size(64)
+@compute @workgroup_size(CONV_WG)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
-    let c = linear_wg(wg, nwg) * 64u + li;
+    let c = linear_wg(wg, nwg) * CONV_WG + li;
     if (c >= P.c) {
         return;
     }
     let km1 = P.k - 1u;
     // win[j] = X[t + j] for the current token t, j < K-1 (oldest first).
-    var win: array<f32, MAX_K>;
+    var win: array<f32, CONV_MAX_K>;
     for (var j = 0u; j < km1; j++) {
         win[j] = state[j * P.c + c];
     }

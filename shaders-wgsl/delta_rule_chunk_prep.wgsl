@@ -1,5 +1,5 @@
 // Chunked gated delta rule, part 1 (spec/DELTANET.md B.1-B.2): everything that depends only on
-// the chunk's own tokens, for one (chunk n, value head j) per workgroup, C = 64 invocations
+// the chunk's own tokens, for one (chunk n, value head j) per workgroup, DELTA_CHUNK = 64 invocations
 // (invocation r = token r of the chunk). Chunks are independent, so all run in parallel.
 //
 // Writes to global scratch (blk = j * nb + n):
@@ -19,7 +19,6 @@
 // exponent itself, i.e. tiny whenever the factor e^{exponent} is not negligible. Only s ≤ r
 // is ever evaluated, so every exponent is ≤ 0 (mask before exp; the decay is never factored).
 
-const C: u32 = 64u;
 
 struct Params {
     hk: u32,
@@ -28,7 +27,7 @@ struct Params {
     dv: u32,
     conv_dim: u32,
     t0: u32,    // first token of this batch of chunks (row of u, g, beta)
-    n_tok: u32, // tokens in this batch; the last chunk may be shorter than C
+    n_tok: u32, // tokens in this batch; the last chunk may be shorter than DELTA_CHUNK
     nb: u32,    // chunks in this batch
 }
 
@@ -36,22 +35,22 @@ struct Params {
 @group(0) @binding(1) var<storage, read> u: array<f32>;              // [T, conv_dim] = [q | k | v]
 @group(0) @binding(2) var<storage, read> g: array<f32>;              // [T, Hv]
 @group(0) @binding(3) var<storage, read> beta: array<f32>;           // [T, Hv]
-@group(0) @binding(4) var<storage, read_write> a_mat: array<f32>;    // [Hv, nb, C, C]
-@group(0) @binding(5) var<storage, read_write> p_mat: array<f32>;    // [Hv, nb, C, C]
-@group(0) @binding(6) var<storage, read_write> x_mat: array<f32>;    // [Hv, nb, C, dv + dk]
-@group(0) @binding(7) var<storage, read_write> dec: array<f32>;      // [Hv, nb, 2, C]
+@group(0) @binding(4) var<storage, read_write> a_mat: array<f32>;    // [Hv, nb, DELTA_CHUNK, DELTA_CHUNK]
+@group(0) @binding(5) var<storage, read_write> p_mat: array<f32>;    // [Hv, nb, DELTA_CHUNK, DELTA_CHUNK]
+@group(0) @binding(6) var<storage, read_write> x_mat: array<f32>;    // [Hv, nb, DELTA_CHUNK, dv + dk]
+@group(0) @binding(7) var<storage, read_write> dec: array<f32>;      // [Hv, nb, 2, DELTA_CHUNK]
 
-var<workgroup> g_sh: array<f32, C>;
-var<workgroup> b_sh: array<f32, C>;
-var<workgroup> eg_sh: array<f32, C>; // e^{γ_r}
+var<workgroup> g_sh: array<f32, DELTA_CHUNK>;
+var<workgroup> b_sh: array<f32, DELTA_CHUNK>;
+var<workgroup> eg_sh: array<f32, DELTA_CHUNK>; // e^{γ_r}
 
-@compute @workgroup_size(C)
+@compute @workgroup_size(DELTA_CHUNK)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     let n = wg.x;
     let j = wg.y;
     let r = li;
-    let tc = P.t0 + n * C;               // first token of the chunk
-    let len = min(C, P.n_tok - n * C);   // true length: the last chunk is not padded
+    let tc = P.t0 + n * DELTA_CHUNK;               // first token of the chunk
+    let len = min(DELTA_CHUNK, P.n_tok - n * DELTA_CHUNK);   // true length: the last chunk is not padded
     let dk = P.dk;
     let dv = P.dv;
     let kh = j % P.hk;
@@ -60,10 +59,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let k_off = key_dim + kh * dk;
     let v_off = 2u * key_dim + j * dv;
     let blk = j * P.nb + n;
-    let mat = blk * C * C;
+    let mat = blk * DELTA_CHUNK * DELTA_CHUNK;
     let xw = dv + dk;
-    let xb = blk * C * xw;
-    let db = blk * 2u * C;
+    let xb = blk * DELTA_CHUNK * xw;
+    let db = blk * 2u * DELTA_CHUNK;
 
     if (r < len) {
         g_sh[r] = g[(tc + r) * P.hv + j];
@@ -83,7 +82,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let eg = exp(gam);
         eg_sh[r] = eg;
         dec[db + r] = eg;
-        dec[db + C + r] = exp(tail);
+        dec[db + DELTA_CHUNK + r] = exp(tail);
 
         // Row r of A and P. s walks down from r so that d = γ_r − γ_s is a direct sum.
         let qr = (tc + r) * P.conv_dim + q_off;
@@ -100,8 +99,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 qk += u[qr + i] * x;
             }
             let e = exp(d);
-            a_mat[mat + r * C + s] = select(0.0, b_sh[r] * kk * e, s < r);
-            p_mat[mat + r * C + s] = qk * e;
+            a_mat[mat + r * DELTA_CHUNK + s] = select(0.0, b_sh[r] * kk * e, s < r);
+            p_mat[mat + r * DELTA_CHUNK + s] = qk * e;
             if (s == 0u) {
                 break;
             }
@@ -109,9 +108,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             s -= 1u;
         }
         // Keep the scratch a clean triangular matrix (nothing reads the upper part).
-        for (var s2 = r + 1u; s2 < C; s2++) {
-            a_mat[mat + r * C + s2] = 0.0;
-            p_mat[mat + r * C + s2] = 0.0;
+        for (var s2 = r + 1u; s2 < DELTA_CHUNK; s2++) {
+            a_mat[mat + r * DELTA_CHUNK + s2] = 0.0;
+            p_mat[mat + r * DELTA_CHUNK + s2] = 0.0;
         }
     }
     // A rows were written by other invocations; the solve below reads all of them.
@@ -119,8 +118,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     workgroupBarrier();
 
     // (I + A) X = B by forward substitution, X_r = B_r − Σ_{s<r} A[r][s] X_s. Columns of X are
-    // independent, so each invocation owns columns col = li, li + C, ... of [U | W] and walks r.
-    for (var col = li; col < xw; col += C) {
+    // independent, so each invocation owns columns col = li, li + DELTA_CHUNK, ... of [U | W] and walks r.
+    for (var col = li; col < xw; col += DELTA_CHUNK) {
         for (var r2 = 0u; r2 < len; r2++) {
             var x: f32;
             if (col < dv) {
@@ -129,7 +128,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 x = (b_sh[r2] * eg_sh[r2]) * u[(tc + r2) * P.conv_dim + k_off + (col - dv)];
             }
             for (var s = 0u; s < r2; s++) {
-                x -= a_mat[mat + r2 * C + s] * x_mat[xb + s * xw + col];
+                x -= a_mat[mat + r2 * DELTA_CHUNK + s] * x_mat[xb + s * xw + col];
             }
             x_mat[xb + r2 * xw + col] = x;
         }

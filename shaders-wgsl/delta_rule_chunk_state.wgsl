@@ -1,7 +1,7 @@
 // Chunked gated delta rule, part 2 (spec/DELTANET.md B.3 in the value-major layout M = Sᵀ):
 // the sequential pass over the chunks of a batch, using the scratch of delta_rule_chunk_prep.
 //
-// Row-owned like the recurrent kernel: one workgroup per (value head j, block of ROWS state rows),
+// Row-owned like the recurrent kernel: one workgroup per (value head j, block of DELTA_ROWS state rows),
 // invocation c owns row M_c (private, loaded once, stored once). Row c of B.3 is
 //   vn[r]   = U[r][c] − W_r · M_c                          (V_newᵀ = Uᵀ − M Wᵀ, row c)
 //   O[r][c] = e^{γ_r} (q_r · M_c) + Σ_{s≤r} P[r][s] vn[s]  ((Q⊙e^γ) Mᵀ + P V_new, column c)
@@ -11,11 +11,8 @@
 // vn[r] overwrites U[r][c] in the scratch: only this invocation ever reads that element.
 // One dispatch runs chunks n_first .. n_first + n_count of the batch (the host keeps n_count
 // small: llvmpipe/lavapipe silently ends every loop of a shader invocation after 65535
-// back-edges in total, and one chunk costs ~C·(2·dk + C/2) of them here).
+// back-edges in total, and one chunk costs ~DELTA_CHUNK·(2·dk + DELTA_CHUNK/2) of them here).
 
-const C: u32 = 64u;
-const ROWS: u32 = 32u;
-const MAX_DK: u32 = 128u;
 
 struct Params {
     hk: u32,
@@ -34,17 +31,17 @@ struct Params {
 @group(0) @binding(1) var<storage, read> u: array<f32>;              // [T, conv_dim]
 @group(0) @binding(2) var<storage, read_write> state: array<f32>;    // [Hv, dv, dk]
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;      // [T, Hv*dv]
-@group(0) @binding(4) var<storage, read> p_mat: array<f32>;          // [Hv, nb, C, C]
-@group(0) @binding(5) var<storage, read_write> x_mat: array<f32>;    // [Hv, nb, C, dv + dk]
-@group(0) @binding(6) var<storage, read> dec: array<f32>;            // [Hv, nb, 2, C]
+@group(0) @binding(4) var<storage, read> p_mat: array<f32>;          // [Hv, nb, DELTA_CHUNK, DELTA_CHUNK]
+@group(0) @binding(5) var<storage, read_write> x_mat: array<f32>;    // [Hv, nb, DELTA_CHUNK, dv + dk]
+@group(0) @binding(6) var<storage, read> dec: array<f32>;            // [Hv, nb, 2, DELTA_CHUNK]
 
-var<workgroup> a_sh: array<f32, MAX_DK>; // W_r (pass 1), k_r e^{γ_last−γ_r} (pass 2)
-var<workgroup> q_sh: array<f32, MAX_DK>;
+var<workgroup> a_sh: array<f32, DELTA_MAX_DK>; // W_r (pass 1), k_r e^{γ_last−γ_r} (pass 2)
+var<workgroup> q_sh: array<f32, DELTA_MAX_DK>;
 
-@compute @workgroup_size(ROWS)
+@compute @workgroup_size(DELTA_ROWS)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     let j = wg.y;
-    let c = wg.x * ROWS + li;
+    let c = wg.x * DELTA_ROWS + li;
     let owns_row = c < P.dv; // inactive invocations still take part in the barriers
     let dk = P.dk;
     let dv = P.dv;
@@ -55,7 +52,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let xw = dv + dk;
     let row = (j * dv + c) * dk;
 
-    var m: array<f32, MAX_DK>;
+    var m: array<f32, DELTA_MAX_DK>;
     if (owns_row) {
         for (var i = 0u; i < dk; i++) {
             m[i] = state[row + i];
@@ -63,17 +60,17 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
 
     for (var n = P.n_first; n < P.n_first + P.n_count; n++) {
-        let tc = P.t0 + n * C;
-        let len = min(C, P.n_tok - n * C);
+        let tc = P.t0 + n * DELTA_CHUNK;
+        let len = min(DELTA_CHUNK, P.n_tok - n * DELTA_CHUNK);
         let blk = j * P.nb + n;
-        let mat = blk * C * C;
-        let xb = blk * C * xw;
-        let db = blk * 2u * C;
+        let mat = blk * DELTA_CHUNK * DELTA_CHUNK;
+        let xb = blk * DELTA_CHUNK * xw;
+        let db = blk * 2u * DELTA_CHUNK;
 
         // Pass 1: V_new and the outputs, both from the state at the chunk start.
         for (var r = 0u; r < len; r++) {
             workgroupBarrier();
-            for (var i = li; i < dk; i += ROWS) {
+            for (var i = li; i < dk; i += DELTA_ROWS) {
                 a_sh[i] = x_mat[xb + r * xw + dv + i];
                 q_sh[i] = u[(tc + r) * P.conv_dim + q_off + i];
             }
@@ -89,9 +86,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 x_mat[xb + r * xw + c] = vn;
                 var intra = 0.0;
                 for (var s = 0u; s < r; s++) {
-                    intra += p_mat[mat + r * C + s] * x_mat[xb + s * xw + c];
+                    intra += p_mat[mat + r * DELTA_CHUNK + s] * x_mat[xb + s * xw + c];
                 }
-                intra += p_mat[mat + r * C + r] * vn;
+                intra += p_mat[mat + r * DELTA_CHUNK + r] * vn;
                 out[((tc + r) * P.hv + j) * dv + c] = dec[db + r] * qm + intra;
             }
         }
@@ -105,8 +102,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
         for (var r = 0u; r < len; r++) {
             workgroupBarrier();
-            let f = dec[db + C + r];
-            for (var i = li; i < dk; i += ROWS) {
+            let f = dec[db + DELTA_CHUNK + r];
+            for (var i = li; i < dk; i += DELTA_ROWS) {
                 a_sh[i] = f * u[(tc + r) * P.conv_dim + k_off + i];
             }
             workgroupBarrier();

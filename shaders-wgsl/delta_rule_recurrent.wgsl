@@ -1,7 +1,7 @@
 // Gated delta rule, token by token (spec/DELTANET.md A.2/A.3), on the value-major state
 // M [Hv, dv, dk] (row c = value index, contiguous over the key index i).
 //
-// Row-owned without subgroups: one workgroup per (value head j, block of ROWS state rows), one
+// Row-owned without subgroups: one workgroup per (value head j, block of DELTA_ROWS state rows), one
 // invocation per row c. The invocation keeps its whole row M[c][0..dk] in a private array for
 // all T tokens and writes it back once at the end. Per token, the workgroup stages k and q in
 // workgroup memory (every row needs all of them) and each invocation does, on its own row only:
@@ -14,9 +14,7 @@
 // row is reloaded per dispatch): llvmpipe/lavapipe silently ends every loop of a shader
 // invocation after 65535 back-edges in total, and one token costs ~2·dk of them here.
 
-const ROWS: u32 = 32u;
 // Largest supported key head dim (the private row array); the host rejects larger dk.
-const MAX_DK: u32 = 128u;
 
 struct Params {
     hk: u32,
@@ -35,13 +33,13 @@ struct Params {
 @group(0) @binding(4) var<storage, read_write> state: array<f32>; // [Hv, dv, dk]
 @group(0) @binding(5) var<storage, read_write> out: array<f32>;   // [T, Hv*dv]
 
-var<workgroup> k_sh: array<f32, MAX_DK>;
-var<workgroup> q_sh: array<f32, MAX_DK>;
+var<workgroup> k_sh: array<f32, DELTA_MAX_DK>;
+var<workgroup> q_sh: array<f32, DELTA_MAX_DK>;
 
-@compute @workgroup_size(ROWS)
+@compute @workgroup_size(DELTA_ROWS)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     let j = wg.y;                      // value head
-    let c = wg.x * ROWS + li;          // the state row this invocation owns
+    let c = wg.x * DELTA_ROWS + li;          // the state row this invocation owns
     let owns_row = c < P.dv;             // inactive invocations still take part in the barriers
     let dk = P.dk;
     let kh = j % P.hk;                 // key head of value head j (tiled rule)
@@ -51,7 +49,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let v_off = 2u * key_dim + j * P.dv + c;
     let row = (j * P.dv + c) * dk;
 
-    var m: array<f32, MAX_DK>;
+    var m: array<f32, DELTA_MAX_DK>;
     if (owns_row) {
         for (var i = 0u; i < dk; i++) {
             m[i] = state[row + i];
@@ -62,7 +60,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let base = t * P.conv_dim;
         // The previous token's readers must be done before k, q are overwritten.
         workgroupBarrier();
-        for (var i = li; i < dk; i += ROWS) {
+        for (var i = li; i < dk; i += DELTA_ROWS) {
             k_sh[i] = u[base + k_off + i];
             q_sh[i] = u[base + q_off + i];
         }

@@ -2,6 +2,7 @@
 // scale bytes, f16 d. Element i = 128h + 32k + l (k < 4, l < 32): low 4 bits from
 // ql[64h + l + 32(k & 1)] (low nibble for k < 2, high for k >= 2), high 2 bits from bits 2k of
 // qh[32h + l], scale i / 16. y = (d * sc) * (q - 32) (ggml's order).
+// Blocks are 210 bytes, so a block starts on an even byte: words are read with wu32e.
 const QK: u32 = 256u;
 const BLOCK_BYTES: u32 = 210u;
 
@@ -16,4 +17,22 @@ fn deq(block_byte: u32, i: u32) -> f32 {
     let q = i32(lo | (hi << 4u)) - 32;
     let sc = wi8(block_byte + 192u + (i >> 4u));
     return d * f32(sc) * f32(q);
+}
+
+// The 6-bit quants of four elements minus 32: nibbles (k >> 1) of ql word w, 2-bit pairs k of qh.
+fn q6x4(w: u32, qh: u32, k: u32) -> vec4<f32> {
+    let hb = (qh >> (2u * k)) & 0x03030303u;
+    let lo = nib4(w, k >> 1u);
+    return lo + 16.0 * vec4<f32>(f32(hb & 3u), f32((hb >> 8u) & 3u), f32((hb >> 16u) & 3u), f32(hb >> 24u))
+        - vec4<f32>(32.0);
+}
+
+fn deq8(bb: u32, i0: u32) -> Deq8 {
+    let h = i0 >> 7u;
+    let k = (i0 >> 5u) & 3u;
+    let l = i0 & 31u;
+    let dsc = wf16(bb + 208u) * f32(wi8(bb + 192u + (i0 >> 4u)));
+    let ql = bb + 64u * h + l + 32u * (k & 1u);
+    let qh = bb + 128u + 32u * h + l;
+    return Deq8(dsc * q6x4(wu32e(ql), wu32e(qh), k), dsc * q6x4(wu32e(ql + 4u), wu32e(qh + 4u), k));
 }

@@ -13,14 +13,14 @@ struct Params {
 }
 
 @group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> W: array<u32>;
+@group(0) @binding(1) var<storage, read> W: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read> ids: array<u32>;
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(ELT_WG)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
-    let idx = linear_wg(wg, nwg) * 256u + li;
+    let idx = linear_wg(wg, nwg) * ELT_WG + li;
     if (idx >= P.n_tok * P.d) {
         return;
     }

@@ -35,10 +35,10 @@ fn softplus(x: f32) -> f32 {
     return max(x, 0.0) + log1p_unit(exp(-abs(x)));
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(ELT_WG)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
-    let i = linear_wg(wg, nwg) * 256u + li;
+    let i = linear_wg(wg, nwg) * ELT_WG + li;
     if (i < P.n) {
         let j = i % P.hv;
         g_out[i] = ssm_a[j] * softplus(a[i] + dt_bias[j]);

@@ -1,31 +1,16 @@
 // out[t][o] = dot(W[o], x[t]) for a weight W [n_out, n_in] in the block format spliced in above
-// (deq/QK/BLOCK_BYTES), x [T, n_in], out [T, n_out].
+// (parameters, bindings and token loads: lib_mm_io.wgsl).
 //
 // One workgroup per output row o (2-D grid over x/y: the LM head has ~250K rows) and a tile of
-// up to TILE tokens (grid z). Each invocation strides over the row, dequantizing each weight
+// up to MM_TILE tokens (grid z). Each invocation strides over the row, dequantizing each weight
 // once and multiplying it with the tile's x values (consecutive invocations read consecutive
 // elements, so both W and x loads coalesce); a workgroup tree reduction then sums the partial
-// dot products of each token. W is re-read once per token tile (T / TILE times in prefill).
+// dot products of each token. W is re-read once per token tile (T / MM_TILE times in prefill).
 
-struct Params {
-    n_in: u32,
-    n_out: u32,
-    n_tok: u32,
-    row_bytes: u32, // bytes of one weight row: n_in / QK * BLOCK_BYTES
-}
+// Partial sums, token-major: red[t * MM_WG + li] (4 KiB).
+var<workgroup> red: array<f32, MM_TILE * MM_WG>;
 
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> W: array<u32>;
-@group(0) @binding(2) var<storage, read> x: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>;
-
-const WG: u32 = 128u;
-const TILE: u32 = 8u;
-
-// Partial sums, token-major: red[t * WG + li]. 8 * 128 * 4 bytes = 4 KiB.
-var<workgroup> red: array<f32, 1024>;
-
-@compute @workgroup_size(128)
+@compute @workgroup_size(MM_WG)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
     let o = linear_wg(wg, nwg);
@@ -33,41 +18,37 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     if (o >= P.n_out) {
         return;
     }
-    let t0 = wg.z * TILE;
-    let nt = min(TILE, P.n_tok - t0);
+    let t0 = wg.z * MM_TILE;
+    let nt = min(MM_TILE, P.n_tok - t0);
     let row = o * P.row_bytes;
 
-    // Two vec4 accumulators rather than a private array (lavapipe leaks the scratch of dynamically
-    // indexed private arrays on every dispatch). Slots past the last token re-read the last
-    // token's x and are never stored.
+    // Tokens 0..3 and 4..7 of the tile (lib_mm_io.wgsl).
     var lo = vec4<f32>(0.0);
     var hi = vec4<f32>(0.0);
     let last = nt - 1u;
-    for (var i = li; i < P.n_in; i += WG) {
+    for (var i = li; i < P.n_in; i += MM_WG) {
         let w = deq(row + (i / QK) * BLOCK_BYTES, i % QK);
         let b = t0 * P.n_in + i;
-        lo += w * vec4<f32>(x[b], x[b + min(1u, last) * P.n_in], x[b + min(2u, last) * P.n_in],
-                            x[b + min(3u, last) * P.n_in]);
+        lo += w * mm_x_lo(b, last);
         if (nt > 4u) {
-            hi += w * vec4<f32>(x[b + 4u * P.n_in], x[b + min(5u, last) * P.n_in],
-                                x[b + min(6u, last) * P.n_in], x[b + min(7u, last) * P.n_in]);
+            hi += w * mm_x_hi(b, last);
         }
     }
 
     for (var t = 0u; t < 4u; t++) {
-        red[t * WG + li] = lo[t];
-        red[(t + 4u) * WG + li] = hi[t];
+        red[t * MM_WG + li] = lo[t];
+        red[(t + 4u) * MM_WG + li] = hi[t];
     }
     workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+    for (var s = MM_WG / 2u; s > 0u; s >>= 1u) {
         if (li < s) {
-            for (var t = 0u; t < TILE; t++) {
-                red[t * WG + li] += red[t * WG + li + s];
+            for (var t = 0u; t < MM_TILE; t++) {
+                red[t * MM_WG + li] += red[t * MM_WG + li + s];
             }
         }
         workgroupBarrier();
     }
     if (li < nt) {
-        out[(t0 + li) * P.n_out + o] = red[li * WG];
+        out[(t0 + li) * P.n_out + o] = red[li * MM_WG];
     }
 }

@@ -15,16 +15,14 @@ struct Params {
 @group(0) @binding(3) var<storage, read> y: array<f32>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
-const MAX_K: u32 = 16u;
+var<workgroup> order: array<u32, MOE_MAX_K>;
 
-var<workgroup> order: array<u32, MAX_K>;
-
-@compute @workgroup_size(256)
+@compute @workgroup_size(ELT_WG)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
     let g = linear_wg(wg, nwg);
     let t = g / P.chunks;
-    let o = (g % P.chunks) * 256u + li;
+    let o = (g % P.chunks) * ELT_WG + li;
     let live = t < P.n_tok;
     // Rank of slot li by (id, slot): distinct keys, so the ranks are a permutation of 0..k.
     if (live && li < P.k) {

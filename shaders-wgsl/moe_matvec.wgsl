@@ -1,63 +1,65 @@
-// One projection of the routed experts, for every (token, slot) s = t * k + j:
-//   y[s][r] = dot(W_e[r], inp[s / in_div])      e = ids[s], r < rows, W_e = expert e of W [E, rows, cols]
+// One projection of the routed experts, for every (token, slot) s = t * k + j whose expert is in
+// this piece of the weight (experts e0 .. e0 + n_e):
+//   y[s][r] = dot(W_e[r], inp[s / in_div])      e = ids[s], r < rows, W_e = expert e of W [E, rows, n_in]
 // mode 0 stores y into `out` [S, rows]; mode 1 stores silu(out) * y (gate pass first, then up).
-// Workgroup: 8 rows x 32 lanes; lanes stride over the row and reduce in workgroup memory.
+// Workgroup: one slot, MV_ROWS rows, invocations striding over the row's units (as matvec.wgsl).
 // An id >= n_exp reads nothing (its slot is skipped by moe_combine).
 struct Params {
     n_slots: u32,
     rows: u32,
-    cols: u32,
-    n_exp: u32,
+    n_in: u32,
     row_bytes: u32,
     in_div: u32,
     mode: u32,
     row_groups: u32,
+    e0: u32,    // first expert of this piece
+    n_e: u32,   // experts in this piece
+    units: u32, // n_in / MV_UNIT
 }
 
 @group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> W: array<u32>;
+@group(0) @binding(1) var<storage, read> W: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read> ids: array<u32>;
-@group(0) @binding(3) var<storage, read> inp: array<f32>;
+@group(0) @binding(3) var<storage, read> X: array<vec4<f32>>;
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
-const ROWS: u32 = 8u;
-const LANES: u32 = 32u;
+fn xv(i: u32) -> vec4<f32> {
+    return X[i];
+}
 
-var<workgroup> red: array<f32, 256>;
-
-@compute @workgroup_size(256)
+@compute @workgroup_size(MV_WG)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
-        @builtin(local_invocation_index) li: u32) {
+        @builtin(local_invocation_index) li: u32, lanes: Lanes) {
     let g = linear_wg(wg, nwg);
     let s = g / P.row_groups;
-    let row = (g % P.row_groups) * ROWS + li / LANES;
-    let lane = li % LANES;
-    var e = P.n_exp;
+    let r0 = (g % P.row_groups) * MV_ROWS;
+    var e = P.e0 + P.n_e;
     if (s < P.n_slots) {
         e = ids[s];
     }
-    let ok = e < P.n_exp && row < P.rows;
-    var acc = 0.0;
+    // Not a uniform early return (ids is a storage read): inactive workgroups still reduce zeros.
+    let ok = e >= P.e0 && e < P.e0 + P.n_e;
+    let last = P.rows - 1u;
+    let eb = (e - P.e0) * P.rows;
+    let b0 = (eb + min(r0, last)) * P.row_bytes;
+    let b1 = (eb + min(r0 + 1u, last)) * P.row_bytes;
+    let b2 = (eb + min(r0 + 2u, last)) * P.row_bytes;
+    let b3 = (eb + min(r0 + 3u, last)) * P.row_bytes;
+    let xb = (s / P.in_div) * (P.n_in / 4u);
+    var acc = vec4<f32>(0.0);
     if (ok) {
-        let wrow = (e * P.rows + row) * P.row_bytes;
-        let xrow = (s / P.in_div) * P.cols;
-        for (var c = lane; c < P.cols; c += LANES) {
-            acc += deq(wrow + (c / QK) * BLOCK_BYTES, c % QK) * inp[xrow + c];
+        let rb = vec4<u32>(b0, b1, b2, b3);
+        for (var u = li; u < P.units; u += MV_WG) {
+            acc += mv_unit4(rb, u, xb);
         }
     }
-    red[li] = acc;
-    for (var off = LANES / 2u; off > 0u; off >>= 1u) {
-        workgroupBarrier();
-        if (lane < off) {
-            red[li] += red[li + off];
-        }
-    }
-    if (ok && lane == 0u) {
-        let o = s * P.rows + row;
+    let y = wg_sum4(acc, li, MV_WG, lanes);
+    if (ok && li < MV_ROWS && r0 + li < P.rows) {
+        let o = s * P.rows + r0 + li;
         if (P.mode == 0u) {
-            out[o] = red[li];
+            out[o] = y[li];
         } else {
-            out[o] = silu(out[o]) * red[li];
+            out[o] = silu(out[o]) * y[li];
         }
     }
 }

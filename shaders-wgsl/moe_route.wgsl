@@ -13,16 +13,13 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> ids: array<u32>;
 @group(0) @binding(3) var<storage, read_write> weights: array<f32>;
 
-const WG: u32 = 256u;
-const MAX_E: u32 = 2048u; // the host checks n_exp <= MAX_E; each thread owns <= MAX_E / WG experts
-const MAX_K: u32 = 16u;
 const MIN_SUM: f32 = 6.1035e-5;
 const NONE: u32 = 0xffffffffu;
 
-var<workgroup> sp: array<f32, MAX_E>;
-var<workgroup> rv: array<f32, WG>;
-var<workgroup> ri: array<u32, WG>;
-var<workgroup> sel: array<f32, MAX_K>;
+var<workgroup> sp: array<f32, MOE_MAX_E>;
+var<workgroup> rv: array<f32, ROW_WG>;
+var<workgroup> ri: array<u32, ROW_WG>;
+var<workgroup> sel: array<f32, MOE_MAX_K>;
 
 // f32 from bits at run time: a const-expression that evaluates to inf is a WGSL creation error.
 fn from_bits(b: u32) -> f32 {
@@ -54,7 +51,7 @@ fn better(av: f32, ai: u32, bv: f32, bi: u32) -> bool {
     return ai < bi;
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(ROW_WG)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
     let t = linear_wg(wg, nwg);
@@ -65,12 +62,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
 
     // Max over the row (NaN ignored, like f32::max).
     var m = from_bits(0xff800000u); // -inf
-    for (var i = li; i < ne; i += WG) {
+    for (var i = li; i < ne; i += ROW_WG) {
         let v = logits[base + i];
         m = select(m, v, v > m);
     }
     rv[li] = m;
-    for (var off = WG / 2u; off > 0u; off >>= 1u) {
+    for (var off = ROW_WG / 2u; off > 0u; off >>= 1u) {
         workgroupBarrier();
         if (li < off) {
             let o = rv[li + off];
@@ -83,13 +80,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
 
     // exp and sum.
     var s = 0.0;
-    for (var i = li; i < ne; i += WG) {
+    for (var i = li; i < ne; i += ROW_WG) {
         let e = exp(logits[base + i] - mx);
         sp[i] = e;
         s += e;
     }
     rv[li] = s;
-    for (var off = WG / 2u; off > 0u; off >>= 1u) {
+    for (var off = ROW_WG / 2u; off > 0u; off >>= 1u) {
         workgroupBarrier();
         if (li < off) {
             rv[li] += rv[li + off];
@@ -97,17 +94,17 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     }
     workgroupBarrier();
     let sum = rv[0];
-    for (var i = li; i < ne; i += WG) {
+    for (var i = li; i < ne; i += ROW_WG) {
         sp[i] = sp[i] / sum;
     }
 
-    // Top-k. Thread li owns experts li, li + WG, ...; `taken` has bit r for expert li + r * WG.
+    // Top-k. Thread li owns experts li, li + ROW_WG, ...; `taken` has bit r for expert li + r * ROW_WG.
     var taken = 0u;
     for (var j = 0u; j < P.k; j++) {
         var bv = 0.0;
         var bi = NONE;
         var r = 0u;
-        for (var i = li; i < ne; i += WG) {
+        for (var i = li; i < ne; i += ROW_WG) {
             if ((taken & (1u << r)) == 0u && better(sp[i], i, bv, bi)) {
                 bv = sp[i];
                 bi = i;
@@ -117,7 +114,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         workgroupBarrier();
         rv[li] = bv;
         ri[li] = bi;
-        for (var off = WG / 2u; off > 0u; off >>= 1u) {
+        for (var off = ROW_WG / 2u; off > 0u; off >>= 1u) {
             workgroupBarrier();
             if (li < off && better(rv[li + off], ri[li + off], rv[li], ri[li])) {
                 rv[li] = rv[li + off];
@@ -126,8 +123,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         }
         workgroupBarrier();
         let win = ri[0];
-        if (win != NONE && win % WG == li) {
-            taken |= 1u << (win / WG);
+        if (win != NONE && win % ROW_WG == li) {
+            taken |= 1u << (win / ROW_WG);
         }
         if (li == 0u && live) {
             ids[t * P.k + j] = win;

@@ -19,17 +19,17 @@ struct Params {
     head_dim: u32,
     half: u32,   // n_rot / 2
     nh: u32,
-    pos0: u32,
     log2_theta: f32,
 }
 
 @group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read_write> x: array<f32>;
+@group(0) @binding(1) var<storage, read> pos: array<u32>; // [pos0]: read on the device so a replayed step rotates by the current position
+@group(0) @binding(2) var<storage, read_write> x: array<f32>;
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(ELT_WG)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
-    let idx = linear_wg(wg, nwg) * 256u + li;
+    let idx = linear_wg(wg, nwg) * ELT_WG + li;
     if (idx >= P.n) {
         return;
     }
@@ -38,7 +38,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     let t = idx / (P.half * P.nh);
 
     let inv_freq = exp2(-(f32(2u * i) / f32(2u * P.half)) * P.log2_theta);
-    let angle = f32(P.pos0 + t) * inv_freq;
+    let angle = f32(pos[0] + t) * inv_freq;
     let k = round(angle * INV_TWO_PI);
     let r = (angle - k * TWO_PI_HI) - k * TWO_PI_LO;
     let c = cos(r);

@@ -4,28 +4,10 @@
 mod common;
 
 use common::device::{Both, Pt};
-use common::weights::{dequant, random_weight, upload, WEIGHT_TYPES};
+use common::weights::{check_matmul, dequant, random_weight, upload, WEIGHT_TYPES};
 use common::*;
 use rill::backend::{Backend, DType, Tensor, WeightData};
 use rill::gguf::{GgmlType, TensorBytes};
-
-/// Compare device and CPU `matmul` outputs: `|g - c| <= 1e-5 * sum_i |w_i x_i|` per output (the
-/// bound of f32 summation-order differences), plus a tiny absolute floor.
-fn check_matmul(what: &str, got: &[f32], want: &[f32], w: &[f32], x: &[f32], n_in: usize) {
-    let n_out = w.len() / n_in;
-    let n_tok = x.len() / n_in;
-    assert_eq!(got.len(), n_tok * n_out, "{what}: length");
-    for t in 0..n_tok {
-        for o in 0..n_out {
-            let mag: f32 = (0..n_in).map(|i| (w[o * n_in + i] * x[t * n_in + i]).abs()).sum();
-            let (g, c) = (got[t * n_out + o], want[t * n_out + o]);
-            assert!(
-                (g - c).abs() <= 1e-5 * mag + 1e-30,
-                "{what} [t {t}, o {o}]: device {g} cpu {c} (sum |w x| {mag})"
-            );
-        }
-    }
-}
 
 /// A weight of format `ty` on both backends.
 fn upload_both(p: &Both, ty: GgmlType, shape: &[usize], bytes: &[u8]) -> Pt {

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::device::{pos_on, Both};
+use common::device::{pos_on, Both, Side};
 use common::*;
 use rill::backend::{AttnDims, DType, GdnDims, Pos, NON_FINITE};
 
@@ -741,5 +741,92 @@ fn tensors_of_another_backend_are_refused() {
         assert!(g.swiglu(&cx, &gx, &gout).is_err(), "{name}: cpu input");
         assert!(g.add_assign(&gx, &cx).is_err(), "{name}: cpu operand");
         assert!(g.read_f32(&cx).is_err(), "{name}: read of a cpu tensor");
+    }
+}
+
+/// A decode-like step under `step_begin`/`step_end` at every position of a small context, with
+/// a new token id each time: every step equals the CPU running the ops at that position. A
+/// backend that records (wgpu's replayed passes, CUDA graphs) must replay later steps, and then
+/// its replays read the token id and the position only from their device tensors, as the
+/// executor's steps do.
+#[test]
+fn recorded_step_replays_at_new_positions() {
+    use rill::backend::{Backend, StepMode};
+    for p in Both::each() {
+        let mut rng = Rng::new(23);
+        let (vocab, nh, d, ctx) = (11usize, 2usize, 64usize, 8usize);
+        let dims = attn(nh, 1, d);
+        let table = p.up(&rng.normals(vocab * nh * d, 1.0), &[vocab, nh * d]);
+        let norm_w = p.up(&rng.normals(nh * d, 1.0), &[nh * d]);
+        let kv_w = p.up(&rng.normals(d * nh * d, 0.1), &[d, nh * d]);
+        let (ids, pos) = (p.zeros_u32(&[1]), p.zeros_u32(&[1]));
+        let (kc, vc) = (p.zeros(&[ctx, d]), p.zeros(&[ctx, d]));
+        let (x, xn, kv, att) = (
+            p.zeros(&[1, nh * d]),
+            p.zeros(&[1, nh * d]),
+            p.zeros(&[1, d]),
+            p.zeros(&[1, nh * d]),
+        );
+        let ops = |be: &dyn Backend, s: Side, at: Pos| -> rill::Result<()> {
+            be.embed(table.on(s), ids.on(s), x.on(s))?;
+            be.rms_norm(x.on(s), norm_w.on(s), 1e-6, xn.on(s))?;
+            be.rope_neox(xn.on(s), d, d / 2, 1e4, at)?;
+            be.matmul(kv_w.on(s), xn.on(s), kv.on(s))?;
+            be.kv_store(kv.on(s), kv.on(s), kc.on(s), vc.on(s), at)?;
+            be.attention(xn.on(s), kc.on(s), vc.on(s), at, dims, 0.125, att.on(s))
+        };
+        let key = 0x5eed;
+        let (recorded, replays) = (std::cell::Cell::new(false), std::cell::Cell::new(0));
+        for step in 0..ctx {
+            let token = (step * 7 + 3) as u32 % vocab as u32;
+            p.run("recorded step", |be, s| {
+                be.write_u32(ids.on(s), &[token])?;
+                be.write_u32(pos.on(s), &[step as u32])?;
+                let mode = be.step_begin(key)?;
+                if s == Side::Dev {
+                    match mode {
+                        StepMode::Record => recorded.set(true),
+                        StepMode::Replayed => replays.set(replays.get() + 1),
+                        StepMode::Run => {}
+                    }
+                }
+                let r = if mode == StepMode::Replayed {
+                    Ok(())
+                } else {
+                    ops(
+                        be,
+                        s,
+                        Pos {
+                            host: step,
+                            dev: pos.on(s),
+                        },
+                    )
+                };
+                be.step_end(key, r.is_ok())?;
+                r
+            });
+            p.check(&format!("step {step}: attention"), &att, 5e-6, 1e-4);
+            p.check(&format!("step {step}: k cache"), &kc, 1e-6, 1e-5);
+        }
+        // Later steps replay, unless a test beside this one replaced a buffer the recording
+        // binds (it is then dropped and made again): at least one of seven must.
+        assert!(
+            !recorded.get() || replays.get() >= 1,
+            "{}: recorded, but none of {} steps replayed",
+            p.name(),
+            ctx - 1
+        );
+        // A step that failed is not kept: the next call with its key records again.
+        let g = p.dev.as_ref();
+        if g.step_begin(key + 1).expect("step_begin") == StepMode::Record {
+            g.step_end(key + 1, false).expect("step_end");
+            assert_eq!(
+                g.step_begin(key + 1).expect("step_begin"),
+                StepMode::Record,
+                "{}",
+                p.name()
+            );
+        }
+        g.step_end(key + 1, false).expect("step_end");
     }
 }

@@ -224,6 +224,12 @@ pub trait Backend: Send + Sync {
     fn upload_u32(&self, data: &[u32], shape: &[usize]) -> Result<Tensor>;
     /// Upload a weight in its block format (`DType::Ggml`); kernels dequantize it.
     fn upload_weight(&self, w: &WeightData) -> Result<Tensor>;
+    /// Whether `upload_weight(w)` would succeed and the weight could run on this device (buffer
+    /// and binding limits). The loader asks for every tensor before uploading any, so a model
+    /// that cannot run fails at once, naming the tensor and the limit. Default: yes.
+    fn check_upload(&self, _w: &WeightData) -> Result<()> {
+        Ok(())
+    }
     /// Overwrite an existing U32 tensor (token ids) from the host.
     fn write_u32(&self, t: &Tensor, data: &[u32]) -> Result<()>;
     fn read_f32(&self, t: &Tensor) -> Result<Vec<f32>>;
@@ -429,16 +435,16 @@ pub fn create(name: &str) -> Result<Arc<dyn Backend>> {
 
 /// `create` with options. A backend without a faster tier runs `Exact` whatever is asked;
 /// `Backend::precision` says what it runs.
-pub fn create_with(name: &str, _opts: &BackendOptions) -> Result<Arc<dyn Backend>> {
+pub fn create_with(name: &str, opts: &BackendOptions) -> Result<Arc<dyn Backend>> {
     match name {
         "auto" => {
             // Every candidate fails quietly (no driver, no adapter): the next one is tried.
             #[cfg(feature = "cuda")]
-            if let Ok(b) = cuda::CudaBackend::new() {
-                return Ok(Arc::new(b));
+            if let Ok(b) = cuda::create(opts) {
+                return Ok(b);
             }
             #[cfg(feature = "wgpu")]
-            if let Ok(b) = wgpu::WgpuBackend::new() {
+            if let Ok(b) = wgpu::WgpuBackend::with_options(opts) {
                 if !b.is_cpu_adapter() {
                     return Ok(Arc::new(b));
                 }
@@ -447,9 +453,9 @@ pub fn create_with(name: &str, _opts: &BackendOptions) -> Result<Arc<dyn Backend
         }
         "cpu" => Ok(Arc::new(cpu::CpuBackend::new())),
         #[cfg(feature = "wgpu")]
-        "wgpu" => wgpu::create(),
+        "wgpu" => wgpu::create(opts),
         #[cfg(feature = "cuda")]
-        "cuda" => cuda::create(),
+        "cuda" => cuda::create(opts),
         other => Err(Error::UnknownBackend(other.to_string(), available().join(", "))),
     }
 }

@@ -145,6 +145,16 @@ impl Weights {
         backend: &Arc<dyn Backend>,
         on_tensor: &mut dyn FnMut(u64),
     ) -> Result<Weights> {
+        // Every tensor against the device's limits first: a model that cannot run fails before
+        // gigabytes are uploaded, naming the tensor and the limit.
+        for t in &file.tensors {
+            backend.check_upload(&WeightData {
+                name: t.name.clone(),
+                ggml_type: t.ggml_type,
+                shape: t.shape(),
+                bytes: file.tensor_bytes(t),
+            })?;
+        }
         let mut b = Binder {
             file,
             backend,

@@ -12,7 +12,7 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use rill::backend::{self, Backend, Tensor};
+use rill::backend::{self, Backend, BackendOptions, Precision, Tensor};
 
 /// xorshift64* with Box-Muller normals: deterministic, no dependencies. Every test draws its
 /// random data from this one generator (f64 draws; `normals` rounds to f32).
@@ -72,18 +72,22 @@ const DEVICES: &[(&str, IfMissing)] = &[
 /// A started backend, or why it could not start.
 type Started = Result<Arc<dyn Backend>, String>;
 
-/// One instance per backend name for the whole test process (tests run on parallel threads;
-/// several GPU devices at once in one process hung on the NVIDIA Vulkan driver), or the reason
-/// it could not start.
+/// One instance per backend name (and precision) for the whole test process (tests run on
+/// parallel threads; several GPU devices at once in one process hung on the NVIDIA Vulkan
+/// driver), or the reason it could not start.
 fn start(name: &str) -> Started {
+    start_at(name, Precision::Exact)
+}
+
+fn start_at(name: &str, precision: Precision) -> Started {
     static STARTED: OnceLock<Mutex<HashMap<String, Started>>> = OnceLock::new();
     let mut map = STARTED
         .get_or_init(|| Mutex::new(HashMap::new()))
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    map.entry(name.to_string())
+    map.entry(format!("{name}/{precision:?}"))
         .or_insert_with(|| {
-            let r = backend::create(name).map_err(|e| e.to_string());
+            let r = backend::create_with(name, &BackendOptions { precision }).map_err(|e| e.to_string());
             if let (Err(e), Some((_, IfMissing::Skip))) = (&r, DEVICES.iter().find(|d| d.0 == name)) {
                 if name == "cuda" && std::env::var_os("RILL_TEST_REQUIRE_CUDA").is_some() {
                     panic!("cuda backend required (RILL_TEST_REQUIRE_CUDA): {e}");
@@ -109,6 +113,12 @@ pub fn cpu() -> Arc<dyn Backend> {
 
 /// Every device backend compiled into this build that can run here (see `DEVICES`).
 pub fn device_backends() -> Vec<Arc<dyn Backend>> {
+    device_backends_at(Precision::Exact)
+}
+
+/// `device_backends` started at `precision` (a backend without that tier runs `Exact`). A test
+/// binary uses one precision for its devices: each is another instance of the device.
+pub fn device_backends_at(precision: Precision) -> Vec<Arc<dyn Backend>> {
     let compiled = backend::available();
     for name in &compiled {
         assert!(
@@ -116,10 +126,14 @@ pub fn device_backends() -> Vec<Arc<dyn Backend>> {
             "backend {name} is compiled in but not listed in tests/common DEVICES, so nothing tests it"
         );
     }
+    // `RILL_TEST_BACKENDS=cuda` (a comma list): test only those (the GPU jobs run one backend
+    // per job); unset: every compiled one.
+    let only = std::env::var("RILL_TEST_BACKENDS").ok();
+    let wanted = |name: &str| only.as_deref().is_none_or(|l| l.split(',').any(|n| n.trim() == name));
     let devices: Vec<_> = DEVICES
         .iter()
-        .filter(|(name, _)| compiled.contains(name))
-        .filter_map(|&(name, if_missing)| match start(name) {
+        .filter(|(name, _)| compiled.contains(name) && wanted(name))
+        .filter_map(|&(name, if_missing)| match start_at(name, precision) {
             Ok(be) => Some(be),
             Err(_) if if_missing == IfMissing::Skip => None,
             Err(e) => panic!("backend {name}: {e}"),

@@ -92,6 +92,14 @@ impl Inner {
     }
 }
 
+impl Inner {
+    /// Device scratch for `purpose`. The caller must already hold `workspaces()` for its whole op:
+    /// the lock taken here (reentrantly) is released on return.
+    pub(crate) fn workspace(&self, purpose: &'static str, bytes: usize) -> Result<DevPtr> {
+        self.workspaces()?.get(purpose, bytes)
+    }
+}
+
 impl WorkspaceGuard<'_> {
     /// Device scratch of at least `bytes` for `purpose`.
     pub(crate) fn get(&self, purpose: &'static str, bytes: usize) -> Result<DevPtr> {

@@ -1,16 +1,50 @@
 //! Device buffers and the memory ops (alloc, upload, read back, zero, copy).
+//!
+//! Every buffer has a process-unique id: the encoder caches bind groups by the ids of the buffers
+//! they bind. A dropped buffer reports its id to the graveyard, and the encoder then forgets every
+//! bind group (and recorded step) that named it, so cached bind groups never keep memory alive.
 
 use std::any::Any;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use super::{gpu_err, WgpuBackend};
 use crate::backend::{DType, DeviceBuffer, Tensor, WeightData};
 use crate::error::Result;
 
-/// A storage buffer. `size` is the allocated byte size (a multiple of 4, at least 4).
+/// Ids of buffers dropped since the encoder last looked.
+#[derive(Default)]
+pub(crate) struct Graveyard {
+    any: AtomicBool,
+    ids: Mutex<Vec<u64>>,
+}
+
+impl Graveyard {
+    /// The ids buried since the last call (empty without taking the lock when there are none).
+    pub fn take(&self) -> Vec<u64> {
+        if !self.any.swap(false, Ordering::Acquire) {
+            return Vec::new();
+        }
+        self.ids.lock().map(|mut v| std::mem::take(&mut *v)).unwrap_or_default()
+    }
+}
+
+/// A storage buffer. `size` is the allocated byte size (a multiple of 16, at least 16, so every
+/// buffer can be bound as an array of vec4).
 pub(crate) struct WgpuBuffer {
     pub buffer: wgpu::Buffer,
     pub size: u64,
+    pub id: u64,
+    graveyard: Arc<Graveyard>,
+}
+
+impl Drop for WgpuBuffer {
+    fn drop(&mut self) {
+        if let Ok(mut v) = self.graveyard.ids.lock() {
+            v.push(self.id);
+            self.graveyard.any.store(true, Ordering::Release);
+        }
+    }
 }
 
 impl DeviceBuffer for WgpuBuffer {
@@ -34,89 +68,80 @@ fn elements(shape: &[usize]) -> Result<usize> {
         .ok_or_else(|| gpu_err(format!("shape {shape:?} overflows")))
 }
 
-/// Round a byte count up to a whole number of u32 words (at least one).
-fn padded(bytes: u64) -> u64 {
+/// Round a byte count up to whole u32 words (copies move whole words).
+pub(crate) fn words(bytes: u64) -> u64 {
     bytes.div_ceil(4).max(1) * 4
 }
 
-fn create(be: &WgpuBackend, label: &str, bytes: u64, mapped: bool) -> Result<wgpu::Buffer> {
-    let size = padded(bytes);
-    if size > be.limits.max_buffer_size {
+/// Round a byte count up to whole vec4s (buffer sizes: shaders bind them as `array<vec4<..>>`).
+fn vec4s(bytes: u64) -> u64 {
+    bytes.div_ceil(16).max(1) * 16
+}
+
+fn next_id() -> u64 {
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// A new storage buffer of at least `bytes`, wrapped with its id.
+pub(crate) fn create(be: &WgpuBackend, label: &str, bytes: u64, mapped: bool) -> Result<WgpuBuffer> {
+    let size = vec4s(bytes);
+    if size > be.caps.max_buffer {
         return Err(gpu_err(format!(
-            "out of device memory: {label} needs {size} bytes, the device's largest buffer is {} bytes",
-            be.limits.max_buffer_size
+            "{label} needs a buffer of {size} bytes, this device's largest is {} bytes (try --backend cpu)",
+            be.caps.max_buffer
         )));
     }
-    Ok(be.device.create_buffer(&wgpu::BufferDescriptor {
+    let buffer = be.device.create_buffer(&wgpu::BufferDescriptor {
         label: Some(label),
         size,
         usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
         mapped_at_creation: mapped,
-    }))
+    });
+    Ok(WgpuBuffer {
+        buffer,
+        size,
+        id: next_id(),
+        graveyard: Arc::clone(&be.graveyard),
+    })
 }
 
-fn tensor(buffer: wgpu::Buffer, dtype: DType, shape: &[usize]) -> Tensor {
-    let size = buffer.size();
+fn tensor(buf: WgpuBuffer, dtype: DType, shape: &[usize]) -> Tensor {
     Tensor {
-        buf: Arc::new(WgpuBuffer { buffer, size }),
+        buf: Arc::new(buf),
         dtype,
         shape: shape.to_vec(),
     }
+}
+
+/// Bytes of an F32/U32 tensor of `shape`.
+pub(crate) fn f32_bytes(what: &str, dtype: DType, shape: &[usize]) -> Result<u64> {
+    if !matches!(dtype, DType::F32 | DType::U32) {
+        return Err(gpu_err(format!("{what}: only F32 and U32 tensors")));
+    }
+    (elements(shape)? as u64)
+        .checked_mul(4)
+        .ok_or_else(|| gpu_err(format!("{what}: size overflows")))
 }
 
 /// A zero-filled F32/U32 tensor (wgpu zero-initialises new buffers).
 pub(crate) fn alloc(be: &WgpuBackend, dtype: DType, shape: &[usize]) -> Result<Tensor> {
-    if !matches!(dtype, DType::F32 | DType::U32) {
-        return Err(gpu_err("alloc: only F32 and U32 tensors can be allocated"));
-    }
-    let n = elements(shape)?;
-    let bytes = (n as u64)
-        .checked_mul(4)
-        .ok_or_else(|| gpu_err("alloc: size overflows"))?;
+    let bytes = f32_bytes("alloc", dtype, shape)?;
     Ok(tensor(create(be, "tensor", bytes, false)?, dtype, shape))
 }
 
-/// A tensor of `shape` on a persistent scratch buffer named `slot` (an op's intermediates): the
-/// buffer is created on first use, replaced by a larger one when a call needs more, and reused by
-/// every later call, so ops allocate nothing in the token loop. Dispatches that share a slot are
-/// ordered by wgpu's usage tracking like any other read-write buffer.
-pub(crate) fn scratch(be: &WgpuBackend, slot: &'static str, dtype: DType, shape: &[usize]) -> Result<Tensor> {
-    if !matches!(dtype, DType::F32 | DType::U32) {
-        return Err(gpu_err("scratch: only F32 and U32 tensors"));
-    }
-    let bytes = (elements(shape)? as u64)
-        .checked_mul(4)
-        .ok_or_else(|| gpu_err("scratch: size overflows"))?;
-    let mut pool = be.scratch.lock().map_err(|_| gpu_err("scratch pool lock poisoned"))?;
-    let buf = match pool.get(slot) {
-        Some(b) if b.size >= padded(bytes) => Arc::clone(b),
-        _ => {
-            let b = Arc::new(WgpuBuffer {
-                buffer: create(be, slot, bytes, false)?,
-                size: padded(bytes),
-            });
-            pool.insert(slot, Arc::clone(&b));
-            b
-        }
-    };
-    Ok(Tensor {
-        buf,
-        dtype,
-        shape: shape.to_vec(),
-    })
-}
-
 /// Create a buffer holding `bytes` (written through a mapping at creation, no staging copy).
-fn create_init(be: &WgpuBackend, label: &str, bytes: &[u8]) -> Result<wgpu::Buffer> {
+fn create_init(be: &WgpuBackend, label: &str, bytes: &[u8]) -> Result<WgpuBuffer> {
     let buf = create(be, label, bytes.len() as u64, true)?;
     {
         let mut view = buf
+            .buffer
             .slice(..)
             .get_mapped_range_mut()
             .map_err(|e| gpu_err(format!("map {label}: {e}")))?;
         view.slice(..bytes.len()).copy_from_slice(bytes);
     }
-    buf.unmap();
+    buf.buffer.unmap();
     Ok(buf)
 }
 
@@ -127,21 +152,13 @@ pub(crate) fn upload(be: &WgpuBackend, dtype: DType, shape: &[usize], bytes: &[u
     Ok(tensor(create_init(be, "upload", bytes)?, dtype, shape))
 }
 
-/// A weight in its GGUF block format; shaders read it as `array<u32>` and unpack the blocks.
+/// A weight in its GGUF block format; shaders read it as `array<vec4<u32>>` and unpack the
+/// blocks. A weight larger than one storage binding is bound in pieces of whole rows by the ops
+/// (`pieces`); `check_weight` has already told the user about anything that cannot run.
 pub(crate) fn upload_weight(be: &WgpuBackend, w: &WeightData) -> Result<Tensor> {
     let bytes = w.bytes.as_slice();
-    let rows = elements(&w.shape)? / w.shape.last().copied().unwrap_or(1).max(1);
-    let row = w.ggml_type.row_size(*w.shape.last().unwrap_or(&0) as u64);
-    if row.and_then(|r| r.checked_mul(rows as u64)) != Some(bytes.len() as u64) {
-        return Err(gpu_err(format!(
-            "weight '{}': {} bytes do not match shape {:?}",
-            w.name,
-            bytes.len(),
-            w.shape
-        )));
-    }
-    let buf = create_init(be, &w.name, bytes)
-        .map_err(|e| gpu_err(format!("weight '{}' ({} bytes): {e}", w.name, bytes.len())))?;
+    be.check_weight(&w.name, w.ggml_type, &w.shape, bytes.len() as u64)?;
+    let buf = create_init(be, &w.name, bytes)?;
     Ok(tensor(buf, DType::Ggml(w.ggml_type), &w.shape))
 }
 
@@ -156,8 +173,9 @@ pub(crate) fn write(be: &WgpuBackend, t: &Tensor, dtype: DType, bytes: &[u8], n:
         )));
     }
     let b = get(t)?;
-    let mut rec = be.recorder()?;
-    be.flush_locked(&mut rec);
+    let mut enc = be.encoder()?;
+    enc.host_access();
+    enc.flush();
     be.queue.write_buffer(&b.buffer, 0, bytes);
     Ok(())
 }
@@ -172,22 +190,23 @@ pub(crate) fn read(be: &WgpuBackend, t: &Tensor) -> Result<Vec<u8>> {
     // One staging buffer, grown on demand and reused: decode reads back a token id every step,
     // and a fresh buffer per read would allocate in the token loop. The lock also serialises reads.
     let mut cache = be.readback.lock().map_err(|_| gpu_err("readback lock poisoned"))?;
-    if cache.as_ref().is_none_or(|b| b.size() < padded(bytes)) {
+    if cache.as_ref().is_none_or(|b| b.size() < words(bytes)) {
         *cache = Some(be.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
-            size: padded(bytes).next_power_of_two().max(256),
+            size: words(bytes).next_power_of_two().max(256),
             usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
             mapped_at_creation: false,
         }));
     }
     let staging = cache.as_ref().ok_or_else(|| gpu_err("readback buffer missing"))?;
     {
-        let mut rec = be.recorder()?;
-        be.encoder(&mut rec)
-            .copy_buffer_to_buffer(&b.buffer, 0, staging, 0, padded(bytes));
-        be.flush_locked(&mut rec);
+        let mut enc = be.encoder()?;
+        enc.host_access();
+        enc.commands()
+            .copy_buffer_to_buffer(&b.buffer, 0, staging, 0, words(bytes));
+        enc.flush();
     }
-    let slice = staging.slice(..padded(bytes));
+    let slice = staging.slice(..words(bytes));
     let (tx, rx) = std::sync::mpsc::channel();
     slice.map_async(wgpu::MapMode::Read, move |r| {
         let _ = tx.send(r);
@@ -213,8 +232,8 @@ pub(crate) fn zero(be: &WgpuBackend, t: &Tensor) -> Result<()> {
         return Err(gpu_err("zero: only F32/U32 tensors"));
     }
     let b = get(t)?;
-    let mut rec = be.recorder()?;
-    be.encoder(&mut rec).clear_buffer(&b.buffer, 0, None);
+    let mut enc = be.encoder()?;
+    enc.commands().clear_buffer(&b.buffer, 0, None);
     Ok(())
 }
 
@@ -228,9 +247,8 @@ pub(crate) fn copy(be: &WgpuBackend, src: &Tensor, dst: &Tensor) -> Result<()> {
     if bytes == 0 {
         return Ok(());
     }
-    let mut rec = be.recorder()?;
-    be.encoder(&mut rec)
-        .copy_buffer_to_buffer(&s.buffer, 0, &d.buffer, 0, bytes);
+    let mut enc = be.encoder()?;
+    enc.commands().copy_buffer_to_buffer(&s.buffer, 0, &d.buffer, 0, bytes);
     Ok(())
 }
 
@@ -251,8 +269,8 @@ pub(crate) fn copy_rows(
     }
     let (s, d) = (get(src)?, get(dst)?);
     let row = w as u64 * 4;
-    let mut rec = be.recorder()?;
-    be.encoder(&mut rec).copy_buffer_to_buffer(
+    let mut enc = be.encoder()?;
+    enc.commands().copy_buffer_to_buffer(
         &s.buffer,
         src_row as u64 * row,
         &d.buffer,

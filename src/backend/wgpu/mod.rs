@@ -1,53 +1,35 @@
 //! wgpu backend: WGSL compute shaders on Vulkan, Metal, DX12 (and WebGPU in the browser).
 //!
-//! Buffers live on the device; ops are recorded into one command encoder and submitted when the
-//! host needs a result (`read_*`, `sync`) or the per-submission parameter arena is full. Each op
-//! is one dispatch of a shader from `shaders-wgsl/` (one file per op; weight formats are spliced in
-//! from `dequant_<type>.wgsl`), compiled once per (shader, variant) and cached.
+//! Buffers live on the device; ops record dispatches into one open compute pass (`encoder`),
+//! submitted every few dozen dispatches and when the host needs a result. Kernels are assembled
+//! from `shaders-wgsl/` per (kernel, weight format) and the variants the adapter allows
+//! (`caps`: subgroup reductions, cooperative matrices), compiled once and cached.
 
 mod buffer;
+pub(crate) mod caps;
+mod encoder;
+pub(crate) mod kernels;
 mod ops;
-mod pipelines;
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use crate::backend::{check, AttnDims, Backend, DType, GdnDims, Pos, Tensor, WeightData};
+use crate::backend::{
+    check, AttnDims, Backend, BackendOptions, DType, GdnDims, Pos, Precision, StepMode, Tensor, WeightData,
+};
 use crate::error::{Error, Result};
-use pipelines::PipelineCache;
-
-/// Parameter block per dispatch: one aligned slot of a per-submission uniform arena.
-const PARAM_SLOT: u64 = 256;
-/// Dispatches per submission before the arena is flushed.
-const PARAM_SLOTS: u64 = 1024;
-
-/// Recording state: the open encoder and the parameter arena of the current submission.
-struct Recorder {
-    encoder: Option<wgpu::CommandEncoder>,
-    params: Vec<u8>,
-}
-
-/// Per-shader wall time when `RILL_PROFILE=1` (every dispatch is then submitted and waited for,
-/// so the totals are exclusive but the run is slower). Printed to stderr when the backend drops.
-#[derive(Default)]
-struct Profile {
-    on: bool,
-    by_shader: HashMap<String, (u64, f64)>,
-}
+use crate::gguf::GgmlType;
+use caps::{Caps, Overrides};
+use encoder::{Encoder, State};
 
 pub struct WgpuBackend {
-    profile: Mutex<Profile>,
     device: wgpu::Device,
     queue: wgpu::Queue,
     info: wgpu::AdapterInfo,
-    limits: wgpu::Limits,
-    pipelines: PipelineCache,
-    param_buf: wgpu::Buffer,
+    pub(crate) caps: Caps,
+    graveyard: Arc<buffer::Graveyard>,
     /// Reused host-readback staging buffer (see `buffer::read`).
     readback: Mutex<Option<wgpu::Buffer>>,
-    /// Ops' persistent intermediates by slot name (see `buffer::scratch`).
-    scratch: Mutex<HashMap<&'static str, Arc<buffer::WgpuBuffer>>>,
-    rec: Mutex<Recorder>,
+    state: Mutex<State>,
 }
 
 pub(crate) fn gpu_err(msg: impl std::fmt::Display) -> Error {
@@ -55,9 +37,16 @@ pub(crate) fn gpu_err(msg: impl std::fmt::Display) -> Error {
 }
 
 impl WgpuBackend {
-    /// Pick the best adapter (a discrete or integrated GPU over a CPU fallback such as lavapipe;
-    /// `RILL_WGPU_ADAPTER=substring` picks by name) and open a device with its full limits.
+    /// The best adapter at the exact precision (see `with_options`).
     pub fn new() -> Result<WgpuBackend> {
+        WgpuBackend::with_options(&BackendOptions::default())
+    }
+
+    /// Pick the best adapter (a discrete or integrated GPU over a CPU fallback such as lavapipe;
+    /// `RILL_WGPU_ADAPTER=substring` picks by name) and open a device with its full limits and
+    /// the optional features the selected kernel variants use (`caps`).
+    pub fn with_options(opts: &BackendOptions) -> Result<WgpuBackend> {
+        let ov = Overrides::from_env();
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
         let want = std::env::var("RILL_WGPU_ADAPTER").ok().map(|s| s.to_lowercase());
@@ -88,197 +77,101 @@ impl WgpuBackend {
                 gpu_err("no GPU adapter with compute shaders found (install a Vulkan driver, e.g. mesa-vulkan-drivers)")
             })?;
         let info = adapter.get_info();
-        let limits = adapter.limits();
+        let features = caps::wanted_features(&adapter, opts.precision, ov);
+        let coop16 = caps::has_coop16(&adapter);
+        let mut limits = adapter.limits();
+        let caps = Caps::select(features, &limits, opts.precision, coop16, ov);
+        // A lowered binding limit (tests) is enforced by wgpu's validation too.
+        limits.max_storage_buffer_binding_size = caps.max_binding;
+        let experimental = if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+            // SAFETY: the cooperative-matrix feature is experimental in wgpu 30; rill uses only the
+            // 16x16 f16 -> f32 configuration the adapter lists, with the load/store forms
+            // verified on the H200 (../shared/TOOLCHAIN.md) and naga's known bug avoided.
+            unsafe { wgpu::ExperimentalFeatures::enabled() }
+        } else {
+            wgpu::ExperimentalFeatures::disabled()
+        };
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("rill"),
-            required_features: wgpu::Features::empty(),
-            required_limits: limits.clone(),
-            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            required_features: features,
+            required_limits: limits,
+            experimental_features: experimental,
             memory_hints: wgpu::MemoryHints::Performance,
             trace: wgpu::Trace::Off,
         }))
         .map_err(|e| gpu_err(format!("cannot open {}: {e}", info.name)))?;
-        let param_buf = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("params"),
-            size: PARAM_SLOT * PARAM_SLOTS,
-            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        let profile = std::env::var_os("RILL_PROFILE").is_some_and(|v| v == "1");
+        let state = State::new(&device, &queue, caps.uniform_align, profile, caps.timestamps_in_passes);
         Ok(WgpuBackend {
-            profile: Mutex::new(Profile {
-                on: std::env::var_os("RILL_PROFILE").is_some_and(|v| v == "1"),
-                ..Default::default()
-            }),
-            pipelines: PipelineCache::new(),
             device,
             queue,
             info,
-            limits,
-            param_buf,
+            caps,
+            graveyard: Arc::default(),
             readback: Mutex::new(None),
-            scratch: Mutex::new(HashMap::new()),
-            rec: Mutex::new(Recorder {
-                encoder: None,
-                params: Vec::new(),
-            }),
+            state: Mutex::new(state),
         })
     }
 
-    fn recorder(&self) -> Result<std::sync::MutexGuard<'_, Recorder>> {
-        self.rec.lock().map_err(|_| gpu_err("recorder lock poisoned"))
+    /// Exclusive access to the recorder for one op's dispatches.
+    pub(crate) fn encoder(&self) -> Result<Encoder<'_>> {
+        let st = self.state.lock().map_err(|_| gpu_err("recorder lock poisoned"))?;
+        Ok(Encoder::new(self, st))
     }
 
-    /// Submit everything recorded so far (params first, then the commands).
-    fn flush_locked(&self, rec: &mut Recorder) {
-        if let Some(enc) = rec.encoder.take() {
-            if !rec.params.is_empty() {
-                self.queue.write_buffer(&self.param_buf, 0, &rec.params);
-            }
-            self.queue.submit([enc.finish()]);
-        }
-        rec.params.clear();
-    }
-
-    fn encoder<'a>(&self, rec: &'a mut Recorder) -> &'a mut wgpu::CommandEncoder {
-        rec.encoder.get_or_insert_with(|| {
-            self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("rill ops"),
-            })
-        })
-    }
-
-    /// Record one dispatch of `shader` (file stem in `shaders-wgsl/`) in `variant` (a weight type
-    /// name such as `q4_k`, or "" for none). `params` fill the shader's uniform `P` (binding 0);
-    /// `bindings` are the storage buffers at bindings 1, 2, ... in order.
-    pub(crate) fn dispatch(
-        &self,
-        shader: &str,
-        variant: &str,
-        params: &[u32],
-        bindings: &[&Tensor],
-        workgroups: [u32; 3],
-    ) -> Result<()> {
-        self.batch()?.dispatch(shader, variant, params, bindings, workgroups)
-    }
-
-    /// Exclusive access to the recorder for a sequence of dispatches that must not interleave
-    /// with other threads' ops (an op whose dispatches share the backend's scratch buffers).
-    pub(crate) fn batch(&self) -> Result<Batch<'_>> {
-        Ok(Batch {
-            be: self,
-            rec: self.recorder()?,
-        })
-    }
     /// Whether the adapter is a CPU emulation (lavapipe, SwiftShader, WARP).
     pub fn is_cpu_adapter(&self) -> bool {
         self.info.device_type == wgpu::DeviceType::Cpu
     }
 
+    /// The selected kernel variants, in words.
+    pub fn variants(&self) -> String {
+        self.caps.describe()
+    }
+
     /// Split `n` workgroups over x and y so that neither exceeds the per-dimension limit.
-    /// Shaders recover the linear index as `wg.x + wg.y * nwg.x`.
     pub(crate) fn grid(&self, n: u32) -> [u32; 2] {
-        let max = self.limits.max_compute_workgroups_per_dimension.max(1);
+        let max = self.caps.max_workgroups_per_dim;
         if n <= max {
             [n, 1]
         } else {
             [max, n.div_ceil(max)]
         }
     }
-}
 
-/// Dispatches recorded under one hold of the recorder lock (`WgpuBackend::batch`).
-pub(crate) struct Batch<'a> {
-    be: &'a WgpuBackend,
-    rec: std::sync::MutexGuard<'a, Recorder>,
-}
-
-impl Batch<'_> {
-    /// See `WgpuBackend::dispatch`.
-    pub(crate) fn dispatch(
-        &mut self,
-        shader: &str,
-        variant: &str,
-        params: &[u32],
-        bindings: &[&Tensor],
-        workgroups: [u32; 3],
-    ) -> Result<()> {
-        let be = self.be;
-        if workgroups.contains(&0) {
-            return Ok(());
-        }
-        let max = be.limits.max_compute_workgroups_per_dimension;
-        if workgroups.iter().any(|&w| w > max) {
+    /// Whether a weight of `ty`, `shape`, `bytes` can live and run on this device: one buffer of
+    /// at most the device's largest buffer, and (when it is larger than one storage binding) rows
+    /// that can be bound in pieces. Fails naming the tensor, the limit and what to do instead.
+    pub(crate) fn check_weight(&self, name: &str, ty: GgmlType, shape: &[usize], bytes: u64) -> Result<()> {
+        let caps = &self.caps;
+        let cols = shape.last().copied().unwrap_or(1) as u64;
+        let rows = shape
+            .iter()
+            .rev()
+            .skip(1)
+            .try_fold(1u64, |a, &d| a.checked_mul(d as u64));
+        let row = ty.row_size(cols);
+        if row.zip(rows).and_then(|(r, n)| r.checked_mul(n)) != Some(bytes) {
             return Err(gpu_err(format!(
-                "{shader}: dispatch {workgroups:?} exceeds {max} per dimension"
+                "weight '{name}': {bytes} bytes do not match {ty} shape {shape:?}"
             )));
         }
-        if params.len() * 4 > PARAM_SLOT as usize {
-            return Err(gpu_err(format!("{shader}: too many parameters")));
+        let advice = "run with --backend cpu, or on a device with larger limits";
+        if bytes > caps.max_buffer {
+            return Err(gpu_err(format!(
+                "weight '{name}' ({bytes} bytes, {ty} {shape:?}) exceeds this device's largest buffer \
+                 (max_buffer_size {} bytes): {advice}",
+                caps.max_buffer
+            )));
         }
-        let pipeline = be.pipelines.get(&be.device, shader, variant)?;
-        let mut bufs = Vec::with_capacity(bindings.len());
-        for t in bindings {
-            let b = buffer::get(t)?;
-            if b.size > be.limits.max_storage_buffer_binding_size {
-                return Err(gpu_err(format!(
-                    "{shader}: a buffer of {} bytes exceeds this device's storage binding limit of {} bytes",
-                    b.size, be.limits.max_storage_buffer_binding_size
-                )));
-            }
-            bufs.push(b);
-        }
-        let rec = &mut *self.rec;
-        if rec.params.len() as u64 >= PARAM_SLOT * PARAM_SLOTS {
-            be.flush_locked(rec);
-        }
-        let offset = rec.params.len() as u64;
-        let mut slot = [0u8; PARAM_SLOT as usize];
-        for (i, w) in params.iter().enumerate() {
-            slot[i * 4..i * 4 + 4].copy_from_slice(&w.to_le_bytes());
-        }
-        rec.params.extend_from_slice(&slot);
-        let layout = pipeline.get_bind_group_layout(0);
-        let mut entries = Vec::with_capacity(bufs.len() + 1);
-        entries.push(wgpu::BindGroupEntry {
-            binding: 0,
-            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer: &be.param_buf,
-                offset,
-                size: wgpu::BufferSize::new(PARAM_SLOT),
-            }),
-        });
-        for (i, b) in bufs.iter().enumerate() {
-            entries.push(wgpu::BindGroupEntry {
-                binding: i as u32 + 1,
-                resource: b.buffer.as_entire_binding(),
-            });
-        }
-        let bg = be.device.create_bind_group(&wgpu::BindGroupDescriptor {
-            label: Some(shader),
-            layout: &layout,
-            entries: &entries,
-        });
-        let enc = be.encoder(rec);
-        let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some(shader),
-            timestamp_writes: None,
-        });
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &bg, &[]);
-        pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
-        drop(pass);
-        if be.profile.lock().is_ok_and(|p| p.on) {
-            let t0 = std::time::Instant::now();
-            be.flush_locked(rec);
-            be.device
-                .poll(wgpu::PollType::wait_indefinitely())
-                .map_err(|e| gpu_err(format!("device poll: {e}")))?;
-            let dt = t0.elapsed().as_secs_f64();
-            if let Ok(mut p) = be.profile.lock() {
-                let e = p.by_shader.entry(format!("{shader}/{variant}")).or_default();
-                e.0 += 1;
-                e.1 += dt;
-            }
+        if bytes > caps.max_binding && ops::piece_rows(caps, row.unwrap_or(0)).is_none() {
+            return Err(gpu_err(format!(
+                "weight '{name}' ({bytes} bytes, {ty} {shape:?}) exceeds this device's storage binding \
+                 limit (max_storage_buffer_binding_size {} bytes) and its rows of {} bytes cannot be \
+                 bound in pieces: {advice}",
+                caps.max_binding,
+                row.unwrap_or(0)
+            )));
         }
         Ok(())
     }
@@ -286,18 +179,10 @@ impl Batch<'_> {
 
 impl Drop for WgpuBackend {
     fn drop(&mut self) {
-        if let Ok(p) = self.profile.lock() {
-            if p.on && !p.by_shader.is_empty() {
-                let mut v: Vec<_> = p.by_shader.iter().collect();
-                v.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
-                let total: f64 = v.iter().map(|e| e.1 .1).sum();
-                eprintln!("wgpu profile ({total:.3} s in dispatches):");
-                for (name, (n, t)) in v {
-                    eprintln!(
-                        "  {name:<32} {n:>8} dispatches {t:>9.4} s {:>5.1}%",
-                        100.0 * t / total.max(1e-12)
-                    );
-                }
+        if let Ok(st) = self.state.lock() {
+            let r = st.profile_report();
+            if !r.is_empty() {
+                eprint!("{r}");
             }
         }
     }
@@ -316,9 +201,22 @@ impl Backend for WgpuBackend {
     }
 
     fn driver_info(&self) -> String {
-        format!("{} {}", self.info.driver, self.info.driver_info)
-            .trim()
-            .to_string()
+        format!(
+            "{} {}; {}",
+            self.info.driver,
+            self.info.driver_info,
+            self.caps.describe()
+        )
+        .trim()
+        .to_string()
+    }
+
+    fn precision(&self) -> Precision {
+        self.caps.precision()
+    }
+
+    fn check_upload(&self, w: &WeightData) -> Result<()> {
+        self.check_weight(&w.name, w.ggml_type, &w.shape, w.bytes.as_slice().len() as u64)
     }
 
     fn alloc(&self, dtype: DType, shape: &[usize]) -> Result<Tensor> {
@@ -362,12 +260,19 @@ impl Backend for WgpuBackend {
         buffer::copy_rows(self, src, src_row, dst, dst_row, n)
     }
     fn sync(&self) -> Result<()> {
-        let mut rec = self.recorder()?;
-        self.flush_locked(&mut rec);
-        drop(rec);
+        self.encoder()?.flush();
         self.device
             .poll(wgpu::PollType::wait_indefinitely())
             .map_err(|e| gpu_err(format!("device poll: {e}")))?;
+        Ok(())
+    }
+
+    fn step_begin(&self, key: u64) -> Result<StepMode> {
+        let replayed = self.encoder()?.step_begin(key)?;
+        Ok(if replayed { StepMode::Replayed } else { StepMode::Record })
+    }
+    fn step_end(&self, key: u64, ok: bool) -> Result<()> {
+        self.encoder()?.step_end(key, ok);
         Ok(())
     }
 
@@ -383,8 +288,22 @@ impl Backend for WgpuBackend {
     fn add_assign(&self, acc: &Tensor, x: &Tensor) -> Result<()> {
         ops::add_assign(self, acc, x)
     }
+    fn add_rms_norm(&self, acc: &Tensor, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
+        ops::add_rms_norm(self, acc, x, w, eps, out)
+    }
     fn swiglu(&self, gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<()> {
         ops::swiglu(self, gate, up, out)
+    }
+    fn matmul_swiglu(
+        &self,
+        w_gate: &Tensor,
+        w_up: &Tensor,
+        x: &Tensor,
+        gate_tmp: &Tensor,
+        up_tmp: &Tensor,
+        out: &Tensor,
+    ) -> Result<()> {
+        ops::matmul_swiglu(self, w_gate, w_up, x, gate_tmp, up_tmp, out)
     }
     fn sigmoid_mul_assign(&self, x: &Tensor, gate: &Tensor) -> Result<()> {
         ops::sigmoid_mul_assign(self, x, gate)
@@ -394,6 +313,17 @@ impl Backend for WgpuBackend {
     }
     fn conv1d_causal_silu(&self, x: &Tensor, w: &Tensor, state: &Tensor, out: &Tensor) -> Result<()> {
         ops::conv1d_causal_silu(self, x, w, state, out)
+    }
+    fn conv1d_silu_l2qk(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        state: &Tensor,
+        out: &Tensor,
+        dims: GdnDims,
+        eps: f32,
+    ) -> Result<()> {
+        ops::conv1d_silu_l2qk(self, x, w, state, out, dims, eps)
     }
     fn gdn_gates(
         &self,
@@ -440,6 +370,9 @@ impl Backend for WgpuBackend {
     fn rope_neox(&self, x: &Tensor, head_dim: usize, n_rot: usize, theta: f32, pos: Pos) -> Result<()> {
         ops::rope_neox(self, x, head_dim, n_rot, theta, pos)
     }
+    fn kv_store(&self, k: &Tensor, v: &Tensor, k_cache: &Tensor, v_cache: &Tensor, pos: Pos) -> Result<()> {
+        ops::kv_store(self, k, v, k_cache, v_cache, pos)
+    }
     fn attention(
         &self,
         q: &Tensor,
@@ -472,7 +405,7 @@ impl Backend for WgpuBackend {
     }
 }
 
-/// Shared handle for `backend::create`.
-pub fn create() -> Result<Arc<dyn Backend>> {
-    Ok(Arc::new(WgpuBackend::new()?))
+/// Shared handle for `backend::create_with`.
+pub fn create(opts: &BackendOptions) -> Result<Arc<dyn Backend>> {
+    Ok(Arc::new(WgpuBackend::with_options(opts)?))
 }

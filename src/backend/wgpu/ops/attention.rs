@@ -1,16 +1,16 @@
-//! Partial NeoX RoPE and causal GQA softmax attention (spec/MODEL.md §6).
+//! Partial NeoX RoPE, the KV-cache append and causal GQA softmax attention (spec/MODEL.md §6).
+//! All three read the position from the device (`Pos::dev`), so a recorded decode step replays
+//! correctly at every later position.
 
+use super::u32_of;
+use crate::backend::wgpu::kernels::{Kernel, ATT_MAX_D, ATT_SPLITS, ELT_WG};
 use crate::backend::wgpu::{gpu_err, WgpuBackend};
-use crate::backend::{check, AttnDims, Pos, Tensor};
+use crate::backend::{check, AttnDims, DType, Pos, Tensor};
 use crate::error::Result;
 
-pub(crate) const SHADERS: &[(&str, &str)] = &[
-    ("rope_neox", include_str!("../../../../shaders-wgsl/rope_neox.wgsl")),
-    ("attention", include_str!("../../../../shaders-wgsl/attention.wgsl")),
-];
-
-/// Largest head_dim of the attention kernel (its invocations own head_dim / 64 <= 4 output dims).
-const MAX_HEAD_DIM: usize = 256;
+/// Query rows (tokens x heads) up to which attention splits each row's key range over
+/// ATT_SPLITS workgroups (flash-decoding); longer batches have a workgroup per row already.
+const SPLIT_MAX_ROWS: usize = 256;
 
 /// In place NeoX RoPE on the first `n_rot` dims of every head of x `[T, nh*D]`.
 ///
@@ -29,13 +29,12 @@ pub(crate) fn rope_neox(
 ) -> Result<()> {
     let op = "rope_neox";
     let check::RopeDims { t: t_len, n_head: nh } = check::rope_neox(x, head_dim, n_rot, theta, pos)?;
-    let (cols, pos0) = (x.cols(), pos.host);
     // Positions are converted to f32 in the shader: exact below 2^24.
-    if pos0 + t_len > 1 << 24 {
-        return Err(gpu_err(format!("{op}: position {} is out of range", pos0 + t_len)));
+    if pos.host + t_len > 1 << 24 {
+        return Err(gpu_err(format!("{op}: position {} is out of range", pos.host + t_len)));
     }
     let half = n_rot / 2;
-    check::u32_index(op, "elements", x.numel())?;
+    u32_of(op, "elements", x.numel())?;
     let n = (t_len * nh * half) as u32;
     if n == 0 {
         return Ok(());
@@ -43,19 +42,45 @@ pub(crate) fn rope_neox(
     let log2_theta = (theta as f64).log2() as f32;
     let params = [
         n,
-        cols as u32,
+        x.cols() as u32,
         head_dim as u32,
         half as u32,
         nh as u32,
-        pos0 as u32,
         log2_theta.to_bits(),
     ];
-    let [gx, gy] = be.grid(n.div_ceil(256));
-    be.dispatch(op, "", &params, &[x], [gx, gy, 1])
+    let mut enc = be.encoder()?;
+    let [gx, gy] = enc.grid(n.div_ceil(ELT_WG));
+    enc.run(Kernel::Rope, None, &params, &[pos.dev.into(), x.into()], [gx, gy, 1])
 }
 
-/// Causal GQA attention of T queries at positions `pos0..pos0+T` against cache rows `0..=pos0+t`.
-/// One workgroup per (token, query head), online softmax over tiles of 64 keys.
+/// `k_cache[pos + t] = k[t]`, `v_cache[pos + t] = v[t]` in one dispatch.
+pub(crate) fn kv_store(
+    be: &WgpuBackend,
+    k: &Tensor,
+    v: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    pos: Pos,
+) -> Result<()> {
+    let op = "kv_store";
+    let t = check::kv_store(k, v, k_cache, v_cache, pos)?;
+    let w = k.cols();
+    let n = u32_of(op, "elements", t * w)?;
+    u32_of(op, "cache elements", k_cache.numel())?;
+    let mut enc = be.encoder()?;
+    let [gx, gy] = enc.grid(n.div_ceil(ELT_WG));
+    enc.run(
+        Kernel::KvStore,
+        None,
+        &[n, w as u32, k_cache.rows() as u32],
+        &[pos.dev.into(), k.into(), v.into(), k_cache.into(), v_cache.into()],
+        [gx, gy, 1],
+    )
+}
+
+/// Causal GQA attention of T queries at positions `pos..pos+T` against cache rows `0..=pos+t`.
+/// Few query rows (decode): each row's key range is split over ATT_SPLITS workgroups and merged
+/// by a second dispatch; many rows (prefill): one workgroup per row.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention(
     be: &WgpuBackend,
@@ -74,13 +99,37 @@ pub(crate) fn attention(
         n_head_kv: nkv,
         head_dim: d,
     } = dims;
-    if d > MAX_HEAD_DIM {
-        return Err(gpu_err(format!("{op}: head_dim {d} exceeds {MAX_HEAD_DIM}")));
+    if d > ATT_MAX_D as usize {
+        return Err(gpu_err(format!("{op}: head_dim {d} exceeds {ATT_MAX_D}")));
     }
-    check::u32_index(op, "elements", q.numel().max(k_cache.numel()))?;
-    let pos0 = check::u32_index(op, "position", pos.host)?;
-    let rows = (t_len * nh) as u32;
-    let params = [nh as u32, (nh / nkv) as u32, d as u32, pos0, scale.to_bits()];
-    let [gx, gy] = be.grid(rows);
-    be.dispatch(op, "", &params, &[q, k_cache, v_cache, out], [gx, gy, 1])
+    u32_of(op, "elements", q.numel().max(k_cache.numel()))?;
+    let rows = t_len * nh;
+    let r32 = u32_of(op, "rows", rows)?;
+    let params = [nh as u32, (nh / nkv) as u32, d as u32, scale.to_bits()];
+    let mut enc = be.encoder()?;
+    let [gx, gy] = enc.grid(r32);
+    if rows > SPLIT_MAX_ROWS {
+        return enc.run(
+            Kernel::Attention,
+            None,
+            &params,
+            &[pos.dev.into(), q.into(), k_cache.into(), v_cache.into(), out.into()],
+            [gx, gy, 1],
+        );
+    }
+    let part = enc.scratch("att_part", DType::F32, &[rows, ATT_SPLITS as usize, d + 2])?;
+    enc.run(
+        Kernel::AttentionSplit,
+        None,
+        &params,
+        &[pos.dev.into(), q.into(), k_cache.into(), v_cache.into(), (&part).into()],
+        [gx, gy, ATT_SPLITS],
+    )?;
+    enc.run(
+        Kernel::AttentionCombine,
+        None,
+        &[d as u32],
+        &[(&part).into(), out.into()],
+        [gx, gy, 1],
+    )
 }

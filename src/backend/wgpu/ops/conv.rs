@@ -1,37 +1,80 @@
-//! Causal depthwise conv1d + SiLU with a rolling state (spec/MODEL.md §5.3).
+//! Causal depthwise conv1d + SiLU with a rolling state (spec/MODEL.md §5.3), alone or fused with
+//! the q/k L2 norm that follows it in the Gated DeltaNet.
 
+use super::u32_of;
+use crate::backend::wgpu::kernels::{Kernel, CONV_MAX_K, CONV_NORM_WG, CONV_WG};
 use crate::backend::wgpu::{gpu_err, WgpuBackend};
-use crate::backend::{check, Tensor};
+use crate::backend::{check, GdnDims, Tensor};
 use crate::error::Result;
 
-pub(crate) const SHADERS: &[(&str, &str)] = &[(
-    "conv1d_causal_silu",
-    include_str!("../../../../shaders-wgsl/conv1d_causal_silu.wgsl"),
-)];
-
-/// Largest kernel width: the shader keeps the K-1 previous inputs in a private array of this size.
-const MAX_K: usize = 16;
-/// Channels per workgroup (one invocation per channel).
-const WG: u32 = 64;
+fn conv_check(op: &str, x: &Tensor, w: &Tensor, state: &Tensor, out: &Tensor) -> Result<check::ConvDims> {
+    let dims = check::conv1d(x, w, state, out)?;
+    if dims.k > CONV_MAX_K as usize {
+        return Err(gpu_err(format!("{op}: kernel width {} exceeds {CONV_MAX_K}", dims.k)));
+    }
+    u32_of(op, "elements", x.numel().max(w.numel()))?;
+    Ok(dims)
+}
 
 /// x `[T, C]`, w `[C, K]` (tap K-1 = newest token), state `[K-1, C]` oldest first (updated),
 /// out `[T, C]`. One invocation per channel loops over the tokens with a rolling window.
 pub(crate) fn conv1d_causal_silu(be: &WgpuBackend, x: &Tensor, w: &Tensor, state: &Tensor, out: &Tensor) -> Result<()> {
-    let op = "conv1d_causal_silu";
-    let check::ConvDims { t: t_len, c, k } = check::conv1d(x, w, state, out)?;
-    if k > MAX_K {
-        return Err(gpu_err(format!("{op}: kernel width {k} exceeds {MAX_K}")));
+    let check::ConvDims { t, c, k } = conv_check("conv1d_causal_silu", x, w, state, out)?;
+    let mut enc = be.encoder()?;
+    let [gx, gy] = enc.grid((c as u32).div_ceil(CONV_WG));
+    enc.run(
+        Kernel::Conv,
+        None,
+        &[t as u32, c as u32, k as u32],
+        &[x.into(), w.into(), state.into(), out.into()],
+        [gx, gy, 1],
+    )
+}
+
+/// Batches up to this many tokens run the fused kernel; longer ones the two separate kernels
+/// (the fused one reduces once per token inside a workgroup per head: fine for decode, a long
+/// serial loop for a prompt).
+const FUSED_MAX_T: usize = 8;
+
+/// `conv1d_causal_silu` then `l2_norm_qk` in one dispatch: a workgroup per q/k head (dk channels)
+/// and per CONV_NORM_WG channels of v.
+pub(crate) fn conv1d_silu_l2qk(
+    be: &WgpuBackend,
+    x: &Tensor,
+    w: &Tensor,
+    state: &Tensor,
+    out: &Tensor,
+    dims: GdnDims,
+    eps: f32,
+) -> Result<()> {
+    let op = "conv1d_silu_l2qk";
+    let check::ConvDims { t, c, k } = conv_check(op, x, w, state, out)?;
+    check::l2_norm_qk(out, dims)?;
+    if t > FUSED_MAX_T {
+        conv1d_causal_silu(be, x, w, state, out)?;
+        return super::l2_norm_qk(be, out, dims, eps);
     }
-    check::u32_index(op, "elements", x.numel().max(w.numel()))?;
-    if c == 0 {
-        return Ok(());
+    if dims.dk > CONV_NORM_WG as usize {
+        return Err(gpu_err(format!("{op}: dk {} exceeds {CONV_NORM_WG}", dims.dk)));
     }
-    let [gx, gy] = be.grid((c as u32).div_ceil(WG));
-    be.dispatch(
-        op,
-        "",
-        &[t_len as u32, c as u32, k as u32],
-        &[x, w, state, out],
+    let heads = 2 * dims.hk;
+    let v_groups = (c - heads * dims.dk).div_ceil(CONV_NORM_WG as usize);
+    let params = [
+        t as u32,
+        c as u32,
+        k as u32,
+        dims.hk as u32,
+        dims.dk as u32,
+        eps.to_bits(),
+        super::norm::q_scale(dims).to_bits(),
+    ];
+    let mut enc = be.encoder()?;
+    let [gx, gy] = enc.grid(u32_of(op, "groups", heads + v_groups)?);
+    enc.run(
+        Kernel::ConvL2qk,
+        None,
+        &params,
+        &[x.into(), w.into(), state.into(), out.into()],
         [gx, gy, 1],
     )
 }

@@ -8,31 +8,17 @@
 //!   chunks, a few per dispatch: V_new, outputs, state update). Chunk intermediates live in scratch tensors sized for
 //!   one batch, so any T fits the device's storage binding limit.
 
-use crate::backend::wgpu::{buffer, gpu_err, WgpuBackend};
+use crate::backend::wgpu::kernels::{Kernel, DELTA_CHUNK, DELTA_MAX_DK, DELTA_ROWS};
+use crate::backend::wgpu::{gpu_err, WgpuBackend};
 use crate::backend::{check, DType, GdnDims, Tensor};
 use crate::error::Result;
 
-pub(crate) const SHADERS: &[(&str, &str)] = &[
-    (
-        "delta_rule_recurrent",
-        include_str!("../../../../shaders-wgsl/delta_rule_recurrent.wgsl"),
-    ),
-    (
-        "delta_rule_chunk_prep",
-        include_str!("../../../../shaders-wgsl/delta_rule_chunk_prep.wgsl"),
-    ),
-    (
-        "delta_rule_chunk_state",
-        include_str!("../../../../shaders-wgsl/delta_rule_chunk_state.wgsl"),
-    ),
-];
-
-/// Chunk length of the chunked algorithm (`C` in the chunk shaders).
-const CHUNK: usize = 64;
-/// State rows per workgroup (`ROWS` in the recurrent and chunk-state shaders).
-const ROWS: usize = 32;
+/// Chunk length of the chunked algorithm.
+const CHUNK: usize = DELTA_CHUNK as usize;
+/// State rows per workgroup of the recurrent and chunk-state kernels.
+const ROWS: usize = DELTA_ROWS as usize;
 /// Largest key head dim: the shaders keep a state row in a private array of this size.
-const MAX_DK: usize = 128;
+const MAX_DK: usize = DELTA_MAX_DK as usize;
 /// llvmpipe/lavapipe (our CI device) silently ends all loops of a shader invocation after 65535
 /// back-edges in total (`LP_MAX_TGSI_LOOP_ITERATIONS`, shared by every loop of the shader), so a
 /// sequential kernel must not walk too many tokens in one dispatch; the state row is stored and
@@ -68,8 +54,9 @@ fn check(
     Ok(t)
 }
 
-fn u32s(xs: &[usize]) -> Vec<u32> {
-    xs.iter().map(|&x| x as u32).collect()
+/// Up to 10 shader parameters from usizes (no allocation).
+fn u32s<const N: usize>(xs: [usize; N]) -> [u32; N] {
+    xs.map(|x| x as u32)
 }
 
 pub(crate) fn delta_rule_recurrent(
@@ -86,14 +73,15 @@ pub(crate) fn delta_rule_recurrent(
         return Ok(());
     }
     let GdnDims { hk, hv, dk, dv } = dims;
+    let mut enc = be.encoder()?;
     for t0 in (0..t).step_by(RECURRENT_TOKENS_PER_DISPATCH) {
         let n = RECURRENT_TOKENS_PER_DISPATCH.min(t - t0);
-        let params = u32s(&[hk, hv, dk, dv, dims.conv_dim(), t0, n]);
-        be.dispatch(
-            "delta_rule_recurrent",
-            "",
+        let params = u32s([hk, hv, dk, dv, dims.conv_dim(), t0, n]);
+        enc.run(
+            Kernel::DeltaRecurrent,
+            None,
             &params,
-            &[u, g, beta, state, out],
+            &[u.into(), g.into(), beta.into(), state.into(), out.into()],
             [dv.div_ceil(ROWS) as u32, hv as u32, 1],
         )?;
     }
@@ -119,7 +107,7 @@ pub(crate) fn delta_rule_chunked(
     // Chunks per batch: the largest scratch tensor (A/P [Hv, nb, C, C] or X [Hv, nb, C, dv+dk])
     // must fit one storage binding.
     let per_chunk = hv * CHUNK * CHUNK.max(xw) * 4;
-    let limit = be.limits.max_storage_buffer_binding_size as usize;
+    let limit = be.caps.max_binding as usize;
     let n_chunks = t.div_ceil(CHUNK);
     let nb_max = (limit / per_chunk).min(MAX_BATCH_CHUNKS).min(n_chunks);
     if nb_max == 0 {
@@ -127,35 +115,48 @@ pub(crate) fn delta_rule_chunked(
             "{op}: one chunk of scratch ({per_chunk} bytes) exceeds the storage binding limit"
         )));
     }
-    // Chunk intermediates persist in the backend's scratch pool (no allocation per call).
-    let a = buffer::scratch(be, "delta_a", DType::F32, &[hv, nb_max, CHUNK, CHUNK])?;
-    let p = buffer::scratch(be, "delta_p", DType::F32, &[hv, nb_max, CHUNK, CHUNK])?;
-    let x = buffer::scratch(be, "delta_x", DType::F32, &[hv, nb_max, CHUNK, xw])?;
-    let dec = buffer::scratch(be, "delta_dec", DType::F32, &[hv, nb_max, 2, CHUNK])?;
-
-    // The dispatches share the scratch chunk buffers: record them without interleaving.
-    let mut batch = be.batch()?;
+    // Chunk intermediates persist in the backend's scratch pool (no allocation per call); the
+    // dispatches that share them are recorded under one hold of the encoder.
+    let mut enc = be.encoder()?;
+    let a = enc.scratch("delta_a", DType::F32, &[hv, nb_max, CHUNK, CHUNK])?;
+    let p = enc.scratch("delta_p", DType::F32, &[hv, nb_max, CHUNK, CHUNK])?;
+    let x = enc.scratch("delta_x", DType::F32, &[hv, nb_max, CHUNK, xw])?;
+    let dec = enc.scratch("delta_dec", DType::F32, &[hv, nb_max, 2, CHUNK])?;
     let mut t0 = 0;
     while t0 < t {
         let n_tok = (t - t0).min(nb_max * CHUNK);
         let nb = n_tok.div_ceil(CHUNK);
-        let params = u32s(&[hk, hv, dk, dv, dims.conv_dim(), t0, n_tok, nb]);
-        batch.dispatch(
-            "delta_rule_chunk_prep",
-            "",
+        let params = u32s([hk, hv, dk, dv, dims.conv_dim(), t0, n_tok, nb]);
+        enc.run(
+            Kernel::DeltaChunkPrep,
+            None,
             &params,
-            &[u, g, beta, &a, &p, &x, &dec],
+            &[
+                u.into(),
+                g.into(),
+                beta.into(),
+                (&a).into(),
+                (&p).into(),
+                (&x).into(),
+                (&dec).into(),
+            ],
             [nb as u32, hv as u32, 1],
         )?;
         for n_first in (0..nb).step_by(STATE_CHUNKS_PER_DISPATCH) {
             let n_count = STATE_CHUNKS_PER_DISPATCH.min(nb - n_first);
-            let mut sp = params.clone();
-            sp.extend(u32s(&[n_first, n_count]));
-            batch.dispatch(
-                "delta_rule_chunk_state",
-                "",
+            let sp = u32s([hk, hv, dk, dv, dims.conv_dim(), t0, n_tok, nb, n_first, n_count]);
+            enc.run(
+                Kernel::DeltaChunkState,
+                None,
                 &sp,
-                &[u, state, out, &p, &x, &dec],
+                &[
+                    u.into(),
+                    state.into(),
+                    out.into(),
+                    (&p).into(),
+                    (&x).into(),
+                    (&dec).into(),
+                ],
                 [dv.div_ceil(ROWS) as u32, hv as u32, 1],
             )?;
         }

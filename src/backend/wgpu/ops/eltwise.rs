@@ -1,78 +1,76 @@
 //! Elementwise ops, the delta-rule gates, the q/gate split and argmax.
 
+use super::u32_of;
+use crate::backend::wgpu::encoder::Bind;
+use crate::backend::wgpu::kernels::{Kernel, ELT_WG};
 use crate::backend::wgpu::WgpuBackend;
 use crate::backend::{check, Tensor};
 use crate::error::Result;
 
-pub(crate) const SHADERS: &[(&str, &str)] = &[
-    ("add_assign", include_str!("../../../../shaders-wgsl/add_assign.wgsl")),
-    ("swiglu", include_str!("../../../../shaders-wgsl/swiglu.wgsl")),
-    (
-        "sigmoid_mul_assign",
-        include_str!("../../../../shaders-wgsl/sigmoid_mul_assign.wgsl"),
-    ),
-    (
-        "sigmoid_scale_add",
-        include_str!("../../../../shaders-wgsl/sigmoid_scale_add.wgsl"),
-    ),
-    ("split_qgate", include_str!("../../../../shaders-wgsl/split_qgate.wgsl")),
-    ("argmax", include_str!("../../../../shaders-wgsl/argmax.wgsl")),
-    ("gdn_gates", include_str!("../../../../shaders-wgsl/gdn_gates.wgsl")),
-];
-
-/// Threads per workgroup of the one-invocation-per-element kernels.
-const WG: u32 = 256;
-
-pub(crate) fn add_assign(be: &WgpuBackend, acc: &Tensor, x: &Tensor) -> Result<()> {
-    let op = "add_assign";
-    let n = check::u32_index(op, "elements", check::add_assign(acc, x)?)?;
-    dispatch_linear(be, op, &[n], &[acc, x], n)
+/// Dispatch an elementwise kernel over `n` items, ELT_WG per workgroup, split over a 2-D grid.
+fn linear(be: &WgpuBackend, kernel: Kernel, params: &[u32], binds: &[Bind<'_>], n: u32) -> Result<()> {
+    let mut enc = be.encoder()?;
+    let [gx, gy] = enc.grid(n.div_ceil(ELT_WG));
+    enc.run(kernel, None, params, binds, [gx, gy, 1])
 }
 
-/// Dispatch an elementwise kernel over `n` items, WG per workgroup, split over a 2-D grid.
-fn dispatch_linear(be: &WgpuBackend, shader: &str, params: &[u32], bindings: &[&Tensor], n: u32) -> Result<()> {
-    let [gx, gy] = be.grid(n.div_ceil(WG));
-    be.dispatch(shader, "", params, bindings, [gx, gy, 1])
+pub(crate) fn add_assign(be: &WgpuBackend, acc: &Tensor, x: &Tensor) -> Result<()> {
+    let n = u32_of("add_assign", "elements", check::add_assign(acc, x)?)?;
+    linear(be, Kernel::AddAssign, &[n], &[acc.into(), x.into()], n)
 }
 
 /// `out = silu(gate) * up`.
 pub(crate) fn swiglu(be: &WgpuBackend, gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<()> {
-    let op = "swiglu";
-    let n = check::u32_index(op, "elements", check::swiglu(gate, up, out)?)?;
-    dispatch_linear(be, op, &[n], &[gate, up, out], n)
+    let n = u32_of("swiglu", "elements", check::swiglu(gate, up, out)?)?;
+    linear(be, Kernel::Swiglu, &[n], &[gate.into(), up.into(), out.into()], n)
 }
 
 /// `x *= sigmoid(gate)` (in place).
 pub(crate) fn sigmoid_mul_assign(be: &WgpuBackend, x: &Tensor, gate: &Tensor) -> Result<()> {
-    let op = "sigmoid_mul_assign";
-    let n = check::u32_index(op, "elements", check::sigmoid_mul_assign(x, gate)?)?;
-    dispatch_linear(be, op, &[n], &[x, gate], n)
+    let n = u32_of("sigmoid_mul_assign", "elements", check::sigmoid_mul_assign(x, gate)?)?;
+    linear(be, Kernel::SigmoidMulAssign, &[n], &[x.into(), gate.into()], n)
 }
 
 /// `acc[t] += sigmoid(gate_logit[t]) * x[t]`; acc, x `[T, d]`, gate_logit `[T, 1]`.
 pub(crate) fn sigmoid_scale_add(be: &WgpuBackend, acc: &Tensor, x: &Tensor, gate_logit: &Tensor) -> Result<()> {
-    let op = "sigmoid_scale_add";
     let (t_len, d) = check::sigmoid_scale_add(acc, x, gate_logit)?;
-    let n = check::u32_index(op, "elements", t_len * d)?;
-    dispatch_linear(be, op, &[n, d as u32], &[acc, x, gate_logit], n)
+    let n = u32_of("sigmoid_scale_add", "elements", t_len * d)?;
+    linear(
+        be,
+        Kernel::SigmoidScaleAdd,
+        &[n, d as u32],
+        &[acc.into(), x.into(), gate_logit.into()],
+        n,
+    )
 }
 
 /// `[q_0|gate_0|q_1|gate_1|...]` (each `head_dim` wide) -> q, gate.
 pub(crate) fn split_qgate(be: &WgpuBackend, qg: &Tensor, head_dim: usize, q: &Tensor, gate: &Tensor) -> Result<()> {
-    let op = "split_qgate";
     let half = check::split_qgate(qg, head_dim, q, gate)?;
-    check::u32_index(op, "elements", qg.numel())?;
+    u32_of("split_qgate", "elements", qg.numel())?;
     let n = half as u32;
-    dispatch_linear(be, op, &[n, head_dim as u32], &[qg, q, gate], n)
+    linear(
+        be,
+        Kernel::SplitQgate,
+        &[n, head_dim as u32],
+        &[qg.into(), q.into(), gate.into()],
+        n,
+    )
 }
 
 /// Row-wise argmax of `logits` `[T, V]` into U32 `out` `[T]`: one workgroup per row.
 pub(crate) fn argmax(be: &WgpuBackend, logits: &Tensor, out: &Tensor) -> Result<()> {
-    let op = "argmax";
     let (t_len, v) = check::argmax(logits, out)?;
-    check::u32_index(op, "elements", logits.numel())?;
-    let [gx, gy] = be.grid(t_len as u32);
-    be.dispatch(op, "", &[v as u32], &[logits, out], [gx, gy, 1])
+    u32_of("argmax", "elements", logits.numel())?;
+    let mut enc = be.encoder()?;
+    let [gx, gy] = enc.grid(t_len as u32);
+    enc.run(
+        Kernel::Argmax,
+        None,
+        &[v as u32],
+        &[logits.into(), out.into()],
+        [gx, gy, 1],
+    )
 }
 
 /// `beta = sigmoid(b)`, `g = ssm_a * softplus(a + dt_bias)` per (token, value head).
@@ -85,8 +83,20 @@ pub(crate) fn gdn_gates(
     g_out: &Tensor,
     beta_out: &Tensor,
 ) -> Result<()> {
-    let op = "gdn_gates";
     let (n, hv) = check::gdn_gates(a, b, ssm_a, dt_bias, g_out, beta_out)?;
-    let n = check::u32_index(op, "elements", n)?;
-    dispatch_linear(be, op, &[n, hv as u32], &[a, b, ssm_a, dt_bias, g_out, beta_out], n)
+    let n = u32_of("gdn_gates", "elements", n)?;
+    linear(
+        be,
+        Kernel::GdnGates,
+        &[n, hv as u32],
+        &[
+            a.into(),
+            b.into(),
+            ssm_a.into(),
+            dt_bias.into(),
+            g_out.into(),
+            beta_out.into(),
+        ],
+        n,
+    )
 }

@@ -1,160 +1,206 @@
-//! Weight formats (`dequant_<type>.wgsl`), `embed` and `matmul`.
+//! `embed`, `matmul` and `matmul_swiglu` over weights in their GGUF block formats.
 //!
-//! Every weight stays in its GGUF block format on the device; the op shaders call the
-//! format's `deq(block_byte, i)` per element. A weight of `DType::F32` (e.g. the MoE router) has
-//! the same layout as a GGUF F32 weight and uses the `f32` variant.
+//! Kernel choice, by shape only (so lavapipe tests exercise every kernel):
+//! * one token (decode): `matvec.wgsl` (each weight byte read once, whole-word decoding);
+//! * several tokens (prefill): `matmul_tiled.wgsl` (64 x 64 tiles, weights dequantized once per
+//!   tile), or its cooperative-matrix version at `Precision::Fast` (`caps`);
+//! * rows that are not a multiple of the fast kernels' units (small F32/F16 tensors):
+//!   `matmul_rows.wgsl` (short rows) or `matmul.wgsl`.
 
-use crate::backend::wgpu::{buffer, gpu_err, WgpuBackend};
-use crate::backend::{check, DType, Tensor};
+use super::{pieces, row_bytes, u32_of, weight_type};
+use crate::backend::wgpu::caps::Coop;
+use crate::backend::wgpu::encoder::Encoder;
+use crate::backend::wgpu::kernels::{self, Kernel, MM_ROWS_WG, MM_TILE, MV_ROWS, TILE_K, TILE_M, TILE_N};
+use crate::backend::wgpu::{gpu_err, WgpuBackend};
+use crate::backend::{check, Tensor};
 use crate::error::Result;
-use crate::gguf::GgmlType;
 
-macro_rules! wgsl {
-    ($name:literal) => {
-        (
-            $name,
-            include_str!(concat!("../../../../shaders-wgsl/", $name, ".wgsl")),
-        )
-    };
-}
-
-/// Rows up to this length use `matmul_rows.wgsl` (one invocation per output row).
+/// Rows up to this length use `matmul_rows.wgsl` in the generic path (one invocation per row).
 const MATMUL_ROWS_MAX_IN: usize = 256;
-/// Invocations per workgroup of `matmul_rows.wgsl`.
-const MATMUL_ROWS_WG: u32 = 64;
-
-pub(crate) const SHADERS: &[(&str, &str)] = &[
-    wgsl!("embed"),
-    wgsl!("matmul"),
-    wgsl!("matmul_rows"),
-    wgsl!("dequant_f32"),
-    wgsl!("dequant_f16"),
-    wgsl!("dequant_bf16"),
-    wgsl!("dequant_q4_0"),
-    wgsl!("dequant_q4_1"),
-    wgsl!("dequant_q5_0"),
-    wgsl!("dequant_q5_1"),
-    wgsl!("dequant_q8_0"),
-    wgsl!("dequant_q2_k"),
-    wgsl!("dequant_q3_k"),
-    wgsl!("dequant_q4_k"),
-    wgsl!("dequant_q5_k"),
-    wgsl!("dequant_q6_k"),
-    wgsl!("dequant_iq4_nl"),
-    wgsl!("dequant_iq4_xs"),
-    wgsl!("dequant_mxfp4"),
-];
-
-/// Tokens per workgroup in `matmul.wgsl` (its `TILE`).
-const MATMUL_TILE: usize = 8;
-/// Invocations per workgroup in `embed.wgsl`.
-const EMBED_WG: usize = 256;
-
-/// The WGSL dequantizer variant (`dequant_<variant>.wgsl`) of a weight's dtype, and its ggml
-/// type (for the block geometry). F32 tensors read as the `f32` format.
-pub(crate) fn weight_variant(op: &str, dtype: DType) -> Result<(&'static str, GgmlType)> {
-    use GgmlType::*;
-    let ty = match dtype {
-        DType::F32 => F32,
-        DType::Ggml(ty) => ty,
-        DType::U32 => return Err(gpu_err(format!("{op}: a U32 tensor is not a weight"))),
-    };
-    let v = match ty {
-        F32 => "f32",
-        F16 => "f16",
-        Bf16 => "bf16",
-        Q4_0 => "q4_0",
-        Q4_1 => "q4_1",
-        Q5_0 => "q5_0",
-        Q5_1 => "q5_1",
-        Q8_0 => "q8_0",
-        Q2K => "q2_k",
-        Q3K => "q3_k",
-        Q4K => "q4_k",
-        Q5K => "q5_k",
-        Q6K => "q6_k",
-        Iq4Nl => "iq4_nl",
-        Iq4Xs => "iq4_xs",
-        Mxfp4 => "mxfp4",
-        other => {
-            return Err(gpu_err(format!(
-                "{op}: weight type {other} is not supported by the wgpu backend"
-            )))
-        }
-    };
-    Ok((v, ty))
-}
-
-/// Bytes of one weight row of `cols` elements, checking that the whole weight (`rows` rows) is
-/// present in the buffer and addressable with the shaders' u32 byte offsets.
-fn row_bytes(op: &str, w: &Tensor, ty: GgmlType, rows: usize, cols: usize) -> Result<u32> {
-    let rb = ty
-        .row_size(cols as u64)
-        .ok_or_else(|| gpu_err(format!("{op}: row of {cols} is not a whole number of {ty} blocks")))?;
-    let total = rb
-        .checked_mul(rows as u64)
-        .ok_or_else(|| gpu_err(format!("{op}: weight {:?} overflows", w.shape)))?;
-    if total > buffer::get(w)?.size {
-        return Err(gpu_err(format!(
-            "{op}: weight {:?} {ty} needs {total} bytes, its buffer is smaller",
-            w.shape
-        )));
-    }
-    if total > u32::MAX as u64 {
-        return Err(gpu_err(format!(
-            "{op}: weight {:?} {ty} ({total} bytes) exceeds the 4 GiB a shader can address",
-            w.shape
-        )));
-    }
-    Ok(rb as u32)
-}
 
 /// `out[t] = dequant(table[ids[t]])`. Ids >= vocab give a zero row (checked in the shader; the
 /// host cannot see device ids without a readback). The CPU backend errors instead.
 pub(crate) fn embed(be: &WgpuBackend, table: &Tensor, ids: &Tensor, out: &Tensor) -> Result<()> {
     let op = "embed";
-    let check::EmbedDims {
-        vocab,
-        d,
-        tokens: n_tok,
-    } = check::embed(table, ids, out)?;
-    let (variant, ty) = weight_variant(op, table.dtype)?;
-    let rb = row_bytes(op, table, ty, vocab, d)?;
-    let n = check::u32_index(op, "output size", n_tok * d)?;
-    let params = [
-        check::u32_index(op, "d", d)?,
-        n_tok as u32,
-        check::u32_index(op, "vocab", vocab)?,
-        rb,
-    ];
-    let [gx, gy] = be.grid(n.div_ceil(EMBED_WG as u32));
-    be.dispatch("embed", variant, &params, &[table, ids, out], [gx, gy, 1])
+    let check::EmbedDims { vocab, d, tokens } = check::embed(table, ids, out)?;
+    let ty = weight_type(op, table.dtype)?;
+    let rb = row_bytes(op, ty, d)?;
+    let n = u32_of(op, "output size", tokens * d)?;
+    let (d32, t32, v32) = (
+        u32_of(op, "d", d)?,
+        u32_of(op, "T", tokens)?,
+        u32_of(op, "vocab", vocab)?,
+    );
+    let mut enc = be.encoder()?;
+    if d % 8 == 0 {
+        // One workgroup per token reads only its row (8 elements per step).
+        let [gx, gy] = enc.grid(t32);
+        for p in pieces(&be.caps, op, table, vocab, rb)? {
+            let params = [d32, t32, v32, rb as u32, p.row0 as u32, p.rows as u32];
+            enc.run(
+                Kernel::EmbedRows,
+                Some(ty),
+                &params,
+                &[p.bind(table), ids.into(), out.into()],
+                [gx, gy, 1],
+            )?;
+        }
+        return Ok(());
+    }
+    let [gx, gy] = enc.grid(n.div_ceil(kernels::ELT_WG));
+    enc.run(
+        Kernel::Embed,
+        Some(ty),
+        &[d32, t32, v32, rb as u32],
+        &[table.into(), ids.into(), out.into()],
+        [gx, gy, 1],
+    )
+}
+
+/// The checked shape of a matmul and its weight's format.
+struct Mm {
+    t: usize,
+    n_in: usize,
+    n_out: usize,
+    ty: crate::gguf::GgmlType,
+    rb: u64,
+}
+
+fn mm_dims(op: &str, w: &Tensor, x: &Tensor, out: &Tensor) -> Result<Mm> {
+    let check::MatmulDims { t, n_in, n_out } = check::matmul(w, x, out)?;
+    let ty = weight_type(op, w.dtype)?;
+    let rb = row_bytes(op, ty, n_in)?;
+    // Flat indices into x and out are u32 in the shaders.
+    u32_of(op, "x size", x.numel())?;
+    u32_of(op, "out size", out.numel())?;
+    u32_of(op, "n_out", n_out)?;
+    u32_of(op, "n_in", n_in)?;
+    Ok(Mm { t, n_in, n_out, ty, rb })
+}
+
+/// Whether one token's matrix-vector kernel takes rows of `n_in` of `ty`.
+fn matvec_fits(ty: crate::gguf::GgmlType, n_in: usize) -> bool {
+    n_in.is_multiple_of(kernels::mv_unit(ty))
 }
 
 /// `out[t][o] = dot(W[o], x[t])`; W `[n_out, n_in]` (any supported weight type or F32),
 /// x `[T, n_in]`, out `[T, n_out]`.
 pub(crate) fn matmul(be: &WgpuBackend, w: &Tensor, x: &Tensor, out: &Tensor) -> Result<()> {
     let op = "matmul";
-    let check::MatmulDims { t: n_tok, n_in, n_out } = check::matmul(w, x, out)?;
-    let (variant, ty) = weight_variant(op, w.dtype)?;
-    let rb = row_bytes(op, w, ty, n_out, n_in)?;
-    // Flat indices into x and out are u32 in the shader.
-    check::u32_index(op, "x size", x.numel())?;
-    check::u32_index(op, "out size", out.numel())?;
-    check::u32_index(op, "T", n_tok)?;
-    let (n_in32, n_out32) = (
-        check::u32_index(op, "n_in", n_in)?,
-        check::u32_index(op, "n_out", n_out)?,
-    );
-    let params = [n_in32, n_out32, n_tok as u32, rb];
-    let gz = check::u32_index(op, "token tiles", n_tok.div_ceil(MATMUL_TILE))?;
-    // Short rows: one invocation per row (a workgroup per row would mostly wait in barriers).
-    // Long rows: a workgroup per row, so the row's loads coalesce. Chosen by shape only, so the
-    // tests on lavapipe exercise both kernels.
-    if n_in <= MATMUL_ROWS_MAX_IN {
-        let [gx, gy] = be.grid(n_out32.div_ceil(MATMUL_ROWS_WG));
-        return be.dispatch("matmul_rows", variant, &params, &[w, x, out], [gx, gy, gz]);
+    let m = mm_dims(op, w, x, out)?;
+    let mut enc = be.encoder()?;
+    if m.t == 1 && matvec_fits(m.ty, m.n_in) {
+        return matvec(&mut enc, Kernel::Matvec, &m, &[w], x, out);
     }
-    let [gx, gy] = be.grid(n_out32);
-    be.dispatch("matmul", variant, &params, &[w, x, out], [gx, gy, gz])
+    if m.n_in % TILE_K as usize == 0 {
+        return tiled(&mut enc, &m, w, x, out);
+    }
+    generic(&mut enc, &m, w, x, out)
+}
+
+/// One token through `kernel` (`Matvec`, or `MatvecSwiglu` with `ws` = [gate, up]), piece by piece.
+fn matvec(enc: &mut Encoder<'_>, kernel: Kernel, m: &Mm, ws: &[&Tensor], x: &Tensor, out: &Tensor) -> Result<()> {
+    let units = (m.n_in / kernels::mv_unit(m.ty)) as u32;
+    let caps = enc.be.caps;
+    for p in pieces(&caps, "matmul", ws[0], m.n_out, m.rb)? {
+        let params = [
+            m.n_in as u32,
+            m.n_out as u32,
+            p.rows as u32,
+            m.rb as u32,
+            p.row0 as u32,
+            units,
+        ];
+        let [gx, gy] = enc.grid((p.rows as u32).div_ceil(MV_ROWS));
+        let wg = [gx, gy, 1];
+        match ws {
+            // matvec_swiglu.wgsl: gate at binding 1, up at binding 4 (after matvec's bindings).
+            [g, u] => enc.run(
+                kernel,
+                Some(m.ty),
+                &params,
+                &[p.bind(g), x.into(), out.into(), p.bind(u)],
+                wg,
+            )?,
+            _ => enc.run(kernel, Some(m.ty), &params, &[p.bind(ws[0]), x.into(), out.into()], wg)?,
+        }
+    }
+    Ok(())
+}
+
+/// Several tokens through 64 x 64 tiles (f32, or f16 cooperative matrices at Precision::Fast).
+fn tiled(enc: &mut Encoder<'_>, m: &Mm, w: &Tensor, x: &Tensor, out: &Tensor) -> Result<()> {
+    let caps = enc.be.caps;
+    // F32 weights (the MoE router, the shared expert's gate) stay exact: a rounded router logit
+    // can flip an expert choice, which moves the output far more than any f16 product.
+    let kernel = if caps.coop == Coop::Off || m.ty == crate::gguf::GgmlType::F32 {
+        Kernel::MatmulTiled
+    } else {
+        Kernel::MatmulCoop
+    };
+    let t32 = u32_of("matmul", "T", m.t)?;
+    let tok_tiles = t32.div_ceil(TILE_N);
+    for p in pieces(&caps, "matmul", w, m.n_out, m.rb)? {
+        let row_tiles = (p.rows as u32).div_ceil(TILE_M);
+        let n = row_tiles
+            .checked_mul(tok_tiles)
+            .ok_or_else(|| gpu_err("matmul: too many tiles"))?;
+        let params = [
+            m.n_in as u32,
+            m.n_out as u32,
+            p.rows as u32,
+            m.rb as u32,
+            p.row0 as u32,
+            t32,
+            row_tiles,
+        ];
+        let [gx, gy] = enc.grid(n);
+        enc.run(
+            kernel,
+            Some(m.ty),
+            &params,
+            &[p.bind(w), x.into(), out.into()],
+            [gx, gy, 1],
+        )?;
+    }
+    Ok(())
+}
+
+/// Rows the fast kernels do not take (not a multiple of their units): the weight must fit one
+/// binding (these are small F32/F16 tensors).
+fn generic(enc: &mut Encoder<'_>, m: &Mm, w: &Tensor, x: &Tensor, out: &Tensor) -> Result<()> {
+    let gz = u32_of("matmul", "token tiles", m.t.div_ceil(MM_TILE as usize))?;
+    let params = [m.n_in as u32, m.n_out as u32, m.t as u32, m.rb as u32];
+    let binds = [w.into(), x.into(), out.into()];
+    // Short rows: one invocation per row (a workgroup per row would mostly wait in barriers).
+    if m.n_in <= MATMUL_ROWS_MAX_IN {
+        let [gx, gy] = enc.grid((m.n_out as u32).div_ceil(MM_ROWS_WG));
+        return enc.run(Kernel::MatmulRows, Some(m.ty), &params, &binds, [gx, gy, gz]);
+    }
+    let [gx, gy] = enc.grid(m.n_out as u32);
+    enc.run(Kernel::Matmul, Some(m.ty), &params, &binds, [gx, gy, gz])
+}
+
+/// `out = silu(W_gate x) * (W_up x)`: one dispatch for a token whose two weights share a format
+/// and fit one binding each; otherwise the two matmuls and `swiglu`.
+pub(crate) fn matmul_swiglu(
+    be: &WgpuBackend,
+    w_gate: &Tensor,
+    w_up: &Tensor,
+    x: &Tensor,
+    gate_tmp: &Tensor,
+    up_tmp: &Tensor,
+    out: &Tensor,
+) -> Result<()> {
+    let op = "matmul_swiglu";
+    check::matmul_swiglu(w_gate, w_up, x, gate_tmp, up_tmp, out)?;
+    let m = mm_dims(op, w_gate, x, out)?;
+    let one_piece = |w: &Tensor| -> Result<bool> { Ok(pieces(&be.caps, op, w, m.n_out, m.rb)?.count() == 1) };
+    if m.t == 1 && w_gate.dtype == w_up.dtype && matvec_fits(m.ty, m.n_in) && one_piece(w_gate)? && one_piece(w_up)? {
+        let mut enc = be.encoder()?;
+        return matvec(&mut enc, Kernel::MatvecSwiglu, &m, &[w_gate, w_up], x, out);
+    }
+    matmul(be, w_gate, x, gate_tmp)?;
+    matmul(be, w_up, x, up_tmp)?;
+    super::swiglu(be, gate_tmp, up_tmp, out)
 }

@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# The wgpu GPU job on the lent H200 (Vulkan), built here by scripts/pack-gpu-wgpu.sh and carried
+# in .gpu-wgpu/ (with the Vulkan loader packages in .gl/). Made to follow scripts/gpu-cuda.sh in
+# the same device call: it reuses the synthesized models that script left in $MODELS
+# (/tmp/rill-models/<shape>-<quant>.gguf; made here if missing) and keeps to its own time budget
+# (WGPU_BUDGET_S, default 290 s: every step gets a timeout within what is left, and steps that no
+# longer fit are skipped and say so).
+#   1. the device op suite and the end-to-end fixtures on wgpu (RILL_TEST_BACKENDS=wgpu): the
+#      subgroup path, then the plain path (RILL_WGPU_PLAIN=1, what browsers run) for the matrix
+#      kernels, and Fast precision (cooperative matrices where the driver lists them);
+#   2. `rill bench --backend wgpu`: 9B q4_k_m (pp102, pp512, tg128; exact, then Fast prefill),
+#      35B-A3B q4_k_m (tg128, pp512), 9B q8_0 (tg128, pp512);
+#   3. RILL_PROFILE=1 decode runs (per-kernel GPU time and GB/s) of 9B q4_k_m and 35B-A3B, a
+#      Fast prefill profile of 9B q4_k_m, and 9B q4_k_m on the plain kernels (RILL_WGPU_PLAIN=1);
+#   4. a summary, printed last.
+# Everything lands in ONE file, $OUT/wgpu.tar.gz (logs, bench JSON, profiles, summary.txt).
+#   bash scripts/gpu-cuda.sh; bash scripts/gpu-wgpu.sh
+# RILL_GPU_SETUP=0 skips the Vulkan loader setup (a dry run on a machine with its own driver,
+# e.g. RILL_GPU_SETUP=0 RILL_WGPU_ADAPTER=llvmpipe on lavapipe); SKIP_MODELS=1 leaves out 2-3.
+set -u
+cd "$(dirname "$0")/.."
+t0=$SECONDS
+BUDGET=${WGPU_BUDGET_S:-290}
+OUT=${OUT:-$PWD/out}
+MODELS=${MODELS:-/tmp/rill-models}
+mkdir -p "$OUT" "$MODELS"
+logs=$(mktemp -d /tmp/rill-wgpu-logs.XXXXXX)
+summary=$logs/summary.txt
+: >"$summary"
+note() { echo "$*" | tee -a "$summary" >&2; }
+left() { echo $((BUDGET - (SECONDS - t0))); }
+# `step CAP LOG cmd...`: run cmd with a timeout of CAP seconds or what is left of the budget
+# (minus 15 s for packing), stdout and stderr to LOG; skipped when under 10 s are left.
+step() {
+    local cap=$1 log=$2
+    shift 2
+    local t
+    t=$(($(left) - 15))
+    [ "$t" -gt "$cap" ] && t=$cap
+    if [ "$t" -lt 10 ]; then
+        note "skipped (budget): $*"
+        echo "skipped (budget)" >"$log"
+        return 124
+    fi
+    timeout -k 5 "$t" "$@" >"$log" 2>&1
+}
+finish() {
+    note "wgpu job: $((SECONDS - t0)) s"
+    tar -C "$logs" -czf "$OUT/wgpu.tar.gz" .
+    echo "==== wgpu summary (all logs in $OUT/wgpu.tar.gz)"
+    cat "$summary"
+    rm -rf "$logs"
+}
+trap finish EXIT
+
+# ---- unpack and set up Vulkan ----------------------------------------------------------------
+if [ ! -f .gpu-wgpu/bundle.tar.xz ]; then
+    note "no .gpu-wgpu/bundle.tar.xz: run scripts/pack-gpu-wgpu.sh first (on the build machine)"
+    exit 1
+fi
+bin=/tmp/rill-wgpu-bin
+rm -rf "$bin" && mkdir -p "$bin"
+python3 -c "import sys, tarfile; tarfile.open('.gpu-wgpu/bundle.tar.xz').extractall(sys.argv[1])" "$bin"
+chmod +x "$bin"/*
+built=$(cat .gpu-wgpu/manifest_dir)
+if [ "$built" != "$PWD" ] && [ ! -e "$built" ]; then
+    mkdir -p "$(dirname "$built")" && ln -s "$PWD" "$built"
+fi
+if [ "${RILL_GPU_SETUP:-1}" = 1 ]; then
+    for f in .gl/*.deb; do dpkg -x "$f" /; done
+    ldconfig
+    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+fi
+export RILL_WGPU_ADAPTER=${RILL_WGPU_ADAPTER:-h200}
+export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
+rill=$bin/rill
+note "wgpu job: commit $(cat .gpu-wgpu/commit), tree at $PWD (built in $built), budget ${BUDGET} s"
+step 30 "$logs/adapter.txt" "$rill" bench -m tests/fixtures/tiny-dense.F16.gguf --backend wgpu -p 8 -n 8 -r 1
+grep -E '^backend' "$logs/adapter.txt" | tee -a "$summary" >&2 || tail -3 "$logs/adapter.txt" | tee -a "$summary" >&2
+
+# ---- 1. tests ---------------------------------------------------------------------------------
+# `run_test CAP NAME TAG [VAR=value...]`: one test executable in one environment.
+run_test() {
+    local cap=$1 name=$2 tag=$3
+    shift 3
+    local log="$logs/test-$name-$tag.log"
+    step "$cap" "$log" env RILL_TEST_BACKENDS=wgpu "$@" "$bin/$name" --test-threads=4
+    local st=$?
+    note "$(printf 'test %-14s %-9s exit %3s: %s' "$name" "$tag" "$st" "$(grep -E '^test result:' "$log" | tail -1)")"
+    grep -E '^test .* FAILED$|panicked at' "$log" | head -8 | tee -a "$summary" >&2
+}
+for t in device_ops device_linear device_moe device_delta device_pieces e2e_fixtures; do
+    run_test 45 "$t" subgroup
+done
+run_test 45 device_fast fast
+plain_tests() {
+    for t in device_linear device_moe e2e_fixtures; do
+        run_test 30 "$t" plain RILL_WGPU_PLAIN=1
+    done
+}
+if [ -n "${SKIP_MODELS:-}" ]; then
+    plain_tests
+    exit 0
+fi
+
+# ---- 2. bench ---------------------------------------------------------------------------------
+model() { # the synthesized model $1 $2, made if gpu-cuda.sh did not leave it
+    local f="$MODELS/$1-$2.gguf"
+    [ -s "$f" ] || step 120 "$logs/synth-$1-$2.log" "$rill" synth --shape "$1" --quant "$2" -o "$f"
+    echo "$f"
+}
+# `bench SHAPE QUANT TAG CAP [rill bench args...]`
+bench() {
+    local shape=$1 quant=$2 tag=$3 cap=$4
+    shift 4
+    local f
+    f=$(model "$shape" "$quant")
+    local base="$logs/bench-$shape-$quant-$tag"
+    step "$cap" "$base.log" "$rill" bench -m "$f" --backend wgpu --json "$@"
+    local st=$?
+    # The log holds stderr's lines and the pretty-printed JSON (the only `{` in column 0).
+    python3 - "$base.log" "$base.json" <<'EOF' 2>/dev/null
+import json, re, sys
+s = open(sys.argv[1], errors="replace").read()
+i = [m.start() for m in re.finditer(r"^\{", s, re.M)][-1]
+json.dump(json.loads(s[i:s.rindex("}") + 1]), open(sys.argv[2], "w"), indent=1)
+EOF
+    note "$(python3 - "$base.json" "$shape $quant $tag" "$st" <<'EOF' 2>/dev/null || echo "bench $shape $quant $tag: exit $st (no result)"
+import json, sys
+j = json.load(open(sys.argv[1]))
+rows = ", ".join(f"{r['test']} {r['tokens_per_s_mean']:.1f}" for r in j["tests"])
+print(f"bench {sys.argv[2]:<28} [{j.get('precision', '?')}] {rows} t/s (exit {sys.argv[3]})")
+EOF
+)"
+}
+note "== bench (rill bench --backend wgpu, tokens/s)"
+bench qwen3.5-9b q4_k_m exact 90 -p 102,512 -n 128 -r 2
+bench qwen3.5-35b-a3b q4_k_m exact 75 -p 512 -n 128 -r 2
+bench qwen3.5-9b q4_k_m fast 45 -p 102,512 -n 0 -r 2 --precision fast
+bench qwen3.5-9b q8_0 exact 60 -p 512 -n 128 -r 2
+
+# ---- 3. profiles ------------------------------------------------------------------------------
+# Per-kernel GPU time from timestamps inside the pass; tokens/s of these runs are not the speed.
+profile() { # SHAPE QUANT TAG CAP [rill bench args...]
+    local shape=$1 quant=$2 tag=$3 cap=$4
+    shift 4
+    local f
+    f=$(model "$shape" "$quant")
+    local p="$logs/profile-$tag-$shape-$quant.txt"
+    RILL_PROFILE=1 step "$cap" "$p" "$rill" bench -m "$f" --backend wgpu -r 1 --no-warmup "$@"
+    note "-- profile $tag $shape $quant (exit $?)"
+    grep -A12 '^wgpu profile' "$p" | tee -a "$summary" >&2
+}
+profile qwen3.5-9b q4_k_m decode 40 -p "" -n 32
+profile qwen3.5-35b-a3b q4_k_m decode 40 -p "" -n 32
+# After the numbers: the plain path's tests (the kernels browsers run), then its speed.
+plain_tests
+profile qwen3.5-9b q4_k_m prefill-fast 40 -p 512 -n 0 --precision fast
+# The plain kernels (no subgroups: what a browser runs), in case the subgroup path failed above.
+RILL_WGPU_PLAIN=1 bench qwen3.5-9b q4_k_m plain 40 -p 102 -n 64 -r 1
+
+# ---- 4. targets -------------------------------------------------------------------------------
+python3 - "$logs" <<'EOF' 2>&1 | tee -a "$summary" >&2
+import glob, json, os, sys
+got = {}
+for p in glob.glob(os.path.join(sys.argv[1], "bench-*.json")):
+    j = json.load(open(p))
+    tag = os.path.basename(p)[6:-5]
+    for r in j["tests"]:
+        got[(tag, r["test"])] = r["tokens_per_s_mean"]
+targets = [("qwen3.5-9b-q4_k_m-exact", "tg128", 200), ("qwen3.5-9b-q4_k_m-exact", "pp512", 4000),
+           ("qwen3.5-9b-q4_k_m-fast", "pp512", 4000), ("qwen3.5-9b-q4_k_m-exact", "pp102", 1500),
+           ("qwen3.5-9b-q4_k_m-fast", "pp102", 1500), ("qwen3.5-35b-a3b-q4_k_m-exact", "tg128", 200)]
+print("targets (issue 9):")
+for tag, test, want in targets:
+    v = got.get((tag, test))
+    print(f"  {tag:<30} {test:<6} {'-' if v is None else f'{v:9.1f}'} (target {want}) "
+          f"{'' if v is None else ('ok' if v >= want else 'BELOW')}")
+EOF

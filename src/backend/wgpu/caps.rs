@@ -1,0 +1,260 @@
+//! What the adapter can do, and which kernel variants this backend therefore runs: the ONE place
+//! where fast paths are chosen. Everything else asks `Caps`.
+//!
+//! | path | needs | else |
+//! |---|---|---|
+//! | subgroup reductions (`reduce_sg.wgsl`) | `SUBGROUP` | workgroup-memory trees (`reduce_plain.wgsl`) |
+//! | tensor-core prefill (`matmul_coop.wgsl`, f16 inputs) | `EXPERIMENTAL_COOPERATIVE_MATRIX` with a 16x16x16 f16 -> f32 configuration, `SHADER_F16`, `SUBGROUP`, and `Precision::Fast` | the f32 tiled kernel |
+//! | per-dispatch GPU timestamps (`RILL_PROFILE=1`) | `TIMESTAMP_QUERY_INSIDE_PASSES` | a submit-and-wait wall clock per dispatch |
+//!
+//! `RILL_WGPU_PLAIN=1` forces every plain path (what the browser runs: wgpu's web backend has no
+//! subgroups), so tests cover both on one machine. `RILL_WGPU_COOP_EMULATE=1` (tests only) runs
+//! the tensor-core kernel's tiling and f16 staging with the matrix products done by plain code,
+//! so a machine without cooperative matrices (lavapipe) still checks everything but the
+//! cooperative built-ins themselves.
+
+use crate::backend::Precision;
+
+/// Size of the cooperative-matrix tiles the coop kernel uses (`coop_mat16x16`).
+const COOP_SIZE: u32 = 16;
+
+/// How the tensor-core prefill kernel runs, if at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Coop {
+    /// The f32 tiled kernel (strict tier).
+    Off,
+    /// `coop_mat16x16<f16>` products (f16-rounded tier).
+    On,
+    /// The coop kernel's structure with plain products (f16-rounded tier; tests).
+    Emulated,
+}
+
+/// The adapter's features and limits that select kernels, fixed when the device is created.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Caps {
+    /// Subgroup operations in compute shaders.
+    pub subgroups: bool,
+    pub coop: Coop,
+    /// `ComputePass::write_timestamp` (profiling inside one pass).
+    pub timestamps_in_passes: bool,
+    /// Largest storage binding in bytes (weights larger than this are bound in pieces).
+    pub max_binding: u64,
+    pub max_buffer: u64,
+    /// Alignment of a storage binding's offset (a piece starts on a multiple of it).
+    pub binding_align: u64,
+    /// Alignment of a dynamic uniform offset (the parameter slots).
+    pub uniform_align: u64,
+    pub max_workgroups_per_dim: u32,
+}
+
+/// Environment switches, read once.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Overrides {
+    /// `RILL_WGPU_PLAIN=1`: no subgroups, no cooperative matrices.
+    pub plain: bool,
+    /// `RILL_WGPU_COOP_EMULATE=1`: the coop kernel without cooperative matrices (Fast only).
+    pub coop_emulate: bool,
+    /// `RILL_WGPU_MAX_BINDING=BYTES`: pretend the storage binding limit is this small (tests of
+    /// the piecewise binding on a device with large bindings).
+    pub max_binding: Option<u64>,
+}
+
+fn env_flag(name: &str) -> bool {
+    std::env::var_os(name).is_some_and(|v| v == "1")
+}
+
+impl Overrides {
+    pub fn from_env() -> Overrides {
+        Overrides {
+            plain: env_flag("RILL_WGPU_PLAIN"),
+            coop_emulate: env_flag("RILL_WGPU_COOP_EMULATE"),
+            max_binding: std::env::var("RILL_WGPU_MAX_BINDING")
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok()),
+        }
+    }
+}
+
+/// Whether the adapter lists a 16x16x16 f16 x f16 -> f32 cooperative-matrix configuration.
+pub(crate) fn has_coop16(adapter: &wgpu::Adapter) -> bool {
+    use wgpu::wgt::CooperativeScalarType as S;
+    adapter.features().contains(coop_features())
+        && adapter.cooperative_matrix_properties().iter().any(|p| {
+            p.m_size == COOP_SIZE
+                && p.n_size == COOP_SIZE
+                && p.k_size == COOP_SIZE
+                && p.ab_type == S::F16
+                && p.cr_type == S::F32
+        })
+}
+
+pub(crate) fn coop_features() -> wgpu::Features {
+    wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX | wgpu::Features::SHADER_F16
+}
+
+/// The features to request: every optional one the chosen variants use.
+pub(crate) fn wanted_features(adapter: &wgpu::Adapter, precision: Precision, ov: Overrides) -> wgpu::Features {
+    let have = adapter.features();
+    let mut f = wgpu::Features::empty();
+    for opt in [
+        wgpu::Features::SUBGROUP,
+        wgpu::Features::SHADER_F16,
+        wgpu::Features::TIMESTAMP_QUERY,
+        wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES,
+    ] {
+        if have.contains(opt) {
+            f |= opt;
+        }
+    }
+    if precision == Precision::Fast && !ov.plain && !ov.coop_emulate && has_coop16(adapter) {
+        f |= coop_features();
+    }
+    f
+}
+
+impl Caps {
+    /// The variants for a device opened with `features` and `limits`.
+    pub fn select(
+        features: wgpu::Features,
+        limits: &wgpu::Limits,
+        precision: Precision,
+        coop16: bool,
+        ov: Overrides,
+    ) -> Caps {
+        let fast = precision == Precision::Fast;
+        let f16 = features.contains(wgpu::Features::SHADER_F16);
+        let room = limits.max_compute_workgroup_storage_size >= super::kernels::COOP_WORKGROUP_BYTES;
+        let coop = if !fast || ov.plain || !room {
+            Coop::Off
+        } else if ov.coop_emulate && f16 {
+            Coop::Emulated
+        } else if coop16 && features.contains(coop_features() | wgpu::Features::SUBGROUP) {
+            Coop::On
+        } else {
+            Coop::Off
+        };
+        let max_binding = match ov.max_binding {
+            Some(b) => b.min(limits.max_storage_buffer_binding_size),
+            None => limits.max_storage_buffer_binding_size,
+        };
+        Caps {
+            subgroups: !ov.plain && features.contains(wgpu::Features::SUBGROUP),
+            coop,
+            timestamps_in_passes: features
+                .contains(wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES),
+            max_binding,
+            max_buffer: limits.max_buffer_size,
+            binding_align: u64::from(limits.min_storage_buffer_offset_alignment.max(4)),
+            uniform_align: u64::from(limits.min_uniform_buffer_offset_alignment.max(4)),
+            max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension.max(1),
+        }
+    }
+
+    /// The precision tier the selected kernels meet.
+    pub fn precision(&self) -> Precision {
+        match self.coop {
+            Coop::Off => Precision::Exact,
+            Coop::On | Coop::Emulated => Precision::Fast,
+        }
+    }
+
+    /// One line for `rill bench` and logs.
+    pub fn describe(&self) -> String {
+        format!(
+            "reductions {}, prefill {}, binding limit {} MiB",
+            if self.subgroups { "subgroup" } else { "workgroup-memory" },
+            match self.coop {
+                Coop::Off => "f32 tiles",
+                Coop::On => "cooperative-matrix f16",
+                Coop::Emulated => "emulated cooperative-matrix f16",
+            },
+            self.max_binding >> 20
+        )
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// The H200's workgroup memory (the WebGPU default of 16 KiB is too small for the coop tile).
+    pub(crate) fn limits() -> wgpu::Limits {
+        wgpu::Limits {
+            max_compute_workgroup_storage_size: 48 << 10,
+            ..wgpu::Limits::default()
+        }
+    }
+
+    pub(crate) fn caps(features: wgpu::Features, precision: Precision, coop16: bool, ov: Overrides) -> Caps {
+        Caps::select(features, &limits(), precision, coop16, ov)
+    }
+
+    #[test]
+    fn plain_override_turns_every_fast_path_off() {
+        let all = wgpu::Features::SUBGROUP | coop_features();
+        let fast = caps(all, Precision::Fast, true, Overrides::default());
+        assert!(fast.subgroups);
+        assert_eq!(fast.coop, Coop::On);
+        assert_eq!(fast.precision(), Precision::Fast);
+        let plain = caps(
+            all,
+            Precision::Fast,
+            true,
+            Overrides {
+                plain: true,
+                ..Default::default()
+            },
+        );
+        assert!(!plain.subgroups);
+        assert_eq!(plain.coop, Coop::Off);
+        assert_eq!(plain.precision(), Precision::Exact);
+    }
+
+    #[test]
+    fn cooperative_matrices_only_at_fast_precision_and_with_the_feature() {
+        let all = wgpu::Features::SUBGROUP | coop_features();
+        assert_eq!(caps(all, Precision::Exact, true, Overrides::default()).coop, Coop::Off);
+        assert_eq!(
+            caps(wgpu::Features::SUBGROUP, Precision::Fast, true, Overrides::default()).coop,
+            Coop::Off
+        );
+        assert_eq!(caps(all, Precision::Fast, false, Overrides::default()).coop, Coop::Off);
+        let emu = Overrides {
+            coop_emulate: true,
+            ..Default::default()
+        };
+        let f16 = wgpu::Features::SHADER_F16;
+        assert_eq!(caps(f16, Precision::Fast, false, emu).coop, Coop::Emulated);
+        assert_eq!(
+            caps(wgpu::Features::empty(), Precision::Fast, false, emu).coop,
+            Coop::Off
+        );
+        assert_eq!(caps(f16, Precision::Exact, false, emu).coop, Coop::Off);
+    }
+
+    #[test]
+    fn cooperative_matrices_need_room_for_their_tiles() {
+        let all = wgpu::Features::SUBGROUP | coop_features();
+        let small = Caps::select(
+            all,
+            &wgpu::Limits::default(),
+            Precision::Fast,
+            true,
+            Overrides::default(),
+        );
+        assert_eq!(small.coop, Coop::Off);
+    }
+
+    #[test]
+    fn binding_limit_can_only_be_lowered() {
+        let lim = wgpu::Limits::default();
+        let ov = |b| Overrides {
+            max_binding: Some(b),
+            ..Default::default()
+        };
+        let low = Caps::select(wgpu::Features::empty(), &lim, Precision::Exact, false, ov(4096));
+        assert_eq!(low.max_binding, 4096);
+        let high = Caps::select(wgpu::Features::empty(), &lim, Precision::Exact, false, ov(u64::MAX));
+        assert_eq!(high.max_binding, lim.max_storage_buffer_binding_size);
+    }
+}

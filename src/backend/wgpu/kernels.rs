@@ -1,0 +1,540 @@
+//! The kernels: a typed key per compute program (no string lookups per dispatch), the WGSL each is
+//! assembled from, and the constants that Rust and WGSL share (generated into every shader, so a
+//! tile size or a rows-per-workgroup count is written once, here).
+//!
+//! A shader's source is, in order: `enable` directives (f16 / cooperative matrices), the generated
+//! constants, `common.wgsl`, for a weight kernel the weight accessors and the format's file
+//! (`dequant_<type>.wgsl` plus the shared snippets it needs), for a reducing kernel the reduction
+//! of the selected variant (`lib_reduce_sg.wgsl` or `lib_reduce_plain.wgsl`), then the op's file.
+
+use super::caps::{Caps, Coop};
+use crate::backend::wgpu::gpu_err;
+use crate::error::Result;
+use crate::gguf::GgmlType;
+
+macro_rules! wgsl {
+    ($name:literal) => {
+        include_str!(concat!("../../../shaders-wgsl/", $name, ".wgsl"))
+    };
+}
+
+// ---- constants shared by Rust and WGSL ---------------------------------------------------------
+
+/// Invocations per workgroup of the matrix-vector kernels (`matvec`, `matvec_swiglu`, `moe_matvec`).
+pub(crate) const MV_WG: u32 = 128;
+/// Output rows per workgroup of the matrix-vector kernels (their accumulators are vec4s: one
+/// component per row; the format's `mv_unit4` decodes a unit of 4 rows against one load of x).
+pub(crate) const MV_ROWS: u32 = 4;
+/// The generic matmul for shapes the fast kernels do not take (rows not a multiple of 8):
+/// invocations per row and per row group, and tokens per workgroup.
+pub(crate) const MM_WG: u32 = 128;
+pub(crate) const MM_ROWS_WG: u32 = 64;
+pub(crate) const MM_TILE: u32 = 8;
+/// Output rows and tokens of a `matmul_tiled` workgroup tile, and its k step.
+pub(crate) const TILE_M: u32 = 64;
+pub(crate) const TILE_N: u32 = 64;
+pub(crate) const TILE_K: u32 = 32;
+/// Invocations of `matmul_tiled` (16 x 16, each a 4 x 4 block of outputs).
+pub(crate) const TILE_WG: u32 = 256;
+/// The cooperative-matrix kernel: same tile, 4 subgroups of 32 invocations; its f32 result tile
+/// has a row stride of TILE_N + 4: a cooperative load or store needs a stride of a whole number of
+/// 16 bytes (Vulkan's VUID-RuntimeSpirv-OpCooperativeMatrixLoadKHR-08986), and the padding cuts
+/// the bank conflicts of the transposing write-out to 4-way.
+pub(crate) const COOP_WG: u32 = 128;
+pub(crate) const COOP_CS: u32 = TILE_N + 4;
+/// Workgroup memory of the coop kernel: f16 weight and x tiles, f32 result tile.
+pub(crate) const COOP_WORKGROUP_BYTES: u32 = 2 * (TILE_M * TILE_K + TILE_K * TILE_N) + 4 * TILE_M * COOP_CS;
+/// Invocations of the one-workgroup-per-row kernels (norms, embedding rows, argmax).
+pub(crate) const ROW_WG: u32 = 256;
+/// Invocations of the elementwise kernels.
+pub(crate) const ELT_WG: u32 = 256;
+/// Attention: invocations and keys per tile, largest head dim, and the number of pieces the KV
+/// range of one decode query is split into (flash-decoding).
+pub(crate) const ATT_WG: u32 = 64;
+pub(crate) const ATT_MAX_D: u32 = 256;
+pub(crate) const ATT_SPLITS: u32 = 32;
+/// Delta rule: state rows per workgroup, chunk length, largest key head dim.
+pub(crate) const DELTA_ROWS: u32 = 32;
+pub(crate) const DELTA_CHUNK: u32 = 64;
+pub(crate) const DELTA_MAX_DK: u32 = 128;
+/// Causal conv: channels per workgroup and largest kernel width.
+pub(crate) const CONV_WG: u32 = 64;
+pub(crate) const CONV_MAX_K: u32 = 16;
+/// The fused conv + q/k L2 norm: channels per workgroup (= the largest dk it handles).
+pub(crate) const CONV_NORM_WG: u32 = 128;
+/// MoE: most experts per token, most experts in all (`moe_route` keeps them in workgroup memory).
+pub(crate) const MOE_MAX_K: u32 = 16;
+pub(crate) const MOE_MAX_E: u32 = 2048;
+/// Bytes of one parameter block (the shaders' `Params` structs are at most this big).
+pub(crate) const PARAM_BYTES: u64 = 64;
+
+/// The generated WGSL constants (one `const` per shared value).
+fn constants() -> String {
+    let list: &[(&str, u32)] = &[
+        ("MV_WG", MV_WG),
+        ("MV_ROWS", MV_ROWS),
+        ("MM_WG", MM_WG),
+        ("MM_ROWS_WG", MM_ROWS_WG),
+        ("MM_TILE", MM_TILE),
+        ("TILE_M", TILE_M),
+        ("TILE_N", TILE_N),
+        ("TILE_K", TILE_K),
+        ("TILE_WG", TILE_WG),
+        ("COOP_WG", COOP_WG),
+        ("COOP_CS", COOP_CS),
+        ("ROW_WG", ROW_WG),
+        ("ELT_WG", ELT_WG),
+        ("ATT_WG", ATT_WG),
+        ("ATT_MAX_D", ATT_MAX_D),
+        ("ATT_SPLITS", ATT_SPLITS),
+        ("DELTA_ROWS", DELTA_ROWS),
+        ("DELTA_CHUNK", DELTA_CHUNK),
+        ("DELTA_MAX_DK", DELTA_MAX_DK),
+        ("CONV_WG", CONV_WG),
+        ("CONV_MAX_K", CONV_MAX_K),
+        ("CONV_NORM_WG", CONV_NORM_WG),
+        ("MOE_MAX_K", MOE_MAX_K),
+        ("MOE_MAX_E", MOE_MAX_E),
+    ];
+    let mut s = String::from("// Generated from src/backend/wgpu/kernels.rs.\n");
+    for (name, v) in list {
+        s.push_str(&format!("const {name}: u32 = {v}u;\n"));
+    }
+    s
+}
+
+// ---- kernels ----------------------------------------------------------------------------------
+
+/// How many weight buffers a kernel reads through the format accessors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Weights {
+    None,
+    /// `W` only.
+    One,
+    /// `W` and `W2`, selected by `wsel` (`lib_w2.wgsl`).
+    Two,
+}
+
+/// Declares `Kernel` and the list of all its values (`ALL`, in discriminant order) from one list.
+macro_rules! kernels {
+    ($($k:ident),* $(,)?) => {
+        /// Every compute program.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub(crate) enum Kernel {
+            $($k),*
+        }
+
+        #[cfg(test)]
+        const ALL: &[Kernel] = &[$(Kernel::$k),*];
+    };
+}
+
+kernels! {
+    Embed,
+    EmbedRows,
+    Matmul,
+    MatmulRows,
+    Matvec,
+    MatvecSwiglu,
+    MatmulTiled,
+    MatmulCoop,
+    MoeRoute,
+    MoeMatvec,
+    MoeCombine,
+    RmsNorm,
+    AddRmsNorm,
+    GatedRmsNorm,
+    L2NormQk,
+    Conv,
+    ConvL2qk,
+    AddAssign,
+    Swiglu,
+    SigmoidMulAssign,
+    SigmoidScaleAdd,
+    SplitQgate,
+    Argmax,
+    GdnGates,
+    Rope,
+    KvStore,
+    Attention,
+    AttentionSplit,
+    AttentionCombine,
+    DeltaRecurrent,
+    DeltaChunkPrep,
+    DeltaChunkState,
+}
+
+struct Spec {
+    name: &'static str,
+    body: &'static str,
+    weights: Weights,
+    /// Uses `wg_sum*` from the reduction snippet (and takes `lanes: Lanes`).
+    reduce: bool,
+    /// Shared snippets the body calls (after the reduction).
+    libs: &'static [&'static str],
+    /// Calls the format's `mv_unit` (and defines `xv`).
+    matvec: bool,
+}
+
+const fn spec(name: &'static str, body: &'static str, weights: Weights, reduce: bool) -> Spec {
+    Spec {
+        name,
+        body,
+        weights,
+        reduce,
+        libs: &[],
+        matvec: false,
+    }
+}
+
+impl Spec {
+    const fn with(self, libs: &'static [&'static str]) -> Spec {
+        Spec { libs, ..self }
+    }
+    const fn mv(self) -> Spec {
+        Spec { matvec: true, ..self }
+    }
+}
+
+const NORM: &str = wgsl!("lib_norm");
+const ATTEND: &str = wgsl!("lib_attention");
+const COOP_TILES: &str = wgsl!("lib_coop_tiles");
+const MM_IO: &str = wgsl!("lib_mm_io");
+const MV_IO: &str = wgsl!("lib_mv_io");
+const TILE_IO: &str = wgsl!("lib_tile_io");
+
+impl Kernel {
+    fn spec(self, caps: &Caps) -> Spec {
+        use Weights::*;
+        match self {
+            Kernel::Embed => spec("embed", wgsl!("embed"), One, false),
+            Kernel::EmbedRows => spec("embed_rows", wgsl!("embed_rows"), One, false),
+            Kernel::Matmul => spec("matmul", wgsl!("matmul"), One, false).with(&[MM_IO]),
+            Kernel::MatmulRows => spec("matmul_rows", wgsl!("matmul_rows"), One, false).with(&[MM_IO]),
+            Kernel::Matvec => spec("matvec", wgsl!("matvec"), One, true).mv().with(&[MV_IO]),
+            Kernel::MatvecSwiglu => spec("matvec_swiglu", wgsl!("matvec_swiglu"), Two, true)
+                .mv()
+                .with(&[MV_IO]),
+            Kernel::MatmulTiled => spec("matmul_tiled", wgsl!("matmul_tiled"), One, false).with(&[TILE_IO]),
+            Kernel::MatmulCoop => match caps.coop {
+                Coop::Emulated => spec("matmul_coop_emu", wgsl!("matmul_coop_emu"), One, false),
+                _ => spec("matmul_coop", wgsl!("matmul_coop"), One, false),
+            }
+            .with(&[TILE_IO, COOP_TILES]),
+            Kernel::MoeRoute => spec("moe_route", wgsl!("moe_route"), None, false),
+            Kernel::MoeMatvec => spec("moe_matvec", wgsl!("moe_matvec"), One, true).mv(),
+            Kernel::MoeCombine => spec("moe_combine", wgsl!("moe_combine"), None, false),
+            Kernel::RmsNorm => spec("rms_norm", wgsl!("rms_norm"), None, true).with(&[NORM]),
+            Kernel::AddRmsNorm => spec("add_rms_norm", wgsl!("add_rms_norm"), None, true).with(&[NORM]),
+            Kernel::GatedRmsNorm => spec("gated_rms_norm", wgsl!("gated_rms_norm"), None, true).with(&[NORM]),
+            Kernel::L2NormQk => spec("l2_norm_qk", wgsl!("l2_norm_qk"), None, true),
+            Kernel::Conv => spec("conv1d_causal_silu", wgsl!("conv1d_causal_silu"), None, false),
+            Kernel::ConvL2qk => spec("conv1d_silu_l2qk", wgsl!("conv1d_silu_l2qk"), None, true),
+            Kernel::AddAssign => spec("add_assign", wgsl!("add_assign"), None, false),
+            Kernel::Swiglu => spec("swiglu", wgsl!("swiglu"), None, false),
+            Kernel::SigmoidMulAssign => spec("sigmoid_mul_assign", wgsl!("sigmoid_mul_assign"), None, false),
+            Kernel::SigmoidScaleAdd => spec("sigmoid_scale_add", wgsl!("sigmoid_scale_add"), None, false),
+            Kernel::SplitQgate => spec("split_qgate", wgsl!("split_qgate"), None, false),
+            Kernel::Argmax => spec("argmax", wgsl!("argmax"), None, false),
+            Kernel::GdnGates => spec("gdn_gates", wgsl!("gdn_gates"), None, false),
+            Kernel::Rope => spec("rope_neox", wgsl!("rope_neox"), None, false),
+            Kernel::KvStore => spec("kv_store", wgsl!("kv_store"), None, false),
+            Kernel::Attention => spec("attention", wgsl!("attention"), None, false).with(&[ATTEND]),
+            Kernel::AttentionSplit => spec("attention_split", wgsl!("attention_split"), None, false).with(&[ATTEND]),
+            Kernel::AttentionCombine => spec("attention_combine", wgsl!("attention_combine"), None, false),
+            Kernel::DeltaRecurrent => spec("delta_rule_recurrent", wgsl!("delta_rule_recurrent"), None, false),
+            Kernel::DeltaChunkPrep => spec("delta_rule_chunk_prep", wgsl!("delta_rule_chunk_prep"), None, false),
+            Kernel::DeltaChunkState => spec("delta_rule_chunk_state", wgsl!("delta_rule_chunk_state"), None, false),
+        }
+    }
+
+    /// Whether the kernel reads a weight (and so needs a format).
+    #[cfg(test)]
+    fn has_weights(self, caps: &Caps) -> bool {
+        self.spec(caps).weights != Weights::None
+    }
+}
+
+// ---- weight formats ---------------------------------------------------------------------------
+
+/// A weight format's WGSL: its file, and whether it brings its own `deq8` and `mv_unit` (fast,
+/// whole-word decoding) or takes the generic ones built from `deq`.
+struct Format {
+    file: &'static str,
+    fast_deq8: bool,
+    /// The format's own `mv_unit` (`mv_<type>.wgsl` and what it calls); empty: the generic one.
+    mv: &'static [&'static str],
+    /// Uses `kq_scale_min` (Q4_K, Q5_K).
+    kquant: bool,
+}
+
+const fn fmt(file: &'static str, fast_deq8: bool, mv: &'static [&'static str], kquant: bool) -> Format {
+    Format {
+        file,
+        fast_deq8,
+        mv,
+        kquant,
+    }
+}
+
+fn format(ty: GgmlType) -> Option<Format> {
+    use GgmlType::*;
+    Some(match ty {
+        F32 => fmt(wgsl!("dequant_f32"), true, &[wgsl!("mv_f32")], false),
+        F16 => fmt(wgsl!("dequant_f16"), true, &[wgsl!("mv_half")], false),
+        Bf16 => fmt(wgsl!("dequant_bf16"), true, &[wgsl!("mv_half")], false),
+        Q4_0 => fmt(wgsl!("dequant_q4_0"), false, &[], false),
+        Q4_1 => fmt(wgsl!("dequant_q4_1"), false, &[], false),
+        Q5_0 => fmt(wgsl!("dequant_q5_0"), false, &[], false),
+        Q5_1 => fmt(wgsl!("dequant_q5_1"), false, &[], false),
+        Q8_0 => fmt(wgsl!("dequant_q8_0"), true, &[wgsl!("mv_q8_0")], false),
+        Q2K => fmt(wgsl!("dequant_q2_k"), false, &[], false),
+        Q3K => fmt(wgsl!("dequant_q3_k"), false, &[], false),
+        Q4K => fmt(
+            wgsl!("dequant_q4_k"),
+            true,
+            &[wgsl!("mv_kquant"), wgsl!("mv_q4_k")],
+            true,
+        ),
+        Q5K => fmt(
+            wgsl!("dequant_q5_k"),
+            true,
+            &[wgsl!("mv_kquant"), wgsl!("mv_q5_k")],
+            true,
+        ),
+        Q6K => fmt(wgsl!("dequant_q6_k"), true, &[wgsl!("mv_q6_k")], false),
+        Iq4Nl => fmt(wgsl!("dequant_iq4_nl"), false, &[], false),
+        Iq4Xs => fmt(wgsl!("dequant_iq4_xs"), false, &[], false),
+        Mxfp4 => fmt(wgsl!("dequant_mxfp4"), false, &[], false),
+        _ => return None,
+    })
+}
+
+/// Whether the backend has a dequantizer for `ty`.
+pub(crate) fn supports(ty: GgmlType) -> bool {
+    format(ty).is_some()
+}
+
+/// Elements per `mv_unit` of a format (`MV_UNIT` in its WGSL): 8 for the plain floats, 32 else.
+pub(crate) fn mv_unit(ty: GgmlType) -> usize {
+    match ty {
+        GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16 => 8,
+        _ => 32,
+    }
+}
+
+const COMMON: &str = wgsl!("common");
+const W_ACCESS: &str = wgsl!("lib_weights");
+const W_ONE: &str = wgsl!("lib_w1");
+const W_TWO: &str = wgsl!("lib_w2");
+const KQUANT: &str = wgsl!("lib_kquant");
+const DEQ8_GENERIC: &str = wgsl!("lib_deq8_generic");
+const MV_GENERIC: &str = wgsl!("lib_mv_generic");
+const REDUCE_SG: &str = wgsl!("lib_reduce_sg");
+const REDUCE_PLAIN: &str = wgsl!("lib_reduce_plain");
+
+/// A kernel's label (profile and debugger name), e.g. `matvec/q4_k`.
+pub(crate) fn label(kernel: Kernel, fmt: Option<GgmlType>, caps: &Caps) -> String {
+    let name = kernel.spec(caps).name;
+    match fmt {
+        Some(t) => format!("{name}/{}", t.name().to_lowercase()),
+        None => name.to_string(),
+    }
+}
+
+/// The full WGSL source of `kernel` for weight format `fmt` under the selected variants.
+pub(crate) fn source(kernel: Kernel, fmt: Option<GgmlType>, caps: &Caps) -> Result<String> {
+    let sp = kernel.spec(caps);
+    let mut src = String::new();
+    if kernel == Kernel::MatmulCoop {
+        if caps.coop == Coop::Off {
+            return Err(gpu_err("the cooperative-matrix kernel is not enabled on this device"));
+        }
+        src.push_str("enable f16;\n");
+        if caps.coop == Coop::On {
+            src.push_str("enable wgpu_cooperative_matrix;\n");
+        }
+    }
+    src.push_str(&constants());
+    src.push_str(COMMON);
+    match (sp.weights, fmt) {
+        (Weights::None, None) => {}
+        (Weights::None, Some(_)) => return Err(gpu_err(format!("{}: takes no weight format", sp.name))),
+        (_, None) => return Err(gpu_err(format!("{}: needs a weight format", sp.name))),
+        (w, Some(ty)) => {
+            let f =
+                format(ty).ok_or_else(|| gpu_err(format!("weight type {ty} is not supported by the wgpu backend")))?;
+            src.push_str(if w == Weights::Two { W_TWO } else { W_ONE });
+            src.push_str(W_ACCESS);
+            if f.kquant {
+                src.push_str(KQUANT);
+            }
+            src.push_str(f.file);
+            if !f.fast_deq8 {
+                src.push_str(DEQ8_GENERIC);
+            }
+            // Matrix-vector units only where the kernel defines xv().
+            if sp.matvec {
+                if f.mv.is_empty() {
+                    src.push_str(MV_GENERIC);
+                }
+                for part in f.mv {
+                    src.push_str(part);
+                }
+            }
+        }
+    }
+    if sp.reduce {
+        src.push_str(if caps.subgroups { REDUCE_SG } else { REDUCE_PLAIN });
+    }
+    for lib in sp.libs {
+        src.push_str(lib);
+    }
+    src.push_str(sp.body);
+    Ok(src)
+}
+
+/// How a shader declares binding `n` (parsed from its source): the layout is explicit so that the
+/// parameter block can take a dynamic offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slot {
+    Uniform,
+    Read,
+    ReadWrite,
+}
+
+/// The bindings of group 0 in order of their number, from `@binding(N) var<...>` declarations.
+pub(crate) fn bindings(src: &str) -> Result<Vec<Slot>> {
+    let mut out: Vec<Option<Slot>> = Vec::new();
+    for line in src.lines() {
+        let line = line.trim_start();
+        if line.starts_with("//") {
+            continue;
+        }
+        let Some(at) = line.find("@binding(") else {
+            continue;
+        };
+        let rest = &line[at + "@binding(".len()..];
+        let close = rest.find(')').ok_or_else(|| gpu_err(format!("bad binding: {line}")))?;
+        let n: usize = rest[..close]
+            .trim()
+            .parse()
+            .map_err(|_| gpu_err(format!("bad binding number: {line}")))?;
+        let slot = if line.contains("var<uniform>") {
+            Slot::Uniform
+        } else if line.contains("read_write>") {
+            Slot::ReadWrite
+        } else if line.contains("var<storage, read>") || line.contains("var<storage>") {
+            Slot::Read
+        } else {
+            return Err(gpu_err(format!("unknown binding kind: {line}")));
+        };
+        if out.len() <= n {
+            out.resize(n + 1, None);
+        }
+        if out[n].replace(slot).is_some() {
+            return Err(gpu_err(format!("binding {n} declared twice")));
+        }
+    }
+    out.into_iter()
+        .enumerate()
+        .map(|(i, s)| s.ok_or_else(|| gpu_err(format!("binding {i} missing"))))
+        .collect()
+}
+
+/// Every (kernel, format) pair a backend may build, for the shader validation test.
+#[cfg(test)]
+fn all_keys(caps: &Caps) -> Vec<(Kernel, Option<GgmlType>)> {
+    use GgmlType::*;
+    let types = [
+        F32, F16, Bf16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2K, Q3K, Q4K, Q5K, Q6K, Iq4Nl, Iq4Xs, Mxfp4,
+    ];
+    let mut v = Vec::new();
+    for &k in ALL {
+        if k == Kernel::MatmulCoop && caps.coop == Coop::Off {
+            continue;
+        }
+        if k.has_weights(caps) {
+            v.extend(types.iter().map(|&t| (k, Some(t))));
+        } else {
+            v.push((k, None));
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bindings_are_parsed_in_order() {
+        let src = "@group(0) @binding(0) var<uniform> P: Params;\n\
+                   // @group(0) @binding(9) var<storage, read> commented: array<u32>;\n\
+                   @group(0) @binding(2) var<storage, read_write> out: array<f32>;\n\
+                   @group(0) @binding(1) var<storage, read> W: array<vec4<u32>>;\n";
+        assert_eq!(bindings(src).unwrap(), vec![Slot::Uniform, Slot::Read, Slot::ReadWrite]);
+        assert!(bindings("@group(0) @binding(1) var<storage, read> a: array<u32>;").is_err());
+    }
+
+    /// Every kernel in every format and variant parses, validates and compiles to SPIR-V with
+    /// naga (the compiler wgpu uses), including the cooperative-matrix kernel that only the GPU
+    /// machine runs: a shader error there would otherwise surface only on the device.
+    #[test]
+    fn every_kernel_variant_compiles() {
+        use crate::backend::wgpu::caps::tests::caps;
+        use crate::backend::wgpu::caps::{coop_features, Overrides};
+        use crate::backend::Precision;
+        use wgpu::naga;
+        let sg = wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16;
+        let variants = [
+            (
+                "plain",
+                caps(
+                    sg,
+                    Precision::Fast,
+                    true,
+                    Overrides {
+                        plain: true,
+                        ..Default::default()
+                    },
+                ),
+            ),
+            ("subgroups", caps(sg, Precision::Exact, false, Overrides::default())),
+            (
+                "coop",
+                caps(sg | coop_features(), Precision::Fast, true, Overrides::default()),
+            ),
+            (
+                "coop-emulated",
+                caps(
+                    sg,
+                    Precision::Fast,
+                    false,
+                    Overrides {
+                        coop_emulate: true,
+                        ..Default::default()
+                    },
+                ),
+            ),
+        ];
+        assert_eq!(variants[2].1.coop, Coop::On);
+        assert_eq!(variants[3].1.coop, Coop::Emulated);
+        for (name, caps) in variants {
+            for (k, fmt) in all_keys(&caps) {
+                let what = format!("{name} {}", label(k, fmt, &caps));
+                let src = source(k, fmt, &caps).unwrap_or_else(|e| panic!("{what}: {e}"));
+                bindings(&src).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let module =
+                    naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&src)));
+                let info =
+                    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+                        .validate(&module)
+                        .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&src)));
+                naga::back::spv::write_vec(&module, &info, &naga::back::spv::Options::default(), None)
+                    .unwrap_or_else(|e| panic!("{what}: SPIR-V: {e}"));
+            }
+        }
+    }
+}
