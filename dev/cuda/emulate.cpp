@@ -717,11 +717,13 @@ static void test_attention() {
     }
 }
 
-static void test_route_argmax_elementwise() {
-    // MoE routing: softmax, top-k with ties to the lower index, renormalise, scale.
-    const int T = 3, E = 37, k = 5;
+// MoE routing: softmax, top-k with ties to the lower index, renormalise, scale; the block kernel
+// and the one-warp kernel (E <= 512) with the backend's launch geometry.
+static void test_route(void (*kernel)(const Args), const char* name, int E, int k, bool warp) {
+    const int T = 3;
     auto l = normals((size_t)T * E, 2.0f);
     l[3] = l[9] = 9.0f;  // a tie in token 0
+    l[E + 1] = l[E + 33] = l[E + E - 1] = 7.0f;  // ties across lanes in token 1
     Buf L = Buf::of(l), I(4 * T * k), Wt(4 * T * k);
     Args a = args();
     a.p[0] = L.addr();
@@ -730,7 +732,10 @@ static void test_route_argmax_elementwise() {
     a.n[0] = E;
     a.n[1] = k;
     a.f[0] = 1.5f;
-    emu_launch(moe_route, Dim3{T, 1, 1}, 256, (size_t)E * 4 + (E + 3) / 4 * 4, a);
+    if (warp)
+        emu_launch(kernel, Dim3{(unsigned)T, 1, 1}, 32, 0, a);
+    else
+        emu_launch(kernel, Dim3{(unsigned)T, 1, 1}, 256, (size_t)E * 4 + (E + 3) / 4 * 4, a);
     auto ids = I.get<uint32_t>(T * k);
     auto ws = Wt.get<float>(T * k);
     std::vector<double> wantw(T * k);
@@ -753,9 +758,14 @@ static void test_route_argmax_elementwise() {
     checks++;
     if (!ids_ok) {
         failures++;
-        printf("FAIL moe_route ids\n");
+        printf("FAIL %s ids (E %d k %d)\n", name, E, k);
     }
-    expect("moe_route weights", ws, wantw, 1e-7, 1e-5);
+    expect(std::string(name) + " weights E " + std::to_string(E) + " k " + std::to_string(k), ws, wantw, 1e-7, 1e-5);
+}
+
+static void test_route_argmax_elementwise() {
+    test_route(moe_route, "moe_route", 37, 5, false);
+    for (int E : {37, 256, 512}) test_route(moe_route_warp, "moe_route_warp", E, E == 37 ? 37 : 8, true);
 
     // argmax: ties, NaN, -inf, all-NaN rows (NON_FINITE), over a row longer than one block's chunk.
     const int V = 10000, R = 5;
