@@ -203,6 +203,19 @@ for m in "${models[@]}"; do
     compare_logits "$LOGS/logits-decode-q8-$1-$2.safetensors" "$LOGS/logits-decode-exact-$1-$2.safetensors"
     rm -f "$LOGS"/logits-decode-*-"$1-$2".safetensors
 done
+# The matvec geometry (rows per thread) fixed for every product, both tiers, on the 9B Q4_K_M file:
+# end-to-end counterparts of the harness's geometry sweep.
+if ready qwen3.5-9b q4_k_m; then
+    for v in exact q8; do
+        for rpt in 2 4 8; do
+            [ "$(left)" -gt 130 ] || break
+            log "decode variant $v RILL_CUDA_MV_RPT=$rpt: qwen3.5-9b q4_k_m"
+            RILL_CUDA_MATVEC=$v RILL_CUDA_MV_RPT=$rpt timeout "$(limit 40)" $rill bench -m "$(model_file qwen3.5-9b q4_k_m)" \
+                --backend cuda -p "" -n 128 -r 2 --json >"$LOGS/variant-$v-rpt$rpt-qwen3.5-9b-q4_k_m.json" \
+                2>"$LOGS/variant-$v-rpt$rpt-qwen3.5-9b-q4_k_m.log"
+        done
+    done
+fi
 if ready qwen3.5-9b q4_k_m && [ "$(left)" -gt 100 ]; then
     log "profile q8 decode qwen3.5-9b q4_k_m"
     RILL_CUDA_MATVEC=q8 RILL_PROFILE=1 timeout "$(limit 60)" $rill bench -m "$(model_file qwen3.5-9b q4_k_m)" \
@@ -270,6 +283,15 @@ for name in targets:
         except Exception as e:
             cells.append(f"{v} ({type(e).__name__})")
     print(f"  {name:<26} {' | '.join(cells)}")
+def tg(file, label):
+    try:
+        j = json.load(open(os.path.join(out, file)))
+        return f"{label} {j['tests'][0]['tokens_per_s_mean']:.1f}"
+    except Exception as e:
+        return f"{label} ({type(e).__name__})"
+for v in ("exact", "q8"):
+    cells = [tg(f"variant-{v}-rpt{r}-qwen3.5-9b-q4_k_m.json", f"rpt {r}:") for r in (2, 4, 8)]
+    print(f"  qwen3.5-9b-q4_k_m {v} with RILL_CUDA_MV_RPT  {' | '.join(cells)}")
 for f in sorted(glob.glob(os.path.join(out, "test-*.log"))):
     res = [l.strip() for l in open(f, errors="replace") if l.startswith("test result:")]
     print(f"{os.path.basename(f)[5:-4]:<26} {res[-1] if res else 'no result (crashed or timed out)'}")
