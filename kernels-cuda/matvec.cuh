@@ -33,6 +33,67 @@
 #define MV_RPT_MAX_GLU 4  // rows per thread with two weights (gate and up)
 #define MV_XPAD 36  // floats per unit in shared memory (32 + 4 of padding)
 
+// Dense weights do not depend on earlier kernels: start pulling this block's rows (of W and, for
+// GLU, W2) into L2 while the previous kernel finishes (programmatic dependent launch).
+__device__ __forceinline__ void mv_prefetch_rows(const uint8_t* W, const uint8_t* W2, int row0, int rows,
+                                                 size_t row_bytes) {
+    const size_t bytes = (size_t)rows * row_bytes;
+    for (size_t off = (size_t)threadIdx.x * 128; off < bytes; off += (size_t)MV_THREADS * 128) {
+        prefetch_l2(W + (size_t)row0 * row_bytes + off);
+        if (W2 != nullptr) prefetch_l2(W2 + (size_t)row0 * row_bytes + off);
+    }
+}
+
+// The end of a matvec block: reduce each of the thread's RPT rows over the UT threads of its row
+// group (within warps, then across the UT/32 warps through `red`) and write out[ov][row]
+// (silu(gate) * up for GLU). `red` is [MV_THREADS/32][RPT_MAX * (GLU ? 2 : 1)].
+template <int RPT_MAX, bool GLU>
+__device__ __forceinline__ void mv_reduce_store(const float (&acc)[RPT_MAX], const float (&accu)[RPT_MAX],
+                                                float (*red)[RPT_MAX * (GLU ? 2 : 1)], int UT, int RPT, int row0,
+                                                int n_out, float* out_v) {
+    const int t = threadIdx.x, w = t / 32, lane = t % 32, RG = MV_THREADS / UT;
+#pragma unroll
+    for (int i = 0; i < RPT_MAX; ++i) {
+        if (i < RPT) {
+            const float g = warp_sum(acc[i]);
+            const float v = GLU ? warp_sum(accu[i]) : 0.0f;
+            if (lane == 0) {
+                red[w][i] = g;
+                if (GLU) red[w][RPT_MAX + i] = v;
+            }
+        }
+    }
+    __syncthreads();
+    const int warps_per_group = UT / 32 > 0 ? UT / 32 : 1;
+    if (t < RG * RPT) {
+        const int g_ = t % RG, i = t / RG;  // local row t = g_ + RG * i
+        const int row = row0 + t;
+        if (row < n_out) {
+            float g = 0.0f, v = 0.0f;
+            for (int k = 0; k < warps_per_group; ++k) {
+                g += red[g_ * warps_per_group + k][i];
+                if (GLU) v += red[g_ * warps_per_group + k][RPT_MAX + i];
+            }
+            out_v[row] = GLU ? siluf_(g) * v : g;
+        }
+    }
+}
+
+// The slots every matvec kernel shares (below), as locals named after them.
+#define MV_SLOTS(a)                                                                     \
+    const uint8_t* W = reinterpret_cast<const uint8_t*>((a).p[0]);                      \
+    const uint8_t* W2 = reinterpret_cast<const uint8_t*>((a).p[1]);                     \
+    const float* X = reinterpret_cast<const float*>((a).p[2]);                          \
+    float* out = reinterpret_cast<float*>((a).p[3]);                                    \
+    const uint32_t* ids = reinterpret_cast<const uint32_t*>((a).p[4]);                  \
+    const float* scales = reinterpret_cast<const float*>((a).p[5]);                     \
+    const int n_out = (int)(a).n[0], n_in = (int)(a).n[1];                              \
+    const size_t row_bytes = (size_t)(a).n[2], expert_bytes = (size_t)(a).n[3];         \
+    const uint32_t n_experts = (uint32_t)(a).n[4];                                      \
+    const int x_group = (int)(a).n[5], nsum = (int)(a).n[6];                            \
+    const int UT = (int)(a).n[7], RPT = (int)(a).n[8];                                  \
+    const size_t out_stride = (size_t)(a).n[10], x_stride = (size_t)(a).n[11]
+
 // Slots: p0 W, p1 W2 (GLU up weights or 0), p2 x, p3 out, p4 expert ids (u32) or 0, p5 scales or 0.
 //        n0 n_out, n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts, n5 x_group, n6 nsum,
 //        n7 UT, n8 RPT, n9 x_in_smem, n10 out_stride (floats), n11 x_stride (floats).
@@ -43,19 +104,8 @@ __device__ __forceinline__ void matvec(const Args& a) {
     float* xs = reinterpret_cast<float*>(smem4);
     __shared__ float red[MV_THREADS / 32][RPT_MAX * (GLU ? 2 : 1)];
 
-    const uint8_t* W = reinterpret_cast<const uint8_t*>(a.p[0]);
-    const uint8_t* W2 = reinterpret_cast<const uint8_t*>(a.p[1]);
-    const float* X = reinterpret_cast<const float*>(a.p[2]);
-    float* out = reinterpret_cast<float*>(a.p[3]);
-    const uint32_t* ids = reinterpret_cast<const uint32_t*>(a.p[4]);
-    const float* scales = reinterpret_cast<const float*>(a.p[5]);
-    const int n_out = (int)a.n[0], n_in = (int)a.n[1];
-    const size_t row_bytes = (size_t)a.n[2], expert_bytes = (size_t)a.n[3];
-    const uint32_t n_experts = (uint32_t)a.n[4];
-    const int x_group = (int)a.n[5], nsum = (int)a.n[6];
-    const int UT = (int)a.n[7], RPT = (int)a.n[8];
+    MV_SLOTS(a);
     const bool x_in_smem = a.n[9] != 0;
-    const size_t out_stride = (size_t)a.n[10], x_stride = (size_t)a.n[11];
 
     const int t = threadIdx.x, ut = t % UT, rg = t / UT, RG = MV_THREADS / UT;
     const int rows_per_block = RG * RPT;
@@ -63,17 +113,7 @@ __device__ __forceinline__ void matvec(const Args& a) {
     const int ov = blockIdx.y;  // output vector
     const int units = (n_in + 31) / 32;
 
-    // Dense weights do not depend on earlier kernels: start pulling this block's rows into L2
-    // while the previous kernel finishes (programmatic dependent launch).
-    if (ids == nullptr) {
-        const int rows = min(rows_per_block, n_out - row0);
-        const size_t bytes = (size_t)rows * row_bytes;
-        const uint8_t* base = W + (size_t)row0 * row_bytes;
-        for (size_t off = (size_t)t * 128; off < bytes; off += (size_t)MV_THREADS * 128) {
-            prefetch_l2(base + off);
-            if (GLU) prefetch_l2(W2 + (size_t)row0 * row_bytes + off);
-        }
-    }
+    if (ids == nullptr) mv_prefetch_rows(W, GLU ? W2 : nullptr, row0, min(rows_per_block, n_out - row0), row_bytes);
     kernel_start();
 
     // The activation vectors of this block, one per summed entry.
@@ -147,32 +187,6 @@ __device__ __forceinline__ void matvec(const Args& a) {
         }
     }
 
-    // Reduce each row over the UT threads of its group: within warps, then across the UT/32 warps.
-    const int w = t / 32, lane = t % 32;
-#pragma unroll
-    for (int i = 0; i < RPT_MAX; ++i) {
-        if (i < RPT) {
-            const float g = warp_sum(acc[i]);
-            const float v = GLU ? warp_sum(accu[i]) : 0.0f;
-            if (lane == 0) {
-                red[w][i] = g;
-                if (GLU) red[w][RPT_MAX + i] = v;
-            }
-        }
-    }
-    __syncthreads();
-    const int warps_per_group = UT / 32 > 0 ? UT / 32 : 1;
-    if (t < rows_per_block) {
-        const int g_ = t % RG, i = t / RG;  // local row t = g_ + RG * i
-        const int row = row0 + t;
-        if (row < n_out) {
-            float g = 0.0f, v = 0.0f;
-            for (int k = 0; k < warps_per_group; ++k) {
-                g += red[g_ * warps_per_group + k][i];
-                if (GLU) v += red[g_ * warps_per_group + k][RPT_MAX + i];
-            }
-            out[(size_t)ov * out_stride + row] = GLU ? siluf_(g) * v : g;
-        }
-    }
+    mv_reduce_store<RPT_MAX, GLU>(acc, accu, red, UT, RPT, row0, n_out, out + (size_t)ov * out_stride);
 }
 

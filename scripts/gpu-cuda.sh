@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # The CUDA GPU job, in one device call (built here by scripts/pack-gpu.sh, carried in .gpu/):
-#   1. the kernel harness (dev/cuda/matvec_bench): every decode matvec variant checked against a
-#      double-precision CPU reference and timed in GB/s against the copy bandwidth;
+#   1. the kernel harness (dev/cuda/matvec_bench): every decode matvec variant (exact and the fast
+#      tier's q8, several geometries) checked against a double-precision CPU reference and timed in
+#      GB/s against the copy bandwidth, ending with a winner table;
 #   2. the CUDA test suite (device op tests, recorded steps, end-to-end fixtures, CLI, synthesized
 #      models) with RILL_TEST_BACKENDS=cuda;
 #   3. `rill synth` of qwen3.5-9b q4_k_m and q8_0 and qwen3.5-35b-a3b q4_k_m, then `rill bench`
 #      (tg128, pp102, pp512) on cuda, RILL_PROFILE=1 runs (decode, prefill), and the logits of a short
 #      prompt on cuda (recorded decode steps) against the CPU backend (batched prefill);
-#   4. a summary table, printed last.
+#   3b. decode variants end to end: tg128 with RILL_CUDA_MATVEC=exact and =q8 for each model, and the
+#      q8 logits against the CPU's (the fast tier's drift);
+#   4. a summary table, printed last; every text log also goes into $OUT/logs.tar.gz (a device call
+#      returns only a few files: the tarball has them all).
 # Every log goes to $OUT (default ./out). Run from the repository root:
 #   bash scripts/gpu-cuda.sh            (about 5 minutes on an H200)
 # SKIP_MODELS=1 leaves out step 3 (a dry run of the script's plumbing on a machine without a GPU).
@@ -41,7 +45,7 @@ head -15 "$OUT/nvidia-smi.txt" >&2
 log "matvec harness"
 timeout 240 target/release/matvec_bench >"$OUT/matvec_bench.log" 2>&1
 echo "matvec_bench exit $?" >>"$OUT/matvec_bench.log"
-tail -3 "$OUT/matvec_bench.log" | tee -a "$OUT/summary.txt"
+sed -n '/==== winners/,$p' "$OUT/matvec_bench.log" | tee -a "$OUT/summary.txt"
 
 # ---- 2. tests -----------------------------------------------------------------------------------
 log "tests (RILL_TEST_BACKENDS=cuda)"
@@ -86,14 +90,11 @@ for m in "${profiled[@]}"; do
     grep -A 9 "by phase" "$OUT/profile-decode-$1-$2.txt" | tee -a "$OUT/summary.txt"
 done
 # Exact paths at real shapes: cuda (token by token, recorded steps) against cpu (batched prefill).
-for m in "${models[@]}"; do
-    set -- $m
-    f="$MODELS/$1-$2.gguf"
-    log "logits cuda vs cpu $1 $2"
-    toks=785,3974,293,4830,282,5131,7784,82
-    timeout 300 $rill logits -m "$f" --tokens $toks --decode --backend cuda -o "$OUT/logits-cuda-$1-$2.safetensors" >"$OUT/logits-$1-$2.log" 2>&1
-    timeout 300 $rill logits -m "$f" --tokens $toks --backend cpu -o "$OUT/logits-cpu-$1-$2.safetensors" >>"$OUT/logits-$1-$2.log" 2>&1
-    python3 - "$OUT/logits-cuda-$1-$2.safetensors" "$OUT/logits-cpu-$1-$2.safetensors" <<'EOF' 2>&1 | tee -a "$OUT/summary.txt"
+# The logits files (8 MB each) stay out of $OUT.
+LOGITS=${LOGITS:-/tmp/rill-logits}
+mkdir -p "$LOGITS"
+compare_logits() { # cuda file, cpu file: rel L2, max abs, argmax agreement
+    python3 - "$1" "$2" <<'EOF' 2>&1 | tee -a "$OUT/summary.txt"
 import sys, json, struct
 import numpy as np
 def load(p):
@@ -109,10 +110,42 @@ except Exception as e:
     print(f"logits compare: cannot read ({e})"); sys.exit(0)
 rel = np.sqrt(((a - c) ** 2).sum(1) / (c ** 2).sum(1))
 agree = (a.argmax(1) == c.argmax(1)).sum()
-print(f"logits cuda(decode) vs cpu(prefill) {sys.argv[1].split('logits-cuda-')[1]}: rel L2 max {rel.max():.2e}, "
+print(f"logits {sys.argv[1].split('/')[-1]} vs cpu(prefill): rel L2 max {rel.max():.2e}, "
       f"max abs {np.abs(a - c).max():.2e}, argmax {agree}/{len(rel)}")
 EOF
+}
+toks=785,3974,293,4830,282,5131,7784,82
+for m in "${models[@]}"; do
+    set -- $m
+    f="$MODELS/$1-$2.gguf"
+    log "logits cuda vs cpu $1 $2"
+    timeout 300 $rill logits -m "$f" --tokens $toks --decode --backend cuda -o "$LOGITS/logits-cuda-$1-$2.safetensors" >"$OUT/logits-$1-$2.log" 2>&1
+    timeout 300 $rill logits -m "$f" --tokens $toks --backend cpu -o "$LOGITS/logits-cpu-$1-$2.safetensors" >>"$OUT/logits-$1-$2.log" 2>&1
+    compare_logits "$LOGITS/logits-cuda-$1-$2.safetensors" "$LOGITS/logits-cpu-$1-$2.safetensors"
 done
+
+# ---- 3b. decode kernel variants end to end ---------------------------------------------------------
+# RILL_CUDA_MATVEC picks the decode matvec kernels (src/backend/cuda/ops/linear.rs): exact (f32 on
+# dequantized weights) or q8 (fast tier: 8-bit activations, dp4a). tg128 of each, then the q8
+# logits against the CPU's exact ones (the fast tier's drift at real depth).
+for m in "${models[@]}"; do
+    set -- $m
+    f="$MODELS/$1-$2.gguf"
+    for v in exact q8; do
+        log "decode variant $v: $1 $2"
+        RILL_CUDA_MATVEC=$v timeout 300 $rill bench -m "$f" --backend cuda -p "" -n 128 -r 3 --json \
+            >"$OUT/variant-$v-$1-$2.json" 2>"$OUT/variant-$v-$1-$2.log"
+    done
+    RILL_CUDA_MATVEC=q8 timeout 300 $rill logits -m "$f" --tokens $toks --decode --backend cuda \
+        -o "$LOGITS/logits-cuda-q8-$1-$2.safetensors" >>"$OUT/logits-$1-$2.log" 2>&1
+    compare_logits "$LOGITS/logits-cuda-q8-$1-$2.safetensors" "$LOGITS/logits-cpu-$1-$2.safetensors"
+done
+if [ -z "${SKIP_MODELS:-}" ]; then
+    log "profile q8 decode qwen3.5-9b q4_k_m"
+    RILL_CUDA_MATVEC=q8 RILL_PROFILE=1 timeout 300 $rill bench -m "$MODELS/qwen3.5-9b-q4_k_m.gguf" --backend cuda \
+        -p "" -n 64 -r 1 --no-warmup >"$OUT/profile-decode-q8-qwen3.5-9b-q4_k_m.txt" 2>&1
+    grep -A 9 "by phase" "$OUT/profile-decode-q8-qwen3.5-9b-q4_k_m.txt" | tee -a "$OUT/summary.txt"
+fi
 
 # ---- 4. summary ---------------------------------------------------------------------------------
 log "summary"
@@ -134,6 +167,16 @@ for name, tgt in targets.items():
         row["tg128"] = f"({type(e).__name__})"
     ok = "" if row["tg128"] in ("-",) or row["tg128"].startswith("(") else ("ok" if float(row["tg128"]) >= tgt else "BELOW")
     print(f"{name:<26} {row['tg128']:>12} {tgt:>7} {row['pp102']:>12} {row['pp512']:>12} {ok}")
+print("decode variants (RILL_CUDA_MATVEC), tg128 tokens/s:")
+for name, tgt in targets.items():
+    cells = []
+    for v in ("exact", "q8"):
+        try:
+            j = json.load(open(os.path.join(out, f"variant-{v}-{name}.json")))
+            cells.append(f"{v} {j['tests'][0]['tokens_per_s_mean']:.1f}")
+        except Exception as e:
+            cells.append(f"{v} ({type(e).__name__})")
+    print(f"  {name:<26} {' | '.join(cells)}   target {tgt}")
 for f in sorted(glob.glob(os.path.join(out, "test-*.log"))):
     res = [l.strip() for l in open(f, errors="replace") if l.startswith("test result:")]
     print(f"{os.path.basename(f)[5:-4]:<26} {res[-1] if res else 'no result (crashed or timed out)'}")
@@ -143,3 +186,5 @@ if os.path.exists(mb):
         if l.startswith(("estimated", "PASS", "FAIL", "device")):
             print(l.rstrip())
 EOF
+# Every text log in one tarball (the device call returns only a few files).
+tar -czf "$OUT/logs.tar.gz" -C "$OUT" --exclude=logs.tar.gz . 2>/dev/null || true

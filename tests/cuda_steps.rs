@@ -25,6 +25,7 @@ mod with_cuda {
             CudaBackend::with_options(CudaOptions {
                 graphs,
                 dependent_launch,
+                ..CudaOptions::default()
             })
             .expect("cuda backend"),
         ))

@@ -505,3 +505,123 @@ fn experts_invalid_ids_refused_or_skipped() {
         assert_close(&format!("{} valid part", p.name()), &ok, &p.read(&out).1, 1e-5, 1e-4);
     }
 }
+
+/// Several threads calling ops on one device backend at once each get their own results. The
+/// ops that keep intermediates in backend scratch (the MoE hidden rows between gate/up and down,
+/// argmax partials) must not let another thread's launches in between their own: on cuda the
+/// MoE F16 fixture's batched prefill failed that way while other tests ran in parallel.
+#[test]
+fn concurrent_callers_get_their_own_results() {
+    for p in Both::each() {
+        let (n_exp, k, d, n_ff) = (16usize, 4usize, 64usize, 128usize);
+        let mut rng = Rng::new(51);
+        let (sd, sf) = (1.0 / (d as f32).sqrt(), 1.0 / (n_ff as f32).sqrt());
+        let ex = Experts::new(&p, &mut rng, Some(GgmlType::F16), [n_exp, d, n_ff], [sd, sd, sf]);
+        let c = p.cpu.as_ref();
+        // One job per thread, of different sizes (a larger one grows the scratch while others
+        // use it): inputs, CPU-routed ids and weights, and the CPU's results.
+        struct Job {
+            t: usize,
+            x: Pt,
+            ids: Pt,
+            ws: Pt,
+            out: Pt,
+            want: Vec<f32>,
+            bound: Vec<f32>,
+            logits: Pt,
+            want_argmax: Vec<u32>,
+        }
+        let vocab = 9000;
+        let jobs: Vec<Job> = [1usize, 3, 64, 130]
+            .iter()
+            .map(|&t| {
+                let xv = rng.normals(t * d, 1.0);
+                let cl = up(c, &rng.normals(t * n_exp, 2.0), &[t, n_exp]);
+                let (cids, cw) = (
+                    c.alloc(DType::U32, &[t, k]).expect("alloc"),
+                    c.alloc(DType::F32, &[t, k]).expect("alloc"),
+                );
+                c.moe_route(&cl, k, 1.0, &cids, &cw).expect("cpu route");
+                let (idv, wv) = (c.read_u32(&cids).expect("read"), c.read_f32(&cw).expect("read"));
+                let (x, ids, ws, out) = (
+                    p.up(&xv, &[t, d]),
+                    p.up_u32(&idv, &[t, k]),
+                    p.up(&wv, &[t, k]),
+                    p.zeros(&[t, d]),
+                );
+                ex.run(c, Side::Cpu, &x, &ids, &ws, &out).expect("cpu experts");
+                let want = c.read_f32(&out.cpu).expect("read");
+                let bound = ex.term_bound(&xv, &idv, &wv, k);
+                let logits = p.up(&rng.normals(t * vocab, 1.0), &[t, vocab]);
+                let am = c.alloc(DType::U32, &[t]).expect("alloc");
+                c.argmax(&logits.cpu, &am).expect("cpu argmax");
+                let want_argmax = c.read_u32(&am).expect("read");
+                Job {
+                    t,
+                    x,
+                    ids,
+                    ws,
+                    out,
+                    want,
+                    bound,
+                    logits,
+                    want_argmax,
+                }
+            })
+            .collect();
+        let start = std::sync::Barrier::new(jobs.len());
+        // A failing round is recorded, not a panic: the other threads would wait at the barrier
+        // for it forever.
+        let failures: Vec<String> = std::thread::scope(|s| {
+            let handles: Vec<_> = jobs
+                .iter()
+                .map(|j| {
+                    let (p, ex, start) = (&p, &ex, &start);
+                    s.spawn(move || {
+                        let g = p.dev.as_ref();
+                        let am = g.alloc(DType::U32, &[j.t]).expect("alloc");
+                        let mut failed = Vec::new();
+                        for round in 0..40 {
+                            // Start every round together, so the threads' launches meet.
+                            start.wait();
+                            let r = ex
+                                .run(g, Side::Dev, &j.x, &j.ids, &j.ws, &j.out)
+                                .and_then(|()| g.argmax(&j.logits.dev, &am));
+                            let (got, got_am) = match r.and_then(|()| Ok((g.read_f32(&j.out.dev)?, g.read_u32(&am)?))) {
+                                Ok(v) => v,
+                                Err(e) => {
+                                    failed.push(format!("T={} round {round}: {e}", j.t));
+                                    continue;
+                                }
+                            };
+                            let worst = got
+                                .iter()
+                                .zip(&j.want)
+                                .zip(&j.bound)
+                                .map(|((&gv, &cv), &b)| (gv - cv).abs() / b.max(f32::MIN_POSITIVE))
+                                .fold(0f32, |m, r| if r.is_nan() { f32::INFINITY } else { m.max(r) });
+                            if worst > 1e-4 {
+                                failed.push(format!(
+                                    "moe_experts T={} round {round}: error {worst:.3e} of Σ|terms|",
+                                    j.t
+                                ));
+                            }
+                            if got_am != j.want_argmax {
+                                failed.push(format!("argmax T={} round {round}", j.t));
+                            }
+                        }
+                        failed
+                    })
+                })
+                .collect();
+            handles.into_iter().flat_map(|h| h.join().expect("thread")).collect()
+        });
+        assert!(
+            failures.is_empty(),
+            "{}: {} failures, first: {}",
+            p.name(),
+            failures.len(),
+            failures.iter().take(5).cloned().collect::<Vec<_>>().join("; ")
+        );
+    }
+}

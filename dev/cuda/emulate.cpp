@@ -17,6 +17,7 @@
 #include "matmul_tiled.cu"
 #include "matvec.cu"
 #include "matvec_glu.cu"
+#include "matvec_q8.cu"
 #include "moe.cu"
 #include "norm.cu"
 
@@ -354,6 +355,88 @@ static void test_moe(const char* name, void (*kglu)(const Args), void (*kmv)(con
     expect(std::string("moe down ") + name, O.get<float>((size_t)T * d), ow, 1e-4, 1e-4);
 }
 
+// Fast tier: activations quantized per 32 (matvec_q8.cuh). The reference is the double dot of
+// the dequantized weights with the CPU's quantization of x (the same f32 operations), so the
+// check is as tight as the exact kernels'; plus the quantization error bound against f32 x.
+static void quantize_ref(const std::vector<float>& x, int n_in, std::vector<double>& xq) {
+    const int units = (n_in + 31) / 32;
+    xq.assign((size_t)units * 32, 0.0);
+    for (int u = 0; u < units; ++u) {
+        float amax = 0;
+        for (int i = 0; i < 32 && 32 * u + i < n_in; ++i) amax = std::max(amax, std::fabs(x[32 * u + i]));
+        const float id = amax > 0 ? 127.0f / amax : 0.0f, d = amax / 127.0f;
+        for (int i = 0; i < 32 && 32 * u + i < n_in; ++i)
+            xq[32 * u + i] = (double)d * (double)(int)std::nearbyint(x[32 * u + i] * id);
+    }
+}
+
+template <class F>
+static void test_matvec_q8(const char* name, void (*kmv)(const Args), void (*kglu)(const Args), int n_in) {
+    using D = Q8Dot<F>;
+    const int units = n_in / 32, chunks = units / D::CU, ut = unit_lanes(chunks);
+    for (int n_out : {1, 7, 37}) {
+        auto wb = random_weight<F>(n_out, n_in), ub = random_weight<F>(n_out, n_in);
+        auto wd = dequant<F>(wb, n_out, n_in), ud = dequant<F>(ub, n_out, n_in);
+        const size_t rb = wb.size() / n_out;
+        Buf W = Buf::of(wb), U = Buf::of(ub);
+        for (int T : {1, 3}) {
+            auto x = normals((size_t)T * n_in);
+            x[0] = 0.0f;  // and one all-zero unit when n_in allows
+            if (n_in >= 64)
+                for (int i = 32; i < 64; ++i) x[i] = 0.0f;
+            std::vector<double> xq((size_t)T * units * 32);
+            for (int t = 0; t < T; ++t) {
+                std::vector<float> xt(x.begin() + (size_t)t * n_in, x.begin() + (size_t)(t + 1) * n_in);
+                std::vector<double> q;
+                quantize_ref(xt, n_in, q);
+                std::copy(q.begin(), q.end(), xq.begin() + (size_t)t * units * 32);
+            }
+            Buf X = Buf::of(x), O(sizeof(float) * T * n_out);
+            for (bool glu : {false, true})
+                for (int rpt : {1, 3}) {
+                    if (glu && rpt > MV_RPT_MAX_GLU) continue;
+                    std::vector<double> want((size_t)T * n_out), mag((size_t)T * n_out);
+                    for (int t = 0; t < T; ++t)
+                        for (int o = 0; o < n_out; ++o) {
+                            double g = 0, u = 0, mg = 0, mu = 0;
+                            for (int i = 0; i < n_in; ++i) {
+                                const double xi = xq[(size_t)t * units * 32 + i];
+                                g += wd[(size_t)o * n_in + i] * xi;
+                                mg += std::fabs(wd[(size_t)o * n_in + i] * xi);
+                                u += ud[(size_t)o * n_in + i] * xi;
+                                mu += std::fabs(ud[(size_t)o * n_in + i] * xi);
+                            }
+                            want[(size_t)t * n_out + o] = glu ? silu(g) * u : g;
+                            mag[(size_t)t * n_out + o] = glu ? mg * std::fabs(u) + mu * std::fabs(silu(g)) + 1e-30 : mg + 1e-30;
+                        }
+                    Args a;
+                    memset(&a, 0, sizeof a);
+                    a.p[0] = W.addr();
+                    a.p[1] = glu ? U.addr() : 0;
+                    a.p[2] = X.addr();
+                    a.p[3] = O.addr();
+                    a.n[0] = n_out;
+                    a.n[1] = n_in;
+                    a.n[2] = (long long)rb;
+                    a.n[4] = 1;
+                    a.n[5] = 1;
+                    a.n[6] = 1;
+                    a.n[7] = ut;
+                    a.n[8] = rpt;
+                    a.n[10] = n_out;
+                    a.n[11] = n_in;
+                    const int rpb = (256 / ut) * rpt;
+                    memset(O.p, 0xFF, O.n);
+                    emu_launch(glu ? kglu : kmv, Dim3{(unsigned)((n_out + rpb - 1) / rpb), (unsigned)T, 1}, 256,
+                               (size_t)xq_bytes(units), a);
+                    expect(std::string(glu ? "matvec_q8_glu " : "matvec_q8 ") + name + " [" + std::to_string(n_out) + "x" +
+                               std::to_string(n_in) + "] T " + std::to_string(T) + " rpt " + std::to_string(rpt),
+                           O.get<float>((size_t)T * n_out), want, 1e-30, 2e-6, &mag);
+                }
+        }
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 
 static Args args() {
@@ -364,7 +447,9 @@ static Args args() {
 
 static void test_norms() {
     for (int d : {1, 7, 128, 257, 4096}) {
-        const int groups = 3, bs = std::clamp((d + 31) / 32 * 32, 32, 256);
+        // Both block sizes of src/backend/cuda/ops/norm.rs norm_threads: many groups, few groups.
+        const int groups = 3, bs_many = std::clamp((d + 31) / 32 * 32, 32, 256);
+        const int bs_few = std::max(bs_many, std::clamp(((d + 3) / 4 + 31) / 32 * 32, 32, 1024));
         auto x = normals((size_t)groups * d, 2.0f), w = normals(d), z = normals((size_t)groups * d), acc = normals((size_t)groups * d);
         Buf X = Buf::of(x), W = Buf::of(w), Z = Buf::of(z), A = Buf::of(acc), O(4 * x.size());
         std::vector<double> want(x.size()), wantg(x.size()), wanta(x.size()), acc2(x.size());
@@ -382,26 +467,30 @@ static void test_norms() {
                 wanta[g * d + i] = acc2[g * d + i] * sa * w[i];
             }
         }
-        Args a = args();
-        a.p[0] = X.addr();
-        a.p[1] = W.addr();
-        a.p[2] = O.addr();
-        a.n[0] = d;
-        a.f[0] = 1e-6f;
-        emu_launch(rms_norm, Dim3{(unsigned)groups, 1, 1}, bs, 0, a);
-        expect("rms_norm d " + std::to_string(d), O.get<float>(x.size()), want, 1e-6, 1e-5);
-        a.p[1] = Z.addr();
-        a.p[2] = W.addr();
-        a.p[3] = O.addr();
-        emu_launch(gated_rms_norm, Dim3{(unsigned)groups, 1, 1}, bs, 0, a);
-        expect("gated_rms_norm d " + std::to_string(d), O.get<float>(x.size()), wantg, 1e-6, 1e-5);
-        a.p[0] = A.addr();
-        a.p[1] = X.addr();
-        a.p[2] = W.addr();
-        a.p[3] = O.addr();
-        emu_launch(add_rms_norm, Dim3{(unsigned)groups, 1, 1}, bs, 0, a);
-        expect("add_rms_norm out d " + std::to_string(d), O.get<float>(x.size()), wanta, 1e-6, 1e-5);
-        expect("add_rms_norm acc d " + std::to_string(d), A.get<float>(x.size()), acc2, 1e-6, 1e-6);
+        for (int k = 0; k < (bs_few == bs_many ? 1 : 2); ++k) {
+            const int bs = k ? bs_few : bs_many;
+            memcpy(A.p, acc.data(), 4 * acc.size());  // add_rms_norm updates acc in place
+            Args a = args();
+            a.p[0] = X.addr();
+            a.p[1] = W.addr();
+            a.p[2] = O.addr();
+            a.n[0] = d;
+            a.f[0] = 1e-6f;
+            emu_launch(rms_norm, Dim3{(unsigned)groups, 1, 1}, bs, 0, a);
+            expect("rms_norm d " + std::to_string(d) + " threads " + std::to_string(bs), O.get<float>(x.size()), want, 1e-6, 1e-5);
+            a.p[1] = Z.addr();
+            a.p[2] = W.addr();
+            a.p[3] = O.addr();
+            emu_launch(gated_rms_norm, Dim3{(unsigned)groups, 1, 1}, bs, 0, a);
+            expect("gated_rms_norm d " + std::to_string(d) + " threads " + std::to_string(bs), O.get<float>(x.size()), wantg, 1e-6, 1e-5);
+            a.p[0] = A.addr();
+            a.p[1] = X.addr();
+            a.p[2] = W.addr();
+            a.p[3] = O.addr();
+            emu_launch(add_rms_norm, Dim3{(unsigned)groups, 1, 1}, bs, 0, a);
+            expect("add_rms_norm out d " + std::to_string(d) + " threads " + std::to_string(bs), O.get<float>(x.size()), wanta, 1e-6, 1e-5);
+            expect("add_rms_norm acc d " + std::to_string(d) + " threads " + std::to_string(bs), A.get<float>(x.size()), acc2, 1e-6, 1e-6);
+        }
     }
 }
 
@@ -729,6 +818,12 @@ int main(int argc, char** argv) {
         test_matvec<FmtQ5_0>("Q5_0", matvec_Q5_0, matvec_glu_Q5_0, matmul_tiled_Q5_0, embed_Q5_0, 4096);
         test_matvec<FmtF32>("F32", matvec_F32, matvec_glu_F32, matmul_tiled_F32, embed_F32, 37);
         test_matvec<FmtF16>("F16", matvec_F16, matvec_glu_F16, matmul_tiled_F16, embed_F16, 100);
+    }
+    if (want("q8")) {
+        test_matvec_q8<FmtQ4_K>("Q4_K", matvec_q8_Q4_K, matvec_q8_glu_Q4_K, 512);
+        test_matvec_q8<FmtQ5_K>("Q5_K", matvec_q8_Q5_K, matvec_q8_glu_Q5_K, 256);
+        test_matvec_q8<FmtQ6_K>("Q6_K", matvec_q8_Q6_K, matvec_q8_glu_Q6_K, 768);
+        test_matvec_q8<FmtQ8_0>("Q8_0", matvec_q8_Q8_0, matvec_q8_glu_Q8_0, 96);
     }
     if (want("moe")) {
         test_moe<FmtQ4_K>("Q4_K", matvec_glu_Q4_K, matvec_Q4_K, 256, 512);

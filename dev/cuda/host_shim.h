@@ -84,6 +84,7 @@ inline uint32_t __float_as_uint(float f) {
     return i;
 }
 inline float __fmul_rn(float a, float b) { return a * b; }
+inline int __float2int_rn(float f) { return (int)std::nearbyint(f); }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
 

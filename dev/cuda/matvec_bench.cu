@@ -9,8 +9,11 @@
 //        dev/cuda/matvec_bench.cu -o matvec_bench
 // Run: ./matvec_bench [--quick]
 // Output: one line per (format, shape, variant): microseconds per call, GB/s of weight bytes,
-// percent of the copy bandwidth, worst error relative to sum |w x|, PASS/FAIL; then the estimated
-// matvec time of one qwen3.5-9b Q4_K_M decode step. Exit status 1 if any check fails.
+// percent of the copy bandwidth, worst error relative to sum |w x|, PASS/FAIL; then a table of
+// the fastest exact and fastest q8 (fast tier, kernels-cuda/matvec_q8.cuh) variant per shape and
+// the estimated matvec time of one qwen3.5-9b decode step with each. Exit status 1 if any check
+// fails. The q8 variants are checked against the CPU product with x quantized the same way
+// (so as tightly as the exact ones); their error against f32 x is printed as "vs f32".
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -20,7 +23,7 @@
 #include <string>
 #include <vector>
 
-#include "matvec.cuh"
+#include "matvec_q8.cuh"
 
 #define CK(x)                                                                                   \
     do {                                                                                        \
@@ -184,6 +187,16 @@ __global__ void __launch_bounds__(MV_THREADS, 2) mv_prod(const Args a) {
     matvec<F, false>(a);
 }
 
+template <class F>
+__global__ void __launch_bounds__(MV_THREADS, 2) mv_q8(const Args a) {
+    matvec_q8<F, false>(a);
+}
+// The same with up to 255 registers (one block of 256 threads per SM guaranteed, more if they fit).
+template <class F>
+__global__ void __launch_bounds__(MV_THREADS, 1) mv_q8_r255(const Args a) {
+    matvec_q8<F, false>(a);
+}
+
 // Naive baseline: one warp per row, every lane loops over the row's units, activations read
 // from global memory (no staging, no row reuse).
 template <class F>
@@ -224,7 +237,17 @@ struct Variant {
     int rpt;     // rows per thread (production), 0 = naive
     bool x_smem;
     int ut = 0;  // unit lanes (0: as the backend picks them)
+    int q8 = 0;  // 1: matvec_q8 (fast tier), 2: matvec_q8 with 255 registers
 };
+
+// Chunk units of the q8 kernel per format (Q8Dot<F>::CU), 0 where it has none.
+template <class F>
+static constexpr int q8_cu() {
+    if constexpr (std::is_same_v<F, FmtQ4_K> || std::is_same_v<F, FmtQ6_K> || std::is_same_v<F, FmtQ8_0> ||
+                  std::is_same_v<F, FmtQ5_K>)
+        return Q8Dot<F>::CU;
+    return 0;
+}
 
 template <class F>
 static void launch(const Variant& v, const uint8_t* W, const float* x, float* out, int n_out, int n_in,
@@ -234,7 +257,8 @@ static void launch(const Variant& v, const uint8_t* W, const float* x, float* ou
         return;
     }
     const int units = (n_in + 31) / 32;
-    const int ut = v.ut ? v.ut : unit_lanes(units);
+    const int cu = v.q8 ? q8_cu<F>() : 1;
+    const int ut = v.ut ? v.ut : unit_lanes(units / cu);
     const int rpb = (MV_THREADS / ut) * v.rpt;
     Args a;
     memset(&a, 0, sizeof a);
@@ -252,6 +276,16 @@ static void launch(const Variant& v, const uint8_t* W, const float* x, float* ou
     a.n[9] = v.x_smem ? 1 : 0;
     a.n[10] = n_out;
     a.n[11] = n_in;
+    if constexpr (q8_cu<F>() > 0) {
+        if (v.q8) {
+            const dim3 g((n_out + rpb - 1) / rpb, 1, 1);
+            if (v.q8 == 2)
+                mv_q8_r255<F><<<g, MV_THREADS, xq_bytes(units), st>>>(a);
+            else
+                mv_q8<F><<<g, MV_THREADS, xq_bytes(units), st>>>(a);
+            return;
+        }
+    }
     const int smem = v.x_smem ? units * MV_XPAD * 4 : 0;
     mv_prod<F><<<dim3((n_out + rpb - 1) / rpb, 1, 1), MV_THREADS, smem, st>>>(a);
 }
@@ -259,6 +293,10 @@ static void launch(const Variant& v, const uint8_t* W, const float* x, float* ou
 template <class F>
 static void set_smem() {
     CK(cudaFuncSetAttribute(mv_prod<F>, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
+    if constexpr (q8_cu<F>() > 0) {
+        CK(cudaFuncSetAttribute(mv_q8<F>, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
+        CK(cudaFuncSetAttribute(mv_q8_r255<F>, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
+    }
 }
 
 struct Shape {
@@ -269,9 +307,33 @@ struct Shape {
 
 static int failures = 0;
 
-// Returns the best microseconds per call of the production variants.
+// The fastest exact and q8 variant of one (format, shape), for the winner table.
+struct Best {
+    double us = 1e30, us_q8 = 1e30;
+    std::string name, name_q8;
+};
+struct Row {
+    std::string fmt, shape;
+    size_t bytes;
+    Best b;
+};
+static std::vector<Row> table;
+
+// x quantized as matvec_q8.cuh does (the same f32 operations), dequantized.
+static std::vector<double> quantize_x_ref(const std::vector<float>& x) {
+    std::vector<double> q(x.size());
+    for (size_t u = 0; u < x.size() / 32; ++u) {
+        float amax = 0;
+        for (int i = 0; i < 32; ++i) amax = std::max(amax, fabsf(x[32 * u + i]));
+        const float id = amax > 0 ? 127.0f / amax : 0.0f, d = amax / 127.0f;
+        for (int i = 0; i < 32; ++i) q[32 * u + i] = (double)d * (double)(int)nearbyintf(x[32 * u + i] * id);
+    }
+    return q;
+}
+
+// Times every variant of one (format, shape); returns the fastest exact and q8 variants.
 template <class F>
-static double run_case(const FmtInfo& f, const Shape& s, double copy_gbs, bool quick) {
+static Best run_case(const FmtInfo& f, const Shape& s, double copy_gbs, bool quick) {
     const int n_out = s.n_out, n_in = s.n_in;
     const size_t row_bytes = (size_t)(n_in / f.qk) * f.bytes;
     const size_t mat_bytes = row_bytes * n_out;
@@ -285,20 +347,25 @@ static double run_case(const FmtInfo& f, const Shape& s, double copy_gbs, bool q
 
     // CPU reference on a sample of rows (all of them for small matrices).
     const int step = n_out > 4096 ? n_out / 2048 : 1;
-    std::vector<double> ref(n_out, 0.0), mag(n_out, 0.0);
+    const std::vector<double> hxq = quantize_x_ref(hx);
+    std::vector<double> ref(n_out, 0.0), mag(n_out, 0.0), refq(n_out, 0.0), magq(n_out, 0.0);
     std::vector<float> y(std::max(f.qk, 256));
     for (int r = 0; r < n_out; r += step) {
         const uint8_t* row = hw.data() + (size_t)r * row_bytes;
-        double acc = 0, m = 0;
+        double acc = 0, m = 0, accq = 0, mq = 0;
         for (int blk = 0; blk < n_in / f.qk; ++blk) {
             dequant_block(f.kind, row + (size_t)blk * f.bytes, y.data());
             for (int i = 0; i < f.qk; ++i) {
                 acc += (double)y[i] * hx[(size_t)blk * f.qk + i];
                 m += fabs((double)y[i] * hx[(size_t)blk * f.qk + i]);
+                accq += (double)y[i] * hxq[(size_t)blk * f.qk + i];
+                mq += fabs((double)y[i] * hxq[(size_t)blk * f.qk + i]);
             }
         }
         ref[r] = acc;
         mag[r] = m;
+        refq[r] = accq;
+        magq[r] = mq;
     }
 
     std::vector<uint8_t*> dW(copies);
@@ -320,7 +387,15 @@ static double run_case(const FmtInfo& f, const Shape& s, double copy_gbs, bool q
     std::vector<Variant> vars = {{"naive warp/row", 0, false}, {"prod rpt=1", 1, true},      {"prod rpt=2", 2, true},
                                  {"prod rpt=4", 4, true},       {"prod rpt=8", 8, true},      {"prod rpt=4 x-global", 4, false},
                                  {"prod ut=64 rpt=4", 4, true, 64}, {"prod ut=64 rpt=8", 8, true, 64}, {"prod ut=32 rpt=8", 8, true, 32}};
-    double best = 1e30;
+    if constexpr (q8_cu<F>() > 0) {
+        // Fast tier: geometry sweep (unit lanes over chunks, rows per thread), and 255 registers.
+        for (int rpt : {1, 2, 4, 8}) vars.push_back({"q8 rpt=" + std::to_string(rpt), rpt, true, 0, 1});
+        for (int ut : {32, 64, 128})
+            for (int rpt : {2, 4, 8})
+                if ((n_in / 32 / q8_cu<F>()) >= ut) vars.push_back({"q8 ut=" + std::to_string(ut) + " rpt=" + std::to_string(rpt), rpt, true, ut, 1});
+        for (int rpt : {2, 4, 8}) vars.push_back({"q8 r255 rpt=" + std::to_string(rpt), rpt, true, 0, 2});
+    }
+    Best best;
     std::vector<float> got(n_out);
     for (const Variant& v : vars) {
         // Check.
@@ -329,14 +404,17 @@ static double run_case(const FmtInfo& f, const Shape& s, double copy_gbs, bool q
         CK(cudaGetLastError());
         CK(cudaStreamSynchronize(st));
         CK(cudaMemcpy(got.data(), dout, n_out * 4, cudaMemcpyDeviceToHost));
-        double worst = 0;
+        double worst = 0, vs_f32 = 0;
         int worst_row = 0;
+        const std::vector<double>& rf = v.q8 ? refq : ref;
+        const std::vector<double>& mg = v.q8 ? magq : mag;
         for (int r = 0; r < n_out; r += step) {
-            const double e = fabs((double)got[r] - ref[r]) / (mag[r] > 0 ? mag[r] : 1e-30);
+            const double e = fabs((double)got[r] - rf[r]) / (mg[r] > 0 ? mg[r] : 1e-30);
             if (!(e <= worst)) {  // NaN-safe: a NaN output becomes the worst
                 worst = std::isnan(e) ? INFINITY : e;
                 worst_row = r;
             }
+            vs_f32 = std::max(vs_f32, fabs((double)got[r] - ref[r]) / (mag[r] > 0 ? mag[r] : 1e-30));
         }
         const bool ok = worst <= 1e-5;
         if (!ok) failures++;
@@ -351,9 +429,17 @@ static double run_case(const FmtInfo& f, const Shape& s, double copy_gbs, bool q
         CK(cudaEventElapsedTime(&ms, e0, e1));
         const double us = 1000.0 * ms / iters;
         const double gbs = mat_bytes / (us * 1e3);
-        if (v.rpt > 0 && us < best) best = us;
-        printf("%-5s %-14s %6dx%-6d %-20s %9.2f us %8.1f GB/s %5.1f%%  err %.2e (row %d) %s\n", f.name, s.what, n_out,
-               n_in, v.name.c_str(), us, gbs, 100.0 * gbs / copy_gbs, worst, worst_row, ok ? "PASS" : "FAIL");
+        if (ok && v.rpt > 0 && !v.q8 && us < best.us) {
+            best.us = us;
+            best.name = v.name;
+        }
+        if (ok && v.q8 && us < best.us_q8) {
+            best.us_q8 = us;
+            best.name_q8 = v.name;
+        }
+        printf("%-5s %-14s %6dx%-6d %-20s %9.2f us %8.1f GB/s %5.1f%%  err %.2e (row %d)%s %s\n", f.name, s.what, n_out,
+               n_in, v.name.c_str(), us, gbs, 100.0 * gbs / copy_gbs, worst, worst_row,
+               v.q8 ? (" vs f32 " + std::to_string(vs_f32).substr(0, 8)).c_str() : "", ok ? "PASS" : "FAIL");
         fflush(stdout);
     }
     for (auto p : dW) CK(cudaFree(p));
@@ -362,6 +448,7 @@ static double run_case(const FmtInfo& f, const Shape& s, double copy_gbs, bool q
     CK(cudaEventDestroy(e0));
     CK(cudaEventDestroy(e1));
     CK(cudaStreamDestroy(st));
+    table.push_back(Row{f.name, s.what, mat_bytes, best});
     return best;
 }
 
@@ -407,29 +494,50 @@ int main(int argc, char** argv) {
         {"attn k/v", 1024, 4096, 16},  {"attn out", 4096, 4096, 8},      {"ffn gate/up", 12288, 4096, 64},
         {"ffn down", 4096, 12288, 32}, {"lm head", 248320, 4096, 1},     {"gdn alpha", 32, 4096, 48},
     };
-    double est_q4 = 0, est_q8 = 0;
+    double est_q4 = 0, est_q8 = 0, fq4 = 0, fq8 = 0;
     for (const FmtInfo& f : FORMATS) {
         for (const Shape& s : shapes) {
             if (quick && s.n_out > 20000) continue;
             // F32/F16 only on the small shapes (they are not decode formats of the big files).
             if ((f.kind == K_F32 || f.kind == K_F16) && s.n_out * (double)s.n_in > 5e7) continue;
-            double us = 0;
+            Best b;
             switch (f.kind) {
-                case K_Q4_K: us = run_case<FmtQ4_K>(f, s, copy, quick); break;
-                case K_Q6_K: us = run_case<FmtQ6_K>(f, s, copy, quick); break;
-                case K_Q8_0: us = run_case<FmtQ8_0>(f, s, copy, quick); break;
-                case K_F16: us = run_case<FmtF16>(f, s, copy, quick); break;
-                case K_F32: us = run_case<FmtF32>(f, s, copy, quick); break;
+                case K_Q4_K: b = run_case<FmtQ4_K>(f, s, copy, quick); break;
+                case K_Q6_K: b = run_case<FmtQ6_K>(f, s, copy, quick); break;
+                case K_Q8_0: b = run_case<FmtQ8_0>(f, s, copy, quick); break;
+                case K_F16: b = run_case<FmtF16>(f, s, copy, quick); break;
+                case K_F32: b = run_case<FmtF32>(f, s, copy, quick); break;
             }
+            const double us = b.us, usq = std::min(b.us, b.us_q8);
             // Q4_K_M: Q4_K for most, Q6_K for the LM head (and some ffn_down / qkv, ignored here).
-            if (f.kind == K_Q4_K && strcmp(s.what, "lm head") != 0) est_q4 += us * s.count;
-            if (f.kind == K_Q6_K && strcmp(s.what, "lm head") == 0) est_q4 += us * s.count;
-            if (f.kind == K_Q8_0) est_q8 += us * s.count;
+            const bool q4m = (f.kind == K_Q4_K && strcmp(s.what, "lm head") != 0) ||
+                             (f.kind == K_Q6_K && strcmp(s.what, "lm head") == 0);
+            if (q4m) {
+                est_q4 += us * s.count;
+                fq4 += usq * s.count;
+            }
+            if (f.kind == K_Q8_0) {
+                est_q8 += us * s.count;
+                fq8 += usq * s.count;
+            }
         }
+    }
+    printf("\n==== winners (fastest passing variant per shape; %% of the %.0f GB/s copy bandwidth) ====\n", copy);
+    printf("%-5s %-14s %10s | %-20s %9s %6s | %-20s %9s %6s | %s\n", "fmt", "shape", "MB", "best exact", "us", "%bw",
+           "best q8 (fast tier)", "us", "%bw", "q8 speed-up");
+    for (const Row& r : table) {
+        const double mb = r.bytes / 1e6;
+        auto pct = [&](double us) { return us < 1e29 ? 100.0 * (r.bytes / (us * 1e3)) / copy : 0.0; };
+        printf("%-5s %-14s %10.1f | %-20s %9.2f %5.1f%% | %-20s %9.2f %5.1f%% | %s\n", r.fmt.c_str(), r.shape.c_str(), mb,
+               r.b.name.c_str(), r.b.us, pct(r.b.us), r.b.us_q8 < 1e29 ? r.b.name_q8.c_str() : "-",
+               r.b.us_q8 < 1e29 ? r.b.us_q8 : 0.0, pct(r.b.us_q8),
+               r.b.us_q8 < 1e29 ? (std::to_string(r.b.us / r.b.us_q8).substr(0, 4) + "x").c_str() : "-");
     }
     if (!quick) {
         printf("estimated matvec time of one 9B decode step: Q4_K_M %.3f ms (%.0f tokens/s bound), Q8_0 %.3f ms (%.0f)\n",
                est_q4 / 1000, 1e6 / est_q4, est_q8 / 1000, 1e6 / est_q8);
+        printf("estimated with the fastest of exact and q8: Q4_K_M %.3f ms (%.0f tokens/s bound), Q8_0 %.3f ms (%.0f)\n",
+               fq4 / 1000, 1e6 / fq4, fq8 / 1000, 1e6 / fq8);
     }
     printf("%s: %d failing checks\n", failures ? "FAIL" : "PASS", failures);
     return failures ? 1 : 0;

@@ -440,8 +440,8 @@ pub fn create_with(name: &str, opts: &BackendOptions) -> Result<Arc<dyn Backend>
         "auto" => {
             // Every candidate fails quietly (no driver, no adapter): the next one is tried.
             #[cfg(feature = "cuda")]
-            if let Ok(b) = cuda::CudaBackend::new() {
-                return Ok(Arc::new(b));
+            if let Ok(b) = cuda::create(opts) {
+                return Ok(b);
             }
             #[cfg(feature = "wgpu")]
             if let Ok(b) = wgpu::WgpuBackend::with_options(opts) {
@@ -455,7 +455,7 @@ pub fn create_with(name: &str, opts: &BackendOptions) -> Result<Arc<dyn Backend>
         #[cfg(feature = "wgpu")]
         "wgpu" => wgpu::create(opts),
         #[cfg(feature = "cuda")]
-        "cuda" => cuda::create(),
+        "cuda" => cuda::create(opts),
         other => Err(Error::UnknownBackend(other.to_string(), available().join(", "))),
     }
 }

@@ -26,11 +26,24 @@ use crate::error::Result;
 /// The parameter block of every kernel (kernels-cuda/common.cuh, `struct Args`, same layout):
 /// pointer slots, integer slots, float slots. Each kernel documents its slots.
 #[repr(C)]
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
 pub(crate) struct Args {
     pub p: [u64; 8],
     pub n: [i64; 12],
     pub f: [f32; 4],
+}
+
+impl Args {
+    /// The parameter block of a kernel that takes its own struct (the prefill kernels,
+    /// `pf::GemmParams` etc.): its bytes at the start of the block. The driver copies exactly the
+    /// kernel's parameter size from the block, so any struct up to `size_of::<Args>()` fits.
+    pub(crate) fn from_pod<T: bytemuck::Pod>(t: &T) -> Args {
+        const { assert!(std::mem::size_of::<T>() <= std::mem::size_of::<Args>()) };
+        let mut a = Args::default();
+        let src = bytemuck::bytes_of(t);
+        bytemuck::bytes_of_mut(&mut a)[..src.len()].copy_from_slice(src);
+        a
+    }
 }
 
 /// One unit of GPU work. (Kernel launches dominate and are kept inline: boxing them would cost an
@@ -47,6 +60,9 @@ pub(crate) enum Op {
         smem: u32,
         args: Args,
         phase: Phase,
+        /// Floating-point operations of a matrix product (2 per multiply-add), else 0: the
+        /// profile's achieved TFLOP/s.
+        flops: f64,
     },
     Memset {
         dst: DevPtr,
@@ -103,13 +119,21 @@ impl Inner {
     /// Issue `op` now, or append it to the calling thread's recording. `uses` are the tensors it
     /// reads or writes (kept alive while recorded).
     pub(crate) fn submit(&self, op: Op, uses: &[&Tensor]) -> Result<()> {
+        self.submit_rw(op, &[], uses)
+    }
+
+    /// `submit` for an op that only reads `reads` and may write `writes`: only the written
+    /// tensors lose their f16 copies (`shadow.rs`), so the products that share an input keep
+    /// sharing its conversion. (`submit` treats every tensor as written.)
+    pub(crate) fn submit_rw(&self, op: Op, reads: &[&Tensor], writes: &[&Tensor]) -> Result<()> {
+        self.shadows_written(writes);
         if self.recording_threads.load(Ordering::Acquire) > 0 {
             let mut recs = self
                 .recordings
                 .lock()
                 .map_err(|_| driver::cuda_err("recording lock poisoned"))?;
             if let Some(r) = recs.get_mut(&me()) {
-                for t in uses {
+                for t in reads.iter().chain(writes) {
                     if let Some(b) = t.buf.as_any().downcast_ref::<super::buffer::CudaBuffer>() {
                         if r.ids.insert(b.id) {
                             r.keep.push(Arc::clone(&t.buf));
@@ -148,6 +172,7 @@ impl Inner {
                 smem,
                 args,
                 phase,
+                flops,
             } => {
                 let prof = if eager { self.profile.as_ref() } else { None };
                 let start = match prof {
@@ -166,7 +191,7 @@ impl Inner {
                     other => other?,
                 }
                 if let (Some(p), Some(s)) = (prof, start) {
-                    p.end(s, stream, *name, *phase)?;
+                    p.end(s, stream, *name, *phase, *flops)?;
                 }
                 Ok(())
             }
@@ -178,11 +203,15 @@ impl Inner {
     // ---- recorded steps ------------------------------------------------------------------
 
     pub(crate) fn step_begin(&self, key: u64) -> Result<StepMode> {
+        // A replayed step writes its buffers without passing through `submit`.
+        self.shadows_clear();
         if !self.graphs_enabled {
             return Ok(StepMode::Run);
         }
         self.dev.bind()?;
         {
+            // A replayed graph uses the workspaces too: not between another thread's launches.
+            let _ws = self.workspaces()?;
             let mut gc = self
                 .graphs
                 .lock()
@@ -228,7 +257,7 @@ impl Inner {
         self.dev.bind()?;
         match self.capture(&rec.ops) {
             Ok(graph) => {
-                graph.launch(self.stream.0)?;
+                self.workspaces().and_then(|_ws| graph.launch(self.stream.0))?;
                 let mut gc = self
                     .graphs
                     .lock()
@@ -258,6 +287,8 @@ impl Inner {
                 if let Ok(mut gc) = self.graphs.lock() {
                     gc.no_graph.insert(key);
                 }
+                // Ops one by one, consecutive on the stream like the graph (workspaces).
+                let _ws = self.workspaces()?;
                 rec.ops.iter().try_for_each(|op| self.issue(op, self.stream.0))
             }
         }

@@ -6,8 +6,13 @@
 //! - Every op is one or a few kernel launches on the stream (`launch.rs`); a decode step can be
 //!   recorded and replayed as a CUDA graph (`step_begin`/`step_end`), and kernels start early
 //!   under programmatic dependent launch on Hopper (they wait for their inputs in-kernel).
-//! - Precision: everything is f32 arithmetic on exactly dequantized weights, the strict tier
-//!   (`Precision::Exact`); there is no faster tier yet, so `Fast` also runs exact.
+//! - Precision (`CudaOptions::precision`): `Exact` (the default) is f32 arithmetic on exactly
+//!   dequantized weights everywhere, the strict tier; its prefill runs the chunked delta rule on
+//!   the tensor cores in 3xTF32 (f32-level accuracy). `Fast` runs batches of more than a few
+//!   tokens on the tensor cores in the fixtures' "f16-rounded activations" tier (rel L2 <= ~6e-3):
+//!   matrix products with in-kernel dequantization on f16 activations (`ops/gemm.rs`, copies
+//!   shared through `shadow.rs`), the chunked delta rule in one tf32 product, flash attention on
+//!   f16 q/k/v, MoE experts as grouped products. One-token steps (decode) are exact in both.
 //! - `RILL_PROFILE=1` times every kernel with CUDA events and prints a per-kernel and per-phase
 //!   summary at exit (steps then run unrecorded). `RILL_CUDA_GRAPHS=0` / `RILL_CUDA_PDL=0` turn
 //!   off graphs / dependent launch.
@@ -18,27 +23,22 @@ mod kernels;
 mod launch;
 mod ops;
 mod profile;
+mod shadow;
+mod workspace;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
-use crate::backend::{AttnDims, Backend, DType, GdnDims, Pos, Precision, ReadFuture, StepMode, Tensor, WeightData};
+use crate::backend::{
+    AttnDims, Backend, BackendOptions, DType, GdnDims, Pos, Precision, ReadFuture, StepMode, Tensor, WeightData,
+};
 use crate::error::Result;
-use driver::{cuda_err, DevPtr, Device, Stream};
+use driver::{cuda_err, Device, Stream};
 use kernels::Kernels;
 use launch::{GraphCache, Recording};
 use profile::Profiler;
-
-/// Scratch memory owned by the backend for kernels' intermediates (attention partials, argmax
-/// partials, MoE hidden rows), by purpose. It only grows; an outgrown allocation is kept until the
-/// backend goes, because a recorded step may still use it.
-#[derive(Default)]
-struct Workspaces {
-    slots: HashMap<&'static str, (DevPtr, usize)>,
-    retired: Vec<DevPtr>,
-}
 
 /// State shared by the backend handle and its buffers (which free themselves through it).
 pub(crate) struct Inner {
@@ -49,12 +49,17 @@ pub(crate) struct Inner {
     recordings: Mutex<HashMap<ThreadId, Recording>>,
     recording_threads: AtomicUsize,
     graphs: Mutex<GraphCache>,
-    workspaces: Mutex<Workspaces>,
+    workspaces: workspace::Workspaces,
     profile: Option<Profiler>,
     pdl: AtomicBool,
     /// Dependent launch inside captured graphs (dropped if a capture with it fails).
     graph_pdl: AtomicBool,
     graphs_enabled: bool,
+    /// `Precision::Fast`: tensor-core prefill paths (see the module doc).
+    fast: bool,
+    /// f16 copies of activations (`shadow.rs`) and whether any is held.
+    shadows: Mutex<shadow::Shadows>,
+    shadows_live: AtomicBool,
     next_id: AtomicU64,
     /// Declared last: dropped (the context released) after everything above.
     dev: Device,
@@ -69,46 +74,7 @@ impl Drop for Inner {
         if let Ok(mut g) = self.graphs.lock() {
             *g = GraphCache::default();
         }
-        if let Ok(mut w) = self.workspaces.lock() {
-            for (p, _) in w.slots.values() {
-                driver::mem_free(*p);
-            }
-            for p in w.retired.drain(..) {
-                driver::mem_free(p);
-            }
-        }
-    }
-}
-
-impl Inner {
-    /// Device scratch of at least `bytes` for `purpose` (see `Workspaces`).
-    pub(crate) fn workspace(&self, purpose: &'static str, bytes: usize) -> Result<DevPtr> {
-        let mut w = self
-            .workspaces
-            .lock()
-            .map_err(|_| cuda_err("workspace lock poisoned"))?;
-        if let Some(&(p, n)) = w.slots.get(purpose) {
-            if n >= bytes {
-                return Ok(p);
-            }
-        }
-        self.dev.bind()?;
-        let size = bytes.max(1 << 16).next_power_of_two();
-        let p = match driver::mem_alloc(size) {
-            Ok(p) => p,
-            Err(Some(e)) => return Err(e),
-            Err(None) => {
-                return Err(crate::Error::OutOfMemory {
-                    what: format!("cuda scratch for {purpose}"),
-                    needed: size as u64,
-                    available: self.dev.mem_info().map(|m| m.0).unwrap_or(0),
-                })
-            }
-        };
-        if let Some((old, _)) = w.slots.insert(purpose, (p, size)) {
-            w.retired.push(old);
-        }
-        Ok(p)
+        self.workspaces.free_all();
     }
 }
 
@@ -128,6 +94,8 @@ pub struct CudaOptions {
     pub graphs: bool,
     /// Programmatic dependent launch (compute capability 9.0 and newer).
     pub dependent_launch: bool,
+    /// The precision tier (module doc).
+    pub precision: Precision,
 }
 
 impl Default for CudaOptions {
@@ -135,6 +103,7 @@ impl Default for CudaOptions {
         CudaOptions {
             graphs: !env_off("RILL_CUDA_GRAPHS"),
             dependent_launch: !env_off("RILL_CUDA_PDL"),
+            precision: Precision::Exact,
         }
     }
 }
@@ -173,13 +142,16 @@ impl CudaBackend {
             recordings: Mutex::new(HashMap::new()),
             recording_threads: AtomicUsize::new(0),
             graphs: Mutex::new(GraphCache::default()),
-            workspaces: Mutex::new(Workspaces::default()),
+            workspaces: workspace::Workspaces::default(),
             profile: profiling.then(Profiler::new),
             // Programmatic dependent launch needs compute capability 9.0; profiling times kernels
             // one at a time, so it runs them strictly in order.
             pdl: AtomicBool::new(dev.cc.0 >= 9 && !profiling && opts.dependent_launch),
             graph_pdl: AtomicBool::new(true),
             graphs_enabled: !profiling && opts.graphs,
+            fast: opts.precision == Precision::Fast,
+            shadows: Mutex::new(shadow::Shadows::default()),
+            shadows_live: AtomicBool::new(false),
             next_id: AtomicU64::new(1),
             dev,
         };
@@ -206,9 +178,12 @@ impl Drop for CudaBackend {
     }
 }
 
-/// Shared handle for `backend::create`.
-pub fn create() -> Result<Arc<dyn Backend>> {
-    Ok(Arc::new(CudaBackend::new()?))
+/// Shared handle for `backend::create_with`.
+pub fn create(opts: &BackendOptions) -> Result<Arc<dyn Backend>> {
+    Ok(Arc::new(CudaBackend::with_options(CudaOptions {
+        precision: opts.precision,
+        ..CudaOptions::default()
+    })?))
 }
 
 impl Backend for CudaBackend {
@@ -242,7 +217,11 @@ impl Backend for CudaBackend {
     }
 
     fn precision(&self) -> Precision {
-        Precision::Exact
+        if self.inner.fast {
+            Precision::Fast
+        } else {
+            Precision::Exact
+        }
     }
 
     fn memory_available(&self) -> Option<u64> {

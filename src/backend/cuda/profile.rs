@@ -1,6 +1,8 @@
-//! `RILL_PROFILE=1`: GPU time of every kernel from CUDA events, summed per kernel and per phase of
-//! the model, printed to stderr when the backend is dropped (at exit). Profiling runs every op as
-//! it comes (no recorded steps, no overlapped launches), so the times are per kernel, exclusive.
+//! `RILL_PROFILE=1`: GPU time of every kernel from CUDA events, summed per kernel, per phase of
+//! the model and per class of work (matrix products with their achieved TFLOP/s, delta rule,
+//! attention, the rest), printed to stderr when the backend is dropped (at exit). Profiling runs
+//! every op as it comes (no recorded steps, no overlapped launches), so the times are per kernel,
+//! exclusive.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -55,19 +57,62 @@ impl Phase {
     }
 }
 
+/// The coarse split of the prefill profile (issue 8): where a kernel's time goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Class {
+    /// Matrix products (every kernel that reports floating-point operations), split-K sums.
+    Gemm,
+    DeltaRule,
+    /// The attention phase: scores, softmax and values, with RoPE, the KV store and the f16 copies
+    /// of the K/V rows the tensor-core kernel reads.
+    Attention,
+    /// Norms, conv, gates, RoPE, routing, conversions, copies: everything else.
+    Rest,
+}
+
+impl Class {
+    const ALL: [Class; 4] = [Class::Gemm, Class::DeltaRule, Class::Attention, Class::Rest];
+
+    fn of(name: (&'static str, &'static str), phase: Phase, flops: f64) -> Class {
+        let n = name.0;
+        if flops > 0.0 || n.starts_with("pf_gemm_splitk") {
+            Class::Gemm
+        } else if phase == Phase::DeltaRule {
+            Class::DeltaRule
+        } else if phase == Phase::Attention {
+            Class::Attention
+        } else {
+            Class::Rest
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Class::Gemm => "GEMMs",
+            Class::DeltaRule => "delta rule",
+            Class::Attention => "attention",
+            Class::Rest => "rest",
+        }
+    }
+}
+
 struct Pending {
     start: Event,
     end: Event,
     name: (&'static str, &'static str),
     phase: Phase,
+    flops: f64,
 }
 
 #[derive(Default)]
 struct Totals {
     pending: Vec<Pending>,
     spare: Vec<Event>,
-    by_kernel: HashMap<String, (u64, f64)>,
+    /// Launches, milliseconds and floating-point operations per kernel.
+    by_kernel: HashMap<String, (u64, f64, f64)>,
     by_phase: HashMap<Phase, f64>,
+    /// Milliseconds and floating-point operations per class.
+    by_class: HashMap<Class, (f64, f64)>,
 }
 
 pub(crate) struct Profiler {
@@ -103,6 +148,7 @@ impl Profiler {
         stream: sys::CUstream,
         name: (&'static str, &'static str),
         phase: Phase,
+        flops: f64,
     ) -> Result<()> {
         let mut t = self.t.lock().map_err(|_| cuda_err("profile lock poisoned"))?;
         let end = Self::event(&mut t)?;
@@ -112,6 +158,7 @@ impl Profiler {
             end,
             name,
             phase,
+            flops,
         });
         Ok(())
     }
@@ -125,7 +172,11 @@ impl Profiler {
             let e = t.by_kernel.entry(format!("{}{}", p.name.0, p.name.1)).or_default();
             e.0 += 1;
             e.1 += ms;
+            e.2 += p.flops;
             *t.by_phase.entry(p.phase).or_default() += ms;
+            let c = t.by_class.entry(Class::of(p.name, p.phase, p.flops)).or_default();
+            c.0 += ms;
+            c.1 += p.flops;
             t.spare.push(p.start);
             t.spare.push(p.end);
         }
@@ -151,16 +202,40 @@ impl Profiler {
                 100.0 * ms / total.max(1e-12)
             ));
         }
+        s.push_str("  by class:\n");
+        for c in Class::ALL {
+            let (ms, flops) = t.by_class.get(&c).copied().unwrap_or_default();
+            s.push_str(&format!(
+                "    {:<16} {:>10.3} ms {:>5.1}%{}\n",
+                c.name(),
+                ms,
+                100.0 * ms / total.max(1e-12),
+                tflops(flops, ms)
+            ));
+        }
         let mut ks: Vec<_> = t.by_kernel.iter().collect();
         ks.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
         s.push_str("  by kernel:\n");
-        for (name, (n, ms)) in ks {
+        for (name, (n, ms, flops)) in ks {
             s.push_str(&format!(
-                "    {name:<28} {n:>8} launches {ms:>10.3} ms {:>5.1}% {:>8.2} us/launch\n",
+                "    {name:<28} {n:>8} launches {ms:>10.3} ms {:>5.1}% {:>8.2} us/launch{}\n",
                 100.0 * ms / total.max(1e-12),
-                1000.0 * ms / (*n).max(1) as f64
+                1000.0 * ms / (*n).max(1) as f64,
+                tflops(*flops, *ms)
             ));
         }
         s
     }
+}
+
+/// `  12.3 TFLOP in 45.6 ms = 270 TFLOP/s` for kernels that report floating-point operations.
+fn tflops(flops: f64, ms: f64) -> String {
+    if flops <= 0.0 || ms <= 0.0 {
+        return String::new();
+    }
+    format!(
+        " {:>9.3} TFLOP {:>7.1} TFLOP/s",
+        flops / 1e12,
+        flops / (ms * 1e-3) / 1e12
+    )
 }

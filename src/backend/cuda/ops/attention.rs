@@ -1,5 +1,7 @@
 //! RoPE, the KV-cache append and attention (kernels-cuda/attention.cu). Positions are read on the
-//! device (`Pos::dev`), so a recorded decode step stays valid from token to token.
+//! device (`Pos::dev`), so a recorded decode step stays valid from token to token. A prompt batch
+//! under `Precision::Fast` with head dim 256 runs flash attention on the tensor cores instead
+//! (kernels-cuda/flash_attn.cu; f16 q, k, v and probabilities, f32 scores and sums).
 
 use super::{grid_u32, stride_blocks, Launch};
 use crate::backend::cuda::buffer::ptr;
@@ -113,10 +115,17 @@ pub(crate) fn attention(
     if t == 0 {
         return Ok(());
     }
+    if d == FLASH_D && super::gemm::fast_batch(inner, t) {
+        // The f16 copies of K and V are workspaces: held until the kernel is submitted.
+        let _ws = inner.workspaces()?;
+        return flash(inner, q, k_cache, v_cache, pos.host, dims, scale, out, t);
+    }
     let ctx = k_cache.rows();
     let s = splits(inner, t, h, ctx);
+    // The partials' workspace stays locked until the merge is submitted.
+    let ws = inner.workspaces()?;
     let part = if s > 1 {
-        inner.workspace("attention", t * h * s * (d + 2) * 4)?
+        ws.get("attention", t * h * s * (d + 2) * 4)?
     } else {
         0
     };
@@ -165,4 +174,94 @@ pub(crate) fn attention(
         },
         &[out],
     )
+}
+
+// ---- flash attention (prefill, Precision::Fast) -------------------------------------------------
+
+/// Head dim of the flash kernel, queries per block, threads, dynamic shared memory
+/// (flash_attn.cu `FA_*`; asserted there).
+const FLASH_D: usize = 256;
+const FLASH_BQ: usize = 64;
+const FLASH_SMEM: u32 = 98_304;
+
+/// `pf::FlashParams` (flash_attn.cu).
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct FlashParams {
+    q: u64,
+    k: u64,
+    v: u64,
+    out: u64,
+    t: i32,
+    pos0: i32,
+    n_head: i32,
+    n_head_kv: i32,
+    scale_log2: f32,
+    _pad: i32,
+}
+
+/// The T queries at positions `pos0..` against cache rows `0..pos0 + T`: those rows of K and V
+/// converted to f16 (one pass each), then one launch of (query tiles x heads) blocks.
+#[allow(clippy::too_many_arguments)]
+fn flash(
+    inner: &Inner,
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    pos0: usize,
+    dims: AttnDims,
+    scale: f32,
+    out: &Tensor,
+    t: usize,
+) -> Result<()> {
+    let op = "attention";
+    let kv_len = pos0 + t;
+    let n = kv_len * dims.n_head_kv * FLASH_D;
+    let (k16, v16) = (
+        inner.workspace("flash k f16", n * 2)?,
+        inner.workspace("flash v f16", n * 2)?,
+    );
+    inner.convert_f16(ptr(k_cache, op)?, k16, n, Phase::Attention)?;
+    inner.convert_f16(ptr(v_cache, op)?, v16, n, Phase::Attention)?;
+    let i32_of =
+        |what: &str, v: usize| i32::try_from(v).map_err(|_| cuda_err(format!("{op}: {what} ({v}) exceeds i32")));
+    let p = FlashParams {
+        q: ptr(q, op)?,
+        k: k16,
+        v: v16,
+        out: ptr(out, op)?,
+        t: i32_of("tokens", t)?,
+        pos0: i32_of("position", pos0)?,
+        n_head: i32_of("heads", dims.n_head)?,
+        n_head_kv: i32_of("kv heads", dims.n_head_kv)?,
+        scale_log2: scale * std::f32::consts::LOG2_E,
+        _pad: 0,
+    };
+    // FLOPs of the causal products: 2 (QK^T) + 2 (PV) per query, key and dim.
+    let pairs: f64 = (0..t).map(|i| (pos0 + i + 1) as f64).sum();
+    inner.kernel_rw(
+        Launch {
+            name: ("pf_flash_attn_d256", ""),
+            grid: [
+                grid_u32(op, "query tiles", t.div_ceil(FLASH_BQ))?,
+                grid_u32(op, "heads", dims.n_head)?,
+                1,
+            ],
+            block: 128,
+            smem: FLASH_SMEM,
+            args: Args::from_pod(&p),
+            phase: Phase::Attention,
+        },
+        4.0 * FLASH_D as f64 * dims.n_head as f64 * pairs,
+        &[q, k_cache, v_cache],
+        &[out],
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn params_layout() {
+        assert_eq!(std::mem::size_of::<super::FlashParams>(), 56);
+    }
 }

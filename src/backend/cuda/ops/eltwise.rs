@@ -126,7 +126,9 @@ pub(crate) fn argmax(inner: &Inner, logits: &Tensor, out: &Tensor) -> Result<()>
     // Blocks per row: enough to spread a 248k-entry vocabulary over the GPU, at most 1024.
     let parts = v.div_ceil(ARGMAX_CHUNK).clamp(1, 1024);
     let chunk = v.div_ceil(parts);
-    let ws = inner.workspace("argmax", t * parts * 8)?;
+    // The partials' workspace stays locked until the final pass is submitted.
+    let lock = inner.workspaces()?;
+    let ws = lock.get("argmax", t * parts * 8)?;
     let mut a = Args::default();
     a.p[0] = ptr(logits, op)?;
     a.p[1] = ws;

@@ -2,9 +2,11 @@
 //! `matmul` and `matmul_swiglu` (matvec.cu, matvec_glu.cu for a few tokens, matmul_tiled.cu for
 //! a batch), and the MoE expert products (matvec kernels with expert indirection).
 //!
-//! `matmul_dispatch` is the one place that picks the kernel for a batch of T tokens; faster
-//! prefill kernels (tensor cores) slot in there.
+//! `matmul_dispatch` is the one place that picks the kernel for a batch of T tokens: under
+//! `Precision::Fast` a batch runs on the tensor cores (`gemm.rs`) when the weight's format allows,
+//! and the MoE experts of a batch are grouped by expert (`moe.rs`).
 
+use super::gemm::{self, GemmW};
 use super::{grid_u32, Launch, GRID_YZ_MAX};
 use crate::backend::cuda::buffer::{get, ptr};
 use crate::backend::cuda::driver::{cuda_err, DevPtr};
@@ -17,7 +19,7 @@ use crate::gguf::GgmlType;
 
 /// Batches up to this many tokens use the matrix-vector kernels (weights read once per token);
 /// larger ones the tiled kernel (weights read once per 64 tokens).
-const MATVEC_MAX_T: usize = 4;
+pub(crate) const MATVEC_MAX_T: usize = 4;
 
 /// Threads per matvec block and the rows-per-thread limits (kernels-cuda/matvec.cuh).
 const MV_THREADS: usize = 256;
@@ -43,7 +45,7 @@ pub(crate) fn format(op: &str, dtype: DType) -> Result<GgmlType> {
 }
 
 /// A weight operand: device address, bytes per row, format suffix and the phase for the profile.
-struct Weight {
+pub(crate) struct Weight {
     ptr: DevPtr,
     row_bytes: usize,
     suffix: &'static str,
@@ -52,7 +54,7 @@ struct Weight {
 }
 
 /// Check that `w` holds `rows` rows of `cols` elements of its format (`rows` counts every expert).
-fn weight(op: &str, w: &Tensor, rows: usize, cols: usize) -> Result<Weight> {
+pub(crate) fn weight(op: &str, w: &Tensor, rows: usize, cols: usize) -> Result<Weight> {
     let ty = format(op, w.dtype)?;
     let row_bytes = ty
         .row_size(cols as u64)
@@ -74,6 +76,17 @@ fn weight(op: &str, w: &Tensor, rows: usize, cols: usize) -> Result<Weight> {
         ty,
         phase: Phase::of_weight(b.name.as_deref()),
     })
+}
+
+impl Weight {
+    /// This weight as a tensor-core operand for rows of `n_in`, when a batch of `t` rows takes
+    /// that path (`gemm::fast_batch`) and the kernels decode its format.
+    pub(crate) fn gemm(&self, inner: &Inner, t: usize, n_in: usize) -> Option<GemmW> {
+        if !gemm::fast_batch(inner, t) {
+            return None;
+        }
+        GemmW::new(self.ptr, self.row_bytes, self.ty, n_in, self.phase)
+    }
 }
 
 // ---- embed ------------------------------------------------------------------------------------
@@ -226,14 +239,20 @@ impl<'a> Mv<'a> {
     }
 }
 
-fn run_mv(inner: &Inner, op: &str, m: &Mv, uses: &[&Tensor]) -> Result<()> {
+/// `reads` / `writes`: the tensors the product reads and writes (`Inner::submit_rw`).
+fn run_mv(inner: &Inner, op: &str, m: &Mv, reads: &[&Tensor], writes: &[&Tensor]) -> Result<()> {
     if m.vectors == 0 || m.n_out == 0 {
         return Ok(());
     }
     let glu = m.w2.is_some();
-    let plan = mv_plan(inner, m.n_out * m.vectors, m.n_in, m.nsum, glu);
+    let (plan, prefix) = match q8_plan(inner, m) {
+        Some(q8) => q8,
+        None => (
+            mv_plan(inner, m.n_out * m.vectors, m.n_in, m.nsum, glu),
+            if glu { "matvec_glu_" } else { "matvec_" },
+        ),
+    };
     let gx = grid_u32(op, "row blocks", m.n_out.div_ceil(plan.rows_per_block()))?;
-    let prefix = if glu { "matvec_glu_" } else { "matvec_" };
     // Output vectors in chunks of the grid's y limit; every per-vector pointer moves with them.
     // A chunk holds a whole number of x groups, so the kernel's `entry / x_group` stays right.
     let chunk = (GRID_YZ_MAX / m.x_group.max(1)).max(1) * m.x_group.max(1);
@@ -264,7 +283,7 @@ fn run_mv(inner: &Inner, op: &str, m: &Mv, uses: &[&Tensor]) -> Result<()> {
         a.n[9] = i64::from(plan.x_in_smem);
         a.n[10] = m.n_out as i64;
         a.n[11] = m.n_in as i64;
-        inner.kernel(
+        inner.kernel_rw(
             Launch {
                 name: (prefix, m.w.suffix),
                 grid: [gx, nv as u32, 1],
@@ -273,7 +292,9 @@ fn run_mv(inner: &Inner, op: &str, m: &Mv, uses: &[&Tensor]) -> Result<()> {
                 args: a,
                 phase: m.w.phase,
             },
-            uses,
+            mv_flops(m, nv),
+            reads,
+            writes,
         )?;
     }
     Ok(())
@@ -281,22 +302,37 @@ fn run_mv(inner: &Inner, op: &str, m: &Mv, uses: &[&Tensor]) -> Result<()> {
 
 // ---- matmul -------------------------------------------------------------------------------------
 
+/// Floating-point operations of the `nv` output vectors of a matvec launch (2 per multiply-add;
+/// a fused SwiGLU does two products).
+fn mv_flops(m: &Mv, nv: usize) -> f64 {
+    let products = if m.w2.is_some() { 2.0 } else { 1.0 };
+    products * 2.0 * (nv * m.nsum) as f64 * m.n_out as f64 * m.n_in as f64
+}
+
 pub(crate) fn matmul(inner: &Inner, w: &Tensor, x: &Tensor, out: &Tensor) -> Result<()> {
     let op = "matmul";
     let d = check::matmul(w, x, out)?;
     let wt = weight(op, w, d.n_out, d.n_in)?;
-    let (xp, op_) = (ptr(x, op)?, ptr(out, op)?);
-    matmul_dispatch(inner, &wt, xp, op_, d, &[w, x, out])
+    let op_ = ptr(out, op)?;
+    if let Some(g) = wt.gemm(inner, d.t, d.n_in) {
+        // The f16 copy of x and any split-K partials are workspaces: held until submitted.
+        let _ws = inner.workspaces()?;
+        let x16 = inner.f16_of(x)?;
+        return gemm::dense(inner, &g, x16, op_, d.t, d.n_out, d.n_in, &[w], &[out]);
+    }
+    let xp = ptr(x, op)?;
+    matmul_dispatch(inner, &wt, xp, op_, d, &[w, x], &[out])
 }
 
-/// The kernel for `out [T, n_out] = x [T, n_in] · Wᵀ` by batch size.
+/// The exact kernel for `out [T, n_out] = x [T, n_in] · Wᵀ` by batch size.
 fn matmul_dispatch(
     inner: &Inner,
     w: &Weight,
     x: DevPtr,
     out: DevPtr,
     d: check::MatmulDims,
-    uses: &[&Tensor],
+    reads: &[&Tensor],
+    writes: &[&Tensor],
 ) -> Result<()> {
     let op = "matmul";
     if d.t == 0 || d.n_out == 0 {
@@ -304,16 +340,17 @@ fn matmul_dispatch(
     }
     if d.n_in == 0 {
         // An empty sum: zeros (the kernels never run a unit).
-        return inner.submit(
+        return inner.submit_rw(
             crate::backend::cuda::launch::Op::Memset {
                 dst: out,
                 bytes: d.t * d.n_out * 4,
             },
-            uses,
+            reads,
+            writes,
         );
     }
     if d.t <= MATVEC_MAX_T {
-        return run_mv(inner, op, &Mv::dense(w, None, x, out, d), uses);
+        return run_mv(inner, op, &Mv::dense(w, None, x, out, d), reads, writes);
     }
     // Prefill: 64 x 64 output tiles, weights read once per 64 tokens.
     for t0 in (0..d.t).step_by(64 * GRID_YZ_MAX) {
@@ -326,7 +363,7 @@ fn matmul_dispatch(
         a.n[1] = d.n_in as i64;
         a.n[2] = w.row_bytes as i64;
         a.n[3] = n as i64;
-        inner.kernel(
+        inner.kernel_rw(
             Launch {
                 name: ("matmul_tiled_", w.suffix),
                 grid: [
@@ -339,14 +376,17 @@ fn matmul_dispatch(
                 args: a,
                 phase: w.phase,
             },
-            uses,
+            2.0 * n as f64 * d.n_out as f64 * d.n_in as f64,
+            reads,
+            writes,
         )?;
     }
     Ok(())
 }
 
 /// `out = silu(W_gate x) * (W_up x)`: one pass over both weights for a few tokens when they share
-/// a format, else the two products and `swiglu`.
+/// a format; on the tensor cores, the two products then one kernel that writes `out` and its f16
+/// copy (the down projection's input); else the two products and `swiglu`.
 pub(crate) fn matmul_swiglu(
     inner: &Inner,
     w_gate: &Tensor,
@@ -358,10 +398,20 @@ pub(crate) fn matmul_swiglu(
 ) -> Result<()> {
     let op = "matmul_swiglu";
     let d = check::matmul_swiglu(w_gate, w_up, x, gate_tmp, up_tmp, out)?;
+    let (g, u) = (weight(op, w_gate, d.n_out, d.n_in)?, weight(op, w_up, d.n_out, d.n_in)?);
     if d.t <= MATVEC_MAX_T && w_gate.dtype == w_up.dtype && d.n_in > 0 {
-        let (g, u) = (weight(op, w_gate, d.n_out, d.n_in)?, weight(op, w_up, d.n_out, d.n_in)?);
         let m = Mv::dense(&g, Some(&u), ptr(x, op)?, ptr(out, op)?, d);
-        return run_mv(inner, op, &m, &[w_gate, w_up, x, out]);
+        return run_mv(inner, op, &m, &[w_gate, w_up, x], &[out]);
+    }
+    if let (Some(gg), Some(ug)) = (g.gemm(inner, d.t, d.n_in), u.gemm(inner, d.t, d.n_in)) {
+        let _ws = inner.workspaces()?;
+        let x16 = inner.f16_of(x)?;
+        let (gp, up, outp) = (ptr(gate_tmp, op)?, ptr(up_tmp, op)?, ptr(out, op)?);
+        gemm::dense(inner, &gg, x16, gp, d.t, d.n_out, d.n_in, &[w_gate], &[gate_tmp])?;
+        gemm::dense(inner, &ug, x16, up, d.t, d.n_out, d.n_in, &[w_up], &[up_tmp])?;
+        let (slot, h) = inner.shadow_slot(out)?;
+        gemm::swiglu_f16(inner, gp, up, h, outp, d.t * d.n_out, g.phase, &[out])?;
+        return inner.shadow_made(slot, out);
     }
     matmul(inner, w_gate, x, gate_tmp)?;
     matmul(inner, w_up, x, up_tmp)?;
@@ -403,11 +453,19 @@ pub(crate) fn moe_experts(
     let g = weight(op, gate_exps, e * f, d)?;
     let u = weight(op, up_exps, e * f, d)?;
     let dn = weight(op, down_exps, e * d, f)?;
+    if let (Some(gg), Some(ug), Some(dg)) = (g.gemm(inner, t, d), u.gemm(inner, t, d), dn.gemm(inner, t, f)) {
+        if super::moe::groups_fit(&m) {
+            let _ws = inner.workspaces()?;
+            return super::moe::grouped_experts(inner, &gg, &ug, &dg, m, x, ids, weights, out);
+        }
+    }
     let (xp, idp, wp) = (ptr(x, op)?, ptr(ids, op)?, ptr(weights, op)?);
     let entries = t * k;
-    // Hidden rows h[t*k + j] = silu(gate_e x[t]) * up_e x[t].
-    let h = inner.workspace("moe_hidden", entries * f * 4)?;
-    let uses = [x, gate_exps, up_exps, down_exps, ids, weights, out];
+    // Hidden rows h[t*k + j] = silu(gate_e x[t]) * up_e x[t], in a workspace: held until the
+    // down product is submitted, so no other thread's op writes it in between.
+    let ws = inner.workspaces()?;
+    let h = ws.get("moe_hidden", entries * f * 4)?;
+    let reads = [x, gate_exps, up_exps, down_exps, ids, weights];
     fn gate_up<'a>(
         w: &'a Weight,
         w2: Option<&'a Weight>,
@@ -433,19 +491,19 @@ pub(crate) fn moe_experts(
         }
     }
     if g.ty == u.ty {
-        run_mv(inner, op, &gate_up(&g, Some(&u), xp, idp, h, m), &uses)?;
+        run_mv(inner, op, &gate_up(&g, Some(&u), xp, idp, h, m), &reads, &[])?;
     } else {
         // Different formats: the two products separately, then swiglu.
-        let gt = inner.workspace("moe_gate", entries * f * 4)?;
-        let ut = inner.workspace("moe_up", entries * f * 4)?;
-        run_mv(inner, op, &gate_up(&g, None, xp, idp, gt, m), &uses)?;
-        run_mv(inner, op, &gate_up(&u, None, xp, idp, ut, m), &uses)?;
+        let gt = ws.get("moe_gate", entries * f * 4)?;
+        let ut = ws.get("moe_up", entries * f * 4)?;
+        run_mv(inner, op, &gate_up(&g, None, xp, idp, gt, m), &reads, &[])?;
+        run_mv(inner, op, &gate_up(&u, None, xp, idp, ut, m), &reads, &[])?;
         let mut a = Args::default();
         a.p[0] = gt;
         a.p[1] = ut;
         a.p[2] = h;
         a.n[0] = (entries * f) as i64;
-        inner.kernel(
+        inner.kernel_rw(
             Launch {
                 name: ("swiglu", ""),
                 grid: [super::stride_blocks(inner, entries * f), 1, 1],
@@ -454,7 +512,9 @@ pub(crate) fn moe_experts(
                 args: a,
                 phase: Phase::FfnMoe,
             },
-            &uses,
+            0.0,
+            &reads,
+            &[],
         )?;
     }
     // Down: out[t] = sum_j weights[t*k + j] * down_{ids[t*k + j]} h[t*k + j].
@@ -476,6 +536,78 @@ pub(crate) fn moe_experts(
             nsum: k,
             vectors: t,
         },
-        &uses,
+        &reads,
+        &[out],
     )
+}
+
+// ---- fast-tier matrix-vector kernels ------------------------------------------------------------
+
+/// Which decode matvec kernels run: `RILL_CUDA_MATVEC=exact` (f32 on dequantized weights, the
+/// strict tier) or `q8` (kernels-cuda/matvec_q8.cuh: activations rounded to 8 bits per element
+/// with a scale per 32, integer dot products; the fast tier). Read once; anything else, or unset,
+/// is the default for the backend's precision.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum MvVariant {
+    Exact,
+    Q8,
+}
+
+fn mv_variant(inner: &Inner) -> MvVariant {
+    static V: std::sync::OnceLock<Option<MvVariant>> = std::sync::OnceLock::new();
+    let forced = *V.get_or_init(|| match std::env::var("RILL_CUDA_MATVEC").as_deref() {
+        Ok("exact") => Some(MvVariant::Exact),
+        Ok("q8") => Some(MvVariant::Q8),
+        _ => None,
+    });
+    forced.unwrap_or_else(|| default_mv_variant(inner))
+}
+
+/// The default: exact. (`Precision::Fast` should pick `Q8` once the backend knows its precision.)
+fn default_mv_variant(_inner: &Inner) -> MvVariant {
+    MvVariant::Exact
+}
+
+/// Units of 32 elements per chunk of the q8 kernel for this format (`Q8Dot<F>::CU`), or None
+/// where there is no q8 kernel.
+fn q8_chunk_units(ty: GgmlType) -> Option<usize> {
+    match ty {
+        GgmlType::Q4K => Some(2),
+        GgmlType::Q6K => Some(4),
+        GgmlType::Q5K | GgmlType::Q8_0 => Some(1),
+        _ => None,
+    }
+}
+
+/// The plan and kernel prefix of `m` on the q8 kernels when they are selected and cover it (the
+/// launch is `run_mv`'s, the unit lanes then count chunks of `q8_chunk_units`); None: the exact
+/// kernels run.
+fn q8_plan(inner: &Inner, m: &Mv) -> Option<(MvPlan, &'static str)> {
+    if mv_variant(inner) != MvVariant::Q8 {
+        return None;
+    }
+    let cu = q8_chunk_units(m.w.ty)?;
+    if m.w2.is_some_and(|w2| w2.ty != m.w.ty) || !m.n_in.is_multiple_of(32 * cu) {
+        return None;
+    }
+    let units = m.n_in / 32;
+    // Quantized activations in shared memory: 32 bytes + scale + two half sums per unit.
+    let smem = m.nsum * units * 44;
+    if smem > inner.kernels.matvec_smem_limit() as usize {
+        return None;
+    }
+    let glu = m.w2.is_some();
+    let (ut_override, rpt_override) = mv_overrides();
+    let ut = ut_override.unwrap_or_else(|| unit_lanes(units / cu));
+    let rpt_max = if glu { MV_RPT_MAX_GLU } else { MV_RPT_MAX };
+    let rpt = rpt_override
+        .unwrap_or_else(|| (m.n_out * m.vectors).div_ceil((MV_THREADS / ut) * 2 * inner.sms()))
+        .clamp(1, rpt_max);
+    let plan = MvPlan {
+        ut,
+        rpt,
+        x_in_smem: true,
+        smem: smem as u32,
+    };
+    Some((plan, if glu { "matvec_q8_glu_" } else { "matvec_q8_" }))
 }

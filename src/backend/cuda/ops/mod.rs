@@ -6,6 +6,7 @@ pub(crate) mod attention;
 pub(crate) mod conv;
 pub(crate) mod delta;
 pub(crate) mod eltwise;
+pub(crate) mod gemm;
 pub(crate) mod linear;
 pub(crate) mod moe;
 pub(crate) mod norm;
@@ -33,6 +34,12 @@ pub(crate) const GRID_YZ_MAX: usize = 65_535;
 impl Inner {
     /// Submit one launch; `uses` are the tensors it touches (kept alive while recorded).
     pub(crate) fn kernel(&self, l: Launch, uses: &[&Tensor]) -> Result<()> {
+        self.kernel_rw(l, 0.0, &[], uses)
+    }
+
+    /// Submit a launch that only reads `reads` and may write `writes` (see `submit_rw`), doing
+    /// `flops` floating-point operations (matrix products; 0 otherwise) for the profile.
+    pub(crate) fn kernel_rw(&self, l: Launch, flops: f64, reads: &[&Tensor], writes: &[&Tensor]) -> Result<()> {
         if l.grid.contains(&0) {
             return Ok(());
         }
@@ -42,8 +49,8 @@ impl Inner {
                 l.name.0, l.name.1, l.grid
             )));
         }
-        let f = self.kernels.get(l.name.0, l.name.1)?;
-        self.submit(
+        let f = self.kernels.get_with_smem(l.name.0, l.name.1, l.smem)?;
+        self.submit_rw(
             Op::Kernel {
                 f,
                 name: l.name,
@@ -52,8 +59,10 @@ impl Inner {
                 smem: l.smem,
                 args: l.args,
                 phase: l.phase,
+                flops,
             },
-            uses,
+            reads,
+            writes,
         )
     }
 

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Run the prefill kernels on the CPU emulator (no GPU needed): g++ with AddressSanitizer, the CUDA
+# headers of the pinned nvcc for the f16 types. Usage: bash dev/cuda/emu/run-emu.sh [deq|gemm|attn|delta|moe|all]
+set -euo pipefail
+cd "$(dirname "$0")"
+ROOT=$(cd ../../.. && pwd)
+INC=${CUDA_INC:-$ROOT/.cuda/lib/python3.11/site-packages/nvidia/cu13/include}
+[ -d "$INC" ] || INC=/work/main/.cuda/lib/python3.11/site-packages/nvidia/cu13/include
+OUTB=${BUILD:-/tmp/pf-emu}
+mkdir -p "$OUTB"
+g++ -std=c++17 -O1 -g -fsanitize=address -fno-omit-frame-pointer -ffp-contract=off -pthread \
+    -I"$INC" -I. -Wall -Wno-unused-function -Wno-unknown-pragmas -Wno-attributes \
+    emu_checks.cpp -o "$OUTB/emu_checks"
+ASAN_OPTIONS=detect_stack_use_after_return=0,detect_leaks=0 "$OUTB/emu_checks" "${1:-all}"
