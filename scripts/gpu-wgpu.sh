@@ -15,8 +15,10 @@
 #   4. RILL_PROFILE=1 decode runs (per-kernel GPU time and GB/s) of 9B q4_k_m and 35B-A3B, a
 #      Fast prefill profile of 9B q4_k_m, and 9B q4_k_m on the plain kernels (RILL_WGPU_PLAIN=1);
 #   5. a summary, printed last.
-# Everything lands in ONE file, $OUT/wgpu.tar.gz (logs, bench JSON, profiles, summary.txt).
-#   bash scripts/gpu-cuda.sh; bash scripts/gpu-wgpu.sh
+# Everything lands in ONE file, $OUT/wgpu.tar.gz (logs, bench JSON, profiles, summary.txt),
+# refreshed after each phase. After the CUDA job in one 600 s call, give it what is left:
+#   bash scripts/gpu-cuda.sh; WGPU_BUDGET_S=$((585 - SECONDS)) bash scripts/gpu-wgpu.sh
+# Alone, the models are synthesized first (minutes): give it the whole call, WGPU_BUDGET_S=580.
 # RILL_GPU_SETUP=0 skips the Vulkan loader setup (a dry run on a machine with its own driver,
 # e.g. RILL_GPU_SETUP=0 RILL_WGPU_ADAPTER=llvmpipe on lavapipe); SKIP_MODELS=1 leaves out the
 # models, SKIP_TESTS=1 the tests.
@@ -47,9 +49,13 @@ step() {
     fi
     timeout -k 5 "$t" "$@" >"$log" 2>&1
 }
+# The tarball is refreshed after every phase: a call cut short still brings back what was done.
+save() {
+    tar -C "$logs" -czf "$OUT/wgpu.tar.gz.part" . && mv "$OUT/wgpu.tar.gz.part" "$OUT/wgpu.tar.gz"
+}
 finish() {
     note "wgpu job: $((SECONDS - t0)) s"
-    tar -C "$logs" -czf "$OUT/wgpu.tar.gz" .
+    save
     echo "==== wgpu summary (all logs in $OUT/wgpu.tar.gz)"
     cat "$summary"
     rm -rf "$logs"
@@ -110,10 +116,14 @@ if [ -n "${SKIP_MODELS:-}" ]; then
     exit 0
 fi
 
+save
 # ---- 2. bench ---------------------------------------------------------------------------------
 model() { # the synthesized model $1 $2, made if gpu-cuda.sh did not leave it
     local f="$MODELS/$1-$2.gguf"
-    [ -s "$f" ] || step 120 "$logs/synth-$1-$2.log" "$rill" synth --shape "$1" --quant "$2" -o "$f"
+    # Written under another name first: a synth cut short leaves no file that looks complete.
+    if [ ! -s "$f" ] && step 150 "$logs/synth-$1-$2.log" "$rill" synth --shape "$1" --quant "$2" -o "$f.part"; then
+        mv "$f.part" "$f"
+    fi
     echo "$f"
 }
 # `bench SHAPE QUANT TAG CAP [rill bench args...]`
@@ -146,6 +156,7 @@ bench qwen3.5-35b-a3b q4_k_m exact 75 -p 512 -n 128 -r 2
 bench qwen3.5-9b q4_k_m fast 45 -p 102,512 -n 0 -r 2 --precision fast
 bench qwen3.5-9b q8_0 exact 60 -p 512 -n 128 -r 2
 
+save
 # ---- correctness at the real shapes -------------------------------------------------------------
 # wgpu's logits against the CPU backend's on the 9B and 35B-A3B files: a 70-token prefill (crosses
 # a 64-token tile) and the first 8 tokens decoded one by one (recorded, replayed steps), each
@@ -211,6 +222,7 @@ EOF
 logits_check qwen3.5-9b q4_k_m
 logits_check qwen3.5-35b-a3b q4_k_m
 
+save
 # ---- 3. profiles ------------------------------------------------------------------------------
 # Per-kernel GPU time from timestamps inside the pass; tokens/s of these runs are not the speed.
 profile() { # SHAPE QUANT TAG CAP [rill bench args...]
