@@ -17,8 +17,9 @@
 #      Fast prefill profile of 9B q4_k_m, and 9B q4_k_m on the plain kernels (RILL_WGPU_PLAIN=1);
 #   5. a summary, printed last.
 # Everything lands in ONE file, $OUT/wgpu.tar.gz (logs, bench JSON, profiles, summary.txt),
-# refreshed after each phase. After the CUDA job in one 600 s call, give it what is left:
-#   bash scripts/gpu-cuda.sh; WGPU_BUDGET_S=$((585 - SECONDS)) bash scripts/gpu-wgpu.sh
+# refreshed after each phase. After the CUDA job in one 600 s call, give it what is left (at most
+# the default):
+#   bash scripts/gpu-cuda.sh; left=$((585 - SECONDS)); WGPU_BUDGET_S=$((left < 290 ? left : 290)) bash scripts/gpu-wgpu.sh
 # Alone, the models are synthesized first (minutes): give it the whole call, WGPU_BUDGET_S=580.
 # RILL_GPU_SETUP=0 skips the Vulkan loader setup (a dry run on a machine with its own driver,
 # e.g. RILL_GPU_SETUP=0 RILL_WGPU_ADAPTER=llvmpipe on lavapipe); SKIP_MODELS=1 leaves out the
