@@ -533,16 +533,20 @@ static void test_conv() {
                 a.n[0] = T;
                 a.n[1] = C;
                 a.n[2] = K;
+                // Tiles of 16 tokens, as the backend launches them (T 65: five block rows).
+                const int tt = 16;
+                const unsigned tiles = (unsigned)std::max(1, (T + tt - 1) / tt);
+                a.n[5] = tt;
                 const std::string what = " dk " + std::to_string(dk) + " T " + std::to_string(T);
                 if (fused) {
                     a.n[3] = hk;
                     a.n[4] = dk;
                     a.f[0] = 1e-6f;
                     const int bs = (dk + 31) / 32 * 32;
-                    emu_launch(conv1d_silu_l2qk, Dim3{(unsigned)(2 * hk + (hv * dv + bs - 1) / bs), 1, 1}, bs, 0, a);
+                    emu_launch(conv1d_silu_l2qk, Dim3{(unsigned)(2 * hk + (hv * dv + bs - 1) / bs), tiles, 1}, bs, 0, a);
                     expect("conv1d_silu_l2qk out" + what, O.get<float>((size_t)T * C), normed, 1e-6, 1e-5);
                 } else {
-                    emu_launch(conv1d_silu, Dim3{(unsigned)((C + 255) / 256), 1, 1}, 256, 0, a);
+                    emu_launch(conv1d_silu, Dim3{(unsigned)((C + 255) / 256), tiles, 1}, 256, 0, a);
                     expect("conv1d_silu out" + what, O.get<float>((size_t)T * C), out, 1e-6, 1e-5);
                 }
                 expect("conv state" + what + (fused ? " fused" : ""), S.get<float>((size_t)(K - 1) * C), state, 0, 0);
