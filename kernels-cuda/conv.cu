@@ -2,8 +2,11 @@
 // continuing from and updating the rolling state, and its fusion with the q/k L2 norm.
 //
 // Conceptually X = [state (K-1 rows) | x (T rows)] along time; out[t][c] = silu(sum_j w[c][j] *
-// X[t+j][c]) and the new state is the last K-1 rows of X. Each channel is independent, so one
-// thread owns a channel for all T tokens; it reads X straight from the state and x buffers.
+// X[t+j][c]) and the new state is the last K-1 rows of X. Each channel is independent: a thread
+// owns one channel for one tile of `tt` tokens (blockIdx.y picks the tile), reading X straight
+// from the state and x buffers, so a long prefill spreads over C/256 x T/tt blocks instead of
+// looping over T in C threads. Only tile 0 reads the old state (tt >= K-1: a later tile's rows
+// t + j >= tt are all in x), and only tile 0 writes the new state, after its own reads.
 #include "common.cuh"
 
 // X[r][c] of the concatenation [state | x].
@@ -24,8 +27,8 @@ __device__ __forceinline__ void conv_shift_state(float* state, const float* x, i
     for (int r = 0; r < K - 1; ++r) state[(size_t)r * C + c] = conv_in(state, x, T + r, c, C, K);
 }
 
-// Slots: p0 x [T, C], p1 w [C, K], p2 state [K-1, C], p3 out [T, C]; n0 T, n1 C, n2 K.
-// Grid: ceil(C / 256); block 256.
+// Slots: p0 x [T, C], p1 w [C, K], p2 state [K-1, C], p3 out [T, C]; n0 T, n1 C, n2 K,
+// n5 tt (tokens per tile, >= K-1). Grid: (ceil(C / 256), ceil(T / tt)); block 256.
 KERNEL void conv1d_silu(const Args a) {
     kernel_start();
     const float* x = reinterpret_cast<const float*>(a.p[0]);
@@ -33,17 +36,18 @@ KERNEL void conv1d_silu(const Args a) {
     float* state = reinterpret_cast<float*>(a.p[2]);
     float* out = reinterpret_cast<float*>(a.p[3]);
     const int T = (int)a.n[0], C = (int)a.n[1], K = (int)a.n[2];
+    const int tt = (int)a.n[5], t0 = (int)blockIdx.y * tt, t1 = min(T, t0 + tt);
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
-    for (int t = 0; t < T; ++t) out[(size_t)t * C + c] = conv_at(state, x, w, t, c, C, K);
-    conv_shift_state(state, x, T, c, C, K);
+    for (int t = t0; t < t1; ++t) out[(size_t)t * C + c] = conv_at(state, x, w, t, c, C, K);
+    if (blockIdx.y == 0) conv_shift_state(state, x, T, c, C, K);
 }
 
 // conv1d_silu, then the L2 norm of every q and k head (dk channels each; q heads also scaled by
 // 1/sqrt(dk)). A block owns one head's channels (blockDim = dk rounded up to 32): blocks
 // 0 .. 2hk-1 are the q and k heads, the rest cover the v channels in slices of blockDim, which
 // are not normalised. The per-token sum of squares of a head is a block reduction.
-// Slots: as conv1d_silu, plus n3 hk, n4 dk; f0 eps.
+// Slots: as conv1d_silu (n5 tt, blockIdx.y the tile), plus n3 hk, n4 dk; f0 eps.
 KERNEL void conv1d_silu_l2qk(const Args a) {
     kernel_start();
     __shared__ float sh[32];
@@ -53,13 +57,14 @@ KERNEL void conv1d_silu_l2qk(const Args a) {
     float* out = reinterpret_cast<float*>(a.p[3]);
     const int T = (int)a.n[0], C = (int)a.n[1], K = (int)a.n[2], hk = (int)a.n[3], dk = (int)a.n[4];
     const float eps = a.f[0];
+    const int tt = (int)a.n[5], t0 = (int)blockIdx.y * tt, t1 = min(T, t0 + tt);
     const int h = blockIdx.x;
     const bool qk = h < 2 * hk;
     // Channel of this thread: inside head h for q/k blocks, else in the v slice h - 2hk.
     const int c = qk ? h * dk + (int)threadIdx.x : 2 * hk * dk + (h - 2 * hk) * (int)blockDim.x + (int)threadIdx.x;
     const bool live = qk ? (int)threadIdx.x < dk : c < C;
     const float qscale = h < hk ? 1.0f / sqrtf((float)dk) : 1.0f;
-    for (int t = 0; t < T; ++t) {
+    for (int t = t0; t < t1; ++t) {
         const float y = live ? conv_at(state, x, w, t, c, C, K) : 0.0f;
         float v = y;
         if (qk) {
@@ -68,5 +73,5 @@ KERNEL void conv1d_silu_l2qk(const Args a) {
         }
         if (live) out[(size_t)t * C + c] = v;
     }
-    if (live) conv_shift_state(state, x, T, c, C, K);
+    if (live && blockIdx.y == 0) conv_shift_state(state, x, T, c, C, K);
 }

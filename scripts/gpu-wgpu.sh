@@ -10,13 +10,20 @@
 #      kernels, and Fast precision (cooperative matrices where the driver lists them);
 #   2. `rill bench --backend wgpu`: 9B q4_k_m (pp102, pp512, tg128; exact, then Fast prefill),
 #      35B-A3B q4_k_m (tg128, pp512), 9B q8_0 (tg128, pp512);
-#   3. RILL_PROFILE=1 decode runs (per-kernel GPU time and GB/s) of 9B q4_k_m and 35B-A3B, a
+#   3. wgpu's logits against the CPU backend's at the real shapes (9B and 35B-A3B q4_k_m: a
+#      70-token prefill, and 8 tokens decoded through recorded steps);
+#   4. RILL_PROFILE=1 decode runs (per-kernel GPU time and GB/s) of 9B q4_k_m and 35B-A3B, a
+#      9B q4_k_m decode with the tuning knobs (RILL_WGPU_MV_WG, RILL_WGPU_SUBMIT_EVERY) moved, a
 #      Fast prefill profile of 9B q4_k_m, and 9B q4_k_m on the plain kernels (RILL_WGPU_PLAIN=1);
-#   4. a summary, printed last.
-# Everything lands in ONE file, $OUT/wgpu.tar.gz (logs, bench JSON, profiles, summary.txt).
-#   bash scripts/gpu-cuda.sh; bash scripts/gpu-wgpu.sh
+#   5. a summary, printed last.
+# Everything lands in ONE file, $OUT/wgpu.tar.gz (logs, bench JSON, profiles, summary.txt),
+# refreshed after each phase. After the CUDA job in one 600 s call, give it what is left (at most
+# the default):
+#   bash scripts/gpu-cuda.sh; left=$((585 - SECONDS)); WGPU_BUDGET_S=$((left < 290 ? left : 290)) bash scripts/gpu-wgpu.sh
+# Alone, the models are synthesized first (minutes): give it the whole call, WGPU_BUDGET_S=580.
 # RILL_GPU_SETUP=0 skips the Vulkan loader setup (a dry run on a machine with its own driver,
-# e.g. RILL_GPU_SETUP=0 RILL_WGPU_ADAPTER=llvmpipe on lavapipe); SKIP_MODELS=1 leaves out 2-3.
+# e.g. RILL_GPU_SETUP=0 RILL_WGPU_ADAPTER=llvmpipe on lavapipe); SKIP_MODELS=1 leaves out the
+# models, SKIP_TESTS=1 the tests.
 set -u
 cd "$(dirname "$0")/.."
 t0=$SECONDS
@@ -44,9 +51,13 @@ step() {
     fi
     timeout -k 5 "$t" "$@" >"$log" 2>&1
 }
+# The tarball is refreshed after every phase: a call cut short still brings back what was done.
+save() {
+    tar -C "$logs" -czf "$OUT/wgpu.tar.gz.part" . && mv "$OUT/wgpu.tar.gz.part" "$OUT/wgpu.tar.gz"
+}
 finish() {
     note "wgpu job: $((SECONDS - t0)) s"
-    tar -C "$logs" -czf "$OUT/wgpu.tar.gz" .
+    save
     echo "==== wgpu summary (all logs in $OUT/wgpu.tar.gz)"
     cat "$summary"
     rm -rf "$logs"
@@ -89,24 +100,32 @@ run_test() {
     note "$(printf 'test %-14s %-9s exit %3s: %s' "$name" "$tag" "$st" "$(grep -E '^test result:' "$log" | tail -1)")"
     grep -E '^test .* FAILED$|panicked at' "$log" | head -8 | tee -a "$summary" >&2
 }
-for t in device_ops device_linear device_moe device_delta device_pieces e2e_fixtures; do
-    run_test 45 "$t" subgroup
-done
-run_test 45 device_fast fast
 plain_tests() {
     for t in device_linear device_moe e2e_fixtures; do
         run_test 30 "$t" plain RILL_WGPU_PLAIN=1
     done
 }
+if [ -z "${SKIP_TESTS:-}" ]; then
+    for t in device_ops device_linear device_moe device_delta device_pieces e2e_fixtures prefix_cache; do
+        run_test 45 "$t" subgroup
+    done
+    run_test 45 device_fast fast
+else
+    plain_tests() { :; }
+fi
 if [ -n "${SKIP_MODELS:-}" ]; then
     plain_tests
     exit 0
 fi
 
+save
 # ---- 2. bench ---------------------------------------------------------------------------------
 model() { # the synthesized model $1 $2, made if gpu-cuda.sh did not leave it
     local f="$MODELS/$1-$2.gguf"
-    [ -s "$f" ] || step 120 "$logs/synth-$1-$2.log" "$rill" synth --shape "$1" --quant "$2" -o "$f"
+    # Written under another name first: a synth cut short leaves no file that looks complete.
+    if [ ! -s "$f" ] && step 150 "$logs/synth-$1-$2.log" "$rill" synth --shape "$1" --quant "$2" -o "$f.part"; then
+        mv "$f.part" "$f"
+    fi
     echo "$f"
 }
 # `bench SHAPE QUANT TAG CAP [rill bench args...]`
@@ -139,6 +158,73 @@ bench qwen3.5-35b-a3b q4_k_m exact 75 -p 512 -n 128 -r 2
 bench qwen3.5-9b q4_k_m fast 45 -p 102,512 -n 0 -r 2 --precision fast
 bench qwen3.5-9b q8_0 exact 60 -p 512 -n 128 -r 2
 
+save
+# ---- correctness at the real shapes -------------------------------------------------------------
+# wgpu's logits against the CPU backend's on the 9B and 35B-A3B files: a 70-token prefill (crosses
+# a 64-token tile) and the first 8 tokens decoded one by one (recorded, replayed steps), each
+# against the CPU's prefill (strict tier: rel L2 around 1e-5, argmax equal except near-ties).
+logits_check() { # SHAPE QUANT
+    local f
+    f=$(model "$1" "$2")
+    local toks8=785,3974,293,4830,282,5131,7784,82
+    local toks=$toks8
+    for i in $(seq 0 61); do toks="$toks,$(((i * 977 + 31) % 8166))"; done
+    local tmp=/tmp/rill-wgpu-logits
+    rm -rf "$tmp" && mkdir -p "$tmp"
+    local log="$logs/logits-$1-$2"
+    step 60 "$log-cpu.log" "$rill" logits -m "$f" --tokens "$toks" --backend cpu -o "$tmp/cpu.safetensors"
+    step 40 "$log-prefill.log" "$rill" logits -m "$f" --tokens "$toks" --backend wgpu -o "$tmp/prefill.safetensors"
+    step 40 "$log-decode.log" "$rill" logits -m "$f" --tokens "$toks8" --decode --backend wgpu \
+        -o "$tmp/decode.safetensors"
+    python3 - "$tmp" "$1 $2" <<'EOF' 2>&1 | tee -a "$summary" >&2
+import json, os, struct, sys
+try:
+    import numpy as np
+except ImportError:
+    np = None
+def load(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    t = json.loads(b[8:8 + n])["logits"]
+    s, e = t["data_offsets"]
+    rows, v = t["shape"]
+    if np is not None:
+        return np.frombuffer(b[8 + n + s:8 + n + e], dtype="<f4").reshape(rows, v)
+    flat = struct.unpack(f"<{rows * v}f", b[8 + n + s:8 + n + e])
+    return [flat[r * v:(r + 1) * v] for r in range(rows)]
+def row_stats(g, c):
+    if np is not None:
+        g, c = g.astype(np.float64), c.astype(np.float64)
+        return (np.sqrt(((g - c) ** 2).sum() / max((c ** 2).sum(), 1e-300)), np.abs(g - c).max(),
+                int(g.argmax() == c.argmax()))
+    num = sum((a - b) ** 2 for a, b in zip(g, c))
+    den = sum(b * b for b in c) or 1.0
+    am = lambda x: max(range(len(x)), key=x.__getitem__)
+    return (num / den) ** 0.5, max(abs(a - b) for a, b in zip(g, c)), int(am(g) == am(c))
+d, name = sys.argv[1], sys.argv[2]
+try:
+    ref = load(os.path.join(d, "cpu.safetensors"))
+except Exception as e:
+    print(f"logits {name}: no CPU reference ({type(e).__name__})")
+    sys.exit(0)
+for tag in ("prefill", "decode"):
+    try:
+        got = load(os.path.join(d, f"{tag}.safetensors"))
+    except Exception as e:
+        print(f"logits {name} wgpu {tag}: none ({type(e).__name__})")
+        continue
+    # Without numpy only the first 8 rows (pure Python is slow at 248K logits a row).
+    rows = len(got) if np is not None else min(len(got), 8)
+    stats = [row_stats(got[r], ref[r]) for r in range(rows)]
+    print(f"logits {name} wgpu {tag} vs cpu prefill: {rows} rows, rel L2 max {max(s[0] for s in stats):.2e}, "
+          f"max abs {max(s[1] for s in stats):.2e}, argmax {sum(s[2] for s in stats)}/{rows}")
+EOF
+    rm -rf "$tmp"
+}
+logits_check qwen3.5-9b q4_k_m
+logits_check qwen3.5-35b-a3b q4_k_m
+
+save
 # ---- 3. profiles ------------------------------------------------------------------------------
 # Per-kernel GPU time from timestamps inside the pass; tokens/s of these runs are not the speed.
 profile() { # SHAPE QUANT TAG CAP [rill bench args...]
@@ -153,6 +239,13 @@ profile() { # SHAPE QUANT TAG CAP [rill bench args...]
 }
 profile qwen3.5-9b q4_k_m decode 40 -p "" -n 32
 profile qwen3.5-35b-a3b q4_k_m decode 40 -p "" -n 32
+# The tuning knobs (src/backend/wgpu/caps.rs) against the defaults (matvec workgroup 128, submit
+# every 64): 9B q4_k_m decode.
+RILL_WGPU_MV_WG=64 bench qwen3.5-9b q4_k_m mv64 30 -p "" -n 64 -r 1
+RILL_WGPU_MV_WG=256 bench qwen3.5-9b q4_k_m mv256 30 -p "" -n 64 -r 1
+RILL_WGPU_SUBMIT_EVERY=16 bench qwen3.5-9b q4_k_m submit16 30 -p "" -n 64 -r 1
+RILL_WGPU_SUBMIT_EVERY=256 bench qwen3.5-9b q4_k_m submit256 30 -p "" -n 64 -r 1
+save
 # After the numbers: the plain path's tests (the kernels browsers run), then its speed.
 plain_tests
 profile qwen3.5-9b q4_k_m prefill-fast 40 -p 512 -n 0 --precision fast

@@ -53,17 +53,18 @@ if [ "$status" -eq 0 ] && [ "$(uname -m)" = "x86_64" ]; then
 fi
 # The wgpu kernels come in variants chosen from the adapter's features (subgroup reductions,
 # cooperative matrices): run the device tests again on the plain path (what browsers get) and the
-# fast-precision tests with the cooperative-matrix kernel emulated (lavapipe has no tensor cores).
+# fast-precision tests with the cooperative-matrix kernel emulated (lavapipe has no tensor cores),
+# on wgpu only, with the features of the build above (no second build).
 if [ "$status" -eq 0 ]; then
     device_tests=()
     for f in tests/device_*.rs; do
         device_tests+=(--test "$(basename "$f" .rs)")
     done
-    RILL_TEST_BACKENDS=wgpu RILL_WGPU_PLAIN=1 cargo test --release "${device_tests[@]}" --test e2e_fixtures "$@" 2>&1 \
+    RILL_TEST_BACKENDS=wgpu RILL_WGPU_PLAIN=1 cargo test --release --features cuda "${device_tests[@]}" --test e2e_fixtures "$@" 2>&1 \
         | tee -a "$log" || status=$?
 fi
 if [ "$status" -eq 0 ]; then
-    RILL_TEST_BACKENDS=wgpu RILL_WGPU_COOP_EMULATE=1 cargo test --release --test device_fast "$@" 2>&1 \
+    RILL_TEST_BACKENDS=wgpu RILL_WGPU_COOP_EMULATE=1 cargo test --release --features cuda --test device_fast "$@" 2>&1 \
         | tee -a "$log" || status=$?
 fi
 # `rill serve` against the real OpenAI Python client (tests/server): the pinned client goes into a

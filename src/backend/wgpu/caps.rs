@@ -7,6 +7,10 @@
 //! | tensor-core prefill (`matmul_coop.wgsl`, f16 inputs) | `EXPERIMENTAL_COOPERATIVE_MATRIX` with a 16x16x16 f16 -> f32 configuration, `SHADER_F16`, `SUBGROUP`, and `Precision::Fast` | the f32 tiled kernel |
 //! | per-dispatch GPU timestamps (`RILL_PROFILE=1`) | `TIMESTAMP_QUERY_INSIDE_PASSES` | a submit-and-wait wall clock per dispatch |
 //!
+//! Two tuning knobs, for measuring on a new GPU without a rebuild: `RILL_WGPU_MV_WG` (invocations
+//! per matrix-vector workgroup: 64, 128 or 256; default 128) and `RILL_WGPU_SUBMIT_EVERY`
+//! (dispatches per submission, 1..=256; default 64).
+//!
 //! `RILL_WGPU_PLAIN=1` forces every plain path (what the browser runs: wgpu's web backend has no
 //! subgroups), so tests cover both on one machine. `RILL_WGPU_COOP_EMULATE=1` (tests only) runs
 //! the tensor-core kernel's tiling and f16 staging with the matrix products done by plain code,
@@ -45,7 +49,17 @@ pub(crate) struct Caps {
     /// Alignment of a dynamic uniform offset (the parameter slots).
     pub uniform_align: u64,
     pub max_workgroups_per_dim: u32,
+    /// Invocations per matrix-vector workgroup (WGSL `MV_WG`).
+    pub mv_wg: u32,
+    /// Dispatches per submission.
+    pub submit_every: u32,
 }
+
+/// Defaults of the tuning knobs, and the most dispatches one submission may hold (its
+/// parameter slots).
+pub(crate) const MV_WG_DEFAULT: u32 = 128;
+pub(crate) const SUBMIT_EVERY_DEFAULT: u32 = 64;
+pub(crate) const SUBMIT_EVERY_MAX: u32 = 256;
 
 /// Environment switches, read once.
 #[derive(Debug, Clone, Copy, Default)]
@@ -57,10 +71,17 @@ pub(crate) struct Overrides {
     /// `RILL_WGPU_MAX_BINDING=BYTES`: pretend the storage binding limit is this small (tests of
     /// the piecewise binding on a device with large bindings).
     pub max_binding: Option<u64>,
+    /// `RILL_WGPU_MV_WG`, `RILL_WGPU_SUBMIT_EVERY` (see the module comment).
+    pub mv_wg: Option<u32>,
+    pub submit_every: Option<u32>,
 }
 
 fn env_flag(name: &str) -> bool {
     std::env::var_os(name).is_some_and(|v| v == "1")
+}
+
+fn env_num(name: &str) -> Option<u64> {
+    std::env::var(name).ok().and_then(|v| v.trim().parse::<u64>().ok())
 }
 
 impl Overrides {
@@ -68,9 +89,9 @@ impl Overrides {
         Overrides {
             plain: env_flag("RILL_WGPU_PLAIN"),
             coop_emulate: env_flag("RILL_WGPU_COOP_EMULATE"),
-            max_binding: std::env::var("RILL_WGPU_MAX_BINDING")
-                .ok()
-                .and_then(|v| v.trim().parse::<u64>().ok()),
+            max_binding: env_num("RILL_WGPU_MAX_BINDING"),
+            mv_wg: env_num("RILL_WGPU_MV_WG").and_then(|v| u32::try_from(v).ok()),
+            submit_every: env_num("RILL_WGPU_SUBMIT_EVERY").and_then(|v| u32::try_from(v).ok()),
         }
     }
 }
@@ -147,6 +168,15 @@ impl Caps {
             binding_align: u64::from(limits.min_storage_buffer_offset_alignment.max(4)),
             uniform_align: u64::from(limits.min_uniform_buffer_offset_alignment.max(4)),
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension.max(1),
+            // A power of two the plain reduction takes (<= 256) and the device allows; anything
+            // else keeps the default.
+            mv_wg: ov
+                .mv_wg
+                .filter(|n| [64, 128, 256].contains(n) && *n <= limits.max_compute_invocations_per_workgroup)
+                .unwrap_or(MV_WG_DEFAULT),
+            submit_every: ov
+                .submit_every
+                .map_or(SUBMIT_EVERY_DEFAULT, |n| n.clamp(1, SUBMIT_EVERY_MAX)),
         }
     }
 
@@ -161,14 +191,20 @@ impl Caps {
     /// One line for `rill bench` and logs.
     pub fn describe(&self) -> String {
         format!(
-            "reductions {}, prefill {}, binding limit {} MiB",
+            "reductions {}, prefill {}, binding limit {} MiB{}",
             if self.subgroups { "subgroup" } else { "workgroup-memory" },
             match self.coop {
                 Coop::Off => "f32 tiles",
                 Coop::On => "cooperative-matrix f16",
                 Coop::Emulated => "emulated cooperative-matrix f16",
             },
-            self.max_binding >> 20
+            self.max_binding >> 20,
+            // The knobs only when set away from their defaults.
+            if (self.mv_wg, self.submit_every) == (MV_WG_DEFAULT, SUBMIT_EVERY_DEFAULT) {
+                String::new()
+            } else {
+                format!(", matvec workgroup {}, submit every {}", self.mv_wg, self.submit_every)
+            }
         )
     }
 }
@@ -256,5 +292,40 @@ pub(crate) mod tests {
         assert_eq!(low.max_binding, 4096);
         let high = Caps::select(wgpu::Features::empty(), &lim, Precision::Exact, false, ov(u64::MAX));
         assert_eq!(high.max_binding, lim.max_storage_buffer_binding_size);
+    }
+
+    #[test]
+    fn tuning_knobs_take_only_what_the_kernels_allow() {
+        let lim = wgpu::Limits::default();
+        let knobs = |mv_wg, submit_every| {
+            let c = Caps::select(
+                wgpu::Features::empty(),
+                &lim,
+                Precision::Exact,
+                false,
+                Overrides {
+                    mv_wg: Some(mv_wg),
+                    submit_every: Some(submit_every),
+                    ..Default::default()
+                },
+            );
+            (c.mv_wg, c.submit_every)
+        };
+        assert_eq!(knobs(64, 16), (64, 16));
+        assert_eq!(knobs(256, 256), (256, 256));
+        assert_eq!(
+            knobs(96, 0),
+            (MV_WG_DEFAULT, 1),
+            "not a power of two; at least one dispatch"
+        );
+        assert_eq!(knobs(512, 9999), (MV_WG_DEFAULT, SUBMIT_EVERY_MAX));
+        let d = Caps::select(
+            wgpu::Features::empty(),
+            &lim,
+            Precision::Exact,
+            false,
+            Overrides::default(),
+        );
+        assert_eq!((d.mv_wg, d.submit_every), (MV_WG_DEFAULT, SUBMIT_EVERY_DEFAULT));
     }
 }

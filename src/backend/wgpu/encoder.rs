@@ -3,7 +3,7 @@
 //! commands.
 //!
 //! * One compute pass stays open across ops; it ends only for a copy or clear, a host access,
-//!   or a submission. A submission goes out every `SUBMIT_EVERY` dispatches so the GPU starts
+//!   or a submission. A submission goes out every `Caps::submit_every` dispatches so the GPU starts
 //!   while the CPU records the rest of the step.
 //! * Pipelines are keyed by `(Kernel, format)`, bind groups by the pipeline and the (buffer id,
 //!   offset, size) of every binding: the scratch, state and weight buffers of a decode step are
@@ -27,10 +27,8 @@ use crate::backend::{DType, Tensor};
 use crate::error::Result;
 use crate::gguf::GgmlType;
 
-/// Dispatches per submission.
-const SUBMIT_EVERY: u32 = 64;
-/// Parameter slots in the arena (a submission never needs more than `SUBMIT_EVERY`).
-const PARAM_SLOTS: u64 = 256;
+/// Parameter slots in the arena: a submission holds at most `Caps::submit_every` dispatches.
+const PARAM_SLOTS: u64 = super::caps::SUBMIT_EVERY_MAX as u64;
 /// Most storage bindings of one kernel.
 const MAX_BINDS: usize = 8;
 /// Recorded steps kept (a few sessions x head variants).
@@ -637,7 +635,7 @@ impl<'a> Encoder<'a> {
                 t.weight_bytes += weight_bytes;
             }
         }
-        if self.st.in_submit >= SUBMIT_EVERY {
+        if self.st.in_submit >= self.be.caps.submit_every {
             self.flush();
         }
         Ok(())

@@ -20,8 +20,6 @@ macro_rules! wgsl {
 
 // ---- constants shared by Rust and WGSL ---------------------------------------------------------
 
-/// Invocations per workgroup of the matrix-vector kernels (`matvec`, `matvec_swiglu`, `moe_matvec`).
-pub(crate) const MV_WG: u32 = 128;
 /// Output rows per workgroup of the matrix-vector kernels (their accumulators are vec4s: one
 /// component per row; the format's `mv_unit4` decodes a unit of 4 rows against one load of x).
 pub(crate) const MV_ROWS: u32 = 4;
@@ -68,10 +66,12 @@ pub(crate) const MOE_MAX_E: u32 = 2048;
 /// Bytes of one parameter block (the shaders' `Params` structs are at most this big).
 pub(crate) const PARAM_BYTES: u64 = 64;
 
-/// The generated WGSL constants (one `const` per shared value).
-fn constants() -> String {
+/// The generated WGSL constants (one `const` per shared value). `MV_WG`, the invocations per
+/// workgroup of the matrix-vector kernels (`matvec`, `matvec_swiglu`, `moe_matvec`), is a tuning
+/// knob of `Caps`.
+fn constants(caps: &Caps) -> String {
     let list: &[(&str, u32)] = &[
-        ("MV_WG", MV_WG),
+        ("MV_WG", caps.mv_wg),
         ("MV_ROWS", MV_ROWS),
         ("MM_WG", MM_WG),
         ("MM_ROWS_WG", MM_ROWS_WG),
@@ -356,7 +356,7 @@ pub(crate) fn source(kernel: Kernel, fmt: Option<GgmlType>, caps: &Caps) -> Resu
             src.push_str("enable wgpu_cooperative_matrix;\n");
         }
     }
-    src.push_str(&constants());
+    src.push_str(&constants(caps));
     src.push_str(COMMON);
     match (sp.weights, fmt) {
         (Weights::None, None) => {}
@@ -518,8 +518,35 @@ mod tests {
                     },
                 ),
             ),
+            // The matrix-vector workgroup sizes the tuning knob allows besides the default.
+            (
+                "plain, matvec workgroup 256",
+                caps(
+                    sg,
+                    Precision::Exact,
+                    false,
+                    Overrides {
+                        plain: true,
+                        mv_wg: Some(256),
+                        ..Default::default()
+                    },
+                ),
+            ),
+            (
+                "subgroups, matvec workgroup 64",
+                caps(
+                    sg,
+                    Precision::Exact,
+                    false,
+                    Overrides {
+                        mv_wg: Some(64),
+                        ..Default::default()
+                    },
+                ),
+            ),
         ];
         assert_eq!(variants[2].1.coop, Coop::On);
+        assert_eq!((variants[4].1.mv_wg, variants[5].1.mv_wg), (256, 64));
         assert_eq!(variants[3].1.coop, Coop::Emulated);
         for (name, caps) in variants {
             for (k, fmt) in all_keys(&caps) {

@@ -17,7 +17,26 @@ fn args(x: &Tensor, w: &Tensor, state: &Tensor, out: &Tensor, d: check::ConvDims
     a.n[0] = d.t as i64;
     a.n[1] = d.c as i64;
     a.n[2] = d.k as i64;
+    a.n[5] = tile_tokens(d) as i64;
     Ok(a)
+}
+
+/// Tokens per block row: a prefill spreads over T / CONV_TILE block rows. A tile must hold at
+/// least K-1 tokens (only tile 0 may read the old state); for an unusually wide kernel the whole
+/// batch is one tile.
+const CONV_TILE: usize = 16;
+
+fn tile_tokens(d: check::ConvDims) -> usize {
+    if d.k <= CONV_TILE + 1 {
+        CONV_TILE
+    } else {
+        d.t.max(1)
+    }
+}
+
+/// Block rows of the launch (at least one, which also shifts the state when T = 0).
+fn tiles(op: &str, d: check::ConvDims) -> Result<u32> {
+    grid_u32(op, "token tiles", d.t.div_ceil(tile_tokens(d)).max(1))
 }
 
 pub(crate) fn conv1d_causal_silu(inner: &Inner, x: &Tensor, w: &Tensor, state: &Tensor, out: &Tensor) -> Result<()> {
@@ -27,7 +46,7 @@ pub(crate) fn conv1d_causal_silu(inner: &Inner, x: &Tensor, w: &Tensor, state: &
     inner.kernel(
         Launch {
             name: ("conv1d_silu", ""),
-            grid: [grid_u32(op, "channel blocks", d.c.div_ceil(256))?, 1, 1],
+            grid: [grid_u32(op, "channel blocks", d.c.div_ceil(256))?, tiles(op, d)?, 1],
             block: 256,
             smem: 0,
             args: a,
@@ -64,7 +83,7 @@ pub(crate) fn conv1d_silu_l2qk(
     inner.kernel(
         Launch {
             name: ("conv1d_silu_l2qk", ""),
-            grid: [grid_u32(op, "blocks", 2 * dims.hk + v_blocks)?, 1, 1],
+            grid: [grid_u32(op, "blocks", 2 * dims.hk + v_blocks)?, tiles(op, d)?, 1],
             block: bs as u32,
             smem: 0,
             args: a,

@@ -128,7 +128,7 @@ fn chunked(
         hv: dims.hv as i32,
         _pad: 0,
     };
-    let variant = if inner.fast { "fast" } else { "exact" };
+    let variant = if inner.fast && !delta_forced_exact() { "fast" } else { "exact" };
     let hv = grid_u32(op, "heads", dims.hv)?;
     inner.kernel_rw(
         Launch {
@@ -164,4 +164,11 @@ mod tests {
     fn params_layout() {
         assert_eq!(std::mem::size_of::<super::GdnParams>(), 88);
     }
+}
+
+/// `RILL_CUDA_DELTA=exact` runs the 3xTF32 chunk kernels under `Precision::Fast` too: for measuring
+/// how much of the fast tier's distance from the exact logits the one-pass tf32 delta rule causes.
+fn delta_forced_exact() -> bool {
+    static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *V.get_or_init(|| std::env::var("RILL_CUDA_DELTA").is_ok_and(|v| v == "exact"))
 }

@@ -18,7 +18,7 @@ const SPLIT_MAX_ROWS: usize = 256;
 /// kernels use f32 too): its error is a few ulp of the position, measured 1.8-2.5 * pos * 2^-24
 /// rad, so a rotated pair (a, b) differs from the reference by about `pos * 2^-23 * |(a, b)|`:
 /// within 1e-5 of |(a, b)| up to pos ≈ 80, 1e-4 up to pos ≈ 800, 5e-4 at pos 4096, 4e-2 at
-/// pos 250k (tests/wgpu_ops.rs checks a 4 * pos * 2^-24 bound up to pos 4096).
+/// pos 250k (tests/device_ops.rs checks a 4 * pos * 2^-24 bound up to pos 4096).
 pub(crate) fn rope_neox(
     be: &WgpuBackend,
     x: &Tensor,
