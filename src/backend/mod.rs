@@ -491,11 +491,11 @@ pub fn create_with(name: &str, opts: &BackendOptions) -> Result<Arc<dyn Backend>
     }
 }
 
-/// In the browser a device is opened asynchronously: use `wgpu::WgpuBackend::new_async`.
+/// In the browser a device is opened asynchronously: use `wgpu::WgpuBackend::with_options_async`.
 #[cfg(target_arch = "wasm32")]
 pub fn create_with(name: &str, _opts: &BackendOptions) -> Result<Arc<dyn Backend>> {
     Err(Error::Backend(format!(
-        "backend '{name}': the browser opens its device asynchronously (await wgpu::WgpuBackend::new_async())"
+        "backend '{name}': the browser opens its device asynchronously (await wgpu::WgpuBackend::with_options_async(..))"
     )))
 }
 

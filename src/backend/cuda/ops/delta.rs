@@ -128,7 +128,11 @@ fn chunked(
         hv: dims.hv as i32,
         _pad: 0,
     };
-    let variant = if inner.fast && !delta_forced_exact() { "fast" } else { "exact" };
+    let variant = if inner.fast && !delta_forced_exact() {
+        "fast"
+    } else {
+        "exact"
+    };
     let hv = grid_u32(op, "heads", dims.hv)?;
     inner.kernel_rw(
         Launch {
