@@ -6,8 +6,8 @@
 //! emulator) at both precisions. The one-pass tf32 kernels (~4e-4) are kept behind
 //! `RILL_CUDA_DELTA=tf32` for measuring: on the H200 they put the fast tier's fixture logits just
 //! outside its bound (max abs 0.1017 > 0.1 on the Q8_0 fixture) while 3xTF32 keeps them inside, at
-//! a cost of about 12 µs per layer at T = 102 and 37 µs at T = 512 (prefill harness). Other head dims run the recurrence, which equals the
-//! chunked algorithm up to f32 rounding.
+//! a cost of about 12 µs per layer at T = 102 and 37 µs at T = 512 (prefill harness). Other head
+//! dims run the recurrence, which equals the chunked algorithm up to f32 rounding.
 
 use super::{grid_u32, Launch};
 use crate::backend::cuda::buffer::ptr;
@@ -131,7 +131,7 @@ fn chunked(
         hv: dims.hv as i32,
         _pad: 0,
     };
-    let variant = if inner.fast && !delta_forced_exact() {
+    let variant = if inner.fast && delta_tf32_requested() {
         "fast"
     } else {
         "exact"
