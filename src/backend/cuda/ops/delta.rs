@@ -165,17 +165,17 @@ fn chunked(
     )
 }
 
+/// `RILL_CUDA_DELTA=tf32` runs the one-pass tf32 chunk kernels under `Precision::Fast` (outside the
+/// fast tier's bound on the fixtures; for measuring only).
+fn delta_tf32_requested() -> bool {
+    static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *V.get_or_init(|| std::env::var("RILL_CUDA_DELTA").is_ok_and(|v| v == "tf32"))
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
     fn params_layout() {
         assert_eq!(std::mem::size_of::<super::GdnParams>(), 88);
     }
-}
-
-/// `RILL_CUDA_DELTA=tf32` runs the one-pass tf32 chunk kernels under `Precision::Fast` (outside the
-/// fast tier's bound on the fixtures; for measuring only).
-fn delta_tf32_requested() -> bool {
-    static V: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *V.get_or_init(|| std::env::var("RILL_CUDA_DELTA").is_ok_and(|v| v == "tf32"))
 }
