@@ -73,6 +73,11 @@ struct QFmt {
         uint32_t q[8];
         Scales s;
         L::load(b, sub, q, s);
+        return dot_loaded(q, s, x, sx);
+    }
+    // The dot product of a unit already loaded by L::load (kernels that issue the loads of several
+    // rows before any arithmetic, so that they are all in flight at once).
+    __device__ static float dot_loaded(const uint32_t (&q)[8], const Scales& s, const float (&x)[32], float2 sx) {
         float r = s.d[0] * qdot<4>(q, L::BIAS, x) + s.d[1] * qdot<4>(q + 4, L::BIAS, x + 16);
         if (L::MIN) r += s.c[0] * sx.x + s.c[1] * sx.y;
         return r;

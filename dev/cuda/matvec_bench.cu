@@ -1,5 +1,6 @@
 // dev/cuda/matvec_bench.cu: standalone check and benchmark of the decode matrix-vector kernels
-// (llm.c dev/cuda style). It includes the production kernels (kernels-cuda/matvec.cuh), runs them
+// (llm.c dev/cuda style). It includes the production kernels (kernels-cuda/matvec.cuh) and the
+// candidate layout dev/cuda/matvec_warp.cuh, runs them
 // and a naive baseline on random weights of the formats that dominate decode (Q4_K, Q6_K, Q8_0,
 // plus F16 and F32), checks every output against a double-precision CPU dot product of the
 // dequantized rows, and times them against the device-to-device copy bandwidth.
@@ -24,6 +25,7 @@
 #include <vector>
 
 #include "matvec_q8.cuh"
+#include "matvec_warp.cuh"
 
 #define CK(x)                                                                                   \
     do {                                                                                        \
@@ -197,6 +199,35 @@ __global__ void __launch_bounds__(MV_THREADS, 1) mv_q8_r255(const Args a) {
     matvec_q8<F, false>(a);
 }
 
+// One warp per R rows (matvec_warp.cuh), and its Q4_K variant with one lane per 32 quant bytes.
+template <class F, int R>
+__global__ void __launch_bounds__(MVW_THREADS) mv_warp(const uint8_t* W, const float* x, float* out, int n_out, int n_in,
+                                                       size_t row_bytes) {
+    matvec_warp<F, R, false>(W, nullptr, x, out, n_out, n_in, row_bytes);
+}
+template <int R>
+__global__ void __launch_bounds__(MVW_THREADS) mv_warp_pair(const uint8_t* W, const float* x, float* out, int n_out,
+                                                            int n_in, size_t row_bytes) {
+    matvec_warp_q4k_pair<R>(W, x, out, n_out, n_in, row_bytes);
+}
+
+// Programmatic dependent launch for the timed chains (MVB_PDL=1), as the backend launches.
+static bool g_pdl = false;
+template <typename... K, typename... A>
+static void launch_k(void (*k)(K...), dim3 g, dim3 b, size_t smem, cudaStream_t st, A... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = g;
+    cfg.blockDim = b;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = g_pdl ? 1 : 0;
+    CK(cudaLaunchKernelEx(&cfg, k, args...));
+}
+
 // Naive baseline: one warp per row, every lane loops over the row's units, activations read
 // from global memory (no staging, no row reuse).
 template <class F>
@@ -238,6 +269,8 @@ struct Variant {
     bool x_smem;
     int ut = 0;  // unit lanes (0: as the backend picks them)
     int q8 = 0;  // 1: matvec_q8 (fast tier), 2: matvec_q8 with 255 registers
+    int warp = 0;  // rows per warp of matvec_warp.cuh (0: not that kernel)
+    bool pair = false;  // matvec_warp_q4k_pair
 };
 
 // Chunk units of the q8 kernel per format (Q8Dot<F>::CU), 0 where it has none.
@@ -252,6 +285,27 @@ static constexpr int q8_cu() {
 template <class F>
 static void launch(const Variant& v, const uint8_t* W, const float* x, float* out, int n_out, int n_in,
                    size_t row_bytes, cudaStream_t st) {
+    if constexpr (q8_cu<F>() > 0) {
+        if (v.warp) {
+            const int rows_per_block = (MVW_THREADS / 32) * v.warp;
+            const dim3 g((n_out + rows_per_block - 1) / rows_per_block);
+            if constexpr (std::is_same_v<F, FmtQ4_K>) {
+                if (v.pair) {
+                    switch (v.warp) {
+                        case 1: launch_k(mv_warp_pair<1>, g, dim3(MVW_THREADS), 0, st, W, x, out, n_out, n_in, row_bytes); return;
+                        case 2: launch_k(mv_warp_pair<2>, g, dim3(MVW_THREADS), 0, st, W, x, out, n_out, n_in, row_bytes); return;
+                        default: launch_k(mv_warp_pair<4>, g, dim3(MVW_THREADS), 0, st, W, x, out, n_out, n_in, row_bytes); return;
+                    }
+                }
+            }
+            switch (v.warp) {
+                case 1: launch_k(mv_warp<F, 1>, g, dim3(MVW_THREADS), 0, st, W, x, out, n_out, n_in, row_bytes); return;
+                case 2: launch_k(mv_warp<F, 2>, g, dim3(MVW_THREADS), 0, st, W, x, out, n_out, n_in, row_bytes); return;
+                case 4: launch_k(mv_warp<F, 4>, g, dim3(MVW_THREADS), 0, st, W, x, out, n_out, n_in, row_bytes); return;
+                default: launch_k(mv_warp<F, 8>, g, dim3(MVW_THREADS), 0, st, W, x, out, n_out, n_in, row_bytes); return;
+            }
+        }
+    }
     if (v.rpt == 0) {
         mv_naive<F><<<(n_out + 7) / 8, 256, 0, st>>>(W, x, out, n_out, n_in, row_bytes);
         return;
@@ -287,7 +341,7 @@ static void launch(const Variant& v, const uint8_t* W, const float* x, float* ou
         }
     }
     const int smem = v.x_smem ? units * MV_XPAD * 4 : 0;
-    mv_prod<F><<<dim3((n_out + rpb - 1) / rpb, 1, 1), MV_THREADS, smem, st>>>(a);
+    launch_k(mv_prod<F>, dim3((n_out + rpb - 1) / rpb, 1, 1), dim3(MV_THREADS), smem, st, a);
 }
 
 template <class F>
@@ -394,6 +448,10 @@ static Best run_case(const FmtInfo& f, const Shape& s, double copy_gbs, bool qui
             for (int rpt : {2, 4, 8})
                 if ((n_in / 32 / q8_cu<F>()) >= ut) vars.push_back({"q8 ut=" + std::to_string(ut) + " rpt=" + std::to_string(rpt), rpt, true, ut, 1});
         for (int rpt : {2, 4, 8}) vars.push_back({"q8 r255 rpt=" + std::to_string(rpt), rpt, true, 0, 2});
+        // One warp per R rows (exact tier).
+        for (int r : {1, 2, 4, 8}) vars.push_back({"warp R=" + std::to_string(r), 1, false, 0, 0, r});
+        if constexpr (std::is_same_v<F, FmtQ4_K>)
+            for (int r : {1, 2, 4}) vars.push_back({"warp pair R=" + std::to_string(r), 1, false, 0, 0, r, true});
     }
     Best best;
     std::vector<float> got(n_out);
@@ -419,8 +477,10 @@ static Best run_case(const FmtInfo& f, const Shape& s, double copy_gbs, bool qui
         const bool ok = worst <= 1e-5;
         if (!ok) failures++;
         // Time: rotate over the copies so every call reads HBM.
-        const int iters = quick ? 20 : std::max(20, (int)std::min<size_t>(400, (8ull << 30) / mat_bytes));
-        for (int i = 0; i < 3; ++i) launch<F>(v, dW[i % copies], dx, dout, n_out, n_in, row_bytes, st);
+        // MVB_NCU=1: one timed call and no warm-up (under a profiler every launch is replayed).
+        const bool ncu = getenv("MVB_NCU") != nullptr;
+        const int iters = ncu ? 1 : quick ? 20 : std::max(20, (int)std::min<size_t>(400, (8ull << 30) / mat_bytes));
+        for (int i = 0; i < (ncu ? 0 : 3); ++i) launch<F>(v, dW[i % copies], dx, dout, n_out, n_in, row_bytes, st);
         CK(cudaEventRecord(e0, st));
         for (int i = 0; i < iters; ++i) launch<F>(v, dW[i % copies], dx, dout, n_out, n_in, row_bytes, st);
         CK(cudaEventRecord(e1, st));
@@ -429,7 +489,7 @@ static Best run_case(const FmtInfo& f, const Shape& s, double copy_gbs, bool qui
         CK(cudaEventElapsedTime(&ms, e0, e1));
         const double us = 1000.0 * ms / iters;
         const double gbs = mat_bytes / (us * 1e3);
-        if (ok && v.rpt > 0 && !v.q8 && us < best.us) {
+        if (ok && (v.rpt > 0 || v.warp > 0) && !v.q8 && us < best.us) {
             best.us = us;
             best.name = v.name;
         }
@@ -480,6 +540,8 @@ int main(int argc, char** argv) {
     CK(cudaGetDeviceProperties(&p, 0));
     printf("device: %s, sm_%d%d, %d SMs, L2 %d MB\n", p.name, p.major, p.minor, p.multiProcessorCount,
            p.l2CacheSize >> 20);
+    g_pdl = getenv("MVB_PDL") != nullptr;
+    printf("launches: %s\n", g_pdl ? "programmatic dependent launch (MVB_PDL=1)" : "plain stream order");
     set_smem<FmtQ4_K>();
     set_smem<FmtQ6_K>();
     set_smem<FmtQ8_0>();
@@ -498,6 +560,9 @@ int main(int argc, char** argv) {
     for (const FmtInfo& f : FORMATS) {
         for (const Shape& s : shapes) {
             if (quick && s.n_out > 20000) continue;
+            // MVB_SHAPE / MVB_FMT: only the shapes / formats whose names contain these.
+            if (getenv("MVB_SHAPE") && !strstr(s.what, getenv("MVB_SHAPE"))) continue;
+            if (getenv("MVB_FMT") && strcmp(f.name, getenv("MVB_FMT")) != 0) continue;
             // F32/F16 only on the small shapes (they are not decode formats of the big files).
             if ((f.kind == K_F32 || f.kind == K_F16) && s.n_out * (double)s.n_in > 5e7) continue;
             Best b;

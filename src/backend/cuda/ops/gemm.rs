@@ -246,19 +246,29 @@ fn i32_of(what: &str, v: usize) -> Result<i32> {
     i32::try_from(v).map_err(|_| cuda_err(format!("tensor-core product: {what} ({v}) exceeds i32")))
 }
 
+/// Whether split-K products reduce their partial tiles inside thread-block clusters: Hopper or
+/// newer (clusters of up to 8 blocks, distributed shared memory), unless `RILL_CUDA_SPLITK=kernel`
+/// asks for the workspace and reduce kernel (for comparing the two).
+fn cluster_splitk(inner: &Inner) -> bool {
+    static KERNEL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    let forced = *KERNEL.get_or_init(|| std::env::var("RILL_CUDA_SPLITK").is_ok_and(|v| v == "kernel"));
+    inner.dev.cc.0 >= 9 && !forced
+}
+
 #[allow(clippy::too_many_arguments)]
 fn launch_gemm(
     inner: &Inner,
     w: &GemmW,
     tile: Tile,
     grid: [u32; 3],
+    cluster_z: u32,
     p: &GemmParams,
     flops: f64,
     reads: &[&Tensor],
     writes: &[&Tensor],
 ) -> Result<()> {
     let (_, _, threads, _) = tile.dims();
-    inner.kernel_rw(
+    inner.kernel_rw_cluster(
         Launch {
             name: ("pf_gemm_", w.fmt.kernels()[tile.index()]),
             grid,
@@ -267,6 +277,7 @@ fn launch_gemm(
             args: Args::from_pod(p),
             phase: w.phase,
         },
+        cluster_z,
         flops,
         reads,
         writes,
@@ -294,7 +305,10 @@ pub(crate) fn dense(
     if m_tiles > GRID_YZ_MAX {
         return Err(cuda_err(format!("tensor-core product: {rows} rows exceed the grid")));
     }
-    let ws = if pl.nz > 1 {
+    // Split-K partial tiles: summed inside a thread-block cluster on Hopper (gemm_q.cu
+    // `cluster_splitk_epilogue`), else through a workspace and pf_gemm_splitk_reduce.
+    let cluster = pl.nz > 1 && cluster_splitk(inner);
+    let ws = if pl.nz > 1 && !cluster {
         inner.workspace("gemm split-k", pl.nz * rows * n * 4)?
     } else {
         0
@@ -302,11 +316,11 @@ pub(crate) fn dense(
     let p = GemmParams {
         w: w.ptr,
         x: x16,
-        y: if pl.nz > 1 { ws } else { y },
+        y: if ws != 0 { ws } else { y },
         row_bytes: w.row_bytes as i64,
         ldx: k as i64,
         ldy: n as i64,
-        split_stride: if pl.nz > 1 { (rows * n) as i64 } else { 0 },
+        split_stride: if ws != 0 { (rows * n) as i64 } else { 0 },
         rows: i32_of("rows", rows)?,
         n_out: i32_of("n_out", n)?,
         k: i32_of("k", k)?,
@@ -319,8 +333,9 @@ pub(crate) fn dense(
         pl.nz as u32,
     ];
     let flops = 2.0 * rows as f64 * n as f64 * k as f64;
-    launch_gemm(inner, w, pl.tile, grid, &p, flops, reads, writes)?;
-    if pl.nz == 1 {
+    let cluster_z = if cluster { pl.nz as u32 } else { 1 };
+    launch_gemm(inner, w, pl.tile, grid, cluster_z, &p, flops, reads, writes)?;
+    if pl.nz == 1 || cluster {
         return Ok(());
     }
     let r = ReduceParams {
@@ -406,7 +421,7 @@ pub(crate) fn grouped(
         1,
     ];
     let flops = 2.0 * g.rows as f64 * n as f64 * k as f64;
-    launch_gemm(inner, w, g.tile, grid, &p, flops, reads, &[])
+    launch_gemm(inner, w, g.tile, grid, 1, &p, flops, reads, &[])
 }
 
 /// `h = f16(silu(gate) * up)` over `n` values, and the same values in f32 into `out` when it is

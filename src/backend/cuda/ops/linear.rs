@@ -174,12 +174,19 @@ fn mv_overrides() -> (Option<usize>, Option<usize>) {
     })
 }
 
+/// Products with at least this many output rows in all count as tall (`mv_plan`).
+const MV_TALL_ROWS: usize = 65536;
+
 /// Plan a matvec over `rows` output rows in total (all output vectors), rows of `n_in`, with
 /// `nsum` activation vectors per block.
 fn mv_plan(inner: &Inner, rows: usize, n_in: usize, nsum: usize, glu: bool) -> MvPlan {
     let units = n_in.div_ceil(32).max(1);
     let (ut_override, rpt_override) = mv_overrides();
-    let ut = ut_override.unwrap_or_else(|| unit_lanes(units));
+    // Very tall products (the LM head: 248K rows) have rows to spare for every SM many times
+    // over: 64 unit lanes and more rows per block keep more loads in flight per thread
+    // (dev/cuda/matvec_bench.cu on the H200, 4096-wide rows: Q6_K 556 -> 481 us, Q8_0 434 -> 399 us).
+    let tall = rows >= MV_TALL_ROWS && units.is_multiple_of(64);
+    let ut = ut_override.unwrap_or_else(|| if tall { 64 } else { unit_lanes(units) });
     let rg = MV_THREADS / ut;
     let rpt_max = if glu { MV_RPT_MAX_GLU } else { MV_RPT_MAX };
     // About two blocks per SM for the whole product, as many rows per thread as that allows:
