@@ -2,8 +2,24 @@
 // kernel.  y[r][o] = dot(W[o], x[r]) for W [n_out, n_in] in its GGUF block format (Q4_K, Q5_K,
 // Q6_K, Q8_0, F16, BF16; blocks run along the rows) and x [rows, n_in] in f16; y f32.
 //
-// Precision tier: f16-rounded activations and f16-rounded dequantized weights, f32 accumulation
-// (fixtures/README.md "F16-rounded activations": rel L2 <= ~6e-3; measured here ~3e-4).
+// Precision, by weight format (f32 accumulation in every case):
+//   * Q4_K, Q5_K, Q6_K, Q8_0: x rounded to f16, weights dequantized in f32 then rounded to f16
+//     (fixtures/README.md "F16-rounded activations": rel L2 <= ~6e-3; measured here ~3e-4). The
+//     weights' own quantization error (~1e-2 relative for Q4_K, ~4e-3 for Q8_0) dwarfs the 2^-11
+//     of the f16 roundings, so one f16 term per operand is all the precision worth paying for.
+//   * F16, BF16 ("split" formats): x as two f16 planes, hi = f16(x) and lo = f16(x - hi) (made by
+//     pf_f32_to_f16 / pf_swiglu_f16 with their `lo` output), and y = W hi + W lo: two mma.sync
+//     per fragment into the same f32 accumulators. These weights carry no quantization error, so
+//     rounding x to f16 would be the only error of the whole product, and it costs argmax
+//     agreement on near-ties (the dense F16 fixture has a position whose transformers top-2 gap
+//     of 0.0104 shrinks to 0.0009 when only the products' activations are rounded to f16). hi + lo
+//     holds x to 2^-22 |x| + 2^-25 (the lo plane's own f16 rounding, and f16 subnormals for tiny
+//     values): f32-class activations for twice the tensor-core work and a second x tile in shared
+//     memory. F16 weights enter the mma exactly. BF16 weights are converted bf16 -> f32 (exact)
+//     -> f16 (round to nearest): exact for 2^-17 <= |w| <= 65504 (bf16's 8-bit significand fits
+//     f16's 11 bits down to f16 subnormal spacing 2^-24); smaller |w| keep an absolute error
+//     <= 2^-25 (below 2^-25 they flush to zero), larger ones become inf (never seen in models).
+//   The range limit of both: |x| > 65504 becomes inf (x is a normalised activation).
 //
 // One CTA computes a BM x BN tile of y (BM rows of x, BN weight rows) over a K range:
 //   * x tiles (BM x 64 f16) arrive by cp.async, S stages deep;
@@ -50,6 +66,9 @@ struct FmtInfo {
     static constexpr int RS = FMT_CONSTS[FMT].rs, SB = FMT_CONSTS[FMT].sb, NCH = FMT_CONSTS[FMT].nch,
                          RAWB = FMT_CONSTS[FMT].rawb;
     static constexpr bool ALIGNED = FMT_CONSTS[FMT].aligned;
+    // The weights are exact in f16: x arrives as two f16 planes (hi, lo) and every fragment takes
+    // two mma.sync (see the top of the file).
+    static constexpr bool SPLIT = FMT == FMT_F16 || FMT == FMT_BF16;
 };
 
 // ---------------------------------------------------------------- dequantization units
@@ -198,6 +217,8 @@ struct Deq<FMT_BF16> {
 struct GemmParams {
     const uint8_t* w;      // weight rows (expert e starts at w + e * expert_bytes)
     const __half* x;       // activations, logical row r = x row (x_rows ? x_rows[r] : r)
+    const __half* x_lo;    // split formats (F16, BF16): x's lo plane f16(x - f32(hi)), laid out
+                           // like x (same ldx, gathered the same way); unused otherwise
     const int* x_rows;     // optional row gather (MoE slots -> tokens, LM head positions)
     float* y;              // output rows, or split-K partials at y + z * split_stride
     const int4* tiles;     // grouped mode: per blockIdx.y {expert, row_begin, row_end, 0}
@@ -213,7 +234,7 @@ struct GemmParams {
     int steps_per_split;   // 64-wide K steps per grid.z slice, a multiple of RS
 };
 // The Rust backend fills this block byte for byte (src/backend/cuda/ops/gemm.rs, `GemmParams`).
-static_assert(sizeof(GemmParams) == 104 && offsetof(GemmParams, row_bytes) == 48 && offsetof(GemmParams, rows) == 88,
+static_assert(sizeof(GemmParams) == 112 && offsetof(GemmParams, row_bytes) == 56 && offsetof(GemmParams, rows) == 96,
               "GemmParams layout is mirrored in src/backend/cuda/ops/gemm.rs");
 
 template <int S, int RS>
@@ -229,7 +250,10 @@ struct GemmCfg {
     using F = FmtInfo<FMT>;
     static constexpr int BM = WM * MT * 16, BN = WN * NT * 8, NTH = WM * WN * 32;
     static constexpr int RSLOTS = RawSlots<S, F::RS>::N;
-    static constexpr int XS_BYTES = S * BM * 128, WS_BYTES = 2 * BN * 128, RAW_BYTES = RSLOTS * BN * F::RAWB;
+    // x stages: S tiles of BM x 64 f16, then (split formats) the S tiles of the lo plane.
+    static constexpr int XPLANE = S * BM * 128;
+    static constexpr int XS_BYTES = (F::SPLIT ? 2 : 1) * XPLANE, WS_BYTES = 2 * BN * 128,
+                         RAW_BYTES = RSLOTS * BN * F::RAWB;
     static constexpr int SMEM = XS_BYTES + WS_BYTES + RAW_BYTES;
 };
 
@@ -340,23 +364,27 @@ static __device__ __forceinline__ void gemm_body(const GemmParams& p) {
     const int ss0 = kb / RS;
     float* const Y = p.y + static_cast<long long>(blockIdx.z) * p.split_stride;
 
-    // This thread's x copies (fixed for the whole K loop): logical row m, 16-byte chunk c.
+    // This thread's x copies (fixed for the whole K loop): logical row m, 16-byte chunk c, at
+    // element offset xoff of x (and of x_lo: the lo plane is gathered through the same rows).
     constexpr int XCP = BM * 8 / NTH;
-    const __half* xsrc[XCP];
+    long long xoff[XCP];
     int xdst[XCP], xbytes[XCP];
 #pragma unroll
     for (int i = 0; i < XCP; i++) {
         const int idx = tid + i * NTH, m = idx >> 3, c = idx & 7, gm = m_begin + m;
         const bool ok = gm < m_end;
         const long long xr = ok ? (p.x_rows != nullptr ? p.x_rows[gm] : gm) : 0;
-        xsrc[i] = p.x + xr * p.ldx + c * 8;
+        xoff[i] = xr * p.ldx + c * 8;
         xdst[i] = m * 128 + ((c ^ (m & 7)) << 4);
         xbytes[i] = ok ? 16 : 0;
     }
     auto issue_x = [&](int slot, int step) {
 #pragma unroll
-        for (int i = 0; i < XCP; i++)
-            cp_async16(xs + slot * (BM * 128) + xdst[i], xsrc[i] + step * 64, xbytes[i]);
+        for (int i = 0; i < XCP; i++) {
+            cp_async16(xs + slot * (BM * 128) + xdst[i], p.x + xoff[i] + step * 64, xbytes[i]);
+            if constexpr (F::SPLIT)
+                cp_async16(xs + C::XPLANE + slot * (BM * 128) + xdst[i], p.x_lo + xoff[i] + step * 64, xbytes[i]);
+        }
     };
     // Raw super-step ss of the BN weight rows: the 16-byte chunks covering each row's bytes
     // [ss SB, ss SB + len); chunks past them and rows past n_out are zero-filled.
@@ -456,6 +484,17 @@ static __device__ __forceinline__ void gemm_body(const GemmParams& p) {
             for (int mt = 0; mt < MT; mt++)
 #pragma unroll
                 for (int nt = 0; nt < NT; nt++) mma_f16(acc[mt][nt], a[mt], b[nt]);
+            if constexpr (F::SPLIT) {
+                // The lo plane of the same x fragments, against the same weight fragments.
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+                    ldsm_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3],
+                            xcur + C::XPLANE + arow[mt] + (((2 * kk + ahi) ^ l7) << 4));
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+                    for (int nt = 0; nt < NT; nt++) mma_f16(acc[mt][nt], a[mt], b[nt]);
+            }
         }
     }
     cp_async_wait<0>();
@@ -540,17 +579,19 @@ struct ReduceParams {
 };
 struct CvtParams {
     const float* x;
-    __half* y;
+    __half* y;    // f16(x)
+    __half* lo;   // optional: f16(x - f16(x)), the lo plane of the split formats' products, or null
     long long n;
 };
 struct SwigluParams {
     const float* gate;
     const float* up;
     __half* h;    // f16(silu(gate) * up)
+    __half* lo;   // optional: the lo plane of h (as CvtParams::lo), or null
     float* out;   // optional: the same values in f32 (the op's f32 output), or null
     long long n;
 };
-static_assert(sizeof(ReduceParams) == 40 && sizeof(CvtParams) == 24 && sizeof(SwigluParams) == 40,
+static_assert(sizeof(ReduceParams) == 40 && sizeof(CvtParams) == 32 && sizeof(SwigluParams) == 48,
               "mirrored in src/backend/cuda/ops/gemm.rs and src/backend/cuda/shadow.rs");
 }  // namespace pf
 
@@ -590,11 +631,14 @@ extern "C" __global__ void pf_gemm_splitk_reduce(pf::ReduceParams p) {
 }
 
 // f32 -> f16 (round to nearest) of n values; activations for the GEMM, K/V rows for attention.
-// |x| > 65504 becomes inf: the f16 tier assumes normalised activations. x and y 16 / 8-byte aligned.
+// |x| > 65504 becomes inf: the f16 tier assumes normalised activations. With `lo`, also the lo
+// plane f16(x - f32(hi)) that the split formats' products add (x - hi is exact in f32). x 16-byte,
+// y and lo 8-byte aligned.
 extern "C" __global__ void pf_f32_to_f16(pf::CvtParams p) {
     pf::kernel_start();
     const float* __restrict__ x = p.x;
     __half* __restrict__ y = p.y;
+    __half* __restrict__ lo = p.lo;
     const long long n = p.n;
     const long long nv = n / 4;
     for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < nv;
@@ -604,21 +648,33 @@ extern "C" __global__ void pf_f32_to_f16(pf::CvtParams p) {
         o.x = pf::pack_half2(v.x, v.y);
         o.y = pf::pack_half2(v.z, v.w);
         reinterpret_cast<uint2*>(y)[i] = o;
+        if (lo != nullptr) {
+            uint2 l;
+            l.x = pf::lo_half2(v.x, v.y, o.x);
+            l.y = pf::lo_half2(v.z, v.w, o.y);
+            reinterpret_cast<uint2*>(lo)[i] = l;
+        }
     }
     for (long long i = nv * 4 + blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < n;
-         i += static_cast<long long>(gridDim.x) * blockDim.x)
-        y[i] = __float2half_rn(x[i]);
+         i += static_cast<long long>(gridDim.x) * blockDim.x) {
+        const __half h = __float2half_rn(x[i]);
+        y[i] = h;
+        if (lo != nullptr) lo[i] = __float2half_rn(x[i] - __half2float(h));
+    }
 }
 
-// h = f16(silu(gate) * up) over n values (the input of the down projection); with `out`, the f32
-// values too (the op's output, from the same f32 product that h rounds).
+// h = f16(silu(gate) * up) over n values (the input of the down projection); with `lo`, its lo
+// plane (as pf_f32_to_f16); with `out`, the f32 values too (the op's output, from the same f32
+// product that h rounds).
 extern "C" __global__ void pf_swiglu_f16(pf::SwigluParams p) {
     pf::kernel_start();
     for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < p.n;
          i += static_cast<long long>(gridDim.x) * blockDim.x) {
         const float g = p.gate[i];
         const float v = g / (1.0f + __expf(-g)) * p.up[i];
-        p.h[i] = __float2half_rn(v);
+        const __half h = __float2half_rn(v);
+        p.h[i] = h;
+        if (p.lo != nullptr) p.lo[i] = __float2half_rn(v - __half2float(h));
         if (p.out != nullptr) p.out[i] = v;
     }
 }

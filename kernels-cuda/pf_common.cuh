@@ -181,6 +181,13 @@ PF_HD uint32_t pack_half2(float lo, float hi) {
 #endif
 }
 
+// The lo plane of the f16 pair hi = pack_half2(a, b): f16(a - f32(hi.lo)), f16(b - f32(hi.hi)).
+// a - f32(f16(a)) is exact in f32, so hi + lo carries a to 2^-22 |a| (plus f16's subnormal
+// spacing); gemm_q.cu's split formats multiply both planes.
+PF_HD uint32_t lo_half2(float a, float b, uint32_t hi) {
+    return pack_half2(a - h2f(hi & 0xffffu), b - h2f(hi >> 16));
+}
+
 // Exact small-integer to float: byte `i` (0..3, a compile-time constant after unrolling) of `v`
 // placed in the mantissa of 2^23 gives 2^23 + byte; subtracting `bias` (2^23 + offset) is exact.
 PF_HD float byte_as_float(uint32_t v, int i, float bias) {

@@ -30,12 +30,14 @@ static int steps_per_split(int fmt, int nsteps, int splits) {
 }
 
 // Dense product: y (rows x n) = W x; with `partials`, each of the splits writes its own
-// rows x n plane there instead (pf_gemm_splitk_reduce sums them into y).
-static pf::GemmParams gemm_params(const uint8_t* w, long long rb, const __half* x, long long ldx, const int* xrows,
-                                  float* y, int rows, int n, int k, int per, float* partials) {
+// rows x n plane there instead (pf_gemm_splitk_reduce sums them into y). x_lo: the lo plane of x
+// (pf_f32_to_f16's `lo`), read by the split formats (F16, BF16) only; null for the others.
+static pf::GemmParams gemm_params(const uint8_t* w, long long rb, const __half* x, const __half* x_lo, long long ldx,
+                                  const int* xrows, float* y, int rows, int n, int k, int per, float* partials) {
     pf::GemmParams p{};
     p.w = w;
     p.x = x;
+    p.x_lo = x_lo;
     p.x_rows = xrows;
     p.y = partials ? partials : y;
     p.row_bytes = rb;
@@ -50,9 +52,9 @@ static pf::GemmParams gemm_params(const uint8_t* w, long long rb, const __half* 
 }
 // Grouped (MoE) product over the device tile list; expert e's rows start at w + e * expert_bytes.
 static pf::GemmParams grouped_params(const uint8_t* w, long long rb, long long expert_bytes, const __half* x,
-                                     long long ldx, const int* xrows, float* y, int n, int k, const int4* tiles,
-                                     const int* num_tiles) {
-    pf::GemmParams p = gemm_params(w, rb, x, ldx, xrows, y, 0, n, k, k / 64, nullptr);
+                                     const __half* x_lo, long long ldx, const int* xrows, float* y, int n, int k,
+                                     const int4* tiles, const int* num_tiles) {
+    pf::GemmParams p = gemm_params(w, rb, x, x_lo, ldx, xrows, y, 0, n, k, k / 64, nullptr);
     p.expert_bytes = expert_bytes;
     p.tiles = tiles;
     p.num_tiles = num_tiles;

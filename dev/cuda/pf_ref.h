@@ -63,6 +63,16 @@ static const int FMT_QK[NFMT] = {256, 256, 256, 32, 1, 1};
 static const int FMT_BYTES[NFMT] = {144, 176, 210, 34, 2, 2};
 static inline long long row_bytes(int fmt, long long k) { return k / FMT_QK[fmt] * FMT_BYTES[fmt]; }
 
+// gemm_q.cu's FmtInfo::SPLIT: products with F16/BF16 weights read x as two f16 planes, hi = f16(x)
+// and lo = f16(x - hi), and multiply both; the others read hi only.
+static inline bool split_fmt(int fmt) { return fmt == F16 || fmt == BF16; }
+// The activation value a product with weights of format fmt multiplies for x (hi + lo is exact in
+// double).
+static inline double x_as_seen(int fmt, float x) {
+    const float hi = round_h(x);
+    return split_fmt(fmt) ? (double)hi + round_h(x - hi) : hi;
+}
+
 static inline void scale_min_k4(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
     if (j < 4) {
         sc = q[j] & 63;
@@ -190,10 +200,12 @@ struct Err {
 };
 
 // ---------------------------------------------------------------- references
-// CPU reference of y[t][o] for t in rws, o in cols: exact (f32 dequant, x as given) and tight
-// (both operands rounded to f16, what the tensor cores multiply). xrow(t) gives x row t (f32).
+// CPU reference of y[t][o] for t in rws, o in cols: exact (f32 dequant, x as given), tight (what
+// the tensor cores multiply: weights rounded to f16, x as `x_as_seen`: f16, or hi + lo for the
+// split formats) and f16 (weights and x rounded to f16: the single-plane product; equal to tight
+// for the quantized formats). xrow(t) gives x row t (f32).
 struct GemmRef {
-    std::vector<double> exact, tight;  // [rws.size()][cols.size()]
+    std::vector<double> exact, tight, f16;  // [rws.size()][cols.size()]
 };
 static GemmRef gemm_ref(int fmt, const std::vector<uint8_t>& wrows /* cols.size() rows */, long long rb, int k,
                         const std::vector<const float*>& xr, size_t ncols) {
@@ -201,21 +213,28 @@ static GemmRef gemm_ref(int fmt, const std::vector<uint8_t>& wrows /* cols.size(
     const size_t nr = xr.size();
     r.exact.assign(nr * ncols, 0.0);
     r.tight.assign(nr * ncols, 0.0);
+    r.f16.assign(nr * ncols, 0.0);
     std::vector<std::vector<float>> xh(nr, std::vector<float>(k));
+    std::vector<std::vector<double>> xs(nr, std::vector<double>(k));
     for (size_t i = 0; i < nr; i++)
-        for (int j = 0; j < k; j++) xh[i][j] = round_h(xr[i][j]);
+        for (int j = 0; j < k; j++) {
+            xh[i][j] = round_h(xr[i][j]);
+            xs[i][j] = x_as_seen(fmt, xr[i][j]);
+        }
     parallel_for((long long)ncols, [&](long long o) {
         std::vector<float> w(k), wh(k);
         deq_row(fmt, wrows.data() + o * rb, k, w.data());
         for (int j = 0; j < k; j++) wh[j] = round_h(w[j]);
         for (size_t i = 0; i < nr; i++) {
-            double se = 0, st = 0;
+            double se = 0, st = 0, sh = 0;
             for (int j = 0; j < k; j++) {
                 se += (double)w[j] * xr[i][j];
-                st += (double)wh[j] * xh[i][j];
+                st += (double)wh[j] * xs[i][j];
+                sh += (double)wh[j] * xh[i][j];
             }
             r.exact[i * ncols + o] = se;
             r.tight[i * ncols + o] = st;
+            r.f16[i * ncols + o] = sh;
         }
     });
     return r;
@@ -309,9 +328,10 @@ static std::vector<double> attn_ref(const std::vector<float>& q, const std::vect
 }
 
 // Routed experts for tokens `ts`: out[t] = sum_j w[t][j] down_e(silu(gate_e x) * up_e x), with the
-// experts' weights in host memory ([E, rows, cols] in their formats) and x the f16-exact inputs.
-// `tight` (f16-rounded weights, h = f16(silu(g) u) from f32 g, u, as the kernels) and `exact`
-// (f32 weights, f64 everywhere), each [ts.size()][d].
+// experts' weights in host memory ([E, rows, cols] in their formats) and x the f32 inputs.
+// `tight` (f16-rounded weights; x and h = silu(g) u, from f32 g and u, as the kernels read them:
+// `x_as_seen`, f16 or hi + lo for the split formats) and `exact` (f32 weights, f64 everywhere),
+// each [ts.size()][d].
 static void moe_ref(int fmt_gu, int fmt_d, const uint8_t* wg, const uint8_t* wu, const uint8_t* wd, long long rb_gu,
                     long long rb_d, const std::vector<float>& x, const std::vector<uint32_t>& ids,
                     const std::vector<float>& wts, int k, int d, int nff, const std::vector<int>& ts,
@@ -321,23 +341,24 @@ static void moe_ref(int fmt_gu, int fmt_d, const uint8_t* wg, const uint8_t* wu,
     parallel_for((long long)ts.size(), [&](long long i) {
         const int t = ts[i];
         const float* xt = &x[(size_t)t * d];
-        std::vector<float> row(std::max(d, nff)), hv(nff), he(nff);
+        std::vector<float> row(std::max(d, nff)), he(nff);
+        std::vector<double> hv(nff);
         for (int j = 0; j < k; j++) {
             const size_t e = ids[(size_t)t * k + j];
             for (int f = 0; f < nff; f++) {
                 double gt = 0, ut = 0, ge = 0, ue = 0;
                 deq_row(fmt_gu, wg + (e * nff + f) * rb_gu, d, row.data());
                 for (int c = 0; c < d; c++) {
-                    gt += (double)round_h(row[c]) * xt[c];
+                    gt += (double)round_h(row[c]) * x_as_seen(fmt_gu, xt[c]);
                     ge += (double)row[c] * xt[c];
                 }
                 deq_row(fmt_gu, wu + (e * nff + f) * rb_gu, d, row.data());
                 for (int c = 0; c < d; c++) {
-                    ut += (double)round_h(row[c]) * xt[c];
+                    ut += (double)round_h(row[c]) * x_as_seen(fmt_gu, xt[c]);
                     ue += (double)row[c] * xt[c];
                 }
                 const float g32 = (float)gt, u32 = (float)ut;
-                hv[f] = round_h(g32 / (1.0f + std::exp(-g32)) * u32);
+                hv[f] = x_as_seen(fmt_d, g32 / (1.0f + std::exp(-g32)) * u32);
                 he[f] = (float)(ge / (1.0 + std::exp(-ge)) * ue);
             }
             for (int o = 0; o < d; o++) {

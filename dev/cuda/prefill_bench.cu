@@ -8,8 +8,10 @@
 // Every check: random inputs (never zeros), the output poisoned with NaN before the run, a CPU
 // reference in f64 from the exact f32 dequantization of src/quant, rel L2 and max |err| / max
 // |ref| against a stated bound. GEMM outputs are checked twice: against the same products of the
-// f16-rounded operands (tight: only accumulation order differs, so any indexing error shows) and
-// against the exact f32 operands (the tier: fixtures "f16-rounded activations", rel L2 <= 6e-3).
+// operands as the kernel reads them (tight: only accumulation order differs, so any indexing error
+// shows) and against the exact f32 operands (the tier: fixtures "f16-rounded activations", rel L2
+// <= 6e-3, for the quantized formats; f32-class, rel L2 <= 2e-5, for F16/BF16 weights, whose
+// products take x as two f16 planes hi + lo).
 // Timings: CUDA events, warm-up, median of several runs, weights rotated through copies that
 // together exceed the L2 cache. The summary table is printed last.
 #include "../../kernels-cuda/delta_chunked.cu"
@@ -81,6 +83,11 @@ __global__ void k_gen_f16(uint16_t* p, long long n, uint64_t seed, bool bf16, fl
             p[i] = __half_as_ushort(__float2half_rn(v));
         }
     }
+}
+// n f32 values uniform in [-scale, scale).
+__global__ void k_gen_f32(float* p, long long n, uint64_t seed, float scale) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        p[i] = (dunit(dmix(seed ^ dmix(i))) * 2.0f - 1.0f) * scale;
 }
 __global__ void k_fill_u32(uint32_t* p, long long n, uint32_t v) {
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) p[i] = v;
@@ -198,14 +205,15 @@ static void ensure_ws(size_t bytes) {
     g_ws_bytes = bytes;
 }
 
-static void run_gemm(int fmt, const Plan& pl, const uint8_t* w, long long rb, const __half* x, long long ldx,
-                     const int* xrows, float* y, int rows, int n, int k) {
+// x_lo: x's lo plane, read by the split formats (F16, BF16) only.
+static void run_gemm(int fmt, const Plan& pl, const uint8_t* w, long long rb, const __half* x, const __half* x_lo,
+                     long long ldx, const int* xrows, float* y, int rows, int n, int k) {
     float* partials = nullptr;
     if (pl.splits > 1) {
         ensure_ws((size_t)pl.splits * rows * n * 4);
         partials = g_ws;
     }
-    const pf::GemmParams p = gemm_params(w, rb, x, ldx, xrows, y, rows, n, k, pl.per, partials);
+    const pf::GemmParams p = gemm_params(w, rb, x, x_lo, ldx, xrows, y, rows, n, k, pl.per, partials);
     const CfgInfo& c = CFG[pl.cfg];
     const int nz = (k / 64 + pl.per - 1) / pl.per;  // splits actually made (<= pl.splits)
     dim3 grid((n + c.bn - 1) / c.bn, (rows + c.bm - 1) / c.bm, nz);
@@ -217,8 +225,9 @@ static void run_gemm(int fmt, const Plan& pl, const uint8_t* w, long long rb, co
         CKL();
     }
 }
-static void to_f16(const float* x, __half* y, long long n) {
-    pf_f32_to_f16<<<(int)std::min<long long>((n / 4 + 255) / 256 + 1, 8192), 256>>>(pf::CvtParams{x, y, n});
+// y = f16(x); with lo, also the lo plane f16(x - y) (the split formats' second operand).
+static void to_f16(const float* x, __half* y, long long n, __half* lo = nullptr) {
+    pf_f32_to_f16<<<(int)std::min<long long>((n / 4 + 255) / 256 + 1, 8192), 256>>>(pf::CvtParams{x, y, lo, n});
     CKL();
 }
 
@@ -248,7 +257,10 @@ static DevW make_weights(int fmt, long long n, long long k, int copies) {
 }
 
 // ---------------------------------------------------------------- GEMM correctness
-static const double GEMM_TIGHT = 1e-4, GEMM_TIER = 6e-3;
+// GEMM_SPLIT_EXACT: the split formats against the exact f32 operands at K = 832 (run B measured the
+// tensor cores' f32 accumulation at ~1e-6 there; an f16-rounded x gives ~1.8e-4).
+static const double GEMM_TIGHT = 1e-4, GEMM_TIER = 6e-3, GEMM_SPLIT_EXACT = 2e-5;
+static double exact_bound(int fmt) { return split_fmt(fmt) ? GEMM_SPLIT_EXACT : GEMM_TIER; }
 
 static void gemm_correctness() {
     LOG.line("\n== GEMM correctness: every format x tile config x split, T in {1,3,63,64,65,200,1000}, N=320 ==");
@@ -256,6 +268,7 @@ static void gemm_correctness() {
     const std::vector<int> Ts = g_quick ? std::vector<int>{3, 65, 200} : std::vector<int>{1, 3, 63, 64, 65, 200, 1000};
     for (int fmt = 0; fmt < NFMT; fmt++) {
         const int K = (fmt == Q80 || fmt == F16 || fmt == BF16) ? 832 : 768;  // Q8_0: a half super-step at the end
+        const bool split = split_fmt(fmt);
         DevW w = make_weights(fmt, N, K, 1);
         std::vector<uint8_t> wh(w.bytes);
         CK(cudaMemcpy(wh.data(), w.p, w.bytes, cudaMemcpyDeviceToHost));
@@ -263,12 +276,17 @@ static void gemm_correctness() {
         std::vector<float> x((size_t)TMAX * K);
         for (auto& v : x) v = (float)(rng.uni() * 2 - 1);
         float *dx, *dy;
-        __half* dx16;
+        __half *dx16, *dx16lo = nullptr, *zero_lo = nullptr;
         CK(cudaMalloc(&dx, x.size() * 4));
         CK(cudaMalloc(&dx16, x.size() * 2));
+        if (split) {
+            CK(cudaMalloc(&dx16lo, x.size() * 2));
+            CK(cudaMalloc(&zero_lo, x.size() * 2));
+            CK(cudaMemset(zero_lo, 0, x.size() * 2));
+        }
         CK(cudaMalloc(&dy, (size_t)TMAX * N * 4));
         CK(cudaMemcpy(dx, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
-        to_f16(dx, dx16, (long long)x.size());
+        to_f16(dx, dx16, (long long)x.size(), dx16lo);
         std::vector<const float*> xr(TMAX);
         for (int t = 0; t < TMAX; t++) xr[t] = &x[(size_t)t * K];
         GemmRef ref = gemm_ref(fmt, wh, w.rb, K, xr, N);
@@ -284,7 +302,7 @@ static void gemm_correctness() {
                     pl.per = steps_per_split(fmt, K / 64, s);
                     if ((K / 64 + pl.per - 1) / pl.per != s) continue;
                     poison(dy, (size_t)TMAX * N * 4);
-                    run_gemm(fmt, pl, w.p, w.rb, dx16, K, nullptr, dy, T, N, K);
+                    run_gemm(fmt, pl, w.p, w.rb, dx16, dx16lo, K, nullptr, dy, T, N, K);
                     CK(cudaDeviceSynchronize());
                     CK(cudaMemcpy(y.data(), dy, (size_t)T * N * 4, cudaMemcpyDeviceToHost));
                     Err et, ee;
@@ -295,7 +313,7 @@ static void gemm_correctness() {
                         }
                     et.finish();
                     ee.finish();
-                    const bool ok = et.ok(GEMM_TIGHT) && ee.ok(GEMM_TIER);
+                    const bool ok = et.ok(GEMM_TIGHT) && ee.ok(exact_bound(fmt));
                     nrun++;
                     nok += ok;
                     worst_t = std::max(worst_t, et.nonfinite ? 1e9 : et.rel_l2);
@@ -315,7 +333,7 @@ static void gemm_correctness() {
                 pl.cfg = c;
                 pl.per = K / 64;
                 poison(dy, (size_t)TMAX * N * 4);
-                run_gemm(fmt, pl, w.p, w.rb, dx16, K, drows, dy, (int)rows.size(), N, K);
+                run_gemm(fmt, pl, w.p, w.rb, dx16, dx16lo, K, drows, dy, (int)rows.size(), N, K);
                 CK(cudaDeviceSynchronize());
                 CK(cudaMemcpy(y.data(), dy, rows.size() * N * 4, cudaMemcpyDeviceToHost));
                 Err et;
@@ -330,10 +348,42 @@ static void gemm_correctness() {
             }
             CK(cudaFree(drows));
         }
-        LOG.line("  %-5s K=%d: %d/%d runs pass; worst rel L2 vs f16-operand ref %.2e (bound %.0e), vs exact %.2e (tier %.0e)",
-                 FMT_NAME[fmt], K, nok, nrun, worst_t, GEMM_TIGHT, worst_e, GEMM_TIER);
+        LOG.line("  %-5s K=%d: %d/%d runs pass; worst rel L2 vs kernel-operand ref %.2e (bound %.0e), vs exact %.2e (bound %.0e)",
+                 FMT_NAME[fmt], K, nok, nrun, worst_t, GEMM_TIGHT, worst_e, exact_bound(fmt));
         LOG.row("gemm-check %-5s          %3d/%3d runs  relL2 tight %.1e exact %.1e  %s", FMT_NAME[fmt], nok, nrun,
                 worst_t, worst_e, pass(nok == nrun));
+        // Split vs single plane: the same kernel with the lo plane zeroed computes the f16-rounded-x
+        // product (tight against it); its exact error must be far above the split's, or the split
+        // bound would not tell the two apart.
+        if (split) {
+            Plan pl;
+            pl.cfg = 1;
+            pl.splits = 1;
+            pl.per = K / 64;
+            const int T = 200;
+            Err es, eu, eu_f16;
+            for (int single = 0; single < 2; single++) {
+                poison(dy, (size_t)TMAX * N * 4);
+                run_gemm(fmt, pl, w.p, w.rb, dx16, single ? zero_lo : dx16lo, K, nullptr, dy, T, N, K);
+                CK(cudaDeviceSynchronize());
+                CK(cudaMemcpy(y.data(), dy, (size_t)T * N * 4, cudaMemcpyDeviceToHost));
+                for (size_t i = 0; i < (size_t)T * N; i++) {
+                    (single ? eu : es).add(y[i], ref.exact[i]);
+                    if (single) eu_f16.add(y[i], ref.f16[i]);
+                }
+            }
+            es.finish();
+            eu.finish();
+            eu_f16.finish();
+            const bool ok = es.ok(GEMM_SPLIT_EXACT) && eu_f16.ok(GEMM_TIGHT) && eu.ok(GEMM_TIER) && !eu.ok(GEMM_SPLIT_EXACT);
+            LOG.line("  %-5s B128x128 T=%d vs exact f32 operands: split (hi + lo) relL2 %.2e maxrel %.2e | single f16 plane "
+                     "relL2 %.2e maxrel %.2e (vs its f16 ref %.2e)",
+                     FMT_NAME[fmt], T, es.rel_l2, es.max_rel(), eu.rel_l2, eu.max_rel(), eu_f16.rel_l2);
+            LOG.row("gemm-split %-5s T=%d    exact relL2 split %.1e single plane %.1e  %s", FMT_NAME[fmt], T, es.rel_l2,
+                    eu.rel_l2, pass(ok));
+            CK(cudaFree(dx16lo));
+            CK(cudaFree(zero_lo));
+        }
         CK(cudaFree(dx));
         CK(cudaFree(dx16));
         CK(cudaFree(dy));
@@ -354,11 +404,15 @@ static const Shape SH9B[] = {{"qkv|q 8192x4096", 8192, 4096, 32},
                              {"gate|up 12288x4096", 12288, 4096, 64},
                              {"down 4096x12288", 4096, 12288, 32}};
 static const double GEMM_TIGHT_BIG = 3e-4;  // K up to 12288: f32 accumulation order of many terms
+// The split formats at K up to 12288 against the exact operands: run B measured the single-plane
+// accumulation at up to 1.4e-5 (down, T = 4096); the split's two mma per step double the chain.
+static const double GEMM_SPLIT_EXACT_BIG = 1e-4;
 
 // Sampled CPU check of y (device, rows x n, row stride n) = W x16: rows {0, 1, T/2, T-1, 4 random},
-// columns all or 2048 random.
-static void gemm_sample_check(int fmt, const DevW& w, const __half* x16, const int* xrows_host, int rows, int n, int k,
-                              const float* y, Err& et, Err& ee) {
+// columns all or 2048 random. x16lo (split formats): x's lo plane; x is then taken as hi + lo (exact
+// in f32 for the planes pf_f32_to_f16 makes, and split again into the same planes by the ref).
+static void gemm_sample_check(int fmt, const DevW& w, const __half* x16, const __half* x16lo, const int* xrows_host,
+                              int rows, int n, int k, const float* y, Err& et, Err& ee) {
     Rng rng(rows * 31 + n + k + fmt);
     std::vector<int> rs = {0, std::min(1, rows - 1), rows / 2, rows - 1};
     for (int i = 0; i < 4; i++) rs.push_back((int)(rng.uni() * rows));
@@ -376,11 +430,12 @@ static void gemm_sample_check(int fmt, const DevW& w, const __half* x16, const i
         CK(cudaMemcpy(&wr[i * w.rb], w.p + (size_t)cs[i] * w.rb, w.rb, cudaMemcpyDeviceToHost));
     std::vector<std::vector<float>> xs(rs.size(), std::vector<float>(k));
     std::vector<const float*> xr;
-    std::vector<__half> hb(k);
+    std::vector<__half> hb(k), lb(k);
     for (size_t i = 0; i < rs.size(); i++) {
         const int src = xrows_host ? xrows_host[rs[i]] : rs[i];
         CK(cudaMemcpy(hb.data(), x16 + (size_t)src * k, k * 2, cudaMemcpyDeviceToHost));
-        for (int j = 0; j < k; j++) xs[i][j] = __half2float(hb[j]);
+        if (x16lo) CK(cudaMemcpy(lb.data(), x16lo + (size_t)src * k, k * 2, cudaMemcpyDeviceToHost));
+        for (int j = 0; j < k; j++) xs[i][j] = __half2float(hb[j]) + (x16lo ? __half2float(lb[j]) : 0.0f);
         xr.push_back(xs[i].data());
     }
     GemmRef ref = gemm_ref(fmt, wr, w.rb, k, xr, cs.size());
@@ -415,20 +470,30 @@ static void gemm_perf() {
             DevW w = make_weights(fmt, sh.n, sh.k, copies);
             for (int ti = 0; ti < 3; ti++) {
                 const int T = Ts[ti];
-                __half* x16;
+                __half *x16, *x16lo = nullptr;
                 float *yp, *yc;
                 CK(cudaMalloc(&x16, (size_t)T * sh.k * 2));
                 CK(cudaMalloc(&yp, (size_t)T * sh.n * 4));
                 CK(cudaMalloc(&yc, (size_t)T * sh.n * 4));
-                k_gen_f16<<<2048, 256>>>(reinterpret_cast<uint16_t*>(x16), (long long)T * sh.k, g_seed++, false, 1.0f);
+                if (split_fmt(fmt)) {
+                    // Both planes from f32 activations, as the backend makes them.
+                    float* xf;
+                    CK(cudaMalloc(&xf, (size_t)T * sh.k * 4));
+                    CK(cudaMalloc(&x16lo, (size_t)T * sh.k * 2));
+                    k_gen_f32<<<2048, 256>>>(xf, (long long)T * sh.k, g_seed++, 1.0f);
+                    to_f16(xf, x16, (long long)T * sh.k, x16lo);
+                    CK(cudaFree(xf));
+                } else {
+                    k_gen_f16<<<2048, 256>>>(reinterpret_cast<uint16_t*>(x16), (long long)T * sh.k, g_seed++, false, 1.0f);
+                }
                 CKL();
                 const Plan plan = plan_gemm(fmt, T, sh.n, sh.k);
                 poison(yp, (size_t)T * sh.n * 4);
-                run_gemm(fmt, plan, w.p, w.rb, x16, sh.k, nullptr, yp, T, sh.n, sh.k);
+                run_gemm(fmt, plan, w.p, w.rb, x16, x16lo, sh.k, nullptr, yp, T, sh.n, sh.k);
                 CK(cudaDeviceSynchronize());
                 Err et, ee;
-                gemm_sample_check(fmt, w, x16, nullptr, T, sh.n, sh.k, yp, et, ee);
-                const bool ok = et.ok(GEMM_TIGHT_BIG) && ee.ok(GEMM_TIER);
+                gemm_sample_check(fmt, w, x16, x16lo, nullptr, T, sh.n, sh.k, yp, et, ee);
+                const bool ok = et.ok(GEMM_TIGHT_BIG) && ee.ok(split_fmt(fmt) ? GEMM_SPLIT_EXACT_BIG : GEMM_TIER);
                 const double flops = 2.0 * T * sh.n * sh.k;
                 GemmBest best, planned;
                 bool all_same = true;
@@ -449,10 +514,10 @@ static void gemm_perf() {
                     const int c = pl.cfg, s = pl.splits;
                     int rot = 0;
                     const double ms = time_ms([&] {
-                        run_gemm(fmt, pl, w.p + (size_t)(rot++ % w.copies) * w.stride, w.rb, x16, sh.k, nullptr, yc, T,
-                                 sh.n, sh.k);
+                        run_gemm(fmt, pl, w.p + (size_t)(rot++ % w.copies) * w.stride, w.rb, x16, x16lo, sh.k, nullptr,
+                                 yc, T, sh.n, sh.k);
                     });
-                    run_gemm(fmt, pl, w.p, w.rb, x16, sh.k, nullptr, yc, T, sh.n, sh.k);
+                    run_gemm(fmt, pl, w.p, w.rb, x16, x16lo, sh.k, nullptr, yc, T, sh.n, sh.k);
                     const double d = dev_maxrel_diff(yc, yp, (long long)T * sh.n);
                     if (!(d <= 1e-4)) all_same = false;
                     const double us = ms * 1e3;
@@ -469,17 +534,19 @@ static void gemm_perf() {
                 float* xf;
                 CK(cudaMalloc(&xf, (size_t)T * sh.k * 4));
                 gen_bytes(xf, (size_t)T * sh.k * 4 / 8 * 8);
-                const double conv_us = time_ms([&] { to_f16(xf, x16, (long long)T * sh.k); }) * 1e3;
+                const double conv_us = time_ms([&] { to_f16(xf, x16, (long long)T * sh.k, x16lo); }) * 1e3;
                 CK(cudaFree(xf));
                 g_best_us[fmt][si][ti] = best.us;
                 LOG.line("  %-5s %-20s T=%4d check: tight relL2 %.2e maxrel %.2e, exact relL2 %.2e; all candidates agree: %s; "
-                         "f32->f16 of x: %.1f us",
-                         FMT_NAME[fmt], sh.name, T, et.rel_l2, et.max_rel(), ee.rel_l2, all_same ? "yes" : "NO", conv_us);
+                         "f32->f16 of x%s: %.1f us",
+                         FMT_NAME[fmt], sh.name, T, et.rel_l2, et.max_rel(), ee.rel_l2, all_same ? "yes" : "NO",
+                         x16lo ? " (hi and lo planes)" : "", conv_us);
                 LOG.row("gemm %-5s %-19s T=%4d plan %s/%d %7.1f us %5.0f TF | best %s/%d %7.1f us %5.0f TF | %s",
                         FMT_NAME[fmt], sh.name, T, CFG[plan.cfg].name, plan.splits, planned.us,
                         flops / (planned.us * 1e-6) / 1e12, CFG[best.pl.cfg].name, best.pl.splits, best.us,
                         flops / (best.us * 1e-6) / 1e12, pass(ok && all_same));
                 CK(cudaFree(x16));
+                if (x16lo) CK(cudaFree(x16lo));
                 CK(cudaFree(yp));
                 CK(cudaFree(yc));
             }
@@ -514,11 +581,11 @@ static void gemm_perf() {
         for (int T : {1, 16}) {
             const Plan pl = plan_gemm(Q6K, T, N, K);
             poison(y, (size_t)T * N * 4);
-            run_gemm(Q6K, pl, w.p, w.rb, x16, K, drows, y, T, N, K);
+            run_gemm(Q6K, pl, w.p, w.rb, x16, nullptr, K, drows, y, T, N, K);
             CK(cudaDeviceSynchronize());
             Err et, ee;
-            gemm_sample_check(Q6K, w, x16, rows.data(), T, N, K, y, et, ee);
-            const double us = time_ms([&] { run_gemm(Q6K, pl, w.p, w.rb, x16, K, drows, y, T, N, K); }) * 1e3;
+            gemm_sample_check(Q6K, w, x16, nullptr, rows.data(), T, N, K, y, et, ee);
+            const double us = time_ms([&] { run_gemm(Q6K, pl, w.p, w.rb, x16, nullptr, K, drows, y, T, N, K); }) * 1e3;
             const bool ok = et.ok(GEMM_TIGHT_BIG) && ee.ok(GEMM_TIER);
             LOG.line("  LM head Q6_K 248320x4096 T=%d (gathered rows) %s/%d: %.1f us, %.0f GB/s of weights; tight relL2 %.2e exact %.2e",
                      T, CFG[pl.cfg].name, pl.splits, us, w.bytes / (us * 1e-6) / 1e9, et.rel_l2, ee.rel_l2);
@@ -776,7 +843,7 @@ struct MoeDev {
     int *counts, *offsets, *ntiles, *slot_token, *slot_of;
     int4* tiles;
     float *G, *U, *D;
-    __half* H;
+    __half *H, *Hlo;  // h and its lo plane (down experts of a split format)
 };
 struct MoeShape {
     int T, k, E, d, nff;
@@ -799,16 +866,19 @@ static MoeDev moe_alloc(const MoeShape& s) {
     CK(cudaMalloc(&m.U, S * s.nff * 4));
     CK(cudaMalloc(&m.D, S * s.d * 4));
     CK(cudaMalloc(&m.H, S * s.nff * 2));
+    CK(cudaMalloc(&m.Hlo, S * s.nff * 2));
     return m;
 }
 static void moe_free(MoeDev& m) {
     for (void* p : {(void*)m.counts, (void*)m.offsets, (void*)m.ntiles, (void*)m.slot_token, (void*)m.slot_of,
-                    (void*)m.tiles, (void*)m.G, (void*)m.U, (void*)m.D, (void*)m.H})
+                    (void*)m.tiles, (void*)m.G, (void*)m.U, (void*)m.D, (void*)m.H, (void*)m.Hlo})
         CK(cudaFree(p));
 }
-static void grouped_gemm(int fmt, int cfg, const DevW& w, long long expert_bytes, const __half* x, long long ldx,
-                         const int* xrows, float* y, const MoeDev& m, int max_tiles, int n, int k) {
-    const pf::GemmParams p = grouped_params(w.p, w.rb, expert_bytes, x, ldx, xrows, y, n, k, m.tiles, m.ntiles);
+// x_lo: x's lo plane, gathered like x (split formats only).
+static void grouped_gemm(int fmt, int cfg, const DevW& w, long long expert_bytes, const __half* x, const __half* x_lo,
+                         long long ldx, const int* xrows, float* y, const MoeDev& m, int max_tiles, int n, int k) {
+    const pf::GemmParams p =
+        grouped_params(w.p, w.rb, expert_bytes, x, split_fmt(fmt) ? x_lo : nullptr, ldx, xrows, y, n, k, m.tiles, m.ntiles);
     dim3 grid((n + CFG[cfg].bn - 1) / CFG[cfg].bn, max_tiles, 1);
     KERN[fmt][cfg]<<<grid, CFG[cfg].nth, SMEM[fmt][cfg]>>>(p);
     CKL();
@@ -816,7 +886,8 @@ static void grouped_gemm(int fmt, int cfg, const DevW& w, long long expert_bytes
 // The routed experts of one MoE layer: group, gate/up grouped GEMMs, SwiGLU, down, combine.
 // stage: 1 = grouping only, 2 = + gate/up, 3 = everything.
 static void moe_forward(const MoeShape& s, int fmt_gu, int fmt_d, const DevW& wg, const DevW& wu, const DevW& wd,
-                        const __half* x16, const uint32_t* ids, const float* wts, float* out, const MoeDev& m, int stage = 3) {
+                        const __half* x16, const __half* x16lo, const uint32_t* ids, const float* wts, float* out,
+                        const MoeDev& m, int stage = 3) {
     const int S = s.T * s.k, cfg = moe_cfg(s), mt = moe_max_tiles(s);
     CK(cudaMemsetAsync(m.counts, 0, s.E * 4));
     pf::MoeParams mp{ids, m.counts, m.offsets, m.tiles, m.ntiles, m.slot_token, m.slot_of, m.D, wts, out,
@@ -826,11 +897,12 @@ static void moe_forward(const MoeShape& s, int fmt_gu, int fmt_d, const DevW& wg
     pf_moe_place<<<s.E, 256>>>(mp);
     CKL();
     if (stage < 2) return;
-    grouped_gemm(fmt_gu, cfg, wg, (long long)s.nff * wg.rb, x16, s.d, m.slot_token, m.G, m, mt, s.nff, s.d);
-    grouped_gemm(fmt_gu, cfg, wu, (long long)s.nff * wu.rb, x16, s.d, m.slot_token, m.U, m, mt, s.nff, s.d);
+    grouped_gemm(fmt_gu, cfg, wg, (long long)s.nff * wg.rb, x16, x16lo, s.d, m.slot_token, m.G, m, mt, s.nff, s.d);
+    grouped_gemm(fmt_gu, cfg, wu, (long long)s.nff * wu.rb, x16, x16lo, s.d, m.slot_token, m.U, m, mt, s.nff, s.d);
     if (stage < 3) return;
-    pf_swiglu_f16<<<2048, 256>>>(pf::SwigluParams{m.G, m.U, m.H, nullptr, (long long)S * s.nff});
-    grouped_gemm(fmt_d, cfg, wd, (long long)s.d * wd.rb, m.H, s.nff, nullptr, m.D, m, mt, s.d, s.nff);
+    __half* hlo = split_fmt(fmt_d) ? m.Hlo : nullptr;
+    pf_swiglu_f16<<<2048, 256>>>(pf::SwigluParams{m.G, m.U, m.H, hlo, nullptr, (long long)S * s.nff});
+    grouped_gemm(fmt_d, cfg, wd, (long long)s.d * wd.rb, m.H, hlo, s.nff, nullptr, m.D, m, mt, s.d, s.nff);
     pf_moe_combine<<<s.T, 256>>>(mp);
     CKL();
 }
@@ -856,20 +928,24 @@ static void moe_case(const MoeShape& s, int fmt_gu, int fmt_d, bool timed, int n
     DevW wg = make_weights(fmt_gu, (long long)s.E * s.nff, s.d, 1);
     DevW wu = make_weights(fmt_gu, (long long)s.E * s.nff, s.d, 1);
     DevW wd = make_weights(fmt_d, (long long)s.E * s.d, s.nff, 1);
-    __half* x16;
+    // x in f32, both f16 planes made from it as the backend makes them.
+    __half *x16, *x16lo;
     uint32_t* dids;
-    float *dw, *dout;
+    float *dw, *dout, *dxf;
     CK(cudaMalloc(&x16, (size_t)s.T * s.d * 2));
+    CK(cudaMalloc(&x16lo, (size_t)s.T * s.d * 2));
+    CK(cudaMalloc(&dxf, (size_t)s.T * s.d * 4));
     CK(cudaMalloc(&dids, S * 4));
     CK(cudaMalloc(&dw, S * 4));
     CK(cudaMalloc(&dout, (size_t)s.T * s.d * 4));
-    k_gen_f16<<<1024, 256>>>(reinterpret_cast<uint16_t*>(x16), (long long)s.T * s.d, g_seed++, false, 1.0f);
+    k_gen_f32<<<1024, 256>>>(dxf, (long long)s.T * s.d, g_seed++, 1.0f);
+    to_f16(dxf, x16, (long long)s.T * s.d, x16lo);
     CK(cudaMemcpy(dids, ids.data(), S * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dw, wts.data(), S * 4, cudaMemcpyHostToDevice));
     MoeDev m = moe_alloc(s);
     poison(dout, (size_t)s.T * s.d * 4);
     poison(m.slot_of, S * 4);
-    moe_forward(s, fmt_gu, fmt_d, wg, wu, wd, x16, dids, dw, dout, m);
+    moe_forward(s, fmt_gu, fmt_d, wg, wu, wd, x16, x16lo, dids, dw, dout, m);
     CK(cudaDeviceSynchronize());
 
     // Grouping invariants.
@@ -886,7 +962,7 @@ static void moe_case(const MoeShape& s, int fmt_gu, int fmt_d, bool timed, int n
     for (int e = 0; e < s.E && group_ok; e++)
         for (int sl = offsets[e] + 1; sl < offsets[e + 1]; sl++) group_ok &= slot_token[sl - 1] < slot_token[sl];
 
-    // Reference for sampled tokens: tight (f16-rounded operands and f16 h, as the kernels) and exact.
+    // Reference for sampled tokens: tight (the operands as the kernels read them) and exact.
     std::vector<int> ts;
     if (nsample == 0 || nsample >= s.T) {
         for (int t = 0; t < s.T; t++) ts.push_back(t);
@@ -900,10 +976,8 @@ static void moe_case(const MoeShape& s, int fmt_gu, int fmt_d, bool timed, int n
     CK(cudaMemcpy(hg.data(), wg.p, wg.bytes, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(hu.data(), wu.p, wu.bytes, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(hd.data(), wd.p, wd.bytes, cudaMemcpyDeviceToHost));
-    std::vector<__half> xb((size_t)s.T * s.d);
-    CK(cudaMemcpy(xb.data(), x16, xb.size() * 2, cudaMemcpyDeviceToHost));
-    std::vector<float> xf(xb.size());
-    for (size_t i = 0; i < xb.size(); i++) xf[i] = __half2float(xb[i]);
+    std::vector<float> xf((size_t)s.T * s.d);
+    CK(cudaMemcpy(xf.data(), dxf, xf.size() * 4, cudaMemcpyDeviceToHost));
     std::vector<double> rt, re;
     moe_ref(fmt_gu, fmt_d, hg.data(), hu.data(), hd.data(), wg.rb, wd.rb, xf, ids, wts, s.k, s.d, s.nff, ts, rt, re);
     Err et, ee;
@@ -914,14 +988,18 @@ static void moe_case(const MoeShape& s, int fmt_gu, int fmt_d, bool timed, int n
         }
     et.finish();
     ee.finish();
-    const bool ok = group_ok && et.ok(5e-4) && ee.ok(GEMM_TIER);
+    // Experts all of a split format are f32-class end to end.
+    const bool all_split = split_fmt(fmt_gu) && split_fmt(fmt_d);
+    const bool ok = group_ok && et.ok(all_split ? 2e-5 : 5e-4) && ee.ok(all_split ? GEMM_SPLIT_EXACT : GEMM_TIER);
     LOG.line("  MoE T=%d E=%d k=%d d=%d n_ff=%d %s/%s (%s): grouping %s, tight relL2 %.2e maxrel %.2e, exact relL2 %.2e",
              s.T, s.E, s.k, s.d, s.nff, FMT_NAME[fmt_gu], FMT_NAME[fmt_d], CFG[moe_cfg(s)].name,
              group_ok ? "consistent" : "BROKEN", et.rel_l2, et.max_rel(), ee.rel_l2);
     if (timed) {
-        const double t_group = time_ms([&] { moe_forward(s, fmt_gu, fmt_d, wg, wu, wd, x16, dids, dw, dout, m, 1); }) * 1e3;
-        const double t_gu = time_ms([&] { moe_forward(s, fmt_gu, fmt_d, wg, wu, wd, x16, dids, dw, dout, m, 2); }) * 1e3;
-        const double t_all = time_ms([&] { moe_forward(s, fmt_gu, fmt_d, wg, wu, wd, x16, dids, dw, dout, m, 3); }) * 1e3;
+        const double t_group =
+            time_ms([&] { moe_forward(s, fmt_gu, fmt_d, wg, wu, wd, x16, x16lo, dids, dw, dout, m, 1); }) * 1e3;
+        const double t_gu = time_ms([&] { moe_forward(s, fmt_gu, fmt_d, wg, wu, wd, x16, x16lo, dids, dw, dout, m, 2); }) * 1e3;
+        const double t_all =
+            time_ms([&] { moe_forward(s, fmt_gu, fmt_d, wg, wu, wd, x16, x16lo, dids, dw, dout, m, 3); }) * 1e3;
         const double flops = 2.0 * S * 3.0 * s.d * s.nff;
         const double wbytes = (double)wg.bytes + wu.bytes + wd.bytes;
         LOG.line("    grouping %.1f us, + gate/up %.1f us, whole layer %.1f us: %.0f TFLOP/s useful, %.0f GB/s of expert weights",
@@ -933,7 +1011,9 @@ static void moe_case(const MoeShape& s, int fmt_gu, int fmt_d, bool timed, int n
                 FMT_NAME[fmt_d], group_ok ? "ok" : "BROKEN", et.rel_l2, ee.rel_l2, pass(ok));
     }
     moe_free(m);
-    for (void* p : {(void*)x16, (void*)dids, (void*)dw, (void*)dout, (void*)wg.p, (void*)wu.p, (void*)wd.p}) CK(cudaFree(p));
+    for (void* p : {(void*)x16, (void*)x16lo, (void*)dxf, (void*)dids, (void*)dw, (void*)dout, (void*)wg.p, (void*)wu.p,
+                    (void*)wd.p})
+        CK(cudaFree(p));
 }
 
 static void moe_tests() {
@@ -941,6 +1021,8 @@ static void moe_tests() {
     moe_case({100, 4, 16, 512, 256}, Q4K, Q4K, false, 0);
     moe_case({100, 4, 16, 512, 256}, Q80, Q6K, false, 0);
     moe_case({600, 4, 16, 512, 256}, Q5K, Q80, false, 24);  // 150 rows per expert: tile config B
+    moe_case({100, 4, 16, 512, 256}, F16, F16, false, 0);   // split: lo planes gathered and written
+    moe_case({600, 4, 16, 512, 256}, BF16, F16, false, 24);
     if (!g_perf) return;
     LOG.line("\n== MoE prefill, Qwen3.5-35B-A3B layer (256 experts, top-8, d=2048, n_ff=512) ==");
     moe_case({512, 8, 256, 2048, 512}, Q4K, Q4K, true, 4);

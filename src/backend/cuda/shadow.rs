@@ -1,6 +1,13 @@
 //! f16 copies ("shadows") of f32 activations, for the tensor-core products of the fast prefill
 //! path (`ops/gemm.rs`), which read their activations in f16.
 //!
+//! A copy has one or two planes: `hi = f16(x)` always, and `lo = f16(x - hi)` when a product
+//! with F16 or BF16 weights reads it (kernels-cuda/gemm_q.cu multiplies both planes for those
+//! formats, whose weights are exact in f16: the activations then keep ~f32 precision). The lo
+//! plane is made only on demand, by the same conversion kernel, so files of quantized weights
+//! (Q4_K_M, Q8_0) pay nothing for it; a copy made without it gains it when a split-format
+//! product asks (the conversion runs again and writes both planes, hi unchanged).
+//!
 //! The projections of a layer share their input (q/k/v/z/beta/alpha all read the normed hidden
 //! state; gate and up read the FFN's input), so an activation is converted once and its copy
 //! reused until the f32 tensor is written again. Kernels that produce an activation for a product
@@ -33,6 +40,22 @@ const SLOT_NAMES: [&str; SLOTS] = [
     "f16 activations 2",
     "f16 activations 3",
 ];
+/// The slots' lo planes: workspaces of their own, so that adding a lo plane to a kept copy never
+/// reallocates (and loses) its hi plane.
+const LO_NAMES: [&str; SLOTS] = [
+    "f16 activations 0 lo",
+    "f16 activations 1 lo",
+    "f16 activations 2 lo",
+    "f16 activations 3 lo",
+];
+
+/// The f16 planes of an activation as a tensor-core product reads them (row-major like the f32
+/// tensor): `hi = f16(x)` and, when made, `lo = f16(x - hi)` (0 when not).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct F16Planes {
+    pub hi: DevPtr,
+    pub lo: DevPtr,
+}
 
 #[derive(Clone, Copy, Default)]
 struct Slot {
@@ -40,6 +63,8 @@ struct Slot {
     owner: u64,
     /// Elements copied.
     elems: usize,
+    /// Whether the lo plane was made too.
+    lo: bool,
     /// For least-recently-used replacement.
     used: u64,
 }
@@ -56,6 +81,7 @@ pub(crate) struct Shadows {
 struct CvtParams {
     x: u64,
     y: u64,
+    lo: u64,
     n: i64,
 }
 
@@ -92,8 +118,8 @@ impl Inner {
         }
     }
 
-    /// The valid copy of `x`, if there is one.
-    fn shadow_lookup(&self, x: &Tensor) -> Result<Option<DevPtr>> {
+    /// The slot holding a valid copy of `x`, if there is one, and whether it has the lo plane.
+    fn shadow_lookup(&self, x: &Tensor) -> Result<Option<(usize, bool)>> {
         let id = get(x, "shadow", 0)?.id;
         let mut s = self.shadows.lock().map_err(|_| cuda_err("shadow lock poisoned"))?;
         s.tick += 1;
@@ -102,23 +128,33 @@ impl Inner {
             return Ok(None);
         };
         s.slots[i].used = tick;
-        Ok(Some(self.workspace(SLOT_NAMES[i], x.numel() * 2)?))
+        Ok(Some((i, s.slots[i].lo)))
     }
 
-    /// A slot for a new copy of `x` (its f16 memory): the least recently used one, claimed for
-    /// `x` once `shadow_made` is called after the kernel that fills it has been submitted.
-    pub(crate) fn shadow_slot(&self, x: &Tensor) -> Result<(usize, DevPtr)> {
+    /// The memory of slot `i` for `n` values: the hi plane, and the lo plane when `lo`.
+    fn shadow_planes(&self, i: usize, n: usize, lo: bool) -> Result<F16Planes> {
+        Ok(F16Planes {
+            hi: self.workspace(SLOT_NAMES[i], n * 2)?,
+            lo: if lo { self.workspace(LO_NAMES[i], n * 2)? } else { 0 },
+        })
+    }
+
+    /// A slot for a new copy of `x` (its f16 memory, with the lo plane when `lo`): the least
+    /// recently used one, claimed for `x` once `shadow_made` is called after the kernel that
+    /// fills it has been submitted.
+    pub(crate) fn shadow_slot(&self, x: &Tensor, lo: bool) -> Result<(usize, F16Planes)> {
         let i = {
             let mut s = self.shadows.lock().map_err(|_| cuda_err("shadow lock poisoned"))?;
             let i = (0..SLOTS).min_by_key(|&i| s.slots[i].used).unwrap_or(0);
             s.slots[i] = Slot::default();
             i
         };
-        Ok((i, self.workspace(SLOT_NAMES[i], x.numel() * 2)?))
+        Ok((i, self.shadow_planes(i, x.numel(), lo)?))
     }
 
-    /// Slot `slot` now holds the f16 copy of `x` (its kernel is on the stream).
-    pub(crate) fn shadow_made(&self, slot: usize, x: &Tensor) -> Result<()> {
+    /// Slot `slot` now holds the f16 copy of `x`, with its lo plane when `lo` (its kernel is on
+    /// the stream).
+    pub(crate) fn shadow_made(&self, slot: usize, x: &Tensor, lo: bool) -> Result<()> {
         let id = get(x, "shadow", 0)?.id;
         let mut s = self.shadows.lock().map_err(|_| cuda_err("shadow lock poisoned"))?;
         s.tick += 1;
@@ -126,32 +162,37 @@ impl Inner {
         s.slots[slot] = Slot {
             owner: id,
             elems: x.numel(),
+            lo,
             used: tick,
         };
         self.shadows_live.store(true, Ordering::Release);
         Ok(())
     }
 
-    /// The f16 copy of the F32 tensor `x` (row-major like `x`): the kept one, or a new one made
-    /// by one conversion kernel (`pf_f32_to_f16`, which rounds to nearest).
-    pub(crate) fn f16_of(&self, x: &Tensor) -> Result<DevPtr> {
-        if let Some(p) = self.shadow_lookup(x)? {
-            return Ok(p);
-        }
+    /// The f16 copy of the F32 tensor `x` (row-major like `x`), with its lo plane when `lo`:
+    /// the kept one, or one made by one conversion kernel (`pf_f32_to_f16`, round to nearest).
+    /// A kept copy without the lo plane is converted again into the same slot (hi unchanged).
+    pub(crate) fn f16_of(&self, x: &Tensor, lo: bool) -> Result<F16Planes> {
         let n = x.numel();
+        let (slot, planes) = match self.shadow_lookup(x)? {
+            Some((i, has_lo)) if has_lo || !lo => return self.shadow_planes(i, n, has_lo),
+            Some((i, _)) => (i, self.shadow_planes(i, n, true)?),
+            None => self.shadow_slot(x, lo)?,
+        };
         let src = super::buffer::ptr(x, "f16 copy")?;
-        let (slot, dst) = self.shadow_slot(x)?;
-        self.convert_f16(src, dst, n, Phase::Norms)?;
-        self.shadow_made(slot, x)?;
-        Ok(dst)
+        self.convert_f16(src, planes.hi, planes.lo, n, Phase::Norms)?;
+        self.shadow_made(slot, x, lo)?;
+        Ok(planes)
     }
 
-    /// Launch `pf_f32_to_f16` over `n` values (reads nothing any op writes later in the stream
-    /// than this launch, so it is submitted without tensors: it must not drop `x`'s copy).
-    pub(crate) fn convert_f16(&self, src: DevPtr, dst: DevPtr, n: usize, phase: Phase) -> Result<()> {
+    /// Launch `pf_f32_to_f16` over `n` values into `dst`, and their lo planes into `lo` when it
+    /// is non-zero (reads nothing any op writes later in the stream than this launch, so it is
+    /// submitted without tensors: it must not drop `x`'s copy).
+    pub(crate) fn convert_f16(&self, src: DevPtr, dst: DevPtr, lo: DevPtr, n: usize, phase: Phase) -> Result<()> {
         let a = Args::from_pod(&CvtParams {
             x: src,
             y: dst,
+            lo,
             n: n as i64,
         });
         self.kernel_rw(

@@ -221,8 +221,8 @@ fn flash(
         inner.workspace("flash k f16", n * 2)?,
         inner.workspace("flash v f16", n * 2)?,
     );
-    inner.convert_f16(ptr(k_cache, op)?, k16, n, Phase::Attention)?;
-    inner.convert_f16(ptr(v_cache, op)?, v16, n, Phase::Attention)?;
+    inner.convert_f16(ptr(k_cache, op)?, k16, 0, n, Phase::Attention)?;
+    inner.convert_f16(ptr(v_cache, op)?, v16, 0, n, Phase::Attention)?;
     let i32_of =
         |what: &str, v: usize| i32::try_from(v).map_err(|_| cuda_err(format!("{op}: {what} ({v}) exceeds i32")));
     let p = FlashParams {

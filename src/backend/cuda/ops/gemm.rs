@@ -1,7 +1,10 @@
 //! Matrix products on the tensor cores for the fast prefill path (kernels-cuda/gemm_q.cu):
 //! `y[r][o] = dot(W[o], x[r])` with the weight dequantized inside the kernel (Q4_K, Q5_K, Q6_K,
-//! Q8_0, F16, BF16) and x in f16 (`shadow.rs`), f32 accumulation and output. Tier: f16-rounded
-//! activations (rel L2 <= ~6e-3; measured ~3e-4 on the H200).
+//! Q8_0, F16, BF16) and x in f16 (`shadow.rs`), f32 accumulation and output. Tier, by weight
+//! format: quantized weights take f16-rounded activations (rel L2 <= ~6e-3; measured ~3e-4 on
+//! the H200), their own quantization error being far larger; F16 and BF16 weights, exact in f16,
+//! take x as two f16 planes `hi + lo` (`Fmt::split`): f32-class activations, so that rounding x
+//! is not the one error of the product (it flips argmax on near-ties).
 //!
 //! Tile shapes (gemm_q.cu `PF_CFG_*`): A 128x256 (8 warps), B 128x128 (4 warps), C 32x128 (4 warps,
 //! small batches and MoE experts). Split-K writes partial planes to a workspace and
@@ -13,6 +16,7 @@ use super::{grid_u32, Launch, GRID_YZ_MAX};
 use crate::backend::cuda::driver::{cuda_err, DevPtr};
 use crate::backend::cuda::launch::Args;
 use crate::backend::cuda::profile::Phase;
+pub(crate) use crate::backend::cuda::shadow::F16Planes;
 use crate::backend::cuda::Inner;
 use crate::backend::Tensor;
 use crate::error::Result;
@@ -44,6 +48,13 @@ impl Fmt {
             GgmlType::Bf16 => Fmt::Bf16,
             _ => return None,
         })
+    }
+
+    /// Whether the kernel multiplies x as two f16 planes, `hi = f16(x)` and `lo = f16(x - hi)`
+    /// (gemm_q.cu `FmtInfo::SPLIT`): the formats whose weights are exact in f16, where rounding
+    /// x would be the product's only error.
+    pub(crate) fn split(self) -> bool {
+        matches!(self, Fmt::F16 | Fmt::Bf16)
     }
 
     /// 64-wide K steps per raw super-step (one K-quant super-block, four Q8_0 blocks, 64 values).
@@ -104,13 +115,14 @@ impl Tile {
         self as usize
     }
 
-    /// Dynamic shared memory of the kernel (`GemmCfg::SMEM`): x stages, two f16 weight tiles,
-    /// the raw weight slots.
+    /// Dynamic shared memory of the kernel (`GemmCfg::SMEM`): x stages (both planes for the
+    /// split formats), two f16 weight tiles, the raw weight slots.
     pub(crate) fn smem(self, f: Fmt) -> usize {
         let (bm, bn, _, s) = self.dims();
         let rs = f.rs();
         let slots = ((s - 1).div_ceil(rs) + 1).max(2);
-        s * bm * 128 + 2 * bn * 128 + slots * bn * f.rawb()
+        let planes = if f.split() { 2 } else { 1 };
+        planes * s * bm * 128 + 2 * bn * 128 + slots * bn * f.rawb()
     }
 
     /// CTAs one SM holds: the register file (A: 256 threads of ~230 registers fill it; B: 128
@@ -140,13 +152,16 @@ pub(crate) struct Plan {
 /// From the H200 measurements (prefill-gpu-run1, every shape x split timed): B 128x128 was the
 /// best or within 3% of it at every 9B product and batch for every format but Q6_K, whose B tile
 /// fits once per SM (its raw rows are 240 bytes) and A 128x256 wins; C 32x128 only pays for
-/// batches of at most 64 rows. The split fills the SMs: the largest power of two up to 8 that
+/// batches of at most 64 rows. The split formats' B tile also fits once per SM (the lo plane's
+/// x stages): A for them too, by the same reasoning (run 1 predates the split; dev/cuda's
+/// harness times both). A only where a CTA may have its shared memory (an A100's 163 KiB takes
+/// B). The split fills the SMs: the largest power of two up to 8 that
 /// keeps the CTAs within 1.5 waves (T = 102: 4 for 8192 rows, 8 for 4096; T = 512: 1-2; T = 4096:
 /// 1), each split keeping at least two raw super-steps.
 pub(crate) fn plan(f: Fmt, rows: usize, n: usize, k: usize, sms: usize, smem_per_sm: usize) -> Plan {
     let tile = if rows <= 64 {
         Tile::C
-    } else if f == Fmt::Q6K {
+    } else if (f == Fmt::Q6K || f.split()) && Tile::A.smem(f) + 1024 <= smem_per_sm {
         Tile::A
     } else {
         Tile::B
@@ -173,6 +188,7 @@ pub(crate) fn plan(f: Fmt, rows: usize, n: usize, k: usize, sms: usize, smem_per
 pub(crate) struct GemmParams {
     pub w: u64,
     pub x: u64,
+    pub x_lo: u64,
     pub x_rows: u64,
     pub y: u64,
     pub tiles: u64,
@@ -208,6 +224,7 @@ struct SwigluParams {
     gate: u64,
     up: u64,
     h: u64,
+    lo: u64,
     out: u64,
     n: i64,
 }
@@ -255,6 +272,17 @@ fn cluster_splitk(inner: &Inner) -> bool {
     inner.dev.cc.0 >= 9 && !forced
 }
 
+/// The x operand's planes as the kernel for `w` reads them: the split formats need the lo plane.
+fn x_planes(w: &GemmW, x: F16Planes) -> Result<(u64, u64)> {
+    if w.fmt.split() && x.lo == 0 {
+        return Err(cuda_err(format!(
+            "tensor-core product: {:?} weights need the activations' lo plane",
+            w.fmt
+        )));
+    }
+    Ok((x.hi, if w.fmt.split() { x.lo } else { 0 }))
+}
+
 #[allow(clippy::too_many_arguments)]
 fn launch_gemm(
     inner: &Inner,
@@ -284,12 +312,12 @@ fn launch_gemm(
     )
 }
 
-/// `y [rows, n] (row stride n) = x16 [rows, k] (f16, row stride k) · Wᵀ`.
+/// `y [rows, n] (row stride n) = x16 [rows, k] (f16 planes, row stride k) · Wᵀ`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn dense(
     inner: &Inner,
     w: &GemmW,
-    x16: DevPtr,
+    x16: F16Planes,
     y: DevPtr,
     rows: usize,
     n: usize,
@@ -305,6 +333,7 @@ pub(crate) fn dense(
     if m_tiles > GRID_YZ_MAX {
         return Err(cuda_err(format!("tensor-core product: {rows} rows exceed the grid")));
     }
+    let (x, x_lo) = x_planes(w, x16)?;
     // Split-K partial tiles: summed inside a thread-block cluster on Hopper (gemm_q.cu
     // `cluster_splitk_epilogue`), else through a workspace and pf_gemm_splitk_reduce.
     let cluster = pl.nz > 1 && cluster_splitk(inner);
@@ -315,7 +344,8 @@ pub(crate) fn dense(
     };
     let p = GemmParams {
         w: w.ptr,
-        x: x16,
+        x,
+        x_lo,
         y: if ws != 0 { ws } else { y },
         row_bytes: w.row_bytes as i64,
         ldx: k as i64,
@@ -374,14 +404,14 @@ pub(crate) struct Groups {
 }
 
 /// Grouped (MoE) product: for every tile {e, r0, r1} of the list, rows r0..r1 of
-/// `y [rows, n]` = x rows (gathered through `x_rows` when non-zero) · expert e's `W`ᵀ, whose rows
-/// start at `w.ptr + e * expert_bytes`.
+/// `y [rows, n]` = x rows (both planes gathered through `x_rows` when non-zero) · expert e's
+/// `W`ᵀ, whose rows start at `w.ptr + e * expert_bytes`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn grouped(
     inner: &Inner,
     w: &GemmW,
     expert_bytes: usize,
-    x16: DevPtr,
+    x16: F16Planes,
     ldx: usize,
     x_rows: DevPtr,
     y: DevPtr,
@@ -399,9 +429,11 @@ pub(crate) fn grouped(
             g.max_tiles
         )));
     }
+    let (x, x_lo) = x_planes(w, x16)?;
     let p = GemmParams {
         w: w.ptr,
-        x: x16,
+        x,
+        x_lo,
         x_rows,
         y,
         tiles: g.tiles,
@@ -424,14 +456,14 @@ pub(crate) fn grouped(
     launch_gemm(inner, w, g.tile, grid, 1, &p, flops, reads, &[])
 }
 
-/// `h = f16(silu(gate) * up)` over `n` values, and the same values in f32 into `out` when it is
-/// non-zero.
+/// `h = f16(silu(gate) * up)` over `n` values into `h.hi`, their lo planes into `h.lo` and the
+/// same values in f32 into `out`, each when non-zero.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn swiglu_f16(
     inner: &Inner,
     gate: DevPtr,
     up: DevPtr,
-    h: DevPtr,
+    h: F16Planes,
     out: DevPtr,
     n: usize,
     phase: Phase,
@@ -440,7 +472,8 @@ pub(crate) fn swiglu_f16(
     let p = SwigluParams {
         gate,
         up,
-        h,
+        h: h.hi,
+        lo: h.lo,
         out,
         n: n as i64,
     };
@@ -466,7 +499,9 @@ mod tests {
     const H200_SMS: usize = 132;
     const H200_SMEM: usize = 232_448 + 1024;
 
-    /// The shared-memory sizes printed by the H200 harness (prefill-gpu-run1) for every kernel.
+    /// The shared-memory sizes printed by the H200 harness (prefill-gpu-run1) for every kernel;
+    /// F16 and BF16 plus their lo plane's x stages (2 x 128 x 128, 2 x 128 x 128, 3 x 32 x 128
+    /// bytes: gemm_q.cu `GemmCfg::XS_BYTES`).
     #[test]
     fn smem_matches_the_kernels() {
         let want = [
@@ -474,8 +509,8 @@ mod tests {
             (Fmt::Q5K, [188_416, 110_592, 90_112]),
             (Fmt::Q6K, [221_184, 126_976, 106_496]),
             (Fmt::Q80, [188_416, 110_592, 90_112]),
-            (Fmt::F16, [172_032, 102_400, 100_352]),
-            (Fmt::Bf16, [172_032, 102_400, 100_352]),
+            (Fmt::F16, [204_800, 135_168, 112_640]),
+            (Fmt::Bf16, [204_800, 135_168, 112_640]),
         ];
         for (f, sizes) in want {
             for (t, s) in [Tile::A, Tile::B, Tile::C].into_iter().zip(sizes) {
@@ -488,6 +523,12 @@ mod tests {
         assert_eq!(Tile::B.ctas_per_sm(Fmt::Q6K, H200_SMEM), 1);
         assert_eq!(Tile::A.ctas_per_sm(Fmt::Q6K, H200_SMEM), 1);
         assert_eq!(Tile::C.ctas_per_sm(Fmt::F16, H200_SMEM), 2);
+        // The split formats' B tile fits once (the lo plane), as Q6_K's.
+        assert_eq!(Tile::B.ctas_per_sm(Fmt::F16, H200_SMEM), 1);
+        // Every kernel within the 227 KiB a CTA may have.
+        for f in [Fmt::Q4K, Fmt::Q5K, Fmt::Q6K, Fmt::Q80, Fmt::F16, Fmt::Bf16] {
+            assert!(Tile::A.smem(f) <= 232_448, "{f:?}");
+        }
     }
 
     /// The plans for the Qwen3.5-9B products are the measured best (or within a few percent of
@@ -519,8 +560,10 @@ mod tests {
         assert_eq!(p(Q6K, 102, 4096, 4096), (A, 8));
         assert_eq!(p(Q6K, 512, 4096, 4096), (A, 2));
         assert_eq!(p(Q6K, 4096, 12288, 4096), (A, 1));
-        // Small batches: C.
+        // Small batches: C; the split formats' larger batches A (B fits once per SM).
         assert_eq!(p(F16, 40, 64, 64).0, C);
+        assert_eq!(p(F16, 512, 4096, 4096).0, A);
+        assert_eq!(p(Bf16, 102, 4096, 4096).0, A);
     }
 
     /// Every plan covers K exactly once: splits of whole super-steps, none empty.
@@ -546,8 +589,8 @@ mod tests {
 
     #[test]
     fn params_layout() {
-        assert_eq!(std::mem::size_of::<GemmParams>(), 104);
+        assert_eq!(std::mem::size_of::<GemmParams>(), 112);
         assert_eq!(std::mem::size_of::<ReduceParams>(), 40);
-        assert_eq!(std::mem::size_of::<SwigluParams>(), 40);
+        assert_eq!(std::mem::size_of::<SwigluParams>(), 48);
     }
 }

@@ -324,7 +324,7 @@ pub(crate) fn matmul(inner: &Inner, w: &Tensor, x: &Tensor, out: &Tensor) -> Res
     if let Some(g) = wt.gemm(inner, d.t, d.n_in) {
         // The f16 copy of x and any split-K partials are workspaces: held until submitted.
         let _ws = inner.workspaces()?;
-        let x16 = inner.f16_of(x)?;
+        let x16 = inner.f16_of(x, g.fmt.split())?;
         return gemm::dense(inner, &g, x16, op_, d.t, d.n_out, d.n_in, &[w], &[out]);
     }
     let xp = ptr(x, op)?;
@@ -412,13 +412,17 @@ pub(crate) fn matmul_swiglu(
     }
     if let (Some(gg), Some(ug)) = (g.gemm(inner, d.t, d.n_in), u.gemm(inner, d.t, d.n_in)) {
         let _ws = inner.workspaces()?;
-        let x16 = inner.f16_of(x)?;
+        let split = gg.fmt.split() || ug.fmt.split();
+        let x16 = inner.f16_of(x, split)?;
         let (gp, up, outp) = (ptr(gate_tmp, op)?, ptr(up_tmp, op)?, ptr(out, op)?);
         gemm::dense(inner, &gg, x16, gp, d.t, d.n_out, d.n_in, &[w_gate], &[gate_tmp])?;
         gemm::dense(inner, &ug, x16, up, d.t, d.n_out, d.n_in, &[w_up], &[up_tmp])?;
-        let (slot, h) = inner.shadow_slot(out)?;
+        // The down projection's input. Its weight is not known here: the lo plane is written
+        // when gate/up are of a split format (a model file gives an FFN's three weights one
+        // format), and otherwise made from `out` by `f16_of` if a split-format product reads it.
+        let (slot, h) = inner.shadow_slot(out, split)?;
         gemm::swiglu_f16(inner, gp, up, h, outp, d.t * d.n_out, g.phase, &[out])?;
-        return inner.shadow_made(slot, out);
+        return inner.shadow_made(slot, out, split);
     }
     matmul(inner, w_gate, x, gate_tmp)?;
     matmul(inner, w_up, x, up_tmp)?;

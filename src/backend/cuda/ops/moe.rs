@@ -1,7 +1,7 @@
 //! MoE routing (kernels-cuda/moe.cu); the expert products are in `linear`, except those of a
 //! batch under `Precision::Fast`, grouped by expert here.
 
-use super::gemm::{self, GemmW, Groups, Tile};
+use super::gemm::{self, F16Planes, GemmW, Groups, Tile};
 use super::{grid_u32, Launch};
 use crate::backend::cuda::buffer::ptr;
 use crate::backend::cuda::driver::cuda_err;
@@ -92,8 +92,8 @@ pub(crate) fn groups_fit(m: &check::MoeDims) -> bool {
 /// `moe_experts` for a batch under `Precision::Fast` (experts that `groups_fit`): the T x k
 /// routing choices grouped by expert on the device (count, offsets and tile list, placement in
 /// token order), then one grouped tensor-core product per projection (gate and up gather their
-/// rows of the f16 input, down reads the f16 SwiGLU rows), and the k rows of each token summed in
-/// routing order.
+/// rows of the f16 input, down reads the f16 SwiGLU rows; F16/BF16 experts read and gather the lo
+/// planes too, `gemm::Fmt::split`), and the k rows of each token summed in routing order.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn grouped_experts(
     inner: &Inner,
@@ -133,6 +133,12 @@ pub(crate) fn grouped_experts(
     let gate_rows = inner.workspace("moe gate rows", slots * f * 4)?;
     let up_rows = inner.workspace("moe up rows", slots * f * 4)?;
     let hidden = inner.workspace("moe hidden f16", slots * f * 2)?;
+    // The hidden rows' lo plane, for a down projection of a split format (F16/BF16 experts).
+    let hidden_lo = if down.fmt.split() {
+        inner.workspace("moe hidden f16 lo", slots * f * 2)?
+    } else {
+        0
+    };
     let down_rows = inner.workspace("moe down rows", slots * d * 4)?;
     let p = MoeParams {
         ids: ptr(ids, op)?,
@@ -179,7 +185,7 @@ pub(crate) fn grouped_experts(
     small("pf_moe_count", slots.div_ceil(256), 256)?;
     small("pf_moe_offsets", 1, 1024)?;
     small("pf_moe_place", e, 256)?;
-    let x16 = inner.f16_of(x)?;
+    let x16 = inner.f16_of(x, gate.fmt.split() || up.fmt.split())?;
     let groups = Groups {
         tile,
         tiles: p.tiles,
@@ -214,6 +220,10 @@ pub(crate) fn grouped_experts(
         &groups,
         &reads,
     )?;
+    let hidden = F16Planes {
+        hi: hidden,
+        lo: hidden_lo,
+    };
     gemm::swiglu_f16(inner, gate_rows, up_rows, hidden, 0, slots * f, Phase::FfnMoe, &[])?;
     gemm::grouped(
         inner,
