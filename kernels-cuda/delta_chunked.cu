@@ -251,6 +251,7 @@ static __device__ __forceinline__ void gdn_prep_body(const GdnParams& p) {
             }
         }
     }
+    pdl_trigger();  // only the stores are left: let the next kernel be scheduled (gemm_q.cu says why)
     const long long base = (static_cast<long long>(j) * nchunks + chunk) * GDN_C * GDN_D;
     float* const dst = (col < GDN_D ? p.su + col : p.sw + col - GDN_D) + base;
 #pragma unroll
@@ -433,6 +434,7 @@ static __device__ __forceinline__ void gdn_state_body(const GdnParams& p) {
         });
     }
     cp_async_wait<0>();
+    pdl_trigger();  // only the state store is left
     each_pair([&](int row, int key, float& v0, float& v1) {
         *reinterpret_cast<float2*>(st + row * GDN_D + key) = make_float2(v0, v1);
     });

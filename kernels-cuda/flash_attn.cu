@@ -174,6 +174,7 @@ static __device__ __forceinline__ void flash_body(const FlashParams& p) {
         __syncthreads();  // every warp is done with V tile j before the next one lands
     }
     cp_async_wait<0>();
+    pdl_trigger();  // only the normalisation and stores are left (gemm_q.cu says why)
 
 #pragma unroll
     for (int h = 0; h < 2; h++) {

@@ -257,77 +257,6 @@ struct GemmCfg {
     static constexpr int SMEM = XS_BYTES + WS_BYTES + RAW_BYTES;
 };
 
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-// Split-K reduced inside a thread-block cluster (Hopper): the grid's z splits of one output tile
-// form one cluster (cluster dims 1 x 1 x splits, so the rank of split z is z; the host launches
-// it so, and marks it by split_stride == 0 with gridDim.z > 1). Each CTA parks its partial tile in
-// its own shared memory (the pipeline buffers are free by now), the cluster meets, and CTA z sums
-// rows z, z + splits, ... of the tile over the splits *in split order* through distributed shared
-// memory and writes y. The same additions in the same order as pf_gemm_splitk_reduce (identical
-// results), without the workspace round trip through L2 and without the extra launch, which at
-// short prompts cost as much as a quarter of a product (9B, 102 tokens: 248 reduce launches).
-__device__ __forceinline__ void cluster_sync_all() {
-    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
-template <int BM, int BN, int MT, int NT, int WN>
-static __device__ __forceinline__ void cluster_splitk_epilogue(const GemmParams& p, const float (&acc)[MT][NT][4],
-                                                               uint8_t* smem, int m_begin, int m_end, int n0, int wm,
-                                                               int wn, int g, int t4) {
-    float* const part = reinterpret_cast<float*>(smem);  // [BM][BN]
-    __syncthreads();  // every warp is past its last read of the pipeline buffers
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int r = wm * MT * 16 + mt * 16 + g + 8 * h;
-#pragma unroll
-            for (int nt = 0; nt < NT; nt++) {
-                const int c = wn * NT * 8 + nt * 8 + 2 * t4;
-                *reinterpret_cast<float2*>(part + r * BN + c) = make_float2(acc[mt][nt][2 * h], acc[mt][nt][2 * h + 1]);
-            }
-        }
-    cluster_sync_all();  // every partial tile of the cluster is written
-    const int splits = static_cast<int>(gridDim.z), z = static_cast<int>(blockIdx.z);
-    const uint32_t base = static_cast<uint32_t>(__cvta_generic_to_shared(part));
-    const bool vec = (p.ldy & 3) == 0;
-    // This CTA's rows of the tile (z, z + splits, ...), four columns per thread per pass.
-    constexpr int C4 = BN / 4;
-    const int my_rows = (BM - z + splits - 1) / splits;
-    for (int i = threadIdx.x; i < my_rows * C4; i += blockDim.x) {
-        const int r = z + (i / C4) * splits, c = (i % C4) * 4;
-        const int row = m_begin + r, col = n0 + c;
-        if (row >= m_end || col >= p.n_out) continue;
-        float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        for (int q = 0; q < splits; q++) {
-            uint32_t remote;
-            asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(base + 4u * (r * BN + c)), "r"(q));
-            float4 v;
-            asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
-                         : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
-                         : "r"(remote)
-                         : "memory");
-            if (q == 0) {
-                sum = v;
-            } else {
-                sum.x += v.x;
-                sum.y += v.y;
-                sum.z += v.z;
-                sum.w += v.w;
-            }
-        }
-        float* yr = p.y + static_cast<long long>(row) * p.ldy;
-        if (vec && col + 3 < p.n_out) {
-            *reinterpret_cast<float4*>(yr + col) = sum;
-        } else {
-            const float e[4] = {sum.x, sum.y, sum.z, sum.w};
-            for (int i = 0; i < 4 && col + i < p.n_out; i++) yr[col + i] = e[i];
-        }
-    }
-    cluster_sync_all();  // no CTA leaves while another still reads its shared memory
-}
-#endif
-
 template <int FMT, int MT, int NT, int WM, int WN, int S>
 static __device__ __forceinline__ void gemm_body(const GemmParams& p) {
     using C = GemmCfg<FMT, MT, NT, WM, WN, S>;
@@ -498,14 +427,13 @@ static __device__ __forceinline__ void gemm_body(const GemmParams& p) {
         }
     }
     cp_async_wait<0>();
+    // The main loop is done: let the next kernel (the split-K reduce, a norm, the next product)
+    // be scheduled now, so that its launch overlaps this grid's epilogue and tail. It is only
+    // scheduled once every CTA of this grid has got here (later waves have not), so it takes no
+    // SM slot this grid still needs, and it waits in pdl_wait until this grid has finished.
+    pdl_trigger();
 
     const int g = lane >> 2, t4 = lane & 3;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (gridDim.z > 1 && p.split_stride == 0) {
-        cluster_splitk_epilogue<BM, BN, MT, NT, WN>(p, acc, smem, m_begin, m_end, n0, wm, wn, g, t4);
-        return;
-    }
-#endif
     const bool vec = ((p.ldy | p.split_stride) & 1) == 0;
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)

@@ -237,6 +237,12 @@ static __device__ __forceinline__ void pdl_wait() {
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
+// Let the next kernel be scheduled (it still waits in pdl_wait for this grid to finish).
+static __device__ __forceinline__ void pdl_trigger() {
+#if !defined(PF_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" :::);
+#endif
+}
 static __device__ __forceinline__ void kernel_start() {
     pdl_wait();
 #if !defined(PF_EMU) && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -154,19 +154,6 @@ profile qwen3.5-9b q4_k_m exact
 # A short prompt, where the 15 ms target is tightest (Q8_0 reads the most weight bytes).
 profile qwen3.5-9b q8_0 fast 102
 profile qwen3.5-9b q4_k_m fast 102
-# Split-K reduced in thread-block clusters (the default on Hopper) against the workspace and
-# reduce kernel (RILL_CUDA_SPLITK=kernel): short prompts, where most products split K.
-for q in q8_0 q4_k_m; do
-    if ready qwen3.5-9b $q; then
-        for v in cluster kernel; do
-            log "split-K $v: qwen3.5-9b $q -p 102,512"
-            RILL_CUDA_SPLITK=$v timeout "$(limit 60)" $rill bench -m "$(model_file qwen3.5-9b $q)" --backend cuda \
-                --precision fast -p 102,512 -n 0 -r 3 >"$LOGS/splitk-$v-qwen3.5-9b-$q.txt" 2>&1
-            echo "split-K $v qwen3.5-9b $q: $(grep -E '^\| pp' "$LOGS/splitk-$v-qwen3.5-9b-$q.txt" | tr -s ' ' | tr '\n' ' ')" |
-                tee -a "$LOGS/summary.txt"
-        done
-    fi
-done
 
 # ---- 4. fast against exact on the real shapes ---------------------------------------------------
 # `compare_logits A B`: rel L2 per position, max abs, argmax agreement of A against B.
@@ -257,7 +244,7 @@ if [ "$(left)" -gt 70 ]; then
 fi
 if [ "$(left)" -gt 60 ]; then
     log "matvec harness"
-    timeout "$(limit 240)" target/release/matvec_bench >"$LOGS/matvec_bench.log" 2>&1
+    MVB_PDL=1 timeout "$(limit 240)" target/release/matvec_bench >"$LOGS/matvec_bench.log" 2>&1
     echo "matvec_bench exit $? (124: stopped at its time limit)" | tee -a "$LOGS/matvec_bench.log" "$LOGS/summary.txt"
     sed -n '/==== winners/,$p' "$LOGS/matvec_bench.log" | tee -a "$LOGS/summary.txt"
 fi

@@ -343,33 +343,20 @@ pub(crate) fn dtod_async(dst: DevPtr, src: DevPtr, bytes: usize, stream: sys::CU
 
 /// Launch `f` on `stream` with one by-value parameter block. `pdl`: allow the kernel to start
 /// before the previous one on the stream has finished (it waits in `grid_dep_wait`).
-/// `cluster_z` > 1: thread-block clusters of 1 x 1 x `cluster_z` blocks (Hopper and newer).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn launch(
     f: sys::CUfunction,
     grid: [u32; 3],
     block: [u32; 3],
-    cluster_z: u32,
     smem: u32,
     stream: sys::CUstream,
     params: *const c_void,
     pdl: bool,
 ) -> Result<()> {
     // SAFETY: an all-zero launch attribute is a valid value (id 0 = ignore, padding zeroed).
-    let mut attrs: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
-    let mut n = 0;
-    if pdl {
-        attrs[n].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attrs[n].value.programmaticStreamSerializationAllowed = 1;
-        n += 1;
-    }
-    if cluster_z > 1 {
-        attrs[n].id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-        attrs[n].value.clusterDim.x = 1;
-        attrs[n].value.clusterDim.y = 1;
-        attrs[n].value.clusterDim.z = cluster_z;
-        n += 1;
-    }
+    let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
     let cfg = sys::CUlaunchConfig {
         gridDimX: grid[0],
         gridDimY: grid[1],
@@ -379,8 +366,8 @@ pub(crate) fn launch(
         blockDimZ: block[2],
         sharedMemBytes: smem,
         hStream: stream,
-        attrs: if n > 0 { attrs.as_mut_ptr() } else { ptr::null_mut() },
-        numAttrs: n as u32,
+        attrs: if pdl { &mut attr } else { ptr::null_mut() },
+        numAttrs: u32::from(pdl),
     };
     let mut p = [params as *mut c_void];
     // SAFETY: `params` points to the kernel's parameter block (one struct, passed by value),

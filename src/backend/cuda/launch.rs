@@ -57,8 +57,6 @@ pub(crate) enum Op {
         name: (&'static str, &'static str),
         grid: [u32; 3],
         block: [u32; 3],
-        /// Blocks per thread-block cluster along z (1: no clusters).
-        cluster_z: u32,
         smem: u32,
         args: Args,
         phase: Phase,
@@ -171,7 +169,6 @@ impl Inner {
                 name,
                 grid,
                 block,
-                cluster_z,
                 smem,
                 args,
                 phase,
@@ -183,13 +180,13 @@ impl Inner {
                     None => None,
                 };
                 let params = args as *const Args as *const std::ffi::c_void;
-                let r = driver::launch(f.0, *grid, *block, *cluster_z, *smem, stream, params, pdl);
+                let r = driver::launch(f.0, *grid, *block, *smem, stream, params, pdl);
                 match r {
                     Err(_) if pdl && eager => {
                         // A driver or graph mode without programmatic dependent launch: launch
                         // plainly from now on.
                         self.pdl.store(false, Ordering::Relaxed);
-                        driver::launch(f.0, *grid, *block, *cluster_z, *smem, stream, params, false)?;
+                        driver::launch(f.0, *grid, *block, *smem, stream, params, false)?;
                     }
                     other => other?,
                 }

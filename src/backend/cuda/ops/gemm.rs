@@ -263,15 +263,6 @@ fn i32_of(what: &str, v: usize) -> Result<i32> {
     i32::try_from(v).map_err(|_| cuda_err(format!("tensor-core product: {what} ({v}) exceeds i32")))
 }
 
-/// Whether split-K products reduce their partial tiles inside thread-block clusters: Hopper or
-/// newer (clusters of up to 8 blocks, distributed shared memory), unless `RILL_CUDA_SPLITK=kernel`
-/// asks for the workspace and reduce kernel (for comparing the two).
-fn cluster_splitk(inner: &Inner) -> bool {
-    static KERNEL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    let forced = *KERNEL.get_or_init(|| std::env::var("RILL_CUDA_SPLITK").is_ok_and(|v| v == "kernel"));
-    inner.dev.cc.0 >= 9 && !forced
-}
-
 /// The x operand's planes as the kernel for `w` reads them: the split formats need the lo plane.
 fn x_planes(w: &GemmW, x: F16Planes) -> Result<(u64, u64)> {
     if w.fmt.split() && x.lo == 0 {
@@ -289,14 +280,13 @@ fn launch_gemm(
     w: &GemmW,
     tile: Tile,
     grid: [u32; 3],
-    cluster_z: u32,
     p: &GemmParams,
     flops: f64,
     reads: &[&Tensor],
     writes: &[&Tensor],
 ) -> Result<()> {
     let (_, _, threads, _) = tile.dims();
-    inner.kernel_rw_cluster(
+    inner.kernel_rw(
         Launch {
             name: ("pf_gemm_", w.fmt.kernels()[tile.index()]),
             grid,
@@ -305,7 +295,6 @@ fn launch_gemm(
             args: Args::from_pod(p),
             phase: w.phase,
         },
-        cluster_z,
         flops,
         reads,
         writes,
@@ -334,10 +323,7 @@ pub(crate) fn dense(
         return Err(cuda_err(format!("tensor-core product: {rows} rows exceed the grid")));
     }
     let (x, x_lo) = x_planes(w, x16)?;
-    // Split-K partial tiles: summed inside a thread-block cluster on Hopper (gemm_q.cu
-    // `cluster_splitk_epilogue`), else through a workspace and pf_gemm_splitk_reduce.
-    let cluster = pl.nz > 1 && cluster_splitk(inner);
-    let ws = if pl.nz > 1 && !cluster {
+    let ws = if pl.nz > 1 {
         inner.workspace("gemm split-k", pl.nz * rows * n * 4)?
     } else {
         0
@@ -363,9 +349,8 @@ pub(crate) fn dense(
         pl.nz as u32,
     ];
     let flops = 2.0 * rows as f64 * n as f64 * k as f64;
-    let cluster_z = if cluster { pl.nz as u32 } else { 1 };
-    launch_gemm(inner, w, pl.tile, grid, cluster_z, &p, flops, reads, writes)?;
-    if pl.nz == 1 || cluster {
+    launch_gemm(inner, w, pl.tile, grid, &p, flops, reads, writes)?;
+    if pl.nz == 1 {
         return Ok(());
     }
     let r = ReduceParams {
@@ -453,7 +438,7 @@ pub(crate) fn grouped(
         1,
     ];
     let flops = 2.0 * g.rows as f64 * n as f64 * k as f64;
-    launch_gemm(inner, w, g.tile, grid, 1, &p, flops, reads, &[])
+    launch_gemm(inner, w, g.tile, grid, &p, flops, reads, &[])
 }
 
 /// `h = f16(silu(gate) * up)` over `n` values into `h.hi`, their lo planes into `h.lo` and the

@@ -40,19 +40,6 @@ impl Inner {
     /// Submit a launch that only reads `reads` and may write `writes` (see `submit_rw`), doing
     /// `flops` floating-point operations (matrix products; 0 otherwise) for the profile.
     pub(crate) fn kernel_rw(&self, l: Launch, flops: f64, reads: &[&Tensor], writes: &[&Tensor]) -> Result<()> {
-        self.kernel_rw_cluster(l, 1, flops, reads, writes)
-    }
-
-    /// `kernel_rw` with thread-block clusters of 1 x 1 x `cluster_z` blocks (Hopper and newer;
-    /// grid.z a multiple of `cluster_z`).
-    pub(crate) fn kernel_rw_cluster(
-        &self,
-        l: Launch,
-        cluster_z: u32,
-        flops: f64,
-        reads: &[&Tensor],
-        writes: &[&Tensor],
-    ) -> Result<()> {
         if l.grid.contains(&0) {
             return Ok(());
         }
@@ -69,7 +56,6 @@ impl Inner {
                 name: l.name,
                 grid: l.grid,
                 block: [l.block, 1, 1],
-                cluster_z,
                 smem: l.smem,
                 args: l.args,
                 phase: l.phase,
