@@ -21,6 +21,12 @@ use crate::gguf::GgmlType;
 /// larger ones the tiled kernel (weights read once per 64 tokens).
 pub(crate) const MATVEC_MAX_T: usize = 4;
 
+/// Products with at most this many outputs per token use the matrix-vector kernels at any batch
+/// size (exact f32): their weights are a few hundred KB, read from L2 once per token, while a
+/// tiled or tensor-core product of them is one or two nearly empty tiles split over K (plus a
+/// split-K reduce launch): the GDN alpha and beta projections (32 outputs per layer).
+const MATVEC_MAX_N_OUT: usize = 64;
+
 /// Threads per matvec block and the rows-per-thread limits (kernels-cuda/matvec.cuh).
 const MV_THREADS: usize = 256;
 const MV_RPT_MAX: usize = 8;
@@ -321,7 +327,7 @@ pub(crate) fn matmul(inner: &Inner, w: &Tensor, x: &Tensor, out: &Tensor) -> Res
     let d = check::matmul(w, x, out)?;
     let wt = weight(op, w, d.n_out, d.n_in)?;
     let op_ = ptr(out, op)?;
-    if let Some(g) = wt.gemm(inner, d.t, d.n_in) {
+    if let Some(g) = wt.gemm(inner, d.t, d.n_in).filter(|_| d.n_out > MATVEC_MAX_N_OUT) {
         // The f16 copy of x and any split-K partials are workspaces: held until submitted.
         let _ws = inner.workspaces()?;
         let x16 = inner.f16_of(x, g.fmt.split())?;
@@ -356,7 +362,7 @@ fn matmul_dispatch(
             writes,
         );
     }
-    if d.t <= MATVEC_MAX_T {
+    if d.t <= MATVEC_MAX_T || d.n_out <= MATVEC_MAX_N_OUT {
         return run_mv(inner, op, &Mv::dense(w, None, x, out, d), reads, writes);
     }
     // Prefill: 64 x 64 output tiles, weights read once per 64 tokens.
