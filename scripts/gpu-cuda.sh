@@ -106,14 +106,6 @@ for t in $tests; do
     grep -E "^test .* FAILED$|panicked at" "$LOGS/test-$name.log" | head -20 | tee -a "$LOGS/summary.txt"
     grep -A3 "panicked at" "$LOGS/test-$name.log" | grep -vE "^--$|panicked at|^note:" | head -10 >>"$LOGS/summary.txt"
 done
-# The fast tier's fixture check once more with the one-pass tf32 delta rule (RILL_CUDA_DELTA=tf32): how much
-# of the fast tier's distance from the exact logits the one-pass tf32 delta rule causes.
-t=$(grep "/device_fast-" .gpu/tests.txt | head -1)
-if [ -n "$t" ] && [ "$(left)" -gt 300 ]; then
-    RILL_CUDA_DELTA=tf32 timeout "$(limit 30)" "$t" --test-threads=4 >"$LOGS/test-device_fast-delta-tf32.log" 2>&1
-    echo "test device_fast with RILL_CUDA_DELTA=tf32: exit $?: $(grep -E "^test result:" "$LOGS/test-device_fast-delta-tf32.log" | tail -1)" | tee -a "$LOGS/summary.txt"
-    grep -A1 "panicked at" "$LOGS/test-device_fast-delta-tf32.log" | head -4 >>"$LOGS/summary.txt"
-fi
 unset RILL_TEST_REQUIRE_CUDA
 
 # ---- 2. bench -------------------------------------------------------------------------------------

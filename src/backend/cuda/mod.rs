@@ -14,7 +14,7 @@
 //!   shared through `shadow.rs`), except that F16 and BF16 weights, which have no quantization
 //!   error for the f16 rounding to hide behind, take the activations as two f16 terms hi + lo
 //!   (f32-class: ~2^-22 relative; BF16 weights are exact in f16 for 2^-17 <= |w| <= 65504); the
-//!   chunked delta rule in 3xTF32 (`RILL_CUDA_DELTA=tf32`: one tf32 product), flash attention on
+//!   chunked delta rule in 3xTF32 (f32-level), flash attention on
 //!   f16 q/k/v, MoE experts as grouped products. One-token steps (decode) are exact in both, unless
 //!   `RILL_CUDA_MATVEC=q8` (8-bit activations in the decode matvecs; `precision()` then says Fast).
 //! - `RILL_PROFILE=1` times every kernel with CUDA events and prints a per-kernel and per-phase
