@@ -447,6 +447,8 @@ extern "C" __global__ void __launch_bounds__(pf::GP_NTH, 1) pf_gdn_prep_exact(pf
     pf::pdl_wait();
     pf::gdn_prep_body<true>(p);
 }
+// The `_fast` (one tf32 pass) kernels are timed by dev/cuda/prefill_bench.cu; the backend runs
+// `_exact` (3xTF32) at both precisions (src/backend/cuda/ops/delta.rs says why).
 extern "C" __global__ void __launch_bounds__(pf::GP_NTH, 1) pf_gdn_prep_fast(pf::GdnParams p) {
     pf::pdl_wait();
     pf::gdn_prep_body<false>(p);
