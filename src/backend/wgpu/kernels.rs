@@ -44,6 +44,9 @@ pub(crate) const COOP_CS: u32 = TILE_N + 4;
 pub(crate) const COOP_WORKGROUP_BYTES: u32 = 2 * (TILE_M * TILE_K + TILE_K * TILE_N) + 4 * TILE_M * COOP_CS;
 /// Invocations of the one-workgroup-per-row kernels (norms, embedding rows, argmax).
 pub(crate) const ROW_WG: u32 = 256;
+/// Values of a row one argmax workgroup scans when a row is split (rows up to this long take one
+/// pass, longer ones `argmax_split` + `argmax_combine`).
+pub(crate) const ARGMAX_CHUNK: u32 = 4096;
 /// Invocations of the elementwise kernels.
 pub(crate) const ELT_WG: u32 = 256;
 /// Attention: invocations and keys per tile, largest head dim, and the number of pieces the KV
@@ -83,6 +86,7 @@ fn constants(caps: &Caps) -> String {
         ("COOP_WG", COOP_WG),
         ("COOP_CS", COOP_CS),
         ("ROW_WG", ROW_WG),
+        ("ARGMAX_CHUNK", ARGMAX_CHUNK),
         ("ELT_WG", ELT_WG),
         ("ATT_WG", ATT_WG),
         ("ATT_MAX_D", ATT_MAX_D),
@@ -154,6 +158,8 @@ kernels! {
     SigmoidScaleAdd,
     SplitQgate,
     Argmax,
+    ArgmaxSplit,
+    ArgmaxCombine,
     GdnGates,
     Rope,
     KvStore,
@@ -198,6 +204,8 @@ impl Spec {
 }
 
 const NORM: &str = wgsl!("lib_norm");
+const ARGMAX: &str = wgsl!("lib_argmax");
+const ARGMAX_SCAN: &str = wgsl!("lib_argmax_scan");
 const ATTEND: &str = wgsl!("lib_attention");
 const COOP_TILES: &str = wgsl!("lib_coop_tiles");
 const MM_IO: &str = wgsl!("lib_mm_io");
@@ -236,7 +244,11 @@ impl Kernel {
             Kernel::SigmoidMulAssign => spec("sigmoid_mul_assign", wgsl!("sigmoid_mul_assign"), None, false),
             Kernel::SigmoidScaleAdd => spec("sigmoid_scale_add", wgsl!("sigmoid_scale_add"), None, false),
             Kernel::SplitQgate => spec("split_qgate", wgsl!("split_qgate"), None, false),
-            Kernel::Argmax => spec("argmax", wgsl!("argmax"), None, false),
+            Kernel::Argmax => spec("argmax", wgsl!("argmax"), None, false).with(&[ARGMAX, ARGMAX_SCAN]),
+            Kernel::ArgmaxSplit => {
+                spec("argmax_split", wgsl!("argmax_split"), None, false).with(&[ARGMAX, ARGMAX_SCAN])
+            }
+            Kernel::ArgmaxCombine => spec("argmax_combine", wgsl!("argmax_combine"), None, false).with(&[ARGMAX]),
             Kernel::GdnGates => spec("gdn_gates", wgsl!("gdn_gates"), None, false),
             Kernel::Rope => spec("rope_neox", wgsl!("rope_neox"), None, false),
             Kernel::KvStore => spec("kv_store", wgsl!("kv_store"), None, false),
