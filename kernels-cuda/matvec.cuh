@@ -121,7 +121,24 @@ __device__ __forceinline__ void matvec(const Args& a) {
         for (int j = 0; j < nsum; ++j) {
             const float* xv = X + (size_t)((ov * nsum + j) / x_group) * x_stride;
             float* dst = xs + (size_t)j * units * MV_XPAD;
-            for (int i = t; i < units * 32; i += MV_THREADS) dst[(i / 32) * MV_XPAD + (i % 32)] = i < n_in ? xv[i] : 0.0f;
+            // Four values per load through the read-only path: a thread's loads are independent
+            // and all in flight at once (one element per iteration was one L2 round trip each,
+            // a prologue as long as a small block's whole share of the weights).
+            const bool vec = n_in % 4 == 0 && (reinterpret_cast<uintptr_t>(xv) & 15) == 0;
+#pragma unroll 4
+            for (int i = t; i < units * 8; i += MV_THREADS) {
+                const int e = 4 * i;  // first of the four elements
+                float4 v;
+                if (vec && e + 4 <= n_in) {
+                    v = __ldg(reinterpret_cast<const float4*>(xv) + i);
+                } else {
+                    v.x = e < n_in ? xv[e] : 0.0f;
+                    v.y = e + 1 < n_in ? xv[e + 1] : 0.0f;
+                    v.z = e + 2 < n_in ? xv[e + 2] : 0.0f;
+                    v.w = e + 3 < n_in ? xv[e + 3] : 0.0f;
+                }
+                *reinterpret_cast<float4*>(dst + (e / 32) * MV_XPAD + (e % 32)) = v;
+            }
         }
         __syncthreads();
     }

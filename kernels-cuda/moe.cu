@@ -76,3 +76,62 @@ KERNEL void moe_route(const Args a) {
         for (int j = 0; j < k; ++j) wts[j] = wts[j] * norm;
     }
 }
+
+// The same routing with one warp per token, for E <= 32 * ROUTE_PER_LANE (decode: 256 experts):
+// lane l holds the probabilities of experts l, l + 32, ...; the softmax reductions and each of the
+// k picks are warp shuffles, with no block barriers (the block kernel above waits at two barriers
+// per pick). Same rules: NaN never wins, ties keep the lower index, the top-k sum in pick order.
+// Slots as moe_route. Grid: T; block 32.
+#define ROUTE_PER_LANE 16
+KERNEL void moe_route_warp(const Args a) {
+    kernel_start();
+    const int E = (int)a.n[0], k = (int)a.n[1], lane = threadIdx.x;
+    const float* l = reinterpret_cast<const float*>(a.p[0]) + (size_t)blockIdx.x * E;
+    uint32_t* ids = reinterpret_cast<uint32_t*>(a.p[1]) + (size_t)blockIdx.x * k;
+    float* wts = reinterpret_cast<float*>(a.p[2]) + (size_t)blockIdx.x * k;
+    float p[ROUTE_PER_LANE];
+    float mx = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < ROUTE_PER_LANE; ++i) {
+        const int e = lane + 32 * i;
+        p[i] = e < E ? l[e] : -INFINITY;
+        if (e < E) mx = fmaxf(mx, p[i]);
+    }
+    mx = warp_max(mx);
+    float s = 0.0f;
+#pragma unroll
+    for (int i = 0; i < ROUTE_PER_LANE; ++i)
+        if (lane + 32 * i < E) {
+            p[i] = expf(p[i] - mx);
+            s += p[i];
+        }
+    s = warp_sum(s);
+#pragma unroll
+    for (int i = 0; i < ROUTE_PER_LANE; ++i) p[i] = p[i] / s;
+
+    uint32_t taken = 0;  // bit i: expert lane + 32 i is taken
+    float sel_sum = 0.0f;  // the same in every lane
+    for (int j = 0; j < k; ++j) {
+        float bv = 0.0f;
+        int bi = -1;
+#pragma unroll
+        for (int i = 0; i < ROUTE_PER_LANE; ++i) {
+            const int e = lane + 32 * i;
+            if (e < E && !((taken >> i) & 1u) && route_better(p[i], e, bv, bi)) {
+                bv = p[i];
+                bi = e;
+            }
+        }
+        warp_pick<int, route_better>(bv, bi);  // every lane gets the pick; k <= E: bi >= 0
+        if (bi % 32 == lane) taken |= 1u << (bi / 32);
+        if (lane == 0) {
+            ids[j] = (uint32_t)bi;
+            wts[j] = bv;
+        }
+        sel_sum += bv;
+    }
+    if (lane == 0) {  // the lane that wrote them
+        const float norm = a.f[0] / fmaxf(sel_sum, 6.1035e-5f);
+        for (int j = 0; j < k; ++j) wts[j] = wts[j] * norm;
+    }
+}

@@ -4,16 +4,18 @@
 #   - target/release/rill (cuda only, no wgpu: the GPU machine has no Vulkan loader),
 #   - the test executables of the device op suite, the CUDA step tests, the end-to-end fixtures,
 #     the CLI and the synthesized-model runs,
-#   - dev/cuda/matvec_bench (the standalone kernel harness, static CUDA runtime).
+#   - dev/cuda/matvec_bench and dev/cuda/prefill_bench (the standalone decode and prefill kernel
+#     harnesses, static CUDA runtime).
 # Binaries lose their debug info (symbols stay, for backtraces) and travel as one xz tar, which
 # python3's tarfile unpacks there (no zstd/xz tools needed on the GPU machine).
 # Usage: bash scripts/pack-gpu.sh        (prints the sizes; the tree plus .gpu must stay < 64 MiB)
-# Before building, the kernels are checked on the CPU (about 5 minutes on two cores).
+# Before building, the kernels are checked on the CPU (about 8 minutes on two cores;
+# SKIP_CPU_CHECKS=1 skips that when the same kernels were just checked).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 features=(--release --no-default-features --features cuda)
-tests=(device_ops device_linear device_delta device_moe device_pieces device_fast concurrency prefix_cache cuda_steps e2e_fixtures cli synth_runs nonfinite)
+tests=(device_ops device_linear device_delta device_moe device_pieces device_fast concurrency prefix_cache cuda_steps e2e_fixtures cli synth_runs nonfinite device_fast_matvec)
 
 nvcc=${NVCC:-}
 if [ -z "$nvcc" ]; then
@@ -22,15 +24,17 @@ if [ -z "$nvcc" ]; then
     done
 fi
 [ -n "$nvcc" ] || { echo "nvcc not found: run scripts/test.sh once (it installs the pinned nvcc into .cuda/)" >&2; exit 1; }
+nvcc=$(cd "$(dirname "$nvcc")" && pwd)/$(basename "$nvcc") # absolute: some builds below change directory
 export NVCC=$nvcc
 
 # GPU time is scarce: the kernels first pass on the CPU (decoders bit for bit against ggml, every
 # kernel emulated against double-precision references).
 # SKIP_CPU_CHECKS=1: they already passed on this commit (a second pack after a packing error).
 if [ -z "${SKIP_CPU_CHECKS:-}" ]; then
-    echo "checking the kernels on the CPU (dev/cuda/check_formats.sh, dev/cuda/emulate.sh)" >&2
+    echo "checking the kernels on the CPU (dev/cuda/check_formats.sh, dev/cuda/emulate.sh, dev/cuda/emu/run-emu.sh)" >&2
     bash dev/cuda/check_formats.sh
     bash dev/cuda/emulate.sh
+    bash dev/cuda/emu/run-emu.sh all | tail -3
 fi
 
 echo "building rill and the test executables (cuda feature, no wgpu)" >&2
@@ -50,10 +54,13 @@ for line in open('/tmp/rill-pack-tests.json'):
 EOF
 )
 
-echo "building dev/cuda/matvec_bench" >&2
+echo "building dev/cuda/matvec_bench and dev/cuda/prefill_bench" >&2
 nvcc_lib=$(dirname "$(dirname "$nvcc")")/lib
 "$nvcc" -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -I kernels-cuda -L "$nvcc_lib" \
     dev/cuda/matvec_bench.cu -o target/release/matvec_bench
+# As dev/cuda/run-prefill.sh builds it there (built here, the GPU call spends no time compiling).
+(cd dev/cuda && "$nvcc" -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -lineinfo -L "$nvcc_lib" \
+    -Xcompiler -ffp-contract=off,-pthread -diag-suppress 177 prefill_bench.cu -o "$root/target/release/prefill_bench")
 
 rm -rf .gpu && mkdir -p .gpu/stage
 stage=.gpu/stage
@@ -64,6 +71,7 @@ copy() { # copy $1 (absolute) to the stage under its path relative to the repo r
 }
 copy "$root/target/release/rill"
 copy "$root/target/release/matvec_bench"
+copy "$root/target/release/prefill_bench"
 : >.gpu/tests.txt
 for e in $exes; do
     copy "$e"

@@ -96,9 +96,23 @@ if [ "$status" -eq 0 ]; then
     py_failed=$(echo "$summary" | grep -Eo '[0-9]+ failed' | grep -Eo '[0-9]+' || echo 0)
     rm -f "$pylog"
 fi
-# One closing line for the whole run: the sum over every test binary and the server tests.
-passed=$(grep -Eo '^test result: .* ([0-9]+) passed' "$log" | grep -Eo '[0-9]+ passed' | awk -v p="$py_passed" '{s+=$1} END {print s+p}')
-failed=$(grep -Eo '; ([0-9]+) failed' "$log" | grep -Eo '[0-9]+' | awk -v f="$py_failed" '{s+=$1} END {print s+f}')
+# The browser demo in headless Chromium (web/test.sh installs Chromium, playwright-core and the
+# wasm tools it needs; each of its checks prints one "[web-test] ok" or "[web-test] FAIL" line).
+web_passed=0
+web_failed=0
+if [ "$status" -eq 0 ]; then
+    weblog=$(mktemp)
+    RILL_CARGO_FEATURES=cuda bash web/test.sh 2>&1 | tee "$weblog" || status=$?
+    web_passed=$(grep -c '^\[web-test\] ok' "$weblog" || true)
+    web_failed=$(grep -c '^\[web-test\] FAIL' "$weblog" || true)
+    rm -f "$weblog"
+fi
+# One closing line for the whole run: the sum over every test binary, the server tests and the
+# browser checks.
+passed=$(grep -Eo '^test result: .* ([0-9]+) passed' "$log" | grep -Eo '[0-9]+ passed' |
+    awk -v p="$((py_passed + web_passed))" '{s+=$1} END {print s+p}')
+failed=$(grep -Eo '; ([0-9]+) failed' "$log" | grep -Eo '[0-9]+' |
+    awk -v f="$((py_failed + web_failed))" '{s+=$1} END {print s+f}')
 if [ "$status" -eq 0 ] && [ "$passed" -eq 0 ]; then
     echo "no tests ran" >&2
     status=1

@@ -13,7 +13,7 @@ struct Params {
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
     let row = linear_wg(wg, nwg);
-    var bv = bitcast<f32>(0x7fc00000u); // NaN
+    var bv = from_bits(0x7fc00000u); // NaN
     var bi = 0xffffffffu;
     for (var c = li; c < P.chunks; c += ROW_WG) {
         let p = part[row * P.chunks + c];

@@ -45,7 +45,7 @@ fn wg_best(bv: f32, bi: u32, li: u32) {
 // The row's answer from its best (v, i): NON_FINITE when the winner is NaN or -inf (the row has
 // no allowed value).
 fn argmax_result(v: f32, i: u32) -> u32 {
-    if (is_nan(v) || v == bitcast<f32>(0xff800000u)) {
+    if (is_nan(v) || v == from_bits(0xff800000u)) {
         return 0xffffffffu;
     }
     return i;

@@ -6,7 +6,8 @@ mod common;
 
 use common::delta::*;
 use common::device::Both;
-use rill::backend::GdnDims;
+use common::{is_fast, FAST_REL_L2};
+use rill::backend::{Backend, GdnDims};
 
 /// max |err| / max |reference|, for f32 on the device against f64 truth and against the CPU's f32.
 /// Argument: both algorithms are sums of dk = 128-term dot products and rank-1 updates whose
@@ -20,17 +21,28 @@ use rill::backend::GdnDims;
 /// off-by-one in a decay) give errors of order 1e-2..1.
 const TOL: f64 = 1e-5;
 
+/// The bound for `be`: `TOL` at the exact tier; at the fast tier (the chunked products in one
+/// tf32 pass: operands rounded to 10 mantissa bits, 2^-11 relative, ~4e-4 measured on the CPU
+/// emulator of the kernels) the fixtures' f16-rounded bound.
+fn tol(be: &dyn Backend) -> f64 {
+    if is_fast(be) {
+        FAST_REL_L2
+    } else {
+        TOL
+    }
+}
+
 #[test]
 fn device_matches_f64_cpu_and_each_other() {
     for p in Both::each() {
-        check_against_f64(p.dev.as_ref(), Some(p.cpu.as_ref()), TOL);
+        check_against_f64(p.dev.as_ref(), Some(p.cpu.as_ref()), tol(p.dev.as_ref()));
     }
 }
 
 #[test]
 fn value_head_uses_key_head_j_mod_hk() {
     for p in Both::each() {
-        check_value_head_mapping(p.dev.as_ref(), TOL);
+        check_value_head_mapping(p.dev.as_ref(), tol(p.dev.as_ref()));
     }
 }
 
@@ -44,14 +56,14 @@ fn layout_invariant_one_token_from_zero_state() {
 #[test]
 fn chunked_prefill_then_recurrent_decode_equals_recurrence() {
     for p in Both::each() {
-        check_prefill_then_decode(p.dev.as_ref(), TOL);
+        check_prefill_then_decode(p.dev.as_ref(), tol(p.dev.as_ref()));
     }
 }
 
 #[test]
 fn chunked_is_stable_for_very_negative_gates() {
     for p in Both::each() {
-        check_very_negative_gates(p.dev.as_ref(), TOL);
+        check_very_negative_gates(p.dev.as_ref(), tol(p.dev.as_ref()));
     }
 }
 
@@ -63,6 +75,7 @@ fn long_sequences_span_several_dispatches() {
     // chunked op (16 chunks), so the state is carried from batch to batch.
     for p in Both::each() {
         let gpu = p.dev.as_ref();
+        let tol = tol(gpu);
         for (dims, t) in [(DIMS[1], 64 * 64 + 130), (DIMS[0], 1100)] {
             let case = make_case(dims, t, 1.0, false, 11);
             let (o_ref, s_ref) = reference(&case, |j| j % dims.hk);
@@ -70,7 +83,7 @@ fn long_sequences_span_several_dispatches() {
                 let (o, s) = run(gpu, &case, algo);
                 let (eo, es) = (rel_err(&o, &o_ref), rel_err(&s, &s_ref));
                 assert!(
-                    eo <= TOL && es <= TOL,
+                    eo <= tol && es <= tol,
                     "{} {algo:?} {dims:?} T {t}: o {eo:.2e} S {es:.2e}",
                     p.name()
                 );
@@ -100,7 +113,7 @@ fn large_key_heads_refuse_or_compute() {
             };
             let (eo, es) = (rel_err(&o, &o_ref), rel_err(&s, &s_ref));
             assert!(
-                eo <= TOL && es <= TOL,
+                eo <= tol(p.dev.as_ref()) && es <= tol(p.dev.as_ref()),
                 "{} {algo:?} dk 256: o {eo:.2e} S {es:.2e}",
                 p.name()
             );

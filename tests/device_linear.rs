@@ -4,7 +4,7 @@
 mod common;
 
 use common::device::{Both, Pt};
-use common::weights::{check_matmul, dequant, random_weight, upload, WEIGHT_TYPES};
+use common::weights::{check_matmul, dequant, product_tolerance, random_weight, upload, WEIGHT_TYPES};
 use common::*;
 use rill::backend::{Backend, DType, Tensor, WeightData};
 use rill::gguf::{GgmlType, TensorBytes};
@@ -17,17 +17,21 @@ fn upload_both(p: &Both, ty: GgmlType, shape: &[usize], bytes: &[u8]) -> Pt {
     }
 }
 
-/// Run `matmul` on both backends for one weight and all the token counts.
-fn matmul_case(p: &Both, ty: GgmlType, bytes: &[u8], n_out: usize, n_in: usize, rng: &mut Rng) {
+/// Token counts of the matmul tests: decode-sized (the matrix-vector kernels), the boundary to
+/// the batched kernels, and one or two 64-row tiles.
+const TOKEN_COUNTS: [usize; 6] = [1, 3, 8, 9, 64, 65];
+
+/// Run `matmul` on both backends for one weight and the token counts `n_toks`.
+fn matmul_case(p: &Both, ty: GgmlType, bytes: &[u8], n_out: usize, n_in: usize, n_toks: &[usize], rng: &mut Rng) {
     let w = upload_both(p, ty, &[n_out, n_in], bytes);
     let wf = dequant(ty, bytes, n_out * n_in);
-    for n_tok in [1usize, 3, 8, 9, 64, 65] {
+    for &n_tok in n_toks {
         let x = rng.normals(n_tok * n_in, 1.0);
         let (xt, out) = (p.up(&x, &[n_tok, n_in]), p.zeros(&[n_tok, n_out]));
         let what = format!("{} matmul {ty} [{n_out}, {n_in}] T {n_tok}", p.name());
         p.run(&what, |be, s| be.matmul(w.on(s), xt.on(s), out.on(s)));
         let (got, want) = p.read(&out);
-        check_matmul(&what, &got, &want, &wf, &x, n_in);
+        check_matmul(p.dev.as_ref(), &what, &got, &want, &wf, &x, n_in);
     }
 }
 
@@ -48,8 +52,31 @@ fn matmul_every_type_matches_cpu() {
             for &n_in in &n_ins {
                 for n_out in [1usize, 7, 300] {
                     let bytes = random_weight(ty, n_out, n_in, 0.5, &mut rng);
-                    matmul_case(&p, ty, &bytes, n_out, n_in, &mut rng);
+                    matmul_case(&p, ty, &bytes, n_out, n_in, &TOKEN_COUNTS, &mut rng);
                 }
+            }
+        }
+    }
+}
+
+/// Prompt-sized batches (issue 8's T in {63, 64, 65, 200, 1000}) for the formats of the quantized
+/// model files, whose products run on the tensor cores at the fast tier (with split-K at some
+/// shapes: K = 1024 gives up to 16 steps of 64 to split), and on whole tiles and ragged ones.
+#[test]
+fn matmul_prompt_batches_match_cpu() {
+    for p in Both::each() {
+        let mut rng = Rng::new(41);
+        for ty in [
+            GgmlType::Q4K,
+            GgmlType::Q5K,
+            GgmlType::Q6K,
+            GgmlType::Q8_0,
+            GgmlType::F16,
+            GgmlType::Bf16,
+        ] {
+            for (n_out, n_in) in [(300usize, 1024usize), (128, 256)] {
+                let bytes = random_weight(ty, n_out, n_in, 0.5, &mut rng);
+                matmul_case(&p, ty, &bytes, n_out, n_in, &[63, 64, 65, 200, 1000], &mut rng);
             }
         }
     }
@@ -70,7 +97,15 @@ fn matmul_f32_tensor_weight() {
             );
             p.run("matmul F32 tensor", |be, s| be.matmul(wt.on(s), xt.on(s), out.on(s)));
             let (got, want) = p.read(&out);
-            check_matmul(&format!("{} matmul F32 tensor", p.name()), &got, &want, &w, &x, n_in);
+            check_matmul(
+                p.dev.as_ref(),
+                &format!("{} matmul F32 tensor", p.name()),
+                &got,
+                &want,
+                &w,
+                &x,
+                n_in,
+            );
         }
     }
 }
@@ -113,7 +148,7 @@ fn matmul_swiglu_every_type_matches_cpu() {
             up_deq: uv,
         });
         for c in &cases {
-            for t in [1usize, 3, 64, 65] {
+            for t in [1usize, 3, 64, 65, 200] {
                 let x = rng.normals(t * n_in, 1.0);
                 let xt = p.up(&x, &[t, n_in]);
                 let (gate_tmp, up_tmp, out) = (p.zeros(&[t, n_ff]), p.zeros(&[t, n_ff]), p.zeros(&[t, n_ff]));
@@ -129,21 +164,26 @@ fn matmul_swiglu_every_type_matches_cpu() {
                     )
                 });
                 let (got, want) = p.read(&out);
-                // Error model: each product is within 1e-5 of its Σ|w x| of the CPU's (matmul
-                // above); out = silu(g) u moves by |silu'(g)| |u| δg + |silu(g)| δu with
-                // |silu'| <= 1.1, plus the few-ulp 1e-5 relative of the swiglu itself.
+                // Error model: each product is within δ = `product_tolerance` of the CPU's
+                // (matmul above); out = silu(g) u then moves by at most
+                // 1.1 δg (|u| + δu) + |silu(g)| δu (|silu'| <= 1.1 everywhere), plus the few-ulp
+                // 1e-5 relative of the swiglu itself.
+                let (rel, floor) = product_tolerance(p.dev.as_ref());
                 for tt in 0..t {
                     let xr = &x[tt * n_in..(tt + 1) * n_in];
+                    let x_abs: f64 = xr.iter().map(|v| v.abs() as f64).sum();
                     for o in 0..n_ff {
+                        // (value, its product's error bound)
                         let dot = |m: &[f32]| -> (f64, f64) {
                             let row = &m[o * n_in..(o + 1) * n_in];
                             let prods = row.iter().zip(xr).map(|(&a, &b)| a as f64 * b as f64);
-                            prods.fold((0.0, 0.0), |(s, m), v| (s + v, m + v.abs()))
+                            let (v, mag) = prods.fold((0.0, 0.0), |(s, m), v| (s + v, m + v.abs()));
+                            let w_abs: f64 = row.iter().map(|a| a.abs() as f64).sum();
+                            (v, rel * mag + floor * (w_abs + x_abs))
                         };
-                        let ((g, mag_g), (u, mag_u)) = (dot(&c.gate_deq), dot(&c.up_deq));
+                        let ((g, dg), (u, du)) = (dot(&c.gate_deq), dot(&c.up_deq));
                         let (gi, wi) = (got[tt * n_ff + o], want[tt * n_ff + o]);
-                        let tol =
-                            1e-5 * (1.1 * u.abs() * mag_g + silu(g).abs() * mag_u) + 1e-5 * wi.abs() as f64 + 1e-30;
+                        let tol = 1.1 * dg * (u.abs() + du) + silu(g).abs() * du + 1e-5 * wi.abs() as f64 + 1e-30;
                         assert!(
                             ((gi - wi) as f64).abs() <= tol,
                             "{what} [t {tt}, o {o}]: device {gi} cpu {wi} (tol {tol:.3e})"
@@ -172,7 +212,7 @@ fn stored_ggml_blocks_match_cpu() {
             assert_eq!(info.ggml_type, ty);
             assert_eq!(info.ne, vec![cols as u64, rows as u64]);
             let bytes = file.tensor_data(info).to_vec();
-            matmul_case(&p, ty, &bytes, rows, cols, &mut rng);
+            matmul_case(&p, ty, &bytes, rows, cols, &TOKEN_COUNTS, &mut rng);
 
             // Embedding every row: pure dequantization, equal up to FMA contraction of d*q - m.
             let ids = [5u32, 0, 7, 5, 1, 2, 3, 4, 6];

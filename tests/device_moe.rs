@@ -209,7 +209,8 @@ fn kernel_limits_and_foreign_tensors() {
         if p.runs_or_refuses("moe_experts k = 17", |be, s| ex.run(be, s, &x, &ids, &ws, &out)) {
             let (got, want) = p.read(&out);
             let bound = ex.term_bound(&p.read(&x).1, &idv, &p.read(&ws).1, k);
-            check_terms(&format!("{} moe_experts k = 17", p.name()), &got, &want, &bound);
+            let what = format!("{} moe_experts k = 17", p.name());
+            p.judge_tier(&what, &got, &want, || check_terms(&what, &got, &want, &bound));
         }
 
         // Tensors of another backend.
@@ -388,7 +389,7 @@ fn experts_case(p: &Both, ty: Option<GgmlType>, n_exp: usize, k: usize, d: usize
     p.run(&what, |be, s| ex.run(be, s, &xt, &it, &wt, &out));
     let (got, want) = p.read(&out);
     let bound = ex.term_bound(&x, &ids, &ws, k);
-    check_terms(&what, &got, &want, &bound);
+    p.judge_tier(&what, &got, &want, || check_terms(&what, &got, &want, &bound));
 }
 
 /// (E, k, d, n_ff, T) covering every value of each parameter.
@@ -400,6 +401,10 @@ const CASES: &[(usize, usize, usize, usize, usize)] = &[
     (8, 2, 256, 512, 65),
     (64, 8, 256, 512, 65),
     (8, 8, 64, 64, 64),
+    // Prompt-sized batches: ~25 rows per expert (the fast tier's 32-row tiles) and 100 (its
+    // 128-row tiles).
+    (64, 8, 256, 512, 200),
+    (8, 2, 256, 256, 400),
 ];
 
 fn experts_cases(ty: GgmlType) {
@@ -468,13 +473,10 @@ fn route_then_experts() {
         });
         let (got, want) = p.read(&out);
         let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
-        assert_close(
-            &format!("{} route + experts", p.name()),
-            &got,
-            &want,
-            1e-5 * scale,
-            1e-4,
-        );
+        let what = format!("{} route + experts", p.name());
+        p.judge_tier(&what, &got, &want, || {
+            assert_close(&what, &got, &want, 1e-5 * scale, 1e-4)
+        });
     }
 }
 
@@ -600,7 +602,12 @@ fn concurrent_callers_get_their_own_results() {
                                 .zip(&j.bound)
                                 .map(|((&gv, &cv), &b)| (gv - cv).abs() / b.max(f32::MIN_POSITIVE))
                                 .fold(0f32, |m, r| if r.is_nan() { f32::INFINITY } else { m.max(r) });
-                            if worst > 1e-4 {
+                            // At the fast tier (f16 operands) the bound is the tier's rel L2; a
+                            // race shows as errors of order 1 either way.
+                            let e = rel_l2(&got, &j.want);
+                            if p.fast() && !(e <= FAST_REL_L2 && got.iter().all(|v| v.is_finite())) {
+                                failed.push(format!("moe_experts T={} round {round}: rel L2 {e:.3e}", j.t));
+                            } else if !p.fast() && worst > 1e-4 {
                                 failed.push(format!(
                                     "moe_experts T={} round {round}: error {worst:.3e} of Σ|terms|",
                                     j.t

@@ -491,7 +491,8 @@ fn attention_case(p: &Both, rng: &mut Rng, t: usize, pos0: usize, extra: usize, 
     // Outputs are convex combinations of N(0,1) values, so the rounding of the n-term sums is
     // absolute, ~sqrt(n) * 2^-24 * max|v| (measured <= 7e-7): 5e-6 covers outputs that cancel to
     // near 0, 1e-4 relative the rest (scores, exp and the online rescaling each add a few ulp).
-    p.check(
+    // The fast tier's flash attention rounds q, k, v and the probabilities to f16.
+    p.check_tier(
         &format!("attention t={t} pos0={pos0} ctx={ctx} {dims:?} q*{q_scale}"),
         &out,
         5e-6,
@@ -521,6 +522,11 @@ fn attention_matches() {
         // Long context: decode at position 700, and a prefill chunk that spans several key tiles.
         attention_case(&p, &mut rng, 1, 700, 0, attn(4, 2, 256), 1.0);
         attention_case(&p, &mut rng, 65, 640, 5, attn(4, 1, 128), 1.0);
+        // Qwen3.5's head dim 256 (the fast tier's flash attention) over prompt-sized batches:
+        // partial query and key tiles, several of each, GQA 4:1, after earlier rows.
+        for (t, pos0) in [(63usize, 0usize), (64, 64), (200, 37), (1000, 0)] {
+            attention_case(&p, &mut rng, t, pos0, 2, attn(4, 1, 256), 1.0);
+        }
         // Peaked softmax (large scores) over a long context.
         attention_case(&p, &mut rng, 3, 1500, 0, attn(4, 2, 128), 4.0);
     }

@@ -310,18 +310,37 @@ static void test_matvec(const char* name, void (*kmv)(const Args), void (*kglu)(
     }
 }
 
+// One MoE layer's worth of random experts (E = 6, k = 3, T = 3 tokens; one invalid expert id) and
+// its buffers, for the exact and the q8 MoE kernels.
+template <class F>
+struct MoeCase {
+    static constexpr int E = 6, k = 3, T = 3;
+    std::vector<uint8_t> gb, ub, db;
+    std::vector<double> gd, udq, dd;
+    size_t rbg, rbd;
+    std::vector<uint32_t> ids = {0, 5, 2, 3, 3, 1, 4, 0, 9 /* invalid: contributes nothing */};
+    std::vector<float> ws = {0.5f, 0.3f, 0.2f, 0.6f, 0.1f, 0.3f, 0.7f, 0.2f, 0.1f};
+    std::vector<float> x;
+    Buf G, U, D, I, S, X, H, O;
+    MoeCase(int d, int f)
+        : gb(random_weight<F>(E * f, d)), ub(random_weight<F>(E * f, d)), db(random_weight<F>(E * d, f)),
+          gd(dequant<F>(gb, E * f, d)), udq(dequant<F>(ub, E * f, d)), dd(dequant<F>(db, E * d, f)),
+          rbg(gb.size() / (E * f)), rbd(db.size() / (E * d)), x(normals((size_t)T * d)), G(Buf::of(gb)), U(Buf::of(ub)),
+          D(Buf::of(db)), I(Buf::of(ids)), S(Buf::of(ws)), X(Buf::of(x)), H(sizeof(float) * T * k * f),
+          O(sizeof(float) * T * d) {}
+};
+
 // MoE: gate/up products with expert ids (x_group = k), then the k-way weighted down sum.
 template <class F>
 static void test_moe(const char* name, void (*kglu)(const Args), void (*kmv)(const Args), int d, int f) {
-    const int E = 6, k = 3, T = 3;
-    auto gb = random_weight<F>(E * f, d), ub = random_weight<F>(E * f, d), db = random_weight<F>(E * d, f);
-    auto gd = dequant<F>(gb, E * f, d), udq = dequant<F>(ub, E * f, d), dd = dequant<F>(db, E * d, f);
-    const size_t rbg = gb.size() / (E * f), rbd = db.size() / (E * d);
-    std::vector<uint32_t> ids = {0, 5, 2, 3, 3, 1, 4, 0, 9 /* invalid: contributes nothing */};
-    std::vector<float> ws = {0.5f, 0.3f, 0.2f, 0.6f, 0.1f, 0.3f, 0.7f, 0.2f, 0.1f};
-    auto x = normals((size_t)T * d);
-    Buf G = Buf::of(gb), U = Buf::of(ub), D = Buf::of(db), I = Buf::of(ids), S = Buf::of(ws), X = Buf::of(x);
-    Buf H(sizeof(float) * T * k * f), O(sizeof(float) * T * d);
+    MoeCase<F> c(d, f);
+    const int E = c.E, k = c.k, T = c.T;
+    const auto &gd = c.gd, &udq = c.udq, &dd = c.dd;
+    const auto &ids = c.ids;
+    const auto &ws = c.ws;
+    const auto &x = c.x;
+    const size_t rbg = c.rbg, rbd = c.rbd;
+    Buf &G = c.G, &U = c.U, &D = c.D, &I = c.I, &S = c.S, &X = c.X, &H = c.H, &O = c.O;
     memset(H.p, 0, H.n);
     run_mv(kglu, Mv{G.addr(), U.addr(), X.addr(), H.addr(), I.addr(), 0, f, d, rbg, f * rbg, E, k, 1, T * k, 2, true});
     std::vector<double> hw((size_t)T * k * f, 0.0);
@@ -435,6 +454,90 @@ static void test_matvec_q8(const char* name, void (*kmv)(const Args), void (*kgl
                 }
         }
     }
+}
+
+// The q8 kernels in the MoE modes: gate/up (GLU) with expert ids and x shared by k entries, then
+// the k-way weighted down sum over the hidden rows; references with x and h quantized as the
+// kernels do (h as the device computed it).
+template <class F>
+static void test_moe_q8(const char* name, void (*kglu)(const Args), void (*kmv)(const Args), int d, int f) {
+    MoeCase<F> c(d, f);
+    const int E = c.E, k = c.k, T = c.T;
+    const auto &gd = c.gd, &udq = c.udq, &dd = c.dd;
+    const auto &ids = c.ids;
+    const auto &ws = c.ws;
+    const auto &x = c.x;
+    const size_t rbg = c.rbg, rbd = c.rbd;
+    Buf &G = c.G, &U = c.U, &D = c.D, &I = c.I, &S = c.S, &X = c.X, &H = c.H, &O = c.O;
+    auto launch = [&](void (*kern)(const Args), unsigned long long w, unsigned long long w2, unsigned long long xp,
+                      unsigned long long out, unsigned long long sc, int n_out, int n_in, size_t rb, int xg, int nsum,
+                      int vectors) {
+        const int units = n_in / 32, ut = unit_lanes(units / Q8Dot<F>::CU), rpt = 2, rpb = (256 / ut) * rpt;
+        Args a;
+        memset(&a, 0, sizeof a);
+        a.p[0] = w;
+        a.p[1] = w2;
+        a.p[2] = xp;
+        a.p[3] = out;
+        a.p[4] = I.addr();
+        a.p[5] = sc;
+        a.n[0] = n_out;
+        a.n[1] = n_in;
+        a.n[2] = (long long)rb;
+        a.n[3] = (long long)(n_out * rb);
+        a.n[4] = E;
+        a.n[5] = xg;
+        a.n[6] = nsum;
+        a.n[7] = ut;
+        a.n[8] = rpt;
+        a.n[10] = n_out;
+        a.n[11] = n_in;
+        emu_launch(kern, Dim3{(unsigned)((n_out + rpb - 1) / rpb), (unsigned)vectors, 1}, 256,
+                   (size_t)nsum * xq_bytes(units), a);
+    };
+    memset(H.p, 0, H.n);
+    launch(kglu, G.addr(), U.addr(), X.addr(), H.addr(), 0, f, d, rbg, k, 1, T * k);
+    std::vector<double> hw((size_t)T * k * f, 0.0), hmag((size_t)T * k * f, 1e-30);
+    for (int t = 0; t < T; ++t) {
+        std::vector<double> xq;
+        quantize_ref(std::vector<float>(x.begin() + (size_t)t * d, x.begin() + (size_t)(t + 1) * d), d, xq);
+        for (int j = 0; j < k; ++j) {
+            const uint32_t e = ids[t * k + j];
+            if (e >= (uint32_t)E) continue;
+            for (int o = 0; o < f; ++o) {
+                double g = 0, u = 0, mg = 0, mu = 0;
+                for (int i = 0; i < d; ++i) {
+                    g += gd[((size_t)e * f + o) * d + i] * xq[i];
+                    u += udq[((size_t)e * f + o) * d + i] * xq[i];
+                    mg += std::fabs(gd[((size_t)e * f + o) * d + i] * xq[i]);
+                    mu += std::fabs(udq[((size_t)e * f + o) * d + i] * xq[i]);
+                }
+                hw[((size_t)t * k + j) * f + o] = silu(g) * u;
+                hmag[((size_t)t * k + j) * f + o] = mg * std::fabs(u) + mu * std::fabs(silu(g)) + 1e-30;
+            }
+        }
+    }
+    auto h = H.get<float>((size_t)T * k * f);
+    expect(std::string("moe q8 gate/up ") + name, h, hw, 1e-30, 2e-6, &hmag);
+    launch(kmv, D.addr(), 0, H.addr(), O.addr(), S.addr(), d, f, rbd, 1, k, T);
+    std::vector<double> ow((size_t)T * d, 0.0), omag((size_t)T * d, 1e-30);
+    for (int t = 0; t < T; ++t)
+        for (int j = 0; j < k; ++j) {
+            const uint32_t e = ids[t * k + j];
+            if (e >= (uint32_t)E) continue;
+            std::vector<double> hq;
+            quantize_ref(std::vector<float>(h.begin() + ((size_t)t * k + j) * f, h.begin() + ((size_t)t * k + j + 1) * f), f, hq);
+            for (int o = 0; o < d; ++o) {
+                double s = 0, m = 0;
+                for (int i = 0; i < f; ++i) {
+                    s += dd[((size_t)e * d + o) * f + i] * hq[i];
+                    m += std::fabs(dd[((size_t)e * d + o) * f + i] * hq[i]);
+                }
+                ow[(size_t)t * d + o] += ws[t * k + j] * s;
+                omag[(size_t)t * d + o] += std::fabs(ws[t * k + j]) * m;
+            }
+        }
+    expect(std::string("moe q8 down ") + name, O.get<float>((size_t)T * d), ow, 1e-30, 2e-6, &omag);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -721,11 +824,13 @@ static void test_attention() {
     }
 }
 
-static void test_route_argmax_elementwise() {
-    // MoE routing: softmax, top-k with ties to the lower index, renormalise, scale.
-    const int T = 3, E = 37, k = 5;
+// MoE routing: softmax, top-k with ties to the lower index, renormalise, scale; the block kernel
+// and the one-warp kernel (E <= 512) with the backend's launch geometry.
+static void test_route(void (*kernel)(const Args), const char* name, int E, int k, bool warp) {
+    const int T = 3;
     auto l = normals((size_t)T * E, 2.0f);
     l[3] = l[9] = 9.0f;  // a tie in token 0
+    l[E + 1] = l[E + 33] = l[E + E - 1] = 7.0f;  // ties across lanes in token 1
     Buf L = Buf::of(l), I(4 * T * k), Wt(4 * T * k);
     Args a = args();
     a.p[0] = L.addr();
@@ -734,7 +839,10 @@ static void test_route_argmax_elementwise() {
     a.n[0] = E;
     a.n[1] = k;
     a.f[0] = 1.5f;
-    emu_launch(moe_route, Dim3{T, 1, 1}, 256, (size_t)E * 4 + (E + 3) / 4 * 4, a);
+    if (warp)
+        emu_launch(kernel, Dim3{(unsigned)T, 1, 1}, 32, 0, a);
+    else
+        emu_launch(kernel, Dim3{(unsigned)T, 1, 1}, 256, (size_t)E * 4 + (E + 3) / 4 * 4, a);
     auto ids = I.get<uint32_t>(T * k);
     auto ws = Wt.get<float>(T * k);
     std::vector<double> wantw(T * k);
@@ -757,9 +865,14 @@ static void test_route_argmax_elementwise() {
     checks++;
     if (!ids_ok) {
         failures++;
-        printf("FAIL moe_route ids\n");
+        printf("FAIL %s ids (E %d k %d)\n", name, E, k);
     }
-    expect("moe_route weights", ws, wantw, 1e-7, 1e-5);
+    expect(std::string(name) + " weights E " + std::to_string(E) + " k " + std::to_string(k), ws, wantw, 1e-7, 1e-5);
+}
+
+static void test_route_argmax_elementwise() {
+    test_route(moe_route, "moe_route", 37, 5, false);
+    for (int E : {37, 256, 512}) test_route(moe_route_warp, "moe_route_warp", E, E == 37 ? 37 : 8, true);
 
     // argmax: ties, NaN, -inf, all-NaN rows (NON_FINITE), over a row longer than one block's chunk.
     const int V = 10000, R = 5;
@@ -828,6 +941,9 @@ int main(int argc, char** argv) {
         test_matvec_q8<FmtQ5_K>("Q5_K", matvec_q8_Q5_K, matvec_q8_glu_Q5_K, 256);
         test_matvec_q8<FmtQ6_K>("Q6_K", matvec_q8_Q6_K, matvec_q8_glu_Q6_K, 768);
         test_matvec_q8<FmtQ8_0>("Q8_0", matvec_q8_Q8_0, matvec_q8_glu_Q8_0, 96);
+        test_moe_q8<FmtQ4_K>("Q4_K", matvec_q8_glu_Q4_K, matvec_q8_Q4_K, 256, 512);
+        test_moe_q8<FmtQ6_K>("Q6_K", matvec_q8_glu_Q6_K, matvec_q8_Q6_K, 256, 256);
+        test_moe_q8<FmtQ8_0>("Q8_0", matvec_q8_glu_Q8_0, matvec_q8_Q8_0, 64, 96);
     }
     if (want("moe")) {
         test_moe<FmtQ4_K>("Q4_K", matvec_glu_Q4_K, matvec_Q4_K, 256, 512);

@@ -42,16 +42,19 @@ inline Dim3 threadIdx;
 inline Dim3 blockIdx, blockDim, gridDim;
 inline float2 make_float2(float a, float b) { return float2{a, b}; }
 
-inline uint4 __ldg(const uint4* p) {
-    // A GPU faults on a misaligned 16-byte load; here it would silently work.
+// A GPU faults on a misaligned 16-byte load; here it would silently work.
+template <class V>
+inline V ldg16(const V* p) {
     if (reinterpret_cast<uintptr_t>(p) % 16 != 0) {
         fprintf(stderr, "misaligned 16-byte load at %p\n", (const void*)p);
         abort();
     }
-    uint4 v;
+    V v;
     memcpy(&v, p, 16);
     return v;
 }
+inline uint4 __ldg(const uint4* p) { return ldg16(p); }
+inline float4 __ldg(const float4* p) { return ldg16(p); }
 inline float __ldg(const float* p) {
     float v;
     memcpy(&v, p, 4);

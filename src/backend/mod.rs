@@ -11,6 +11,8 @@
 //! `y[t][o] = dot(W[o], x[t])`.
 
 pub mod check;
+/// The CPU reference backend (rayon threads): native only, the browser runs on WebGPU.
+#[cfg(not(target_arch = "wasm32"))]
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -87,6 +89,15 @@ pub struct WeightData {
     /// Row-major shape, outermost first (ggml `ne` reversed).
     pub shape: Vec<usize>,
     pub bytes: TensorBytes,
+}
+
+/// A weight being uploaded piece by piece (`Backend::begin_weight`): the browser streams each
+/// tensor from a file it cannot map, so no whole tensor has to sit in wasm memory.
+pub trait WeightUpload {
+    /// Append the next bytes. Every piece but the last must be a multiple of 4 bytes long.
+    fn write(&mut self, bytes: &[u8]) -> Result<()>;
+    /// All bytes are written: the weight tensor (an error if some are missing).
+    fn finish(self: Box<Self>) -> Result<Tensor>;
 }
 
 /// Geometry of a Gated DeltaNet layer (spec/MODEL.md §2).
@@ -224,10 +235,26 @@ pub trait Backend: Send + Sync {
     fn upload_u32(&self, data: &[u32], shape: &[usize]) -> Result<Tensor>;
     /// Upload a weight in its block format (`DType::Ggml`); kernels dequantize it.
     fn upload_weight(&self, w: &WeightData) -> Result<Tensor>;
+    /// Start uploading a weight of `shape` (row-major) in its block format whose bytes will
+    /// arrive in pieces. `None` (the default): the backend has no such path, and the loader
+    /// collects the pieces and calls `upload_weight`. GPU backends copy each piece to the device.
+    fn begin_weight(
+        &self,
+        _name: &str,
+        _ggml_type: GgmlType,
+        _shape: &[usize],
+    ) -> Result<Option<Box<dyn WeightUpload + '_>>> {
+        Ok(None)
+    }
     /// Whether `upload_weight(w)` would succeed and the weight could run on this device (buffer
     /// and binding limits). The loader asks for every tensor before uploading any, so a model
-    /// that cannot run fails at once, naming the tensor and the limit. Default: yes.
-    fn check_upload(&self, _w: &WeightData) -> Result<()> {
+    /// that cannot run fails at once, naming the tensor and the limit.
+    fn check_upload(&self, w: &WeightData) -> Result<()> {
+        self.check_weight_fits(&w.name, w.ggml_type, &w.shape, w.bytes.as_slice().len() as u64)
+    }
+    /// `check_upload` from the tensor's description alone (the browser checks from the file's
+    /// header, before any tensor byte is read). Default: yes.
+    fn check_weight_fits(&self, _name: &str, _ggml_type: GgmlType, _shape: &[usize], _n_bytes: u64) -> Result<()> {
         Ok(())
     }
     /// Overwrite an existing U32 tensor (token ids) from the host.
@@ -415,7 +442,10 @@ pub trait Backend: Send + Sync {
 
 /// Names of the backends compiled into this build.
 pub fn available() -> Vec<&'static str> {
-    let mut v = vec!["cpu"];
+    let mut v = Vec::new();
+    if cfg!(not(target_arch = "wasm32")) {
+        v.push("cpu");
+    }
     // `auto` is accepted by `create` but is not a backend of its own.
     if cfg!(feature = "wgpu") {
         v.push("wgpu");
@@ -435,6 +465,7 @@ pub fn create(name: &str) -> Result<Arc<dyn Backend>> {
 
 /// `create` with options. A backend without a faster tier runs `Exact` whatever is asked;
 /// `Backend::precision` says what it runs.
+#[cfg(not(target_arch = "wasm32"))]
 pub fn create_with(name: &str, opts: &BackendOptions) -> Result<Arc<dyn Backend>> {
     match name {
         "auto" => {
@@ -458,6 +489,14 @@ pub fn create_with(name: &str, opts: &BackendOptions) -> Result<Arc<dyn Backend>
         "cuda" => cuda::create(opts),
         other => Err(Error::UnknownBackend(other.to_string(), available().join(", "))),
     }
+}
+
+/// In the browser a device is opened asynchronously: use `wgpu::WgpuBackend::with_options_async`.
+#[cfg(target_arch = "wasm32")]
+pub fn create_with(name: &str, _opts: &BackendOptions) -> Result<Arc<dyn Backend>> {
+    Err(Error::Backend(format!(
+        "backend '{name}': the browser opens its device asynchronously (await wgpu::WgpuBackend::with_options_async(..))"
+    )))
 }
 
 /// A shape-mismatch error naming the op.

@@ -6,6 +6,7 @@ mod session;
 
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
+#[cfg(not(target_arch = "wasm32"))]
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -16,7 +17,7 @@ use crate::backend::{Backend, DType, Pos, StepMode, Tensor, NON_FINITE};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::model::weights::{AttnWeights, Ffn, GdnWeights, Mixer};
-use crate::model::{Config, Weights};
+use crate::model::{Config, TensorSource, Weights};
 use scratch::{HeadBuffers, Scratch};
 
 /// A process-wide unique id for sessions and scratches (the keys of recorded steps).
@@ -129,10 +130,22 @@ pub struct Model {
 
 impl Model {
     /// Read the config from `file`, check every tensor, and upload the weights.
-    /// `on_tensor(bytes)` is called after each tensor is uploaded (progress).
-    pub fn load(file: &GgufFile, backend: Arc<dyn Backend>, on_tensor: &mut dyn FnMut(u64)) -> Result<Model> {
+    /// `on_bytes(n)` is called as tensor bytes are uploaded, with the count just done (progress).
+    pub fn load(file: &GgufFile, backend: Arc<dyn Backend>, on_bytes: &mut dyn FnMut(u64)) -> Result<Model> {
+        // A mapped file's reads are ready at once: this never waits on anything but the device.
+        pollster::block_on(Self::load_async(file, file, backend, on_bytes))
+    }
+
+    /// `load` with the tensor bytes read from `src` (the browser streams them from a `Blob`;
+    /// `file` is the header, parsed with `GgufFile::from_prefix`), awaiting each read.
+    pub async fn load_async(
+        file: &GgufFile,
+        src: &dyn TensorSource,
+        backend: Arc<dyn Backend>,
+        on_bytes: &mut dyn FnMut(u64),
+    ) -> Result<Model> {
         let config = Config::from_gguf(file)?;
-        let weights = Weights::load(file, &config, &backend, on_tensor)?;
+        let weights = Weights::load_from(file, src, &config, &backend, on_bytes).await?;
         backend.sync()?;
         Ok(Model {
             config,
@@ -146,6 +159,7 @@ impl Model {
     }
 
     /// Convenience: open a GGUF file and load it without progress reporting.
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn open(path: impl AsRef<Path>, backend: Arc<dyn Backend>) -> Result<Model> {
         let file = GgufFile::open(path)?;
         Model::load(&file, backend, &mut |_| {})

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 /// The bytes of a whole GGUF file.
 pub enum Source {
+    #[cfg(not(target_arch = "wasm32"))]
     Mmap(memmap2::Mmap),
     Owned(Vec<u8>),
 }
@@ -12,6 +13,7 @@ pub enum Source {
 impl Source {
     pub fn as_slice(&self) -> &[u8] {
         match self {
+            #[cfg(not(target_arch = "wasm32"))]
             Source::Mmap(m) => m,
             Source::Owned(v) => v,
         }

@@ -2,8 +2,11 @@
 //! the bytes actually present before anything is allocated; tensor data and metadata arrays stay
 //! in the source (memory map or buffer) and are handed out as zero-copy views, so what the parse
 //! materialises is bounded by the file's size and the limits below, never by a count in the file.
+//! A file that cannot be mapped (the browser's) is parsed from a prefix that holds its header,
+//! and its tensors are read later through a `model::TensorSource`.
 
 use std::collections::HashMap;
+#[cfg(not(target_arch = "wasm32"))]
 use std::path::Path;
 use std::sync::Arc;
 
@@ -61,6 +64,8 @@ pub struct GgufFile {
     pub data_start: u64,
     /// Tensors in file (header) order.
     pub tensors: Vec<TensorInfo>,
+    /// Length of the whole file (more than the source holds when parsed from a prefix).
+    file_len: u64,
     metadata: Vec<(String, Value)>,
     kv_index: HashMap<String, usize>,
     tensor_index: HashMap<String, usize>,
@@ -83,6 +88,7 @@ impl std::fmt::Debug for GgufFile {
 impl GgufFile {
     /// Memory-map and parse a GGUF file. `path` must name a regular file (a FIFO, device or
     /// directory is refused before anything reads from it).
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn open(path: impl AsRef<Path>) -> Result<GgufFile> {
         let path = path.as_ref();
         let file = crate::fsutil::open_regular(path, "a model file")?;
@@ -112,7 +118,36 @@ impl GgufFile {
         Self::parse(Arc::new(Source::Owned(bytes)))
     }
 
+    /// Parse the header of a file of `file_len` bytes from its first bytes (`prefix`), for files
+    /// that cannot be mapped (the browser's `File`). Every tensor range is checked against
+    /// `file_len`; the tensor bytes themselves are read later through a `model::TensorSource`
+    /// (`tensor_data` and `tensor_bytes` see only the prefix). `Ok(None)`: the header continues
+    /// past the prefix, so call again with a longer one. A prefix as long as the file parses
+    /// exactly like `from_bytes`.
+    pub fn from_prefix(prefix: Vec<u8>, file_len: u64) -> Result<Option<GgufFile>> {
+        let prefix_len = prefix.len() as u64;
+        if prefix_len > file_len {
+            return Err(Error::InvalidArgument(format!(
+                "GGUF prefix of {prefix_len} bytes is longer than the file ({file_len} bytes)"
+            )));
+        }
+        match Self::parse_with_len(Arc::new(Source::Owned(prefix)), file_len) {
+            // The cursor ran off the prefix (or a count did not fit in it), not off the file.
+            Err(Error::Gguf(GgufError::Truncated { .. } | GgufError::CountTooLarge { .. }))
+                if prefix_len < file_len =>
+            {
+                Ok(None)
+            }
+            r => r.map(Some),
+        }
+    }
+
     fn parse(src: Arc<Source>) -> Result<GgufFile> {
+        let len = src.as_slice().len() as u64;
+        Self::parse_with_len(src, len)
+    }
+
+    fn parse_with_len(src: Arc<Source>, file_len: u64) -> Result<GgufFile> {
         let len = src.as_slice().len();
         let whole = TensorBytes::new(src.clone(), 0, len).ok_or(GgufError::Truncated {
             what: "file".to_owned(),
@@ -120,11 +155,12 @@ impl GgufFile {
             needed: 0,
             file_len: len as u64,
         })?;
-        let parsed = parse_header(&whole)?;
+        let parsed = parse_header(&whole, file_len)?;
         Ok(GgufFile {
             version: parsed.version,
             alignment: parsed.alignment,
             data_start: parsed.data_start,
+            file_len,
             tensors: parsed.tensors,
             metadata: parsed.metadata,
             kv_index: parsed.kv_index,
@@ -170,7 +206,7 @@ impl GgufFile {
     }
 
     pub fn file_len(&self) -> u64 {
-        self.src.as_slice().len() as u64
+        self.file_len
     }
 
     fn data_range(&self, t: &TensorInfo) -> Option<(usize, usize)> {
@@ -191,7 +227,8 @@ struct Parsed {
     tensor_index: HashMap<String, usize>,
 }
 
-fn parse_header(whole: &TensorBytes) -> Result<Parsed> {
+/// Parse the header at the start of `whole`, the first bytes of a file of `file_len` bytes.
+fn parse_header(whole: &TensorBytes, file_len: u64) -> Result<Parsed> {
     let mut c = Cursor::new(whole.as_slice());
     let magic = c.u32("magic")?;
     if magic != GGUF_MAGIC {
@@ -215,8 +252,8 @@ fn parse_header(whole: &TensorBytes) -> Result<Parsed> {
     let alignment = alignment_of(&metadata, &kv_index)?;
     c.check_count("tensor", tensor_count, MIN_TENSOR_INFO_SIZE)?;
     let (tensors, tensor_index) = read_tensor_infos(&mut c, tensor_count, alignment)?;
-    let data_start = data_start(&c, alignment, !tensors.is_empty())?;
-    check_data_ranges(&tensors, data_start, c.file_len())?;
+    let data_start = data_start(c.pos() as u64, file_len, alignment, !tensors.is_empty())?;
+    check_data_ranges(&tensors, data_start, file_len)?;
     check_no_overlap(&tensors)?;
     Ok(Parsed {
         version,
@@ -362,16 +399,15 @@ fn byte_size(name: &str, ne: &[u64], ty: GgmlType) -> Parse<u64> {
 
 /// Header end rounded up to the alignment. The padding must be present when tensors follow;
 /// vocab-only files (no tensors) written by llama.cpp omit it, and ggml accepts that.
-fn data_start(c: &Cursor<'_>, alignment: u64, has_tensors: bool) -> Parse<u64> {
-    let pos = c.pos() as u64;
+fn data_start(pos: u64, file_len: u64, alignment: u64, has_tensors: bool) -> Parse<u64> {
     // pos <= file length and alignment <= 2^31, so this cannot overflow u64.
     let start = pos.div_ceil(alignment) * alignment;
-    if has_tensors && start > c.file_len() {
+    if has_tensors && start > file_len {
         return Err(GgufError::Truncated {
             what: "padding before tensor data".to_owned(),
             offset: pos,
             needed: start - pos,
-            file_len: c.file_len(),
+            file_len,
         });
     }
     Ok(start)

@@ -226,6 +226,7 @@ pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<()> {
 
 /// Quantize a row-major matrix of rows of `row_len` elements in parallel (rayon, one task per
 /// group of rows). `src.len()` must be a multiple of `row_len`, `dst` exactly the tensor size.
+#[cfg(not(target_arch = "wasm32"))]
 pub fn quantize_rows_par(ty: GgmlType, src: &[f32], row_len: usize, dst: &mut [u8]) -> Result<()> {
     use rayon::prelude::*;
     if !can_quantize(ty) {

@@ -204,7 +204,7 @@ pub const DIMS: [GdnDims; 2] = [
 /// x gate scales {1, 20}; with `cpu`, also against the CPU backend's ops. Returns the worst
 /// errors: [rec o, rec S, chunk o, chunk S] vs f64, chunked vs recurrent, [rec, chunk] vs CPU.
 pub fn check_against_f64(be: &dyn Backend, cpu: Option<&dyn Backend>, tol: f64) -> [f64; 7] {
-    let name = be.name();
+    let name = super::tagged(be);
     let mut worst = [0f64; 7];
     for (di, &dims) in DIMS.iter().enumerate() {
         for &t in &TS {
@@ -317,7 +317,7 @@ pub fn check_prefill_then_decode(be: &dyn Backend, tol: f64) {
             }
             let s = be.read_f32(&state).unwrap();
             let (eo, es) = (rel_err(&o, &o_ref), rel_err(&s, &s_ref));
-            let what = format!("{} dims {dims:?} T {t} prefill {t1}", be.name());
+            let what = format!("{} dims {dims:?} T {t} prefill {t1}", super::tagged(be));
             assert!(eo <= tol && es <= tol, "{what}: o {eo:.2e} S {es:.2e}");
             let (o_rec, s_rec) = run(be, &case, Algo::Recurrent);
             assert!(
@@ -336,7 +336,11 @@ pub fn check_very_negative_gates(be: &dyn Backend, tol: f64) {
     for algo in [Algo::Recurrent, Algo::Chunked] {
         let (o, s) = run(be, &case, algo);
         let (eo, es) = (rel_err(&o, &o_ref), rel_err(&s, &s_ref));
-        assert!(eo <= tol && es <= tol, "{} {algo:?}: o {eo:.2e} S {es:.2e}", be.name());
+        assert!(
+            eo <= tol && es <= tol,
+            "{} {algo:?}: o {eo:.2e} S {es:.2e}",
+            super::tagged(be)
+        );
     }
 }
 
@@ -361,7 +365,7 @@ pub fn check_rejects_bad_shapes_and_aliasing(be: &dyn Backend) {
     let bad_s = f(&[dims.hv, dims.dv]);
     let bad_o = f(&[3, dims.value_dim() - 1]);
     let ids = be.upload_u32(&[0; 12], &[3, dims.hv]).unwrap();
-    let name = be.name();
+    let name = super::tagged(be);
     for (op, run) in ops {
         assert!(run(be, &u, &g, &b, &s, &o, dims).is_ok(), "{name} {op}");
         assert!(run(be, &bad_u, &g, &b, &s, &o, dims).is_err(), "{name} {op}: u columns");

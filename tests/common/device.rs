@@ -1,11 +1,12 @@
 //! The device op suites (`tests/device_*.rs`): each test runs on every device backend compiled
-//! into this build and compares it with the CPU reference backend on the same inputs.
+//! into this build, at every precision tier it has, and compares it with the CPU reference backend
+//! on the same inputs (ops a fast tier changes are judged at that tier: `Both::fast`).
 
 use std::sync::Arc;
 
 use rill::backend::{Backend, DType, Pos, Tensor};
 
-use super::{assert_close, cpu, device_backends};
+use super::{assert_close, cpu, device_backends_every_tier, is_fast, rel_l2, tagged, FAST_REL_L2};
 
 /// A device backend and the CPU reference.
 pub struct Both {
@@ -37,15 +38,20 @@ impl Pt {
 }
 
 impl Both {
-    /// One pair per device backend compiled into this build.
+    /// One pair per device backend compiled into this build and precision tier it has.
     pub fn each() -> Vec<Both> {
-        device_backends()
+        device_backends_every_tier()
             .into_iter()
             .map(|dev| Both { dev, cpu: cpu() })
             .collect()
     }
-    pub fn name(&self) -> &'static str {
-        self.dev.name()
+    /// The device backend's name, with its tier when it is not the exact one (`cuda/fast`).
+    pub fn name(&self) -> String {
+        tagged(self.dev.as_ref())
+    }
+    /// Whether the device runs the fast tier (f16-rounded activations on the ops it changes).
+    pub fn fast(&self) -> bool {
+        is_fast(self.dev.as_ref())
     }
     pub fn be(&self, side: Side) -> &dyn Backend {
         match side {
@@ -98,6 +104,33 @@ impl Both {
     pub fn check(&self, what: &str, t: &Pt, atol: f32, rtol: f32) {
         let (got, want) = self.read(t);
         assert_close(&format!("{} {what}", self.name()), &got, &want, atol, rtol);
+    }
+    /// `check` for an op that the fast tier changes: at that tier the device's result must be
+    /// within the fixtures' f16-rounded bound (rel L2 <= 6e-3) of the CPU's; at the exact tier,
+    /// `check` with `atol`, `rtol`.
+    pub fn check_tier(&self, what: &str, t: &Pt, atol: f32, rtol: f32) {
+        let (got, want) = self.read(t);
+        self.judge_tier(what, &got, &want, || {
+            assert_close(&format!("{} {what}", self.name()), &got, &want, atol, rtol)
+        });
+    }
+    /// Judge `got` against the CPU's `want` at the device's tier: the fast tier's bound (finite,
+    /// rel L2 <= 6e-3), or at the exact tier the test's own check `exact`.
+    pub fn judge_tier(&self, what: &str, got: &[f32], want: &[f32], exact: impl FnOnce()) {
+        if !self.fast() {
+            return exact();
+        }
+        assert!(
+            got.iter().all(|v| v.is_finite()),
+            "{} {what}: non-finite output",
+            self.name()
+        );
+        let e = rel_l2(got, want);
+        assert!(
+            e <= FAST_REL_L2,
+            "{} {what}: rel L2 {e:.2e} > {FAST_REL_L2}",
+            self.name()
+        );
     }
 }
 

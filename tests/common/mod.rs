@@ -59,51 +59,52 @@ enum IfMissing {
     Skip,
 }
 
-/// Every device backend rill can be built with. A test suite over `device_backends()` runs on
-/// those compiled into this build: adding a backend to rill is adding its line here.
-const DEVICES: &[(&str, IfMissing)] = &[
+/// Every device backend rill can be built with, and the precision tiers it has (`Precision::Fast`
+/// only where the backend has a faster tier: a second instance of a backend without one would
+/// test the same kernels twice). A test suite over `device_backends_every_tier()` runs on those
+/// compiled into this build: adding a backend to rill is adding its line here.
+const DEVICES: &[(&str, IfMissing, &[Precision])] = &[
     // lavapipe (Mesa's Vulkan on the CPU) runs it on any machine, so it is always tested:
     // without an adapter the tests fail (`scripts/test.sh` installs lavapipe).
-    ("wgpu", IfMissing::Fail),
-    // Needs an NVIDIA GPU and driver; a `cuda` build elsewhere tests the other backends.
-    ("cuda", IfMissing::Skip),
+    // Its fast tier runs in tests/device_fast.rs, a binary of its own: two wgpu instances in one
+    // process hung on the NVIDIA Vulkan driver.
+    ("wgpu", IfMissing::Fail, &[Precision::Exact]),
+    // Needs an NVIDIA GPU and driver; a `cuda` build elsewhere tests the other backends. Fast:
+    // tensor-core prefill (src/backend/cuda/mod.rs).
+    ("cuda", IfMissing::Skip, &[Precision::Exact, Precision::Fast]),
 ];
 
 /// A started backend, or why it could not start.
 type Started = Result<Arc<dyn Backend>, String>;
 
-/// One instance per backend name (and precision) for the whole test process (tests run on
-/// parallel threads; several GPU devices at once in one process hung on the NVIDIA Vulkan
-/// driver), or the reason it could not start.
-fn start(name: &str) -> Started {
-    start_at(name, Precision::Exact)
-}
-
-fn start_at(name: &str, precision: Precision) -> Started {
-    static STARTED: OnceLock<Mutex<HashMap<String, Started>>> = OnceLock::new();
+/// One instance per backend name and precision for the whole test process (tests run on parallel
+/// threads; several GPU devices at once in one process hung on the NVIDIA Vulkan driver), or the
+/// reason it could not start.
+fn start(name: &str, precision: Precision) -> Started {
+    static STARTED: OnceLock<Mutex<HashMap<(String, &'static str), Started>>> = OnceLock::new();
     let mut map = STARTED
         .get_or_init(|| Mutex::new(HashMap::new()))
         .lock()
         .unwrap_or_else(|e| e.into_inner());
-    map.entry(format!("{name}/{precision:?}"))
+    map.entry((name.to_string(), precision.name()))
         .or_insert_with(|| {
             let r = backend::create_with(name, &BackendOptions { precision }).map_err(|e| e.to_string());
-            if let (Err(e), Some((_, IfMissing::Skip))) = (&r, DEVICES.iter().find(|d| d.0 == name)) {
+            if let (Err(e), Some((_, IfMissing::Skip, _))) = (&r, DEVICES.iter().find(|d| d.0 == name)) {
                 if name == "cuda" && std::env::var_os("RILL_TEST_REQUIRE_CUDA").is_some() {
                     panic!("cuda backend required (RILL_TEST_REQUIRE_CUDA): {e}");
                 }
                 // Straight to the process's stderr: the test harness captures `eprintln!`.
-                let _ = writeln!(std::io::stderr(), "{name} tests skipped: {e}");
+                let _ = writeln!(std::io::stderr(), "{name} ({}) tests skipped: {e}", precision.name());
             }
             r
         })
         .clone()
 }
 
-/// The backend `name` (`cpu`, `wgpu`, ...), one instance per process. A backend that cannot
-/// start fails the test.
+/// The backend `name` (`cpu`, `wgpu`, ...) at the exact tier, one instance per process. A backend
+/// that cannot start fails the test.
 pub fn shared(name: &str) -> Arc<dyn Backend> {
-    start(name).unwrap_or_else(|e| panic!("backend {name}: {e}"))
+    start(name, Precision::Exact).unwrap_or_else(|e| panic!("backend {name}: {e}"))
 }
 
 /// The CPU backend: the reference every device backend is compared with.
@@ -111,14 +112,28 @@ pub fn cpu() -> Arc<dyn Backend> {
     shared("cpu")
 }
 
-/// Every device backend compiled into this build that can run here (see `DEVICES`).
+/// Every device backend compiled into this build that can run here (see `DEVICES`), at the exact
+/// tier (the default).
 pub fn device_backends() -> Vec<Arc<dyn Backend>> {
-    device_backends_at(Precision::Exact)
+    devices_at(&[Precision::Exact], false)
 }
 
-/// `device_backends` started at `precision` (a backend without that tier runs `Exact`). A test
-/// binary uses one precision for its devices: each is another instance of the device.
+/// Every device backend compiled into this build that can run here, at every precision tier it
+/// has in `DEVICES` (`Backend::precision` says which; the tests judge each at its tier).
+pub fn device_backends_every_tier() -> Vec<Arc<dyn Backend>> {
+    devices_at(&[Precision::Exact, Precision::Fast], false)
+}
+
+/// `device_backends` started at `precision` (a backend without that tier runs `Exact`), every
+/// device whatever its tiers in `DEVICES`: a test binary of one precision (tests/device_fast.rs),
+/// where each device is one more instance.
 pub fn device_backends_at(precision: Precision) -> Vec<Arc<dyn Backend>> {
+    devices_at(&[precision], true)
+}
+
+/// The devices at `tiers`: those of each device's `DEVICES` tiers, or with `any_tier` every one
+/// of `tiers`.
+fn devices_at(tiers: &[Precision], any_tier: bool) -> Vec<Arc<dyn Backend>> {
     let compiled = backend::available();
     for name in &compiled {
         assert!(
@@ -130,15 +145,16 @@ pub fn device_backends_at(precision: Precision) -> Vec<Arc<dyn Backend>> {
     // per job); unset: every compiled one.
     let only = std::env::var("RILL_TEST_BACKENDS").ok();
     let wanted = |name: &str| only.as_deref().is_none_or(|l| l.split(',').any(|n| n.trim() == name));
-    let devices: Vec<_> = DEVICES
-        .iter()
-        .filter(|(name, _)| compiled.contains(name) && wanted(name))
-        .filter_map(|&(name, if_missing)| match start_at(name, precision) {
-            Ok(be) => Some(be),
-            Err(_) if if_missing == IfMissing::Skip => None,
-            Err(e) => panic!("backend {name}: {e}"),
-        })
-        .collect();
+    let mut devices = Vec::new();
+    for &(name, if_missing, has) in DEVICES.iter().filter(|d| compiled.contains(&d.0) && wanted(d.0)) {
+        for &precision in tiers.iter().filter(|p| any_tier || has.contains(p)) {
+            match start(name, precision) {
+                Ok(be) => devices.push(be),
+                Err(_) if if_missing == IfMissing::Skip => break,
+                Err(e) => panic!("backend {name}: {e}"),
+            }
+        }
+    }
     if devices.is_empty() && !compiled.iter().any(|n| *n != "cpu") {
         static SAID: OnceLock<()> = OnceLock::new();
         SAID.get_or_init(|| {
@@ -151,12 +167,29 @@ pub fn device_backends_at(precision: Precision) -> Vec<Arc<dyn Backend>> {
     devices
 }
 
+/// `cuda` or `cuda/fast`: a backend's name with its tier when that is not the exact one.
+pub fn tagged(be: &dyn Backend) -> String {
+    match be.precision() {
+        Precision::Exact => be.name().to_string(),
+        p => format!("{}/{}", be.name(), p.name()),
+    }
+}
+
+/// Whether `be` runs the fast tier: the fixtures' "f16-rounded activations" (rel L2 <= ~6e-3,
+/// argmax equal) on the ops its fast paths change.
+pub fn is_fast(be: &dyn Backend) -> bool {
+    be.precision() == Precision::Fast
+}
+
+/// The fixtures' bound for f16-rounded activations: relative L2 error of a result.
+pub const FAST_REL_L2: f64 = 6e-3;
+
 /// The CUDA backend when this build has it and the machine an NVIDIA GPU.
 pub fn cuda() -> Option<Arc<dyn Backend>> {
     if !backend::available().contains(&"cuda") {
         return None;
     }
-    start("cuda").ok()
+    start("cuda", Precision::Exact).ok()
 }
 
 /// Prefill a prompt, then decode `steps` tokens (each fed token chosen from the session's
@@ -179,11 +212,30 @@ pub fn run_session(m: &rill::exec::Model, which: usize, steps: usize) -> Vec<Vec
     rows
 }
 
-/// The CPU backend and every device backend: what the end-to-end tests run on.
+/// The CPU backend and every device backend (exact tier).
 pub fn backends() -> Vec<Arc<dyn Backend>> {
     let mut all = vec![cpu()];
     all.extend(device_backends());
     all
+}
+
+/// The CPU backend and every device backend at every tier: what the end-to-end tests run on.
+pub fn backends_every_tier() -> Vec<Arc<dyn Backend>> {
+    let mut all = vec![cpu()];
+    all.extend(device_backends_every_tier());
+    all
+}
+
+/// Relative L2 error of `got` against `want` (0 for two zero vectors).
+pub fn rel_l2(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len(), "rel_l2: lengths");
+    let num: f64 = got.iter().zip(want).map(|(&a, &b)| (a as f64 - b as f64).powi(2)).sum();
+    let den: f64 = want.iter().map(|&b| (b as f64).powi(2)).sum();
+    if num == 0.0 {
+        0.0
+    } else {
+        (num / den).sqrt()
+    }
 }
 
 /// Upload f32 data to a backend.

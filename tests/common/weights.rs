@@ -106,19 +106,43 @@ pub fn dequant(ty: GgmlType, bytes: &[u8], n: usize) -> Vec<f32> {
     y
 }
 
-/// Compare device and CPU `matmul` outputs: `|g - c| <= 1e-5 * sum_i |w_i x_i|` per output (the
-/// bound of f32 summation-order differences), plus a tiny absolute floor.
-pub fn check_matmul(what: &str, got: &[f32], want: &[f32], w: &[f32], x: &[f32], n_in: usize) {
+/// The error allowed in a product `Σ_i w_i x_i` computed by `be`, relative to the CPU's:
+/// `rel · Σ|w_i x_i| + floor · (Σ|w_i| + Σ|x_i|)`.
+///
+/// Exact tier: f32 summation-order differences, `1e-5 Σ|w x|` (plus a tiny absolute floor).
+/// Fast tier (tensor cores): w and x rounded to f16 before an exact f16 product and an f32 sum.
+/// Rounding to f16 moves a value by at most 2^-11 of itself in f16's normal range (|v| >= 2^-14)
+/// and by at most 2^-25 below it, so `|f16(w) f16(x) - w x| <= (2^-10 + 2^-22) |w x| +
+/// 2^-25 (1 + 2^-11) (|w| + |x|)`; with the f32 sum's `1e-5` that is `rel = 2^-10 + 1e-5` and
+/// `floor = 2^-24`. (BF16 weights are exact in f16 in that range.)
+pub fn product_tolerance(be: &dyn Backend) -> (f64, f64) {
+    if super::is_fast(be) {
+        (2f64.powi(-10) + 1e-5, 2f64.powi(-24))
+    } else {
+        (1e-5, 0.0)
+    }
+}
+
+/// Compare device and CPU `matmul` outputs per output: within `product_tolerance` of the terms'
+/// magnitudes.
+pub fn check_matmul(be: &dyn Backend, what: &str, got: &[f32], want: &[f32], w: &[f32], x: &[f32], n_in: usize) {
+    let (rel, floor) = product_tolerance(be);
     let n_out = w.len() / n_in;
     let n_tok = x.len() / n_in;
     assert_eq!(got.len(), n_tok * n_out, "{what}: length");
+    let abs_sum = |v: &[f32]| -> f64 { v.iter().map(|a| a.abs() as f64).sum() };
+    let w_abs: Vec<f64> = (0..n_out).map(|o| abs_sum(&w[o * n_in..(o + 1) * n_in])).collect();
     for t in 0..n_tok {
+        let xr = &x[t * n_in..(t + 1) * n_in];
+        let x_abs = abs_sum(xr);
         for o in 0..n_out {
-            let mag: f32 = (0..n_in).map(|i| (w[o * n_in + i] * x[t * n_in + i]).abs()).sum();
+            let row = &w[o * n_in..(o + 1) * n_in];
+            let mag: f64 = row.iter().zip(xr).map(|(&a, &b)| (a as f64 * b as f64).abs()).sum();
+            let tol = rel * mag + floor * (w_abs[o] + x_abs) + 1e-30;
             let (g, c) = (got[t * n_out + o], want[t * n_out + o]);
             assert!(
-                (g - c).abs() <= 1e-5 * mag + 1e-30,
-                "{what} [t {t}, o {o}]: device {g} cpu {c} (sum |w x| {mag})"
+                ((g - c) as f64).abs() <= tol,
+                "{what} [t {t}, o {o}]: device {g} cpu {c} (sum |w x| {mag}, tol {tol:.3e})"
             );
         }
     }

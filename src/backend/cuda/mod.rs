@@ -12,7 +12,8 @@
 //!   tokens on the tensor cores in the fixtures' "f16-rounded activations" tier (rel L2 <= ~6e-3):
 //!   matrix products with in-kernel dequantization on f16 activations (`ops/gemm.rs`, copies
 //!   shared through `shadow.rs`), the chunked delta rule in one tf32 product, flash attention on
-//!   f16 q/k/v, MoE experts as grouped products. One-token steps (decode) are exact in both.
+//!   f16 q/k/v, MoE experts as grouped products. One-token steps (decode) are exact in both, unless
+//!   `RILL_CUDA_MATVEC=q8` (8-bit activations in the decode matvecs; `precision()` then says Fast).
 //! - `RILL_PROFILE=1` times every kernel with CUDA events and prints a per-kernel and per-phase
 //!   summary at exit (steps then run unrecorded). `RILL_CUDA_GRAPHS=0` / `RILL_CUDA_PDL=0` turn
 //!   off graphs / dependent launch.
@@ -207,17 +208,19 @@ impl Backend for CudaBackend {
         let v = self.inner.dev.driver_version;
         let on = |b: bool| if b { "on" } else { "off" };
         format!(
-            "CUDA driver {}.{}, graphs {}, dependent launch {}, {} kernel modules",
+            "CUDA driver {}.{}, graphs {}, dependent launch {}, decode matvec {}, {} kernel modules",
             v / 1000,
             (v % 1000) / 10,
             on(self.inner.graphs_enabled),
             on(self.inner.pdl.load(std::sync::atomic::Ordering::Relaxed)),
+            ops::linear::mv_variant_name(&self.inner),
             self.inner.kernels.module_names().len()
         )
     }
 
     fn precision(&self) -> Precision {
-        if self.inner.fast {
+        // The q8 decode matvecs (8-bit activations) are a fast-tier path whatever was asked.
+        if self.inner.fast || ops::linear::mv_variant_name(&self.inner) == "q8" {
             Precision::Fast
         } else {
             Precision::Exact

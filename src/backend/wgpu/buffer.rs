@@ -61,7 +61,7 @@ pub(crate) fn get(t: &Tensor) -> Result<&WgpuBuffer> {
         .ok_or_else(|| gpu_err("tensor does not belong to the wgpu backend"))
 }
 
-fn elements(shape: &[usize]) -> Result<usize> {
+pub(crate) fn elements(shape: &[usize]) -> Result<usize> {
     shape
         .iter()
         .try_fold(1usize, |a, &d| a.checked_mul(d))
@@ -106,7 +106,7 @@ pub(crate) fn create(be: &WgpuBackend, label: &str, bytes: u64, mapped: bool) ->
     })
 }
 
-fn tensor(buf: WgpuBuffer, dtype: DType, shape: &[usize]) -> Tensor {
+pub(crate) fn tensor(buf: WgpuBuffer, dtype: DType, shape: &[usize]) -> Tensor {
     Tensor {
         buf: Arc::new(buf),
         dtype,
@@ -182,6 +182,12 @@ pub(crate) fn write(be: &WgpuBackend, t: &Tensor, dtype: DType, bytes: &[u8], n:
 
 /// Submit pending work and copy the tensor's `numel * 4` bytes back to the host.
 pub(crate) fn read(be: &WgpuBackend, t: &Tensor) -> Result<Vec<u8>> {
+    if cfg!(target_arch = "wasm32") {
+        // The map below could never complete: the browser maps buffers from its event loop.
+        return Err(gpu_err(
+            "blocking reads are impossible in the browser: await read_f32_async / read_u32_async",
+        ));
+    }
     let b = get(t)?;
     let bytes = (t.numel() as u64) * 4;
     if bytes == 0 {
@@ -217,14 +223,17 @@ pub(crate) fn read(be: &WgpuBackend, t: &Tensor) -> Result<Vec<u8>> {
     rx.recv()
         .map_err(|_| gpu_err("readback callback dropped"))?
         .map_err(|e| gpu_err(format!("readback map: {e}")))?;
-    let out = {
-        let view = slice
-            .get_mapped_range()
-            .map_err(|e| gpu_err(format!("readback view: {e}")))?;
-        view[..bytes as usize].to_vec()
-    };
+    let out = mapped_bytes(&slice, bytes);
     staging.unmap();
-    Ok(out)
+    out
+}
+
+/// The first `bytes` bytes of a mapped readback slice.
+pub(crate) fn mapped_bytes(slice: &wgpu::BufferSlice<'_>, bytes: u64) -> Result<Vec<u8>> {
+    let view = slice
+        .get_mapped_range()
+        .map_err(|e| gpu_err(format!("readback view: {e}")))?;
+    Ok(view[..bytes as usize].to_vec())
 }
 
 pub(crate) fn zero(be: &WgpuBackend, t: &Tensor) -> Result<()> {

@@ -413,6 +413,9 @@ impl<'a> Encoder<'a> {
             })
             .collect();
         let dev = &be.device;
+        // Natively a compile error is caught here; the browser cannot wait for an error scope,
+        // so there it reaches the device's error callback and fails the next read.
+        #[cfg(not(target_arch = "wasm32"))]
         let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
         let layout = dev.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
             label: Some(&label),
@@ -439,6 +442,7 @@ impl<'a> Encoder<'a> {
             },
             cache: None,
         });
+        #[cfg(not(target_arch = "wasm32"))]
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(gpu_err(format!("shader {label} failed to compile: {e}")));
         }

@@ -10,11 +10,15 @@ pub(crate) mod caps;
 mod encoder;
 pub(crate) mod kernels;
 mod ops;
+mod stream;
+#[cfg(target_arch = "wasm32")]
+mod web;
 
 use std::sync::{Arc, Mutex};
 
 use crate::backend::{
     check, AttnDims, Backend, BackendOptions, DType, GdnDims, Pos, Precision, StepMode, Tensor, WeightData,
+    WeightUpload,
 };
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
@@ -30,6 +34,10 @@ pub struct WgpuBackend {
     /// Reused host-readback staging buffer (see `buffer::read`).
     readback: Mutex<Option<wgpu::Buffer>>,
     state: Mutex<State>,
+    /// The browser reports validation errors and a lost device through callbacks, not error
+    /// scopes that could be waited on: the first one is kept here and fails the next read.
+    #[cfg(target_arch = "wasm32")]
+    device_error: Arc<Mutex<Option<String>>>,
 }
 
 pub(crate) fn gpu_err(msg: impl std::fmt::Display) -> Error {
@@ -38,6 +46,7 @@ pub(crate) fn gpu_err(msg: impl std::fmt::Display) -> Error {
 
 impl WgpuBackend {
     /// The best adapter at the exact precision (see `with_options`).
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn new() -> Result<WgpuBackend> {
         WgpuBackend::with_options(&BackendOptions::default())
     }
@@ -45,10 +54,17 @@ impl WgpuBackend {
     /// Pick the best adapter (a discrete or integrated GPU over a CPU fallback such as lavapipe;
     /// `RILL_WGPU_ADAPTER=substring` picks by name) and open a device with its full limits and
     /// the optional features the selected kernel variants use (`caps`).
+    #[cfg(not(target_arch = "wasm32"))]
     pub fn with_options(opts: &BackendOptions) -> Result<WgpuBackend> {
+        pollster::block_on(WgpuBackend::with_options_async(opts))
+    }
+
+    /// `with_options`, awaiting the adapter and the device (the browser cannot block on them;
+    /// there the adapter is WebGPU's, `navigator.gpu`, also in a worker).
+    pub async fn with_options_async(opts: &BackendOptions) -> Result<WgpuBackend> {
         let ov = Overrides::from_env();
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
-        let adapters = pollster::block_on(instance.enumerate_adapters(wgpu::Backends::all()));
+        let adapters = instance.enumerate_adapters(wgpu::Backends::all()).await;
         let want = std::env::var("RILL_WGPU_ADAPTER").ok().map(|s| s.to_lowercase());
         let rank = |a: &wgpu::Adapter| {
             let i = a.get_info();
@@ -74,7 +90,11 @@ impl WgpuBackend {
             })
             .min_by_key(rank)
             .ok_or_else(|| {
-                gpu_err("no GPU adapter with compute shaders found (install a Vulkan driver, e.g. mesa-vulkan-drivers)")
+                gpu_err(if cfg!(target_arch = "wasm32") {
+                    "this browser offers no WebGPU adapter (is WebGPU or hardware acceleration turned off?)"
+                } else {
+                    "no GPU adapter with compute shaders found (install a Vulkan driver, e.g. mesa-vulkan-drivers)"
+                })
             })?;
         let info = adapter.get_info();
         let features = caps::wanted_features(&adapter, opts.precision, ov);
@@ -91,15 +111,19 @@ impl WgpuBackend {
         } else {
             wgpu::ExperimentalFeatures::disabled()
         };
-        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-            label: Some("rill"),
-            required_features: features,
-            required_limits: limits,
-            experimental_features: experimental,
-            memory_hints: wgpu::MemoryHints::Performance,
-            trace: wgpu::Trace::Off,
-        }))
-        .map_err(|e| gpu_err(format!("cannot open {}: {e}", info.name)))?;
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("rill"),
+                required_features: features,
+                required_limits: limits,
+                experimental_features: experimental,
+                memory_hints: wgpu::MemoryHints::Performance,
+                trace: wgpu::Trace::Off,
+            })
+            .await
+            .map_err(|e| gpu_err(format!("cannot open {}: {e}", info.name)))?;
+        #[cfg(target_arch = "wasm32")]
+        let device_error = web::error_sink(&device);
         let profile = std::env::var_os("RILL_PROFILE").is_some_and(|v| v == "1");
         let state = State::new(&device, &queue, caps.uniform_align, profile, caps.timestamps_in_passes);
         Ok(WgpuBackend {
@@ -110,7 +134,14 @@ impl WgpuBackend {
             graveyard: Arc::default(),
             readback: Mutex::new(None),
             state: Mutex::new(state),
+            #[cfg(target_arch = "wasm32")]
+            device_error,
         })
+    }
+
+    /// The limits the device was opened with (the adapter's, as the browser reports them).
+    pub fn limits(&self) -> wgpu::Limits {
+        self.device.limits()
     }
 
     /// Exclusive access to the recorder for one op's dispatches.
@@ -215,8 +246,8 @@ impl Backend for WgpuBackend {
         self.caps.precision()
     }
 
-    fn check_upload(&self, w: &WeightData) -> Result<()> {
-        self.check_weight(&w.name, w.ggml_type, &w.shape, w.bytes.as_slice().len() as u64)
+    fn check_weight_fits(&self, name: &str, ggml_type: GgmlType, shape: &[usize], n_bytes: u64) -> Result<()> {
+        self.check_weight(name, ggml_type, shape, n_bytes)
     }
 
     fn alloc(&self, dtype: DType, shape: &[usize]) -> Result<Tensor> {
@@ -230,6 +261,32 @@ impl Backend for WgpuBackend {
     }
     fn upload_weight(&self, w: &WeightData) -> Result<Tensor> {
         buffer::upload_weight(self, w)
+    }
+    fn begin_weight(
+        &self,
+        name: &str,
+        ggml_type: GgmlType,
+        shape: &[usize],
+    ) -> Result<Option<Box<dyn WeightUpload + '_>>> {
+        Ok(Some(Box::new(stream::StreamedWeight::new(
+            self, name, ggml_type, shape,
+        )?)))
+    }
+    // The browser cannot block on the device: its reads are awaited (`web::read`); native code
+    // keeps the blocking reads (the default async reads are ready futures of them).
+    #[cfg(target_arch = "wasm32")]
+    fn read_f32_async<'a>(&'a self, t: &'a Tensor) -> crate::backend::ReadFuture<'a, Vec<f32>> {
+        Box::pin(async move {
+            check::dtype("read_f32", "t", t, DType::F32)?;
+            Ok(web::le_words(&web::read(self, t).await?, f32::from_le_bytes))
+        })
+    }
+    #[cfg(target_arch = "wasm32")]
+    fn read_u32_async<'a>(&'a self, t: &'a Tensor) -> crate::backend::ReadFuture<'a, Vec<u32>> {
+        Box::pin(async move {
+            check::dtype("read_u32", "t", t, DType::U32)?;
+            Ok(web::le_words(&web::read(self, t).await?, u32::from_le_bytes))
+        })
     }
     fn write_u32(&self, t: &Tensor, data: &[u32]) -> Result<()> {
         buffer::write(self, t, DType::U32, bytemuck::cast_slice(data), data.len())
@@ -406,6 +463,7 @@ impl Backend for WgpuBackend {
 }
 
 /// Shared handle for `backend::create_with`.
+#[cfg(not(target_arch = "wasm32"))]
 pub fn create(opts: &BackendOptions) -> Result<Arc<dyn Backend>> {
     Ok(Arc::new(WgpuBackend::with_options(opts)?))
 }

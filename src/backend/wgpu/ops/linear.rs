@@ -78,6 +78,13 @@ fn mm_dims(op: &str, w: &Tensor, x: &Tensor, out: &Tensor) -> Result<Mm> {
     Ok(Mm { t, n_in, n_out, ty, rb })
 }
 
+/// Whether one token's rows are short enough for one invocation per row (`generic`'s
+/// `matmul_rows`): a workgroup per few rows would mostly wait in its reduction's barriers, which
+/// CPU adapters (lavapipe, the browser's SwiftShader) pay for dearly. The weight must fit one binding.
+fn short_rows(caps: &crate::backend::wgpu::caps::Caps, m: &Mm, w: &Tensor) -> Result<bool> {
+    Ok(m.n_in <= MATMUL_ROWS_MAX_IN && pieces(caps, "matmul", w, m.n_out, m.rb)?.count() == 1)
+}
+
 /// Whether one token's matrix-vector kernel takes rows of `n_in` of `ty`.
 fn matvec_fits(ty: crate::gguf::GgmlType, n_in: usize) -> bool {
     n_in.is_multiple_of(kernels::mv_unit(ty))
@@ -89,6 +96,9 @@ pub(crate) fn matmul(be: &WgpuBackend, w: &Tensor, x: &Tensor, out: &Tensor) -> 
     let op = "matmul";
     let m = mm_dims(op, w, x, out)?;
     let mut enc = be.encoder()?;
+    if m.t == 1 && short_rows(&be.caps, &m, w)? {
+        return generic(&mut enc, &m, w, x, out);
+    }
     if m.t == 1 && matvec_fits(m.ty, m.n_in) {
         return matvec(&mut enc, Kernel::Matvec, &m, &[w], x, out);
     }
@@ -196,7 +206,13 @@ pub(crate) fn matmul_swiglu(
     check::matmul_swiglu(w_gate, w_up, x, gate_tmp, up_tmp, out)?;
     let m = mm_dims(op, w_gate, x, out)?;
     let one_piece = |w: &Tensor| -> Result<bool> { Ok(pieces(&be.caps, op, w, m.n_out, m.rb)?.count() == 1) };
-    if m.t == 1 && w_gate.dtype == w_up.dtype && matvec_fits(m.ty, m.n_in) && one_piece(w_gate)? && one_piece(w_up)? {
+    if m.t == 1
+        && m.n_in > MATMUL_ROWS_MAX_IN
+        && w_gate.dtype == w_up.dtype
+        && matvec_fits(m.ty, m.n_in)
+        && one_piece(w_gate)?
+        && one_piece(w_up)?
+    {
         let mut enc = be.encoder()?;
         return matvec(&mut enc, Kernel::MatvecSwiglu, &m, &[w_gate, w_up], x, out);
     }
