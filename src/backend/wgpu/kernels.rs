@@ -58,6 +58,13 @@ pub(crate) const ATT_SPLITS: u32 = 32;
 pub(crate) const DELTA_ROWS: u32 = 32;
 pub(crate) const DELTA_CHUNK: u32 = 64;
 pub(crate) const DELTA_MAX_DK: u32 = 128;
+/// The recurrent delta rule: invocations per workgroup, state rows per workgroup, invocations per
+/// row without subgroups (`DELTA_REC_WG = DELTA_REC_ROWS · DELTA_LANES`; with subgroups a row is
+/// one subgroup's).
+pub(crate) const DELTA_REC_WG: u32 = 256;
+pub(crate) const DELTA_REC_ROWS: u32 = 8;
+pub(crate) const DELTA_LANES: u32 = 32;
+const _: () = assert!(DELTA_REC_WG == DELTA_REC_ROWS * DELTA_LANES && DELTA_LANES.is_multiple_of(4));
 /// Causal conv: channels per workgroup and largest kernel width.
 pub(crate) const CONV_WG: u32 = 64;
 pub(crate) const CONV_MAX_K: u32 = 16;
@@ -94,6 +101,9 @@ fn constants(caps: &Caps) -> String {
         ("DELTA_ROWS", DELTA_ROWS),
         ("DELTA_CHUNK", DELTA_CHUNK),
         ("DELTA_MAX_DK", DELTA_MAX_DK),
+        ("DELTA_REC_WG", DELTA_REC_WG),
+        ("DELTA_REC_ROWS", DELTA_REC_ROWS),
+        ("DELTA_LANES", DELTA_LANES),
         ("CONV_WG", CONV_WG),
         ("CONV_MAX_K", CONV_MAX_K),
         ("CONV_NORM_WG", CONV_NORM_WG),
@@ -211,6 +221,8 @@ const COOP_TILES: &str = wgsl!("lib_coop_tiles");
 const MM_IO: &str = wgsl!("lib_mm_io");
 const MV_IO: &str = wgsl!("lib_mv_io");
 const TILE_IO: &str = wgsl!("lib_tile_io");
+const DELTA_ROWS_SG: &str = wgsl!("lib_delta_rows_sg");
+const DELTA_ROWS_PLAIN: &str = wgsl!("lib_delta_rows_plain");
 
 impl Kernel {
     fn spec(self, caps: &Caps) -> Spec {
@@ -255,7 +267,13 @@ impl Kernel {
             Kernel::Attention => spec("attention", wgsl!("attention"), None, false).with(&[ATTEND]),
             Kernel::AttentionSplit => spec("attention_split", wgsl!("attention_split"), None, false).with(&[ATTEND]),
             Kernel::AttentionCombine => spec("attention_combine", wgsl!("attention_combine"), None, false),
-            Kernel::DeltaRecurrent => spec("delta_rule_recurrent", wgsl!("delta_rule_recurrent"), None, false),
+            Kernel::DeltaRecurrent => {
+                spec("delta_rule_recurrent", wgsl!("delta_rule_recurrent"), None, false).with(if caps.subgroups {
+                    &[DELTA_ROWS_SG]
+                } else {
+                    &[DELTA_ROWS_PLAIN]
+                })
+            }
             Kernel::DeltaChunkPrep => spec("delta_rule_chunk_prep", wgsl!("delta_rule_chunk_prep"), None, false),
             Kernel::DeltaChunkState => spec("delta_rule_chunk_state", wgsl!("delta_rule_chunk_state"), None, false),
         }
