@@ -58,13 +58,24 @@ pub(crate) const ATT_SPLITS: u32 = 32;
 pub(crate) const DELTA_ROWS: u32 = 32;
 pub(crate) const DELTA_CHUNK: u32 = 64;
 pub(crate) const DELTA_MAX_DK: u32 = 128;
-/// The recurrent delta rule: invocations per workgroup, state rows per workgroup, invocations per
-/// row without subgroups (`DELTA_REC_WG = DELTA_REC_ROWS · DELTA_LANES`; with subgroups a row is
-/// one subgroup's).
+/// The recurrent delta rule: invocations per workgroup, and without subgroups invocations per
+/// state row (few, so that each has a share of the row worth its reduction and barriers, which CPU
+/// adapters pay for dearly).
 pub(crate) const DELTA_REC_WG: u32 = 256;
-pub(crate) const DELTA_REC_ROWS: u32 = 8;
-pub(crate) const DELTA_LANES: u32 = 32;
-const _: () = assert!(DELTA_REC_WG == DELTA_REC_ROWS * DELTA_LANES && DELTA_LANES.is_multiple_of(4));
+pub(crate) const DELTA_LANES: u32 = 8;
+const _: () = assert!(DELTA_REC_WG.is_multiple_of(DELTA_LANES) && DELTA_LANES.is_multiple_of(4));
+
+/// State rows per workgroup of the recurrent delta rule: with subgroups 8 (one per subgroup of 32
+/// invocations; subgroups loop over the block's rows when they are fewer), without
+/// `DELTA_REC_WG / DELTA_LANES`.
+pub(crate) fn delta_rec_rows(caps: &Caps) -> u32 {
+    if caps.subgroups {
+        8
+    } else {
+        DELTA_REC_WG / DELTA_LANES
+    }
+}
+
 /// Causal conv: channels per workgroup and largest kernel width.
 pub(crate) const CONV_WG: u32 = 64;
 pub(crate) const CONV_MAX_K: u32 = 16;
@@ -102,7 +113,7 @@ fn constants(caps: &Caps) -> String {
         ("DELTA_CHUNK", DELTA_CHUNK),
         ("DELTA_MAX_DK", DELTA_MAX_DK),
         ("DELTA_REC_WG", DELTA_REC_WG),
-        ("DELTA_REC_ROWS", DELTA_REC_ROWS),
+        ("DELTA_REC_ROWS", delta_rec_rows(caps)),
         ("DELTA_LANES", DELTA_LANES),
         ("CONV_WG", CONV_WG),
         ("CONV_MAX_K", CONV_MAX_K),
