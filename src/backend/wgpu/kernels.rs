@@ -166,6 +166,7 @@ kernels! {
     MatmulCoop,
     MoeRoute,
     MoeMatvec,
+    MoeRows,
     MoeCombine,
     RmsNorm,
     AddRmsNorm,
@@ -232,6 +233,7 @@ const COOP_TILES: &str = wgsl!("lib_coop_tiles");
 const MM_IO: &str = wgsl!("lib_mm_io");
 const MV_IO: &str = wgsl!("lib_mv_io");
 const TILE_IO: &str = wgsl!("lib_tile_io");
+const MOE_IO: &str = wgsl!("lib_moe_io");
 const DELTA_ROWS_SG: &str = wgsl!("lib_delta_rows_sg");
 const DELTA_ROWS_PLAIN: &str = wgsl!("lib_delta_rows_plain");
 
@@ -254,7 +256,8 @@ impl Kernel {
             }
             .with(&[TILE_IO, COOP_TILES]),
             Kernel::MoeRoute => spec("moe_route", wgsl!("moe_route"), None, false),
-            Kernel::MoeMatvec => spec("moe_matvec", wgsl!("moe_matvec"), One, true).mv(),
+            Kernel::MoeMatvec => spec("moe_matvec", wgsl!("moe_matvec"), One, true).mv().with(&[MOE_IO]),
+            Kernel::MoeRows => spec("moe_rows", wgsl!("moe_rows"), One, false).with(&[MOE_IO]),
             Kernel::MoeCombine => spec("moe_combine", wgsl!("moe_combine"), None, false),
             Kernel::RmsNorm => spec("rms_norm", wgsl!("rms_norm"), None, true).with(&[NORM]),
             Kernel::AddRmsNorm => spec("add_rms_norm", wgsl!("add_rms_norm"), None, true).with(&[NORM]),
