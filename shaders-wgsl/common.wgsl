@@ -33,3 +33,9 @@ fn f16x2(w: u32) -> vec2<f32> {
 fn linear_wg(wg: vec3<u32>, nwg: vec3<u32>) -> u32 {
     return wg.x + wg.y * nwg.x;
 }
+
+// f32 from bits at run time: a const-expression that evaluates to NaN or inf is a WGSL creation
+// error (browsers' compilers enforce it; naga does not).
+fn from_bits(b: u32) -> f32 {
+    return bitcast<f32>(b);
+}

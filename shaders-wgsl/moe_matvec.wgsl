@@ -1,27 +1,6 @@
-// One projection of the routed experts, for every (token, slot) s = t * k + j whose expert is in
-// this piece of the weight (experts e0 .. e0 + n_e):
-//   y[s][r] = dot(W_e[r], inp[s / in_div])      e = ids[s], r < rows, W_e = expert e of W [E, rows, n_in]
-// mode 0 stores y into `out` [S, rows]; mode 1 stores silu(out) * y (gate pass first, then up).
-// Workgroup: one slot, MV_ROWS rows, invocations striding over the row's units (as matvec.wgsl).
-// An id >= n_exp reads nothing (its slot is skipped by moe_combine).
-struct Params {
-    n_slots: u32,
-    rows: u32,
-    n_in: u32,
-    row_bytes: u32,
-    in_div: u32,
-    mode: u32,
-    row_groups: u32,
-    e0: u32,    // first expert of this piece
-    n_e: u32,   // experts in this piece
-    units: u32, // n_in / MV_UNIT
-}
-
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> W: array<vec4<u32>>;
-@group(0) @binding(2) var<storage, read> ids: array<u32>;
+// One projection of the routed experts (lib_moe_io.wgsl) for long rows. Workgroup: one slot,
+// MV_ROWS rows, invocations striding over the row's units (as matvec.wgsl).
 @group(0) @binding(3) var<storage, read> X: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
 fn xv(i: u32) -> vec4<f32> {
     return X[i];
@@ -55,11 +34,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     }
     let y = wg_sum4(acc, li, MV_WG, lanes);
     if (ok && li < MV_ROWS && r0 + li < P.rows) {
-        let o = s * P.rows + r0 + li;
-        if (P.mode == 0u) {
-            out[o] = y[li];
-        } else {
-            out[o] = silu(out[o]) * y[li];
-        }
+        moe_store(s * P.rows + r0 + li, y[li]);
     }
 }

@@ -21,11 +21,6 @@ var<workgroup> rv: array<f32, ROW_WG>;
 var<workgroup> ri: array<u32, ROW_WG>;
 var<workgroup> sel: array<f32, MOE_MAX_K>;
 
-// f32 from bits at run time: a const-expression that evaluates to inf is a WGSL creation error.
-fn from_bits(b: u32) -> f32 {
-    return bitcast<f32>(b);
-}
-
 // Bit test, immune to fast-math assumptions about NaN.
 fn is_nan(x: f32) -> bool {
     return (bitcast<u32>(x) & 0x7fffffffu) > 0x7f800000u;

@@ -405,6 +405,9 @@ const CASES: &[(usize, usize, usize, usize, usize)] = &[
     // 128-row tiles).
     (64, 8, 256, 512, 200),
     (8, 2, 256, 256, 400),
+    // Rows past 256 values in the gate and up projections too (wgpu: up to 256, one invocation
+    // per row; longer, the matrix-vector kernel, so both modes of both kernels run).
+    (8, 2, 512, 256, 3),
 ];
 
 fn experts_cases(ty: GgmlType) {

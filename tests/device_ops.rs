@@ -190,6 +190,64 @@ fn argmax_matches() {
     }
 }
 
+/// Rows around the length where a device may split a row into chunks scanned by separate
+/// workgroups (wgpu: 4096 values, then a combine pass): the winner, a tie or the only allowed value
+/// on either side of a chunk boundary, in the last partial chunk, and odd lengths.
+#[test]
+fn argmax_chunk_edges() {
+    const CHUNK: usize = 4096;
+    for p in Both::each() {
+        let name = p.name();
+        let mut rng = Rng::new(15);
+        // Random rows of lengths near 1, 2 and 3 chunks, many rows at once.
+        for (t, v) in [
+            (5usize, CHUNK - 1),
+            (5, CHUNK),
+            (65, CHUNK + 1),
+            (3, 2 * CHUNK - 1),
+            (3, 3 * CHUNK + 7),
+        ] {
+            let data = rng.normals(t * v, 3.0);
+            let (g, c) = argmax_of(&p, &data, t, v);
+            assert_eq!(g, c, "{name} argmax t={t} v={v}");
+        }
+        // One case per row of an odd length with a partial last chunk.
+        let v = 3 * CHUNK + 5;
+        let nan = f32::NAN;
+        let base = rng.normals(v, 1.0);
+        let with = |changes: &[(usize, f32)]| {
+            let mut r = base.clone();
+            for &(i, x) in changes {
+                r[i] = x;
+            }
+            r
+        };
+        let only = |fill: f32, i: usize, x: f32| {
+            let mut r = vec![fill; v];
+            r[i] = x;
+            r
+        };
+        let rows = [
+            with(&[(CHUNK - 1, 50.0), (CHUNK, 50.0)]),     // tie across a boundary: 4095
+            with(&[(CHUNK, 50.0), (2 * CHUNK, 50.0)]),     // tie of chunk starts: 4096
+            with(&[(v - 1, 50.0), (3 * CHUNK, 50.0)]),     // tie in the partial chunk: 12288
+            with(&[(2 * CHUNK - 1, 50.0), (v - 1, 51.0)]), // winner is the very last value
+            with(&[(CHUNK - 1, nan), (CHUNK, f32::INFINITY)]), // +inf after a NaN: 4096
+            only(nan, v - 1, -1e30),                       // the only number, last: v-1
+            only(f32::NEG_INFINITY, CHUNK, -3.0),          // the only number, a chunk start
+            only(nan, 2 * CHUNK - 1, f32::NEG_INFINITY),   // NaN and one -inf: NON_FINITE
+            (0..v).map(|i| if i < CHUNK { nan } else { 1.0 }).collect(), // first chunk all NaN: 4096
+        ];
+        let t = rows.len();
+        let data: Vec<f32> = rows.concat();
+        let (g, c) = argmax_of(&p, &data, t, v);
+        let last = (v - 1) as u32;
+        let expect = [4095, 4096, 12_288, last, 4096, last, 4096, NON_FINITE, 4096];
+        assert_eq!(c, expect, "cpu reference");
+        assert_eq!(g, c, "{name} argmax chunk edges");
+    }
+}
+
 /// Whole-row norms of odd and real widths, and per-head norms (w of one head): (width, group).
 const NORM_SHAPES: [(usize, usize); 6] = [(1, 1), (7, 7), (257, 257), (2048, 2048), (3 * 128, 128), (5 * 256, 256)];
 

@@ -44,6 +44,9 @@ pub(crate) const COOP_CS: u32 = TILE_N + 4;
 pub(crate) const COOP_WORKGROUP_BYTES: u32 = 2 * (TILE_M * TILE_K + TILE_K * TILE_N) + 4 * TILE_M * COOP_CS;
 /// Invocations of the one-workgroup-per-row kernels (norms, embedding rows, argmax).
 pub(crate) const ROW_WG: u32 = 256;
+/// Values of a row one argmax workgroup scans when a row is split (rows up to this long take one
+/// pass, longer ones `argmax_split` + `argmax_combine`).
+pub(crate) const ARGMAX_CHUNK: u32 = 4096;
 /// Invocations of the elementwise kernels.
 pub(crate) const ELT_WG: u32 = 256;
 /// Attention: invocations and keys per tile, largest head dim, and the number of pieces the KV
@@ -55,6 +58,24 @@ pub(crate) const ATT_SPLITS: u32 = 32;
 pub(crate) const DELTA_ROWS: u32 = 32;
 pub(crate) const DELTA_CHUNK: u32 = 64;
 pub(crate) const DELTA_MAX_DK: u32 = 128;
+/// The recurrent delta rule: invocations per workgroup, and without subgroups invocations per
+/// state row (few, so that each has a share of the row worth its reduction and barriers, which CPU
+/// adapters pay for dearly).
+pub(crate) const DELTA_REC_WG: u32 = 256;
+pub(crate) const DELTA_LANES: u32 = 8;
+const _: () = assert!(DELTA_REC_WG.is_multiple_of(DELTA_LANES) && DELTA_LANES.is_multiple_of(4));
+
+/// State rows per workgroup of the recurrent delta rule: with subgroups 8 (one per subgroup of 32
+/// invocations; subgroups loop over the block's rows when they are fewer), without
+/// `DELTA_REC_WG / DELTA_LANES`.
+pub(crate) fn delta_rec_rows(caps: &Caps) -> u32 {
+    if caps.subgroups {
+        8
+    } else {
+        DELTA_REC_WG / DELTA_LANES
+    }
+}
+
 /// Causal conv: channels per workgroup and largest kernel width.
 pub(crate) const CONV_WG: u32 = 64;
 pub(crate) const CONV_MAX_K: u32 = 16;
@@ -83,6 +104,7 @@ fn constants(caps: &Caps) -> String {
         ("COOP_WG", COOP_WG),
         ("COOP_CS", COOP_CS),
         ("ROW_WG", ROW_WG),
+        ("ARGMAX_CHUNK", ARGMAX_CHUNK),
         ("ELT_WG", ELT_WG),
         ("ATT_WG", ATT_WG),
         ("ATT_MAX_D", ATT_MAX_D),
@@ -90,6 +112,9 @@ fn constants(caps: &Caps) -> String {
         ("DELTA_ROWS", DELTA_ROWS),
         ("DELTA_CHUNK", DELTA_CHUNK),
         ("DELTA_MAX_DK", DELTA_MAX_DK),
+        ("DELTA_REC_WG", DELTA_REC_WG),
+        ("DELTA_REC_ROWS", delta_rec_rows(caps)),
+        ("DELTA_LANES", DELTA_LANES),
         ("CONV_WG", CONV_WG),
         ("CONV_MAX_K", CONV_MAX_K),
         ("CONV_NORM_WG", CONV_NORM_WG),
@@ -141,6 +166,7 @@ kernels! {
     MatmulCoop,
     MoeRoute,
     MoeMatvec,
+    MoeRows,
     MoeCombine,
     RmsNorm,
     AddRmsNorm,
@@ -154,6 +180,8 @@ kernels! {
     SigmoidScaleAdd,
     SplitQgate,
     Argmax,
+    ArgmaxSplit,
+    ArgmaxCombine,
     GdnGates,
     Rope,
     KvStore,
@@ -198,11 +226,16 @@ impl Spec {
 }
 
 const NORM: &str = wgsl!("lib_norm");
+const ARGMAX: &str = wgsl!("lib_argmax");
+const ARGMAX_SCAN: &str = wgsl!("lib_argmax_scan");
 const ATTEND: &str = wgsl!("lib_attention");
 const COOP_TILES: &str = wgsl!("lib_coop_tiles");
 const MM_IO: &str = wgsl!("lib_mm_io");
 const MV_IO: &str = wgsl!("lib_mv_io");
 const TILE_IO: &str = wgsl!("lib_tile_io");
+const MOE_IO: &str = wgsl!("lib_moe_io");
+const DELTA_ROWS_SG: &str = wgsl!("lib_delta_rows_sg");
+const DELTA_ROWS_PLAIN: &str = wgsl!("lib_delta_rows_plain");
 
 impl Kernel {
     fn spec(self, caps: &Caps) -> Spec {
@@ -223,7 +256,8 @@ impl Kernel {
             }
             .with(&[TILE_IO, COOP_TILES]),
             Kernel::MoeRoute => spec("moe_route", wgsl!("moe_route"), None, false),
-            Kernel::MoeMatvec => spec("moe_matvec", wgsl!("moe_matvec"), One, true).mv(),
+            Kernel::MoeMatvec => spec("moe_matvec", wgsl!("moe_matvec"), One, true).mv().with(&[MOE_IO]),
+            Kernel::MoeRows => spec("moe_rows", wgsl!("moe_rows"), One, false).with(&[MOE_IO]),
             Kernel::MoeCombine => spec("moe_combine", wgsl!("moe_combine"), None, false),
             Kernel::RmsNorm => spec("rms_norm", wgsl!("rms_norm"), None, true).with(&[NORM]),
             Kernel::AddRmsNorm => spec("add_rms_norm", wgsl!("add_rms_norm"), None, true).with(&[NORM]),
@@ -236,14 +270,24 @@ impl Kernel {
             Kernel::SigmoidMulAssign => spec("sigmoid_mul_assign", wgsl!("sigmoid_mul_assign"), None, false),
             Kernel::SigmoidScaleAdd => spec("sigmoid_scale_add", wgsl!("sigmoid_scale_add"), None, false),
             Kernel::SplitQgate => spec("split_qgate", wgsl!("split_qgate"), None, false),
-            Kernel::Argmax => spec("argmax", wgsl!("argmax"), None, false),
+            Kernel::Argmax => spec("argmax", wgsl!("argmax"), None, false).with(&[ARGMAX, ARGMAX_SCAN]),
+            Kernel::ArgmaxSplit => {
+                spec("argmax_split", wgsl!("argmax_split"), None, false).with(&[ARGMAX, ARGMAX_SCAN])
+            }
+            Kernel::ArgmaxCombine => spec("argmax_combine", wgsl!("argmax_combine"), None, false).with(&[ARGMAX]),
             Kernel::GdnGates => spec("gdn_gates", wgsl!("gdn_gates"), None, false),
             Kernel::Rope => spec("rope_neox", wgsl!("rope_neox"), None, false),
             Kernel::KvStore => spec("kv_store", wgsl!("kv_store"), None, false),
             Kernel::Attention => spec("attention", wgsl!("attention"), None, false).with(&[ATTEND]),
             Kernel::AttentionSplit => spec("attention_split", wgsl!("attention_split"), None, false).with(&[ATTEND]),
             Kernel::AttentionCombine => spec("attention_combine", wgsl!("attention_combine"), None, false),
-            Kernel::DeltaRecurrent => spec("delta_rule_recurrent", wgsl!("delta_rule_recurrent"), None, false),
+            Kernel::DeltaRecurrent => {
+                spec("delta_rule_recurrent", wgsl!("delta_rule_recurrent"), None, false).with(if caps.subgroups {
+                    &[DELTA_ROWS_SG]
+                } else {
+                    &[DELTA_ROWS_PLAIN]
+                })
+            }
             Kernel::DeltaChunkPrep => spec("delta_rule_chunk_prep", wgsl!("delta_rule_chunk_prep"), None, false),
             Kernel::DeltaChunkState => spec("delta_rule_chunk_state", wgsl!("delta_rule_chunk_state"), None, false),
         }

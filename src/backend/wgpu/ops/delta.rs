@@ -1,29 +1,31 @@
 //! The gated delta rule (spec/DELTANET.md) on the value-major state `M = Sᵀ` `[Hv, dv, dk]`.
 //!
-//! * `delta_rule_recurrent`: one dispatch of `delta_rule_recurrent.wgsl` (A.2/A.3, row-owned:
-//!   an invocation owns one state row for all T tokens).
+//! * `delta_rule_recurrent`: `delta_rule_recurrent.wgsl` (A.2/A.3, row-owned: a subgroup, or a
+//!   group of invocations without subgroups, owns one state row; a workgroup a block of rows), so
+//!   that a decode token spreads over ceil(dv / rows) × Hv workgroups (rows: 8 with subgroups).
 //! * `delta_rule_chunked`: C = 64 (B). Per batch of chunks, `delta_rule_chunk_prep.wgsl`
 //!   (parallel over heads × chunks: decays, A, P, the triangular solve for U and W) then
 //!   `delta_rule_chunk_state.wgsl` (parallel over heads × state rows, sequential over the
 //!   chunks, a few per dispatch: V_new, outputs, state update). Chunk intermediates live in scratch tensors sized for
 //!   one batch, so any T fits the device's storage binding limit.
 
-use crate::backend::wgpu::kernels::{Kernel, DELTA_CHUNK, DELTA_MAX_DK, DELTA_ROWS};
+use crate::backend::wgpu::kernels::{delta_rec_rows, Kernel, DELTA_CHUNK, DELTA_MAX_DK, DELTA_ROWS};
 use crate::backend::wgpu::{gpu_err, WgpuBackend};
 use crate::backend::{check, DType, GdnDims, Tensor};
 use crate::error::Result;
 
 /// Chunk length of the chunked algorithm.
 const CHUNK: usize = DELTA_CHUNK as usize;
-/// State rows per workgroup of the recurrent and chunk-state kernels.
+/// State rows per workgroup of the chunk-state kernel.
 const ROWS: usize = DELTA_ROWS as usize;
-/// Largest key head dim: the shaders keep a state row in a private array of this size.
+/// Largest key head dim: the chunk-state shader keeps a state row in a private array of this size.
 const MAX_DK: usize = DELTA_MAX_DK as usize;
 /// llvmpipe/lavapipe (our CI device) silently ends all loops of a shader invocation after 65535
 /// back-edges in total (`LP_MAX_TGSI_LOOP_ITERATIONS`, shared by every loop of the shader), so a
 /// sequential kernel must not walk too many tokens in one dispatch; the state row is stored and
-/// reloaded between dispatches instead. Recurrent: ~2·dk + 5 back-edges per token, i.e. at most
-/// ~33.5K for 128 tokens with dk = 128.
+/// reloaded between dispatches instead. Recurrent: ~2·dk/w + 20 back-edges per token for row groups
+/// of w invocations (w = 8 without subgroups, lavapipe's subgroup size 4..16 with), i.e. at most
+/// ~9K for 128 tokens with dk = 128.
 const RECURRENT_TOKENS_PER_DISPATCH: usize = 128;
 /// The same budget for the chunk-state kernel: ~C·(2·dk + C/2 + 3) ≈ 18.6K back-edges per chunk
 /// with dk = 128, so two chunks per dispatch (~37K).
@@ -73,6 +75,7 @@ pub(crate) fn delta_rule_recurrent(
         return Ok(());
     }
     let GdnDims { hk, hv, dk, dv } = dims;
+    let blocks = dv.div_ceil(delta_rec_rows(&be.caps) as usize) as u32;
     let mut enc = be.encoder()?;
     for t0 in (0..t).step_by(RECURRENT_TOKENS_PER_DISPATCH) {
         let n = RECURRENT_TOKENS_PER_DISPATCH.min(t - t0);
@@ -82,7 +85,7 @@ pub(crate) fn delta_rule_recurrent(
             None,
             &params,
             &[u.into(), g.into(), beta.into(), state.into(), out.into()],
-            [dv.div_ceil(ROWS) as u32, hv as u32, 1],
+            [blocks, hv as u32, 1],
         )?;
     }
     Ok(())

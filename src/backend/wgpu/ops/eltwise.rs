@@ -2,9 +2,9 @@
 
 use super::u32_of;
 use crate::backend::wgpu::encoder::Bind;
-use crate::backend::wgpu::kernels::{Kernel, ELT_WG};
+use crate::backend::wgpu::kernels::{Kernel, ARGMAX_CHUNK, ELT_WG};
 use crate::backend::wgpu::WgpuBackend;
-use crate::backend::{check, Tensor};
+use crate::backend::{check, DType, Tensor};
 use crate::error::Result;
 
 /// Dispatch an elementwise kernel over `n` items, ELT_WG per workgroup, split over a 2-D grid.
@@ -58,17 +58,37 @@ pub(crate) fn split_qgate(be: &WgpuBackend, qg: &Tensor, head_dim: usize, q: &Te
     )
 }
 
-/// Row-wise argmax of `logits` `[T, V]` into U32 `out` `[T]`: one workgroup per row.
+/// Row-wise argmax of `logits` `[T, V]` into U32 `out` `[T]`: one workgroup per row, or for rows
+/// longer than `ARGMAX_CHUNK` (the LM head's) one per chunk and then one per row over the chunks'
+/// results (a single workgroup reading a 1 MB row would leave the GPU idle).
 pub(crate) fn argmax(be: &WgpuBackend, logits: &Tensor, out: &Tensor) -> Result<()> {
     let (t_len, v) = check::argmax(logits, out)?;
     u32_of("argmax", "elements", logits.numel())?;
     let mut enc = be.encoder()?;
     let [gx, gy] = enc.grid(t_len as u32);
+    let chunks = v.div_ceil(ARGMAX_CHUNK as usize);
+    if chunks <= 1 || chunks > be.caps.max_workgroups_per_dim as usize {
+        return enc.run(
+            Kernel::Argmax,
+            None,
+            &[v as u32],
+            &[logits.into(), out.into()],
+            [gx, gy, 1],
+        );
+    }
+    let part = enc.scratch("argmax_part", DType::U32, &[t_len, chunks, 2])?;
     enc.run(
-        Kernel::Argmax,
+        Kernel::ArgmaxSplit,
         None,
-        &[v as u32],
-        &[logits.into(), out.into()],
+        &[v as u32, chunks as u32],
+        &[logits.into(), (&part).into()],
+        [gx, gy, chunks as u32],
+    )?;
+    enc.run(
+        Kernel::ArgmaxCombine,
+        None,
+        &[chunks as u32],
+        &[(&part).into(), out.into()],
         [gx, gy, 1],
     )
 }

@@ -7,16 +7,13 @@
 //! * rows that are not a multiple of the fast kernels' units (small F32/F16 tensors):
 //!   `matmul_rows.wgsl` (short rows) or `matmul.wgsl`.
 
-use super::{pieces, row_bytes, u32_of, weight_type};
+use super::{pieces, row_bytes, u32_of, weight_type, MATMUL_ROWS_MAX_IN};
 use crate::backend::wgpu::caps::Coop;
 use crate::backend::wgpu::encoder::Encoder;
 use crate::backend::wgpu::kernels::{self, Kernel, MM_ROWS_WG, MM_TILE, MV_ROWS, TILE_K, TILE_M, TILE_N};
 use crate::backend::wgpu::{gpu_err, WgpuBackend};
 use crate::backend::{check, Tensor};
 use crate::error::Result;
-
-/// Rows up to this length use `matmul_rows.wgsl` in the generic path (one invocation per row).
-const MATMUL_ROWS_MAX_IN: usize = 256;
 
 /// `out[t] = dequant(table[ids[t]])`. Ids >= vocab give a zero row (checked in the shader; the
 /// host cannot see device ids without a readback). The CPU backend errors instead.

@@ -30,6 +30,10 @@ use crate::backend::{DType, Tensor};
 use crate::error::Result;
 use crate::gguf::GgmlType;
 
+/// Rows up to this length take one invocation per row (`matmul_rows.wgsl` in the generic matmul
+/// path and for one token, `moe_rows.wgsl` for the experts) rather than a workgroup per few rows.
+const MATMUL_ROWS_MAX_IN: usize = 256;
+
 /// Shaders address a bound piece with u32 byte offsets; pieces stay below this.
 const MAX_PIECE: u64 = 1 << 31;
 

@@ -4,10 +4,11 @@
 //! reduction). `moe_experts` is four dispatches (per piece of the expert weights): gate projection
 //! of every (token, slot) into a scratch `h [T·k, n_ff]`, up projection combined in place into
 //! `h = silu(gate) · up`, down projection into `y [T·k, d]`, and the weighted sum over each
-//! token's slots into `out`. The projections use the matrix-vector units of `matvec.wgsl`.
+//! token's slots into `out`. The projections of long rows use the matrix-vector units of
+//! `matvec.wgsl` (`moe_matvec.wgsl`), those of short rows one invocation per row (`moe_rows.wgsl`).
 
-use super::{pieces, row_bytes, u32_of, weight_type};
-use crate::backend::wgpu::kernels::{self, Kernel, ELT_WG, MOE_MAX_E, MOE_MAX_K, MV_ROWS};
+use super::{pieces, row_bytes, u32_of, weight_type, MATMUL_ROWS_MAX_IN};
+use crate::backend::wgpu::kernels::{self, Kernel, ELT_WG, MM_ROWS_WG, MOE_MAX_E, MOE_MAX_K, MV_ROWS};
 use crate::backend::wgpu::{gpu_err, WgpuBackend};
 use crate::backend::{check, DType, Tensor};
 use crate::error::Result;
@@ -93,18 +94,27 @@ pub(crate) fn moe_experts(
         (down_exps, d, n_ff, 1, &h, &y, 0),
     ] {
         let ty = weight_type(op, w.dtype)?;
+        let rb = row_bytes(op, ty, cols)?;
+        let expert_bytes = rb * rows as u64;
+        // Short rows: one invocation per (slot, row); long ones: a workgroup per MV_ROWS rows of a
+        // slot, its invocations striding over the row's matrix-vector units.
+        let short = cols <= MATMUL_ROWS_MAX_IN;
         let unit = kernels::mv_unit(ty);
-        if cols % unit != 0 {
+        if !short && cols % unit != 0 {
             return Err(gpu_err(format!(
                 "{op}: rows of {cols} {ty} values are not a multiple of {unit} (the wgpu expert kernel's unit)"
             )));
         }
-        let rb = row_bytes(op, ty, cols)?;
-        let expert_bytes = rb * rows as u64;
         let row_groups = (rows as u32).div_ceil(MV_ROWS);
-        let n_wg = s32
-            .checked_mul(row_groups)
-            .ok_or_else(|| gpu_err(format!("{op}: too many workgroups")))?;
+        let (kernel, n_wg) = if short {
+            // slots · rows fits u32: it is the size of h or y.
+            (Kernel::MoeRows, (s32 * rows as u32).div_ceil(MM_ROWS_WG))
+        } else {
+            let n_wg = s32
+                .checked_mul(row_groups)
+                .ok_or_else(|| gpu_err(format!("{op}: too many workgroups")))?;
+            (Kernel::MoeMatvec, n_wg)
+        };
         let [gx, gy] = enc.grid(n_wg);
         for p in pieces(&be.caps, op, w, n_exp, expert_bytes)? {
             let params = [
@@ -120,7 +130,7 @@ pub(crate) fn moe_experts(
                 (cols / unit) as u32,
             ];
             enc.run(
-                Kernel::MoeMatvec,
+                kernel,
                 Some(ty),
                 &params,
                 &[p.bind(w), ids.into(), inp.into(), dst.into()],
