@@ -3,7 +3,17 @@
 // One block per group of d values (a token's hidden vector, or one head). Each thread strides
 // over the group; the sum of squares is a block reduction. Values are computed as the CPU
 // reference writes them: s = 1 / sqrt(mean(x^2) + eps), y = (x * s) * w (two roundings).
+//
+// Slot p6 (all three RMSNorms): when non-zero, the same outputs rounded to f16 (round to nearest,
+// as pf_f32_to_f16 writes them) at the same index: the f16 copy a tensor-core product of the fast
+// prefill path reads next (src/backend/cuda/shadow.rs), written here instead of by one more launch.
 #include "common.cuh"
+
+// out[i] = v, and the f16 copy when there is one.
+__device__ __forceinline__ void put(float* out, __half* out16, size_t i, float v) {
+    out[i] = v;
+    if (out16 != nullptr) out16[i] = __float2half_rn(v);
+}
 
 // 1 / sqrt(sum(x^2)/d + eps) over the group at x.
 __device__ __forceinline__ float rms_scale(const float* x, int d, float eps, float* sh) {
@@ -13,7 +23,7 @@ __device__ __forceinline__ float rms_scale(const float* x, int d, float eps, flo
     return 1.0f / sqrtf(ss / (float)d + eps);
 }
 
-// out = rms_norm(x; w). Slots: p0 x, p1 w [d], p2 out; n0 d; f0 eps. Grid: groups.
+// out = rms_norm(x; w). Slots: p0 x, p1 w [d], p2 out, p6 f16 out or 0; n0 d; f0 eps. Grid: groups.
 KERNEL void rms_norm(const Args a) {
     kernel_start();
     __shared__ float sh[32];
@@ -21,11 +31,12 @@ KERNEL void rms_norm(const Args a) {
     const float* x = reinterpret_cast<const float*>(a.p[0]) + (size_t)blockIdx.x * d;
     const float* w = reinterpret_cast<const float*>(a.p[1]);
     float* out = reinterpret_cast<float*>(a.p[2]) + (size_t)blockIdx.x * d;
+    __half* out16 = a.p[6] ? reinterpret_cast<__half*>(a.p[6]) + (size_t)blockIdx.x * d : nullptr;
     const float s = rms_scale(x, d, a.f[0], sh);
-    for (int i = threadIdx.x; i < d; i += blockDim.x) out[i] = __fmul_rn(__fmul_rn(x[i], s), w[i]);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) put(out, out16, i, __fmul_rn(__fmul_rn(x[i], s), w[i]));
 }
 
-// acc += x; out = rms_norm(acc; w). Slots: p0 acc, p1 x, p2 w, p3 out; n0 d; f0 eps.
+// acc += x; out = rms_norm(acc; w). Slots: p0 acc, p1 x, p2 w, p3 out, p6 f16 out or 0; n0 d; f0 eps.
 KERNEL void add_rms_norm(const Args a) {
     kernel_start();
     __shared__ float sh[32];
@@ -34,13 +45,15 @@ KERNEL void add_rms_norm(const Args a) {
     const float* x = reinterpret_cast<const float*>(a.p[1]) + (size_t)blockIdx.x * d;
     const float* w = reinterpret_cast<const float*>(a.p[2]);
     float* out = reinterpret_cast<float*>(a.p[3]) + (size_t)blockIdx.x * d;
+    __half* out16 = a.p[6] ? reinterpret_cast<__half*>(a.p[6]) + (size_t)blockIdx.x * d : nullptr;
     // Each thread adds and later reads back only its own elements: no barrier needed between.
     for (int i = threadIdx.x; i < d; i += blockDim.x) acc[i] = acc[i] + x[i];
     const float s = rms_scale(acc, d, a.f[0], sh);
-    for (int i = threadIdx.x; i < d; i += blockDim.x) out[i] = __fmul_rn(__fmul_rn(acc[i], s), w[i]);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) put(out, out16, i, __fmul_rn(__fmul_rn(acc[i], s), w[i]));
 }
 
-// out = rms_norm(x; w) * silu(z). Slots: p0 x, p1 z, p2 w [d], p3 out; n0 d; f0 eps.
+// out = rms_norm(x; w) * silu(z). Slots: p0 x, p1 z, p2 w [d], p3 out, p6 f16 out or 0; n0 d;
+// f0 eps.
 KERNEL void gated_rms_norm(const Args a) {
     kernel_start();
     __shared__ float sh[32];
@@ -50,9 +63,10 @@ KERNEL void gated_rms_norm(const Args a) {
     const float* z = reinterpret_cast<const float*>(a.p[1]) + o;
     const float* w = reinterpret_cast<const float*>(a.p[2]);
     float* out = reinterpret_cast<float*>(a.p[3]) + o;
+    __half* out16 = a.p[6] ? reinterpret_cast<__half*>(a.p[6]) + o : nullptr;
     const float s = rms_scale(x, d, a.f[0], sh);
     for (int i = threadIdx.x; i < d; i += blockDim.x)
-        out[i] = __fmul_rn(__fmul_rn(__fmul_rn(x[i], s), w[i]), siluf_(z[i]));
+        put(out, out16, i, __fmul_rn(__fmul_rn(__fmul_rn(x[i], s), w[i]), siluf_(z[i])));
 }
 
 // In place on u [T, conv_dim]: every q and k head (the first 2*hk groups of dk of a row) times

@@ -1,7 +1,7 @@
 //! RMSNorm (plain, fused with the residual add, gated) and the q/k L2 norm
 //! (kernels-cuda/norm.cu). One block per group of values (`norm_threads` sizes it).
 
-use super::{grid_u32, group_threads, Launch};
+use super::{gemm, grid_u32, group_threads, Launch};
 use crate::backend::cuda::buffer::ptr;
 use crate::backend::cuda::launch::Args;
 use crate::backend::cuda::profile::Phase;
@@ -21,11 +21,31 @@ fn norm_threads(inner: &Inner, g: usize, d: usize) -> u32 {
     ((d.div_ceil(4).div_ceil(32) * 32).clamp(32, 1024) as u32).max(base)
 }
 
-fn groups(inner: &Inner, name: &'static str, numel: usize, d: usize, args: Args, uses: &[&Tensor]) -> Result<()> {
-    let g = numel / d;
+/// Launch RMSNorm kernel `name` over the groups of `out` (`d` values each). When the batch takes
+/// the tensor-core path (`gemm::fast_batch`: the norm's output is the next product's input), the
+/// kernel also writes `out`'s f16 copy (slot p6) and registers it (`shadow.rs`), which saves the
+/// product a conversion launch.
+fn norm_groups(
+    inner: &Inner,
+    name: &'static str,
+    out: &Tensor,
+    d: usize,
+    mut args: Args,
+    uses: &[&Tensor],
+) -> Result<()> {
+    let g = out.numel() / d;
     if g == 0 {
         return Ok(());
     }
+    let tokens = out.shape.first().copied().unwrap_or(0);
+    let _ws = inner.workspaces()?;
+    let copy = if gemm::fast_batch(inner, tokens) {
+        let (slot, planes) = inner.shadow_slot(out, false)?;
+        args.p[6] = planes.hi;
+        Some(slot)
+    } else {
+        None
+    };
     inner.kernel(
         Launch {
             name: (name, ""),
@@ -36,7 +56,11 @@ fn groups(inner: &Inner, name: &'static str, numel: usize, d: usize, args: Args,
             phase: Phase::Norms,
         },
         uses,
-    )
+    )?;
+    match copy {
+        Some(slot) => inner.shadow_made(slot, out, false),
+        None => Ok(()),
+    }
 }
 
 pub(crate) fn rms_norm(inner: &Inner, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
@@ -48,7 +72,7 @@ pub(crate) fn rms_norm(inner: &Inner, x: &Tensor, w: &Tensor, eps: f32, out: &Te
     a.p[2] = ptr(out, op)?;
     a.n[0] = d as i64;
     a.f[0] = eps;
-    groups(inner, "rms_norm", x.numel(), d, a, &[x, w, out])
+    norm_groups(inner, "rms_norm", out, d, a, &[x, w, out])
 }
 
 pub(crate) fn add_rms_norm(inner: &Inner, acc: &Tensor, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
@@ -61,7 +85,7 @@ pub(crate) fn add_rms_norm(inner: &Inner, acc: &Tensor, x: &Tensor, w: &Tensor, 
     a.p[3] = ptr(out, op)?;
     a.n[0] = d as i64;
     a.f[0] = eps;
-    groups(inner, "add_rms_norm", acc.numel(), d, a, &[acc, x, w, out])
+    norm_groups(inner, "add_rms_norm", out, d, a, &[acc, x, w, out])
 }
 
 pub(crate) fn gated_rms_norm(inner: &Inner, x: &Tensor, z: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
@@ -74,7 +98,7 @@ pub(crate) fn gated_rms_norm(inner: &Inner, x: &Tensor, z: &Tensor, w: &Tensor, 
     a.p[3] = ptr(out, op)?;
     a.n[0] = d as i64;
     a.f[0] = eps;
-    groups(inner, "gated_rms_norm", x.numel(), d, a, &[x, z, w, out])
+    norm_groups(inner, "gated_rms_norm", out, d, a, &[x, z, w, out])
 }
 
 pub(crate) fn l2_norm_qk(inner: &Inner, u: &Tensor, dims: GdnDims, eps: f32) -> Result<()> {
