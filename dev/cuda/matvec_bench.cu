@@ -1,13 +1,13 @@
 // dev/cuda/matvec_bench.cu: standalone check and benchmark of the decode matrix-vector kernels
 // (llm.c dev/cuda style). It includes the production kernels (kernels-cuda/matvec.cuh) and the
-// candidate layout dev/cuda/matvec_warp.cuh, runs them
+// candidate layouts dev/cuda/matvec_warp.cuh and dev/cuda/matvec_tc.cuh (tensor cores, Q4_K), runs them
 // and a naive baseline on random weights of the formats that dominate decode (Q4_K, Q6_K, Q8_0,
 // plus F16 and F32), checks every output against a double-precision CPU dot product of the
 // dequantized rows, and times them against the device-to-device copy bandwidth.
 //
 // Build (here or on the GPU machine; static CUDA runtime, so the binary runs on any driver >= 13.0):
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -I kernels-cuda \
-//        dev/cuda/matvec_bench.cu -o matvec_bench
+//        -I dev/cuda dev/cuda/matvec_bench.cu -o matvec_bench
 // Run: ./matvec_bench [--quick]
 // Output: one line per (format, shape, variant): microseconds per call, GB/s of weight bytes,
 // percent of the copy bandwidth, worst error relative to sum |w x|, PASS/FAIL; then a table of
@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "matvec_q8.cuh"
+#include "matvec_tc.cuh"
 #include "matvec_warp.cuh"
 
 #define CK(x)                                                                                   \
@@ -271,7 +272,22 @@ struct Variant {
     int q8 = 0;  // 1: matvec_q8 (fast tier), 2: matvec_q8 with 255 registers
     int warp = 0;  // rows per warp of matvec_warp.cuh (0: not that kernel)
     bool pair = false;  // matvec_warp_q4k_pair
+    int tc = 0;         // matvec_tc.cuh (Q4_K): 16-row tiles per block (0: not that kernel)
+    int tc_kw = 0;      // its warps per block (split over the super-blocks)
+    bool tc_prep = true;  // time the x split (mvtc::prep_x) with every call (false: once per case)
 };
+
+// x split into A words for matvec_tc.cuh (one per case: every variant reads the same x).
+static uint32_t* g_tc_xa = nullptr;
+static float* g_tc_xs = nullptr;
+static void tc_prep(const float* x, int n_in, cudaStream_t st) {
+    launch_k(mvtc::prep_x, dim3(n_in / 256), dim3(256), 0, st, mvtc::PrepArgs{x, g_tc_xa, g_tc_xs});
+}
+template <int R, int KW>
+static void tc_launch(const uint8_t* W, float* out, int n_out, int n_in, size_t row_bytes, cudaStream_t st) {
+    launch_k(mvtc::q4k<R, KW>, dim3((n_out + 16 * R - 1) / (16 * R)), dim3(32 * KW), 0, st,
+             mvtc::Args{W, g_tc_xa, g_tc_xs, out, n_out, n_in, row_bytes});
+}
 
 // Chunk units of the q8 kernel per format (Q8Dot<F>::CU), 0 where it has none.
 template <class F>
@@ -285,6 +301,19 @@ static constexpr int q8_cu() {
 template <class F>
 static void launch(const Variant& v, const uint8_t* W, const float* x, float* out, int n_out, int n_in,
                    size_t row_bytes, cudaStream_t st) {
+    if constexpr (std::is_same_v<F, FmtQ4_K>) {
+        if (v.tc) {
+            if (v.tc_prep) tc_prep(x, n_in, st);
+            const int key = v.tc * 100 + v.tc_kw;
+            switch (key) {
+                case 108: tc_launch<1, 8>(W, out, n_out, n_in, row_bytes, st); return;
+                case 204: tc_launch<2, 4>(W, out, n_out, n_in, row_bytes, st); return;
+                case 208: tc_launch<2, 8>(W, out, n_out, n_in, row_bytes, st); return;
+                case 404: tc_launch<4, 4>(W, out, n_out, n_in, row_bytes, st); return;
+                default: fprintf(stderr, "no matvec_tc instance R=%d KW=%d\n", v.tc, v.tc_kw); exit(2);
+            }
+        }
+    }
     if constexpr (q8_cu<F>() > 0) {
         if (v.warp) {
             const int rows_per_block = (MVW_THREADS / 32) * v.warp;
@@ -453,6 +482,23 @@ static Best run_case(const FmtInfo& f, const Shape& s, double copy_gbs, bool qui
         if constexpr (std::is_same_v<F, FmtQ4_K>)
             for (int r : {1, 2, 4}) vars.push_back({"warp pair R=" + std::to_string(r), 1, false, 0, 0, r, true});
     }
+    if constexpr (std::is_same_v<F, FmtQ4_K>) {
+        // Tensor cores (exact tier): "tc R=.. KW=.." times the x split and the product together,
+        // "tc* ..." the product alone (the split is per x, shared by every product that reads it).
+        CK(cudaMalloc(&g_tc_xa, (size_t)(n_in / 256) * mvtc::SB_WORDS * 4));
+        CK(cudaMalloc(&g_tc_xs, (size_t)(n_in / 256) * mvtc::SB_SUMS * 4));
+        tc_prep(dx, n_in, st);
+        for (auto [r, kw] : {std::pair{1, 8}, {2, 4}, {2, 8}, {4, 4}}) {
+            const std::string geo = " R=" + std::to_string(r) + " KW=" + std::to_string(kw);
+            Variant a{"tc" + geo, 1, false};
+            a.tc = r;
+            a.tc_kw = kw;
+            vars.push_back(a);
+            a.name = "tc*" + geo;
+            a.tc_prep = false;
+            vars.push_back(a);
+        }
+    }
     Best best;
     std::vector<float> got(n_out);
     for (const Variant& v : vars) {
@@ -489,7 +535,7 @@ static Best run_case(const FmtInfo& f, const Shape& s, double copy_gbs, bool qui
         CK(cudaEventElapsedTime(&ms, e0, e1));
         const double us = 1000.0 * ms / iters;
         const double gbs = mat_bytes / (us * 1e3);
-        if (ok && (v.rpt > 0 || v.warp > 0) && !v.q8 && us < best.us) {
+        if (ok && (v.rpt > 0 || v.warp > 0 || (v.tc > 0 && v.tc_prep)) && !v.q8 && us < best.us) {
             best.us = us;
             best.name = v.name;
         }
@@ -503,6 +549,12 @@ static Best run_case(const FmtInfo& f, const Shape& s, double copy_gbs, bool qui
         fflush(stdout);
     }
     for (auto p : dW) CK(cudaFree(p));
+    if (g_tc_xa) {
+        CK(cudaFree(g_tc_xa));
+        CK(cudaFree(g_tc_xs));
+        g_tc_xa = nullptr;
+        g_tc_xs = nullptr;
+    }
     CK(cudaFree(dx));
     CK(cudaFree(dout));
     CK(cudaEventDestroy(e0));

@@ -1,0 +1,166 @@
+// mvtc_checks.cpp: dev/cuda/matvec_tc.cuh (tensor-core Q4_K matvec, strict tier) run on the CPU
+// emulator (pf_emu.h: every CUDA thread a coroutine, mma.sync / shuffles as warp collectives per
+// the PTX fragment layouts) against a double-precision dot product of the dequantized rows, at the
+// bound matvec_bench.cu applies to every exact kernel: |got - want| <= 1e-5 * sum |w x| per row.
+// The emulator also aborts if any HFMA2 of the weight decode is inexact (the design relies on it)
+// and, under AddressSanitizer, on any read past the weights or the x buffers.
+// Build and run: bash dev/cuda/emu/run-mvtc.sh
+#define PF_EMU 1
+#include <cstdarg>
+#include <string>
+#include <vector>
+
+#include "../matvec_tc.cuh"
+
+static int g_fail = 0, g_checks = 0;
+
+static uint64_t rs = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd() {
+    rs ^= rs >> 12;
+    rs ^= rs << 25;
+    rs ^= rs >> 27;
+    return rs * 0x2545F4914F6CDD1Dull;
+}
+static double urand() { return (double)(rnd() >> 11) * (1.0 / 9007199254740992.0); }
+
+static uint16_t f2h(float v) { return __half_raw(__float2half_rn(v)).x; }
+static double h2d(uint16_t h) { return (double)pf::h2f(h); }
+
+// Exact size rounded up to 16 bytes, poisoned past that (AddressSanitizer).
+template <class T>
+static T* dev_alloc(size_t n) {
+    const size_t bytes = (n * sizeof(T) + 15) / 16 * 16, cap = (bytes + 255) / 256 * 256;
+    void* p = aligned_alloc(256, cap);
+    memset(p, 0xff, cap);
+#if PF_EMU_ASAN
+    __asan_poison_memory_region(static_cast<uint8_t*>(p) + bytes, cap - bytes);
+#endif
+    return static_cast<T*>(p);
+}
+
+static void scale_min_k4(int j, const uint8_t* q, int& sc, int& m) {
+    if (j < 4) {
+        sc = q[j] & 63;
+        m = q[j + 4] & 63;
+    } else {
+        sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+// ggml's dequantization, the f32 values (d * sc and dmin * m rounded to f32 first, as ggml does).
+static void dequant_q4k(const uint8_t* b, float* y) {
+    const float d = pf::h2f(b[0] | (b[1] << 8)), dmin = pf::h2f(b[2] | (b[3] << 8));
+    for (int c = 0; c < 4; c++) {
+        int s1, m1, s2, m2;
+        scale_min_k4(2 * c, b + 4, s1, m1);
+        scale_min_k4(2 * c + 1, b + 4, s2, m2);
+        const float d1 = d * s1, mm1 = dmin * m1, d2 = d * s2, mm2 = dmin * m2;
+        for (int l = 0; l < 32; l++) {
+            y[64 * c + l] = d1 * (float)(b[16 + 32 * c + l] & 0xF) - mm1;
+            y[64 * c + 32 + l] = d2 * (float)(b[16 + 32 * c + l] >> 4) - mm2;
+        }
+    }
+}
+
+static std::vector<uint8_t> random_q4k(int rows, int n_in) {
+    std::vector<uint8_t> w((size_t)rows * (n_in / 256) * 144);
+    for (auto& b : w) b = (uint8_t)rnd();
+    for (size_t i = 0; i < w.size() / 144; i++) {
+        uint8_t* b = w.data() + 144 * i;
+        // Positive scales of sane size; every 16th super-block 256x smaller (as the prefill emu).
+        const float small = (rnd() & 15) == 0 ? 1.0f / 256 : 1.0f;
+        const uint16_t d = f2h((float)(1 + urand()) * 0x1p-13f * small), dm = f2h((float)(1 + urand()) * 0x1p-13f * small);
+        b[0] = d & 0xff, b[1] = d >> 8, b[2] = dm & 0xff, b[3] = dm >> 8;
+    }
+    return w;
+}
+
+// x patterns: what the f16 split must survive.
+static std::vector<float> make_x(int kind, int n) {
+    std::vector<float> x(n);
+    for (int i = 0; i < n; i++) {
+        const double u = urand() * 2 - 1;
+        switch (kind) {
+            case 0: x[i] = (float)u; break;  // uniform
+            case 1: {  // per sub-block magnitudes 2^-30 .. 2^30, zero sub-blocks, a tiny sub-block
+                const int sub = i / 32;
+                const int e = (int)((sub * 2654435761u) % 61) - 30;
+                x[i] = sub % 7 == 3 ? 0.0f : sub % 11 == 5 ? (float)(u * 1e-30) : (float)ldexp(u, e);
+                break;
+            }
+            case 2: {  // per element magnitudes 2^-40 .. 2^20 (wide range inside a super-block)
+                x[i] = (float)ldexp(u, (int)(rnd() % 61) - 40);
+                if (rnd() % 9 == 0) x[i] = 0.0f;
+                break;
+            }
+            case 3: {  // extremes: huge super-blocks, subnormal ones, all-zero ones, one large outlier
+                const int sbk = i / 256;
+                x[i] = sbk % 4 == 0 ? (float)(u * 1e36) : sbk % 4 == 1 ? (float)(u * 1e-39) : sbk % 4 == 2 ? 0.0f
+                                                                                                : (float)(u * 1e-3);
+                if (sbk % 4 == 3 && i % 256 == 17) x[i] = 3e4f;
+                break;
+            }
+        }
+    }
+    return x;
+}
+
+template <int R, int KW>
+static void check(const char* what, int n_out, int n_in, int xkind) {
+    const std::vector<uint8_t> hw = random_q4k(n_out, n_in);
+    const std::vector<float> hx = make_x(xkind, n_in);
+    const size_t rb = (size_t)(n_in / 256) * 144, nsb = n_in / 256;
+    uint8_t* w = dev_alloc<uint8_t>(hw.size());
+    memcpy(w, hw.data(), hw.size());
+    float* x = dev_alloc<float>(n_in);
+    memcpy(x, hx.data(), 4 * n_in);
+    uint32_t* xa = dev_alloc<uint32_t>(nsb * mvtc::SB_WORDS);
+    float* xs = dev_alloc<float>(nsb * mvtc::SB_SUMS);
+    float* out = dev_alloc<float>(n_out);
+    pf_emu::launch(dim3(nsb), dim3(256), 0, pf_emu::EARLY, [&] { mvtc::prep_x_body(mvtc::PrepArgs{x, xa, xs}); });
+    const mvtc::Args a{w, xa, xs, out, n_out, n_in, rb};
+    pf_emu::launch(dim3((n_out + 16 * R - 1) / (16 * R)), dim3(32 * KW), 0, pf_emu::EARLY,
+                   [&] { mvtc::q4k_body<R, KW>(a); });
+    double worst = 0;
+    int wr = 0;
+    std::vector<float> y(256);
+    for (int r = 0; r < n_out; r++) {
+        double s = 0, mag = 0;
+        for (size_t b = 0; b < nsb; b++) {
+            dequant_q4k(hw.data() + r * rb + b * 144, y.data());
+            for (int i = 0; i < 256; i++) {
+                s += (double)y[i] * hx[b * 256 + i];
+                mag += fabs((double)y[i] * hx[b * 256 + i]);
+            }
+        }
+        const double e = fabs((double)out[r] - s) / (mag > 0 ? mag : 1e-300);
+        if (!(e <= worst)) {
+            worst = std::isnan(e) ? INFINITY : e;
+            wr = r;
+        }
+    }
+    g_checks++;
+    const bool ok = worst <= 1e-5;
+    if (!ok) g_fail++;
+    printf("%s mvtc q4k R=%d KW=%d %-28s %5dx%-5d worst |err| / sum|w x| = %.2e (row %d)\n", ok ? "ok  " : "FAIL", R, KW,
+           what, n_out, n_in, worst, wr);
+    fflush(stdout);
+    free(w);
+    free(x);
+    free(xa);
+    free(xs);
+    free(out);
+}
+
+int main() {
+    const char* kinds[] = {"x uniform", "x per-sub-block 2^+-30/0/tiny", "x per-element 2^-40..2^20",
+                           "x 1e36/subnormal/zero/outlier"};
+    for (int k = 0; k < 4; k++) {
+        check<2, 4>(kinds[k], 40, 2048, k);   // 40 rows: the last tile half past the end
+        check<1, 8>(kinds[k], 24, 1536, k);   // 6 super-blocks over 8 warps: two warps idle
+    }
+    check<4, 4>(kinds[0], 64, 4096, 0);
+    check<4, 2>(kinds[2], 33, 2560, 2);
+    printf("%s: %d of %d mvtc checks failed\n", g_fail ? "FAIL" : "PASS", g_fail, g_checks);
+    return g_fail ? 1 : 0;
+}

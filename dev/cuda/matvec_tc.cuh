@@ -1,0 +1,318 @@
+// dev/cuda/matvec_tc.cuh (a candidate, timed by matvec_bench.cu, checked on the CPU emulator by
+// dev/cuda/emu/mvtc_checks.cpp): the one-token Q4_K matrix-vector product on the tensor cores, at
+// the strict (f32-class) tier.
+//
+//   out[o] = sum_i W[o][i] * x[i],  W in Q4_K: w = d * sc_j * q - dmin * m_j  (q 0..15, sc, m 0..63)
+//
+// Why: the f32 kernels spend ~3.5 instructions per weight (byte -> float, FMA) and are issue-bound
+// well below the H200's bandwidth (dev/cuda/NOTES.md). Here 8 quants cost 9 instructions (one
+// shift, four LOP3, four HFMA2) plus 2 mma.sync for the arithmetic, and nothing is rounded:
+//   * sc_j * q <= 945 is an integer, exact in f16. The B fragment (16 k x 8 weight rows) is built
+//     from the nibbles with the 0x6400 trick: (0x6400 | q) is the f16 1024 + q; one fused
+//     HFMA2 (1024 + q) * sc - 1024 * sc gives q * sc exactly (high nibbles: mask 0x00F0 gives
+//     1024 + 16 q, times sc / 16 minus 64 sc). fma.rn.f16x2 rounds once, and the result is exact.
+//   * x is split per super-block of 256 into three f16 terms: s = 2^(14 - e) with max|x| in
+//     [2^e, 2^(e+1)) puts max|x s| in [2^14, 2^15); hi = f16(x s), mid = f16(x s - hi),
+//     lo = f16(x s - hi - mid). hi + mid + lo == x s exactly where |x s| >= 1/2 (f16 normal
+//     range covers the 24 bits); below that the error is <= 2^-25 / s <= 2^-39 max|x| of the
+//     super-block, far under the f32 tier. The three terms are rows 0, 1, 2 of the A fragment
+//     (rows 3..15 zero): one MMA computes all three partial dot products of 128 weights.
+//   * The products q sc x_term are exact in the MMA, the sums f32 (tensor-core accumulation).
+//     C accumulates the 8 MMAs of one nibble half of a super-block (two chains per 8-row tile,
+//     also for latency), then acc += C * (d / s) in f32; the min term dmin * sum_j m_j S_j
+//     (S_j = sum of x over sub-block j, from the prep kernel, rounded once from a double sum) in
+//     f32 on the B side, as the f32 kernels factor it.
+//
+// Fragment layout (PTX m16n8k16, g = lane / 4, t = lane % 4; kernels-cuda/pf_common.cuh):
+//   B: lane (g, t) supplies weight row g of the 8-row tile, k = 2t, 2t+1 (b0) and 2t+8, 2t+9 (b1).
+//   A dot product does not care about k order, so lane (g, t) supplies the quants of chunk c = t
+//   of the super-block (qs bytes 32c .. 32c+32: elements l of sub-block 2c in the low nibbles,
+//   sub-block 2c+1 in the high nibbles): per 32-bit word (elements l .. l+3), b0 = (q[l], q[l+2])
+//   and b1 = (q[l+1], q[l+3]) from the low nibbles feed one MMA, the high nibbles another. An MMA
+//   thus mixes four sub-blocks (its B carries their scales). The prep kernel writes x in the same
+//   permutation as ready A words: lane (m, t) (m < 3) loads its 32 words with eight 16-byte loads.
+//   C: lane (g, t) holds term g (g < 3) of weight rows 2t, 2t+1.
+//
+// Work split: a block of KW warps owns 8R rows; warp w takes super-blocks w, w + KW, ... of all
+// R row tiles (per super-block and lane: R x (one 16-byte header + two 16-byte quant loads), all
+// issued before the math), and the KW partial sums meet in shared memory in a fixed order.
+//
+// Two launches: mvtc_prep_x (x -> A words and sums, 1.6 KB per 256 inputs; one per x, reusable by
+// every product that reads the same x) and mvtc_q4k. Requirements: n_in % 256 == 0, W 16-byte
+// aligned (rows are 144 * n_in / 256 bytes: every super-block stays 16-byte aligned).
+#pragma once
+
+#include "pf_common.cuh"
+
+namespace mvtc {
+
+constexpr int SB_WORDS = 4 * 3 * 32;  // A words per super-block: 4 chunks x 3 terms x 32
+constexpr int SB_SUMS = 16;           // floats per super-block: S_0..S_7, 1/s, padding
+
+// ---------------------------------------------------------------------------------------------
+// Primitives (the emulator's versions check what the design relies on).
+
+#ifdef PF_EMU
+static inline uint32_t hfma2(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t r = 0;
+    for (int h = 0; h < 2; h++) {
+        const double v = (double)pf::h2f((a >> (16 * h)) & 0xffffu) * pf::h2f((b >> (16 * h)) & 0xffffu) +
+                         pf::h2f((c >> (16 * h)) & 0xffffu);
+        const __half_raw o = __half(__double2half(v));
+        // The design: every HFMA2 here has an exactly representable result.
+        if ((double)pf::h2f(o.x) != v) ::pf_emu::fail("mvtc: inexact hfma2");
+        r |= (uint32_t)o.x << (16 * h);
+    }
+    return r;
+}
+static inline uint32_t shfl(uint32_t v, int src) { return ::pf_emu::exchange(v, src); }
+template <uint32_t MASK>
+static inline uint32_t nib_f16(uint32_t w) {
+    return (w & MASK) | 0x64006400u;
+}
+static inline uint4 ld16(const void* p) {
+    if (reinterpret_cast<uintptr_t>(p) % 16) ::pf_emu::fail("mvtc: misaligned 16-byte load");
+    uint4 v;
+    memcpy(&v, p, 16);
+    return v;
+}
+static inline void mma(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+    const uint32_t a[4] = {a0, a1, a2, a3}, b[2] = {b0, b1};
+    ::pf_emu::mma_f16(c, a, b);
+}
+#else
+static __device__ __forceinline__ uint32_t hfma2(uint32_t a, uint32_t b, uint32_t c) {
+    uint32_t d;
+    asm("fma.rn.f16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+static __device__ __forceinline__ uint32_t shfl(uint32_t v, int src) { return __shfl_sync(0xffffffffu, v, src); }
+// (w & MASK) | 0x64006400 as one LOP3 (written in C++, the compiler emits an AND and an OR: SASS
+// LOP3 takes one immediate, so the magic must sit in a register).
+template <uint32_t MASK>
+static __device__ __forceinline__ uint32_t nib_f16(uint32_t w) {
+    uint32_t r;
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(w), "n"(MASK), "r"(0x64006400u));
+    return r;
+}
+static __device__ __forceinline__ uint4 ld16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+static __device__ __forceinline__ void mma(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                           uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+#endif
+
+static __device__ __forceinline__ uint16_t f2h_bits(float v) {
+    const __half_raw r = __half(__float2half_rn(v));
+    return r.x;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prep: one block of 256 threads per super-block of x, thread i = element i.
+//   xa[((sb * 4 + c) * 3 + m) * 32 + word]: the A words of lane (m, t = c), word 4w + {0: a0 low
+//   nibbles, 1: a2 low, 2: a0 high, 3: a2 high} for the quant word w of chunk c;
+//   xs[sb * 16 + j] = S_j (j < 8), xs[sb * 16 + 8] = 1 / s.
+struct PrepArgs {
+    const float* x;
+    uint32_t* xa;
+    float* xs;
+};
+
+static __device__ __forceinline__ void prep_x_body(const PrepArgs& p) {
+    __shared__ float wmax[8];
+    __shared__ float xsh[256];
+    const int i = threadIdx.x, sb = blockIdx.x;
+    pf::pdl_wait();
+    const float x = p.x[(size_t)sb * 256 + i];
+    xsh[i] = x;
+    float m = fabsf(x);
+    m = m != m ? INFINITY : m;  // NaN: take the non-finite branch below
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if ((i & 31) == 0) wmax[i >> 5] = m;
+    __syncthreads();
+    float amax = wmax[0];
+#pragma unroll
+    for (int w = 1; w < 8; w++) amax = fmaxf(amax, wmax[w]);
+    // s = 2^(14 - e), 1/s = 2^(e - 14), e = floor(log2(amax)) clamped to [-112, 127] (both normal).
+    float s = 1.0f, inv_s = 1.0f;
+    if (amax > 0.0f && amax <= 3.4028235e38f) {
+        const int e = max((int)((pf::f2u(amax) >> 23) & 0xff) - 127, -112);
+        s = pf::u2f((uint32_t)(127 + 14 - e) << 23);
+        inv_s = pf::u2f((uint32_t)(127 - 14 + e) << 23);
+    }
+    const float v = x * s;  // exact (power of two, in range)
+    const uint16_t hi = f2h_bits(v);
+    const float r1 = v - pf::h2f(hi);
+    const uint16_t mid = f2h_bits(r1);
+    const uint16_t lo = f2h_bits(r1 - pf::h2f(mid));
+    // Element i = 64 c + 32 half + 4 w + pos.
+    const int c = i >> 6, nib = (i >> 5) & 1, w = (i >> 2) & 7, pos = i & 3;
+    const int word = 4 * w + 2 * nib + (pos & 1), upper = pos >> 1;
+    uint16_t* dst = reinterpret_cast<uint16_t*>(p.xa + (size_t)sb * SB_WORDS + c * 96);
+    dst[(0 * 32 + word) * 2 + upper] = hi;
+    dst[(1 * 32 + word) * 2 + upper] = mid;
+    dst[(2 * 32 + word) * 2 + upper] = lo;
+    __syncthreads();
+    if (i < 8) {
+        double acc = 0.0;  // rounded once to f32
+        for (int k = 0; k < 32; k++) acc += (double)xsh[32 * i + k];
+        p.xs[(size_t)sb * SB_SUMS + i] = (float)acc;
+    } else if (i == 8) {
+        p.xs[(size_t)sb * SB_SUMS + 8] = inv_s;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The product.
+struct Args {
+    const uint8_t* w;
+    const uint32_t* xa;
+    const float* xs;
+    float* out;
+    int n_out, n_in;
+    size_t row_bytes;
+};
+
+// The decode of one quant word's nibbles into the f16 products q * sc (see the top).
+struct K4Scales {
+    uint32_t sc_lo, add_lo, sc_hi, add_hi;  // half2 {sc, sc}, {-1024 sc}, {sc / 16}, {-64 sc}
+    float m0, m1;                            // dmin * m of sub-blocks 2t and 2t+1
+};
+// Scales and mins of sub-blocks 2t (low nibbles) and 2t+1 (high nibbles) from a super-block header.
+static __device__ __forceinline__ K4Scales k4_scales(const uint4& hd, int t) {
+    const uint32_t ONE = 0x3C003C00u, M1024 = 0xE400E400u, SIXTEENTH = 0x2C002C00u, M64 = 0xD400D400u;
+    const int sh = 16 * (t & 1);
+    const uint32_t s1w = hd.y >> sh, s2w = hd.z >> sh, s3w = hd.w >> sh;
+    const uint32_t sc2 = t < 2 ? (s1w & 0x3F3Fu) : ((s3w & 0x0F0Fu) | ((s1w >> 2) & 0x3030u));
+    const uint32_t m2 = t < 2 ? (s2w & 0x3F3Fu) : (((s3w >> 4) & 0x0F0Fu) | ((s2w >> 2) & 0x3030u));
+    K4Scales k;
+    k.sc_lo = hfma2(pf::prmt(sc2, 0x64u, 0x4040u), ONE, M1024);      // (1024 + sc) - 1024
+    k.add_lo = hfma2(k.sc_lo, M1024, 0u);                             // -1024 sc
+    k.sc_hi = hfma2(pf::prmt(sc2, 0x64u, 0x4141u), SIXTEENTH, M64);  // (1024 + sc) / 16 - 64
+    k.add_hi = hfma2(k.sc_hi, M1024, 0u);                             // -64 sc
+    // dmin m first: m S can overflow where dmin m S does not.
+    const float dmin = pf::h2f(hd.x >> 16);
+    k.m0 = dmin * (float)(m2 & 0xffu);
+    k.m1 = dmin * (float)((m2 >> 8) & 0xffu);
+    return k;
+}
+// Quant word w (elements l .. l+3 of sub-blocks 2t, 2t+1) as two A-fragment halves:
+// lo = {q[l], q[l+2]} sc, {q[l+1], q[l+3]} sc (low nibbles), hi the same for the high nibbles.
+static __device__ __forceinline__ void k4_word(uint32_t w, const K4Scales& k, uint32_t& lo0, uint32_t& lo1,
+                                               uint32_t& hi0, uint32_t& hi1) {
+    const uint32_t u = w >> 8;
+    lo0 = hfma2(nib_f16<0x000F000Fu>(w), k.sc_lo, k.add_lo);
+    lo1 = hfma2(nib_f16<0x000F000Fu>(u), k.sc_lo, k.add_lo);
+    hi0 = hfma2(nib_f16<0x00F000F0u>(w), k.sc_hi, k.add_hi);
+    hi1 = hfma2(nib_f16<0x00F000F0u>(u), k.sc_hi, k.add_hi);
+}
+
+// Weights are the A operand (16 rows x 16 k: lane (g, t) supplies rows g and g+8), the x terms
+// the B operand (16 k x 8 columns: columns 0, 1, 2 = hi, mid, lo, 3..7 zero; lane (g, t) with
+// g < 3 supplies term g). C: lane (g, t) holds rows g, g+8 x terms 2t, 2t+1 (t < 2 useful).
+template <int R, int KW>
+static __device__ __forceinline__ void q4k_body(const Args& p) {
+    static_assert(32 * KW >= 16 * R, "one thread per row for the final sum");
+    __shared__ float red[2][KW][16 * R];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int row0 = blockIdx.x * 16 * R, nsb = p.n_in / 256;
+    // Rows past the end repeat the last row (loads stay in bounds; their sums are not stored).
+    const uint8_t* rows[2 * R];
+#pragma unroll
+    for (int r = 0; r < 2 * R; r++) rows[r] = p.w + (size_t)min(row0 + 8 * r + g, p.n_out - 1) * p.row_bytes;
+    float acc[2 * R], macc[2 * R];
+#pragma unroll
+    for (int r = 0; r < 2 * R; r++) acc[r] = macc[r] = 0.0f;
+    pf::pdl_wait();  // xa, xs come from the previous kernel
+
+    for (int sb = warp; sb < nsb; sb += KW) {
+        // All weight loads of this super-block first: per row a header and 32 quant bytes.
+        uint4 hd[2 * R], q0[2 * R], q1[2 * R];
+#pragma unroll
+        for (int r = 0; r < 2 * R; r++) {
+            const uint8_t* b = rows[r] + (size_t)sb * 144;
+            hd[r] = ld16(b);
+            q0[r] = ld16(b + 16 + 32 * t);
+            q1[r] = ld16(b + 32 + 32 * t);
+        }
+        uint32_t xb[32];
+        if (g < 3) {
+            const uint32_t* src = p.xa + (size_t)sb * SB_WORDS + (t * 3 + g) * 32;
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const uint4 v = ld16(src + 4 * k);
+                xb[4 * k] = v.x;
+                xb[4 * k + 1] = v.y;
+                xb[4 * k + 2] = v.z;
+                xb[4 * k + 3] = v.w;
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < 32; k++) xb[k] = 0u;
+        }
+        const float s0 = p.xs[(size_t)sb * SB_SUMS + 2 * t], s1 = p.xs[(size_t)sb * SB_SUMS + 2 * t + 1];
+        const float inv_s = p.xs[(size_t)sb * SB_SUMS + 8];
+
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+            const int ra = 2 * r, rb = 2 * r + 1;  // rows g and g + 8 of tile r
+            const K4Scales ka = k4_scales(hd[ra], t), kb = k4_scales(hd[rb], t);
+            const uint32_t wa[8] = {q0[ra].x, q0[ra].y, q0[ra].z, q0[ra].w, q1[ra].x, q1[ra].y, q1[ra].z, q1[ra].w};
+            const uint32_t wb[8] = {q0[rb].x, q0[rb].y, q0[rb].z, q0[rb].w, q1[rb].x, q1[rb].y, q1[rb].z, q1[rb].w};
+            float cl[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ch[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                uint32_t la0, la1, ha0, ha1, lb0, lb1, hb0, hb1;
+                k4_word(wa[k], ka, la0, la1, ha0, ha1);
+                k4_word(wb[k], kb, lb0, lb1, hb0, hb1);
+                mma(cl, la0, lb0, la1, lb1, xb[4 * k], xb[4 * k + 1]);
+                mma(ch, ha0, hb0, ha1, hb1, xb[4 * k + 2], xb[4 * k + 3]);
+            }
+            const float fa = pf::h2f(hd[ra].x & 0xffffu) * inv_s, fb = pf::h2f(hd[rb].x & 0xffffu) * inv_s;
+            acc[ra] = fmaf((cl[0] + ch[0]) + (cl[1] + ch[1]), fa, acc[ra]);
+            acc[rb] = fmaf((cl[2] + ch[2]) + (cl[3] + ch[3]), fb, acc[rb]);
+            macc[ra] += fmaf(ka.m1, s1, ka.m0 * s0);
+            macc[rb] += fmaf(kb.m1, s1, kb.m0 * s0);
+        }
+    }
+
+    // Row 8r + g: terms and mins over the four lanes t (terms 2t, 2t+1; exact zeros for t >= 2).
+#pragma unroll
+    for (int r = 0; r < 2 * R; r++) {
+        float v = acc[r], mn = macc[r];
+        v += __shfl_xor_sync(0xffffffffu, v, 1);
+        v += __shfl_xor_sync(0xffffffffu, v, 2);
+        mn += __shfl_xor_sync(0xffffffffu, mn, 1);
+        mn += __shfl_xor_sync(0xffffffffu, mn, 2);
+        if (t == 0) {
+            red[0][warp][8 * r + g] = v;
+            red[1][warp][8 * r + g] = mn;
+        }
+    }
+    __syncthreads();
+    const int i = threadIdx.x;
+    if (i < 16 * R && row0 + i < p.n_out) {
+        float v = 0.0f, mn = 0.0f;
+#pragma unroll
+        for (int w = 0; w < KW; w++) {
+            v += red[0][w][i];
+            mn += red[1][w][i];
+        }
+        p.out[row0 + i] = v - mn;
+    }
+}
+
+#ifndef PF_EMU
+static __global__ void __launch_bounds__(256) prep_x(const PrepArgs p) { prep_x_body(p); }
+template <int R, int KW>
+static __global__ void __launch_bounds__(32 * KW) q4k(const Args p) {
+    q4k_body<R, KW>(p);
+}
+#endif
+
+}  // namespace mvtc
