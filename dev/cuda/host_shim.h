@@ -105,6 +105,22 @@ inline float __half2float(__half h) {
     return __uint_as_float(bits | sign);
 }
 
+// f32 to IEEE binary16, round to nearest even (subnormals, overflow to inf, NaN kept quiet), as the
+// device's __float2half_rn.
+inline __half __float2half_rn(float f) {
+    const uint32_t x = __float_as_uint(f), sign = (x >> 16) & 0x8000u, ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return (__half)(sign | 0x7c00u | (ax > 0x7f800000u ? 0x200u : 0u));
+    if (ax >= 0x477ff000u) return (__half)(sign | 0x7c00u);  // rounds to above 65504: inf
+    if (ax < 0x38800000u) {
+        // Subnormal (or zero) in f16: the value in units of 2^-24, rounded to nearest even.
+        const float v = __uint_as_float(ax) * 16777216.0f;  // exact: a power-of-two scaling
+        return (__half)(sign | (uint32_t)std::nearbyint(v));
+    }
+    // Normal: drop 13 mantissa bits with round to nearest even (a carry into the exponent is right).
+    const uint32_t r = ax + 0x0fffu + ((ax >> 13) & 1u);
+    return (__half)(sign | ((r - 0x38000000u) >> 13));
+}
+
 #ifndef RILL_EMULATE_THREADS
 // Warp and block primitives are not used by the decoders; single-lane stand-ins let common.cuh
 // compile.
