@@ -570,29 +570,49 @@ static void test_norms() {
                 wanta[g * d + i] = acc2[g * d + i] * sa * w[i];
             }
         }
-        for (int k = 0; k < (bs_few == bs_many ? 1 : 2); ++k) {
+        // Slot p6: the f16 copy of the output (for the fast path's products), which must be exactly
+        // the f32 output rounded to nearest (what pf_f32_to_f16 would write), and must not change it.
+        Buf H(2 * x.size());
+        auto expect_f16 = [&](const std::string& what) {
+            std::vector<float> got(x.size());
+            std::vector<double> want16(x.size());
+            const std::vector<float> out = O.get<float>(x.size());
+            const uint16_t* h = reinterpret_cast<const uint16_t*>(H.p);
+            for (size_t i = 0; i < x.size(); ++i) {
+                got[i] = __half2float(h[i]);
+                want16[i] = __half2float(__float2half_rn(out[i]));
+            }
+            expect(what + " f16 copy", got, want16, 0, 0);
+        };
+        for (int k = 0; k < (bs_few == bs_many ? 1 : 2); ++k)
+            for (int with16 = 0; with16 < 2; ++with16) {
             const int bs = k ? bs_few : bs_many;
+            const std::string tag = " d " + std::to_string(d) + " threads " + std::to_string(bs) + (with16 ? " +f16" : "");
             memcpy(A.p, acc.data(), 4 * acc.size());  // add_rms_norm updates acc in place
             Args a = args();
             a.p[0] = X.addr();
             a.p[1] = W.addr();
             a.p[2] = O.addr();
+            a.p[6] = with16 ? H.addr() : 0;
             a.n[0] = d;
             a.f[0] = 1e-6f;
             emu_launch(rms_norm, Dim3{(unsigned)groups, 1, 1}, bs, 0, a);
-            expect("rms_norm d " + std::to_string(d) + " threads " + std::to_string(bs), O.get<float>(x.size()), want, 1e-6, 1e-5);
+            expect("rms_norm" + tag, O.get<float>(x.size()), want, 1e-6, 1e-5);
+            if (with16) expect_f16("rms_norm" + tag);
             a.p[1] = Z.addr();
             a.p[2] = W.addr();
             a.p[3] = O.addr();
             emu_launch(gated_rms_norm, Dim3{(unsigned)groups, 1, 1}, bs, 0, a);
-            expect("gated_rms_norm d " + std::to_string(d) + " threads " + std::to_string(bs), O.get<float>(x.size()), wantg, 1e-6, 1e-5);
+            expect("gated_rms_norm" + tag, O.get<float>(x.size()), wantg, 1e-6, 1e-5);
+            if (with16) expect_f16("gated_rms_norm" + tag);
             a.p[0] = A.addr();
             a.p[1] = X.addr();
             a.p[2] = W.addr();
             a.p[3] = O.addr();
             emu_launch(add_rms_norm, Dim3{(unsigned)groups, 1, 1}, bs, 0, a);
-            expect("add_rms_norm out d " + std::to_string(d) + " threads " + std::to_string(bs), O.get<float>(x.size()), wanta, 1e-6, 1e-5);
-            expect("add_rms_norm acc d " + std::to_string(d) + " threads " + std::to_string(bs), A.get<float>(x.size()), acc2, 1e-6, 1e-6);
+            expect("add_rms_norm out" + tag, O.get<float>(x.size()), wanta, 1e-6, 1e-5);
+            expect("add_rms_norm acc" + tag, A.get<float>(x.size()), acc2, 1e-6, 1e-6);
+            if (with16) expect_f16("add_rms_norm" + tag);
         }
     }
 }
