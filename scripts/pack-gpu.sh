@@ -31,12 +31,12 @@ export NVCC=$nvcc
 # kernel emulated against double-precision references).
 # SKIP_CPU_CHECKS=1: they already passed on this commit (a second pack after a packing error).
 if [ -z "${SKIP_CPU_CHECKS:-}" ]; then
-    echo "checking the kernels on the CPU (dev/cuda/check_formats.sh, dev/cuda/emulate.sh, dev/cuda/emu/run-emu.sh, run-mvtc.sh)" >&2
+    echo "checking the kernels on the CPU (dev/cuda/check_formats.sh, dev/cuda/emulate.sh, dev/cuda/emu/run-emu.sh all and mvtc)" >&2
     bash dev/cuda/check_formats.sh
     bash dev/cuda/emulate.sh
     bash dev/cuda/emu/run-emu.sh all | tail -3
     # The tensor-core matvec candidate that matvec_bench times (dev/cuda/matvec_tc.cuh).
-    bash dev/cuda/emu/run-mvtc.sh | tail -1
+    bash dev/cuda/emu/run-emu.sh mvtc | tail -1
 fi
 
 echo "building rill and the test executables (cuda feature, no wgpu)" >&2

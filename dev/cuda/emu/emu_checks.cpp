@@ -29,22 +29,8 @@ static void report(bool ok, const char* fmt, ...) {
     if (!ok) g_fail++;
 }
 
-// Host buffers standing in for device memory: exact size rounded up to 16 bytes (what the backend
-// must allocate), so AddressSanitizer flags any read past that.
-template <class T>
-static T* dev_alloc(size_t n) {
-    const size_t bytes = (n * sizeof(T) + 15) / 16 * 16;
-    void* p = aligned_alloc(256, (bytes + 255) / 256 * 256);
-#if PF_EMU_ASAN
-    __asan_poison_memory_region(static_cast<uint8_t*>(p) + bytes, (bytes + 255) / 256 * 256 - bytes);
-#endif
-    memset(p, 0xff, bytes);
-    return static_cast<T*>(p);
-}
-template <class T>
-static void dev_free(T* p) {
-    free(p);
-}
+using pf_emu::dev_alloc;
+using pf_emu::dev_free;
 
 // Random weight rows in format fmt with sane f16 scales (as the GPU harness generates them).
 static std::vector<uint8_t> make_weights(int fmt, long long rows, long long k, uint64_t seed) {

@@ -4,63 +4,24 @@
 // bound matvec_bench.cu applies to every exact kernel: |got - want| <= 1e-5 * sum |w x| per row.
 // The emulator also aborts if any HFMA2 of the weight decode is inexact (the design relies on it)
 // and, under AddressSanitizer, on any read past the weights or the x buffers.
-// Build and run: bash dev/cuda/emu/run-mvtc.sh
+// Build and run: bash dev/cuda/emu/run-emu.sh mvtc
 #define PF_EMU 1
 #include <cstdarg>
 #include <string>
 #include <vector>
 
 #include "../matvec_tc.cuh"
+#include "../pf_ref.h"
 
 static int g_fail = 0, g_checks = 0;
 
-static uint64_t rs = 0x9E3779B97F4A7C15ull;
-static uint64_t rnd() {
-    rs ^= rs >> 12;
-    rs ^= rs << 25;
-    rs ^= rs >> 27;
-    return rs * 0x2545F4914F6CDD1Dull;
-}
-static double urand() { return (double)(rnd() >> 11) * (1.0 / 9007199254740992.0); }
-
+// The prefill harness's random numbers and ggml-order dequantization (pf_ref.h).
+static host::Rng rng(0x6d76u);
+static uint64_t rnd() { return rng.next(); }
+static double urand() { return rng.uni(); }
 static uint16_t f2h(float v) { return __half_raw(__float2half_rn(v)).x; }
-static double h2d(uint16_t h) { return (double)pf::h2f(h); }
-
-// Exact size rounded up to 16 bytes, poisoned past that (AddressSanitizer).
-template <class T>
-static T* dev_alloc(size_t n) {
-    const size_t bytes = (n * sizeof(T) + 15) / 16 * 16, cap = (bytes + 255) / 256 * 256;
-    void* p = aligned_alloc(256, cap);
-    memset(p, 0xff, cap);
-#if PF_EMU_ASAN
-    __asan_poison_memory_region(static_cast<uint8_t*>(p) + bytes, cap - bytes);
-#endif
-    return static_cast<T*>(p);
-}
-
-static void scale_min_k4(int j, const uint8_t* q, int& sc, int& m) {
-    if (j < 4) {
-        sc = q[j] & 63;
-        m = q[j + 4] & 63;
-    } else {
-        sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-        m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-    }
-}
-// ggml's dequantization, the f32 values (d * sc and dmin * m rounded to f32 first, as ggml does).
-static void dequant_q4k(const uint8_t* b, float* y) {
-    const float d = pf::h2f(b[0] | (b[1] << 8)), dmin = pf::h2f(b[2] | (b[3] << 8));
-    for (int c = 0; c < 4; c++) {
-        int s1, m1, s2, m2;
-        scale_min_k4(2 * c, b + 4, s1, m1);
-        scale_min_k4(2 * c + 1, b + 4, s2, m2);
-        const float d1 = d * s1, mm1 = dmin * m1, d2 = d * s2, mm2 = dmin * m2;
-        for (int l = 0; l < 32; l++) {
-            y[64 * c + l] = d1 * (float)(b[16 + 32 * c + l] & 0xF) - mm1;
-            y[64 * c + 32 + l] = d2 * (float)(b[16 + 32 * c + l] >> 4) - mm2;
-        }
-    }
-}
+using pf_emu::dev_alloc;
+using pf_emu::dev_free;
 
 static std::vector<uint8_t> random_q4k(int rows, int n_in) {
     std::vector<uint8_t> w((size_t)rows * (n_in / 256) * 144);
@@ -127,7 +88,7 @@ static void check(const char* what, int n_out, int n_in, int xkind) {
     for (int r = 0; r < n_out; r++) {
         double s = 0, mag = 0;
         for (size_t b = 0; b < nsb; b++) {
-            dequant_q4k(hw.data() + r * rb + b * 144, y.data());
+            host::deq_q4k(hw.data() + r * rb + b * 144, y.data());
             for (int i = 0; i < 256; i++) {
                 s += (double)y[i] * hx[b * 256 + i];
                 mag += fabs((double)y[i] * hx[b * 256 + i]);
@@ -145,11 +106,11 @@ static void check(const char* what, int n_out, int n_in, int xkind) {
     printf("%s mvtc q4k R=%d KW=%d %-28s %5dx%-5d worst |err| / sum|w x| = %.2e (row %d)\n", ok ? "ok  " : "FAIL", R, KW,
            what, n_out, n_in, worst, wr);
     fflush(stdout);
-    free(w);
-    free(x);
-    free(xa);
-    free(xs);
-    free(out);
+    dev_free(w);
+    dev_free(x);
+    dev_free(xa);
+    dev_free(xs);
+    dev_free(out);
 }
 
 int main() {

@@ -385,6 +385,23 @@ inline uint32_t exchange(uint32_t v, int src_lane) {
     return r;
 }
 
+// Host buffers standing in for device memory: exact size rounded up to 16 bytes (what the backend
+// must allocate), filled with 0xff, so that AddressSanitizer flags any read past that.
+template <class T>
+static T* dev_alloc(size_t n) {
+    const size_t bytes = (n * sizeof(T) + 15) / 16 * 16, cap = (bytes + 255) / 256 * 256;
+    void* p = aligned_alloc(256, cap);
+    memset(p, 0xff, bytes);
+#if PF_EMU_ASAN
+    __asan_poison_memory_region(static_cast<uint8_t*>(p) + bytes, cap - bytes);
+#endif
+    return static_cast<T*>(p);
+}
+template <class T>
+static void dev_free(T* p) {
+    free(p);
+}
+
 }  // namespace pf_emu
 
 // ---------------------------------------------------------------- CUDA names

@@ -131,11 +131,10 @@ fn chunked(
         hv: dims.hv as i32,
         _pad: 0,
     };
-    let variant = "exact";
     let hv = grid_u32(op, "heads", dims.hv)?;
     inner.kernel_rw(
         Launch {
-            name: ("pf_gdn_prep_", variant),
+            name: ("pf_gdn_prep_exact", ""),
             grid: [grid_u32(op, "chunks", nc)?, hv, 1],
             block: 256,
             smem: PREP_SMEM,
@@ -148,7 +147,7 @@ fn chunked(
     )?;
     inner.kernel_rw(
         Launch {
-            name: ("pf_gdn_state_", variant),
+            name: ("pf_gdn_state_exact", ""),
             grid: [(CHUNK_D / STATE_ROWS) as u32, hv, 1],
             block: 128,
             smem: STATE_SMEM,

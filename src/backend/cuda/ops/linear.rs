@@ -327,7 +327,10 @@ pub(crate) fn matmul(inner: &Inner, w: &Tensor, x: &Tensor, out: &Tensor) -> Res
     let d = check::matmul(w, x, out)?;
     let wt = weight(op, w, d.n_out, d.n_in)?;
     let op_ = ptr(out, op)?;
-    if let Some(g) = wt.gemm(inner, d.t, d.n_in).filter(|_| d.n_out > MATVEC_MAX_N_OUT) {
+    if let Some(g) = (d.n_out > MATVEC_MAX_N_OUT)
+        .then(|| wt.gemm(inner, d.t, d.n_in))
+        .flatten()
+    {
         // The f16 copy of x and any split-K partials are workspaces: held until submitted.
         let _ws = inner.workspaces()?;
         let x16 = inner.f16_of(x, g.fmt.split())?;

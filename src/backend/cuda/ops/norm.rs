@@ -38,11 +38,13 @@ fn norm_groups(
         return Ok(());
     }
     let tokens = out.shape.first().copied().unwrap_or(0);
-    let _ws = inner.workspaces()?;
+    // The copy's memory is a workspace, held until the kernel is submitted; decode (one token,
+    // the graph-recorded loop) takes neither the lock nor a slot.
     let copy = if gemm::fast_batch(inner, tokens) {
+        let ws = inner.workspaces()?;
         let (slot, planes) = inner.shadow_slot(out, false)?;
         args.p[6] = planes.hi;
-        Some(slot)
+        Some((slot, ws))
     } else {
         None
     };
@@ -58,7 +60,7 @@ fn norm_groups(
         uses,
     )?;
     match copy {
-        Some(slot) => inner.shadow_made(slot, out, false),
+        Some((slot, _ws)) => inner.shadow_made(slot, out, false),
         None => Ok(()),
     }
 }
