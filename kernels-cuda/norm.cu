@@ -7,7 +7,29 @@
 // Slot p6 (all three RMSNorms): when non-zero, the same outputs rounded to f16 (round to nearest,
 // as pf_f32_to_f16 writes them) at the same index: the f16 copy a tensor-core product of the fast
 // prefill path reads next (src/backend/cuda/shadow.rs), written here instead of by one more launch.
+// Slot p7 (rms_norm, add_rms_norm; decode): when non-zero, each output row also prepared for the
+// tensor-core decode products (matvec_tc.cuh `prep_row`: A words of all rows at p7, then their
+// sums), which saves each product's input one prep launch. Needs d % 256 == 0 and a block of a
+// multiple of 256 threads (the host checks both).
 #include "common.cuh"
+#ifdef __CUDACC__
+#include "matvec_tc.cuh"  // (dev/cuda/emulate.sh's host build leaves slot p7 zero: no tensor cores there)
+#endif
+
+// The prepared copy of this block's output row (slot p7), when asked for.
+__device__ __forceinline__ void prep_out_row(const Args& a, const float* out_row, int d) {
+    if (a.p[7] == 0) return;
+#ifdef __CUDACC__
+    const size_t nsb = (size_t)d / 256;
+    uint32_t* xa = reinterpret_cast<uint32_t*>(a.p[7]);
+    float* xs = reinterpret_cast<float*>(xa + gridDim.x * nsb * mvtc::SB_WORDS);
+    __syncthreads();  // every thread's outputs written
+    mvtc::prep_row(out_row, d, xa + blockIdx.x * nsb * mvtc::SB_WORDS, xs + blockIdx.x * nsb * mvtc::SB_SUMS);
+#else
+    (void)out_row;
+    (void)d;
+#endif
+}
 
 // out[i] = v, and the f16 copy when there is one.
 __device__ __forceinline__ void put(float* out, __half* out16, size_t i, float v) {
@@ -23,7 +45,8 @@ __device__ __forceinline__ float rms_scale(const float* x, int d, float eps, flo
     return 1.0f / sqrtf(ss / (float)d + eps);
 }
 
-// out = rms_norm(x; w). Slots: p0 x, p1 w [d], p2 out, p6 f16 out or 0; n0 d; f0 eps. Grid: groups.
+// out = rms_norm(x; w). Slots: p0 x, p1 w [d], p2 out, p6 f16 out or 0, p7 prepared out or 0; n0 d;
+// f0 eps. Grid: groups.
 KERNEL void rms_norm(const Args a) {
     kernel_start();
     __shared__ float sh[32];
@@ -34,9 +57,11 @@ KERNEL void rms_norm(const Args a) {
     __half* out16 = a.p[6] ? reinterpret_cast<__half*>(a.p[6]) + (size_t)blockIdx.x * d : nullptr;
     const float s = rms_scale(x, d, a.f[0], sh);
     for (int i = threadIdx.x; i < d; i += blockDim.x) put(out, out16, i, __fmul_rn(__fmul_rn(x[i], s), w[i]));
+    prep_out_row(a, out, d);
 }
 
-// acc += x; out = rms_norm(acc; w). Slots: p0 acc, p1 x, p2 w, p3 out, p6 f16 out or 0; n0 d; f0 eps.
+// acc += x; out = rms_norm(acc; w). Slots: p0 acc, p1 x, p2 w, p3 out, p6 f16 out or 0, p7 prepared
+// out or 0; n0 d; f0 eps.
 KERNEL void add_rms_norm(const Args a) {
     kernel_start();
     __shared__ float sh[32];
@@ -50,6 +75,7 @@ KERNEL void add_rms_norm(const Args a) {
     for (int i = threadIdx.x; i < d; i += blockDim.x) acc[i] = acc[i] + x[i];
     const float s = rms_scale(acc, d, a.f[0], sh);
     for (int i = threadIdx.x; i < d; i += blockDim.x) put(out, out16, i, __fmul_rn(__fmul_rn(acc[i], s), w[i]));
+    prep_out_row(a, out, d);
 }
 
 // out = rms_norm(x; w) * silu(z). Slots: p0 x, p1 z, p2 w [d], p3 out, p6 f16 out or 0; n0 d;

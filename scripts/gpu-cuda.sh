@@ -106,6 +106,20 @@ for t in $tests; do
     grep -E "^test .* FAILED$|panicked at" "$LOGS/test-$name.log" | head -20 | tee -a "$LOGS/summary.txt"
     grep -A3 "panicked at" "$LOGS/test-$name.log" | grep -vE "^--$|panicked at|^note:" | head -10 >>"$LOGS/summary.txt"
 done
+# The decode products again on the f32 kernels alone (RILL_CUDA_MATVEC=f32): by default the Q4_K
+# ones run on the tensor cores (src/backend/cuda/ops/matvec_tc.rs), so these keep the f32 kernels
+# tested for every format.
+for n in device_linear device_moe; do
+    t=$(grep "/$n-" .gpu/tests.txt | head -1)
+    [ -n "$t" ] || continue
+    room=$((TESTS_END + 20 - (SECONDS - START)))
+    [ "$room" -ge 5 ] || { echo "test $n (f32 matvecs): not run (time used up)" | tee -a "$LOGS/summary.txt"; continue; }
+    RILL_CUDA_MATVEC=f32 timeout "$(limit "$room")" "$t" --test-threads=4 >"$LOGS/test-$n-f32.log" 2>&1
+    st=$?
+    echo "test $n (RILL_CUDA_MATVEC=f32): exit $st: $(grep -E "^test result:" "$LOGS/test-$n-f32.log" | tail -1)" |
+        tee -a "$LOGS/summary.txt"
+    grep -E "^test .* FAILED$|panicked at" "$LOGS/test-$n-f32.log" | head -10 | tee -a "$LOGS/summary.txt"
+done
 unset RILL_TEST_REQUIRE_CUDA
 
 # ---- 2. bench -------------------------------------------------------------------------------------
@@ -187,37 +201,33 @@ for m in "${models[@]}"; do
 done
 
 # ---- 5. decode kernel variants end to end ---------------------------------------------------------
-# RILL_CUDA_MATVEC picks the decode matvec kernels (src/backend/cuda/ops/linear.rs): exact (f32 on
-# dequantized weights) or q8 (8-bit activations, dp4a). tg128 of each, then the q8 logits of 8
-# tokens decoded one by one against the exact ones (the drift at real depth).
+# RILL_CUDA_MATVEC picks the decode matvec kernels (src/backend/cuda/ops/linear.rs): exact (the
+# tensor-core kernels where they apply, f32 elsewhere), f32 (the f32 kernels alone) or q8 (8-bit
+# activations, dp4a). tg128 of each, then the f32 and q8 logits of 8 tokens decoded one by one
+# against the exact ones (the drift at real depth).
 short=785,3974,293,4830,282,5131,7784,82
 for m in "${models[@]}"; do
     set -- $m
     ready "$1" "$2" || continue
     [ "$(left)" -gt 120 ] || break
     f=$(model_file "$1" "$2")
-    for v in exact q8; do
+    for v in exact f32 q8; do
         log "decode variant $v: $1 $2"
         RILL_CUDA_MATVEC=$v timeout "$(limit 60)" $rill bench -m "$f" --backend cuda -p "" -n 128 -r 2 --json \
             >"$LOGS/variant-$v-$1-$2.json" 2>"$LOGS/variant-$v-$1-$2.log"
         RILL_CUDA_MATVEC=$v timeout "$(limit 60)" $rill logits -m "$f" --tokens $short --decode --backend cuda \
             -o "$LOGS/logits-decode-$v-$1-$2.safetensors" >>"$LOGS/logits-$1-$2.log" 2>&1
     done
+    compare_logits "$LOGS/logits-decode-f32-$1-$2.safetensors" "$LOGS/logits-decode-exact-$1-$2.safetensors"
     compare_logits "$LOGS/logits-decode-q8-$1-$2.safetensors" "$LOGS/logits-decode-exact-$1-$2.safetensors"
     rm -f "$LOGS"/logits-decode-*-"$1-$2".safetensors
 done
-# The matvec geometry (rows per thread) fixed for every product, both tiers, on the 9B Q4_K_M file:
-# end-to-end counterparts of the harness's geometry sweep.
-if ready qwen3.5-9b q4_k_m; then
-    for v in exact q8; do
-        for rpt in 2 4 8; do
-            [ "$(left)" -gt 130 ] || break
-            log "decode variant $v RILL_CUDA_MV_RPT=$rpt: qwen3.5-9b q4_k_m"
-            RILL_CUDA_MATVEC=$v RILL_CUDA_MV_RPT=$rpt timeout "$(limit 40)" $rill bench -m "$(model_file qwen3.5-9b q4_k_m)" \
-                --backend cuda -p "" -n 128 -r 2 --json >"$LOGS/variant-$v-rpt$rpt-qwen3.5-9b-q4_k_m.json" \
-                2>"$LOGS/variant-$v-rpt$rpt-qwen3.5-9b-q4_k_m.log"
-        done
-    done
+# Where a decode step's time goes now (the default kernels), per phase and per kernel.
+if ready qwen3.5-9b q4_k_m && [ "$(left)" -gt 110 ]; then
+    log "profile exact decode qwen3.5-9b q4_k_m"
+    RILL_PROFILE=1 timeout "$(limit 60)" $rill bench -m "$(model_file qwen3.5-9b q4_k_m)" \
+        --backend cuda -p "" -n 64 -r 1 --no-warmup >"$LOGS/profile-decode-exact-qwen3.5-9b-q4_k_m.txt" 2>&1
+    grep -A 9 "by phase" "$LOGS/profile-decode-exact-qwen3.5-9b-q4_k_m.txt" | tee -a "$LOGS/summary.txt"
 fi
 if ready qwen3.5-9b q4_k_m && [ "$(left)" -gt 100 ]; then
     log "profile q8 decode qwen3.5-9b q4_k_m"

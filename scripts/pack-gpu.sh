@@ -35,7 +35,7 @@ if [ -z "${SKIP_CPU_CHECKS:-}" ]; then
     bash dev/cuda/check_formats.sh
     bash dev/cuda/emulate.sh
     bash dev/cuda/emu/run-emu.sh all | tail -3
-    # The tensor-core matvec candidate that matvec_bench times (dev/cuda/matvec_tc.cuh).
+    # The tensor-core matvec candidate that matvec_bench times (kernels-cuda/matvec_tc.cuh).
     bash dev/cuda/emu/run-emu.sh mvtc | tail -1
 fi
 

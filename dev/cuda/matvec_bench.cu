@@ -1,6 +1,6 @@
 // dev/cuda/matvec_bench.cu: standalone check and benchmark of the decode matrix-vector kernels
 // (llm.c dev/cuda style). It includes the production kernels (kernels-cuda/matvec.cuh) and the
-// candidate layouts dev/cuda/matvec_warp.cuh and dev/cuda/matvec_tc.cuh (tensor cores, Q4_K), runs them
+// candidate layouts dev/cuda/matvec_warp.cuh and kernels-cuda/matvec_tc.cuh (tensor cores, Q4_K), runs them
 // and a naive baseline on random weights of the formats that dominate decode (Q4_K, Q6_K, Q8_0,
 // plus F16 and F32), checks every output against a double-precision CPU dot product of the
 // dequantized rows, and times them against the device-to-device copy bandwidth.
@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "matvec_q8.cuh"
+#define MVTC_BENCH_KERNELS
 #include "matvec_tc.cuh"
 #include "matvec_warp.cuh"
 

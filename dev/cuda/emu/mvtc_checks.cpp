@@ -1,4 +1,4 @@
-// mvtc_checks.cpp: dev/cuda/matvec_tc.cuh (tensor-core Q4_K matvec, strict tier) run on the CPU
+// mvtc_checks.cpp: kernels-cuda/matvec_tc.cuh (tensor-core Q4_K matvec, strict tier) run on the CPU
 // emulator (pf_emu.h: every CUDA thread a coroutine, mma.sync / shuffles as warp collectives per
 // the PTX fragment layouts) against a double-precision dot product of the dequantized rows, at the
 // bound matvec_bench.cu applies to every exact kernel: |got - want| <= 1e-5 * sum |w x| per row.
@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "../matvec_tc.cuh"
+#include "matvec_tc.cuh"
 #include "../pf_ref.h"
 
 static int g_fail = 0, g_checks = 0;
@@ -113,6 +113,32 @@ static void check(const char* what, int n_out, int n_in, int xkind) {
     dev_free(out);
 }
 
+// prep_row (the RMSNorms' in-kernel prep: one block of `threads` per row, 256 per super-block)
+// writes the same words and sums as prep_x_body (one block per super-block), bit for bit.
+static void check_prep_row(int threads, int n_in, int xkind) {
+    const std::vector<float> hx = make_x(xkind, n_in);
+    const size_t nsb = n_in / 256;
+    float* x = dev_alloc<float>(n_in);
+    memcpy(x, hx.data(), 4 * n_in);
+    uint32_t* xa[2] = {dev_alloc<uint32_t>(nsb * mvtc::SB_WORDS), dev_alloc<uint32_t>(nsb * mvtc::SB_WORDS)};
+    float* xs[2] = {dev_alloc<float>(nsb * mvtc::SB_SUMS), dev_alloc<float>(nsb * mvtc::SB_SUMS)};
+    pf_emu::launch(dim3(nsb), dim3(256), 0, pf_emu::EARLY, [&] { mvtc::prep_x_body(mvtc::PrepArgs{x, xa[0], xs[0]}); });
+    pf_emu::launch(dim3(1), dim3(threads), 0, pf_emu::EARLY, [&] { mvtc::prep_row(x, n_in, xa[1], xs[1]); });
+    int bad = 0;
+    for (size_t i = 0; i < nsb * mvtc::SB_WORDS; i++) bad += xa[0][i] != xa[1][i];
+    for (size_t b = 0; b < nsb; b++)
+        for (int j = 0; j < 9; j++) bad += memcmp(&xs[0][b * mvtc::SB_SUMS + j], &xs[1][b * mvtc::SB_SUMS + j], 4) != 0;
+    g_checks++;
+    if (bad) g_fail++;
+    printf("%s mvtc prep_row %4d threads, n %5d, x kind %d: %d words or sums differ from prep_x\n", bad ? "FAIL" : "ok  ",
+           threads, n_in, xkind, bad);
+    for (int k = 0; k < 2; k++) {
+        dev_free(xa[k]);
+        dev_free(xs[k]);
+    }
+    dev_free(x);
+}
+
 int main() {
     const char* kinds[] = {"x uniform", "x per-sub-block 2^+-30/0/tiny", "x per-element 2^-40..2^20",
                            "x 1e36/subnormal/zero/outlier"};
@@ -122,6 +148,10 @@ int main() {
     }
     check<4, 4>(kinds[0], 64, 4096, 0);
     check<4, 2>(kinds[2], 33, 2560, 2);
+    check_prep_row(1024, 4096, 0);  // 4 groups, 4 rounds
+    check_prep_row(1024, 2560, 2);  // 10 super-blocks: groups idle in the last round
+    check_prep_row(512, 2048, 3);
+    check_prep_row(256, 768, 1);
     printf("%s: %d of %d mvtc checks failed\n", g_fail ? "FAIL" : "PASS", g_fail, g_checks);
     return g_fail ? 1 : 0;
 }

@@ -8,7 +8,7 @@ INC=${CUDA_INC:-$ROOT/.cuda/lib/python3.11/site-packages/nvidia/cu13/include}
 [ -d "$INC" ] || INC=/work/main/.cuda/lib/python3.11/site-packages/nvidia/cu13/include
 OUTB=${BUILD:-/tmp/pf-emu}
 mkdir -p "$OUTB"
-# `mvtc`: the tensor-core matvec candidate's checks (mvtc_checks.cpp, dev/cuda/matvec_tc.cuh) instead.
+# `mvtc`: the tensor-core matvec candidate's checks (mvtc_checks.cpp, kernels-cuda/matvec_tc.cuh) instead.
 prog=emu_checks
 [ "${1:-all}" = mvtc ] && prog=mvtc_checks
 g++ -std=c++17 -O1 -g -fsanitize=address -fno-omit-frame-pointer -ffp-contract=off -pthread \

@@ -7,6 +7,7 @@
 //! and the MoE experts of a batch are grouped by expert (`moe.rs`).
 
 use super::gemm::{self, GemmW};
+use super::matvec_tc;
 use super::{grid_u32, Launch, GRID_YZ_MAX};
 use crate::backend::cuda::buffer::{get, ptr};
 use crate::backend::cuda::driver::{cuda_err, DevPtr};
@@ -52,11 +53,11 @@ pub(crate) fn format(op: &str, dtype: DType) -> Result<GgmlType> {
 
 /// A weight operand: device address, bytes per row, format suffix and the phase for the profile.
 pub(crate) struct Weight {
-    ptr: DevPtr,
-    row_bytes: usize,
-    suffix: &'static str,
-    ty: GgmlType,
-    phase: Phase,
+    pub(crate) ptr: DevPtr,
+    pub(crate) row_bytes: usize,
+    pub(crate) suffix: &'static str,
+    pub(crate) ty: GgmlType,
+    pub(crate) phase: Phase,
 }
 
 /// Check that `w` holds `rows` rows of `cols` elements of its format (`rows` counts every expert).
@@ -212,32 +213,42 @@ fn mv_plan(inner: &Inner, rows: usize, n_in: usize, nsum: usize, glu: bool) -> M
 }
 
 /// One matvec launch family: everything but the output-vector range.
-struct Mv<'a> {
-    w: &'a Weight,
-    w2: Option<&'a Weight>,
-    x: DevPtr,
-    out: DevPtr,
-    ids: DevPtr,
-    scales: DevPtr,
-    n_out: usize,
-    n_in: usize,
-    expert_bytes: usize,
-    n_experts: usize,
+pub(crate) struct Mv<'a> {
+    pub(crate) w: &'a Weight,
+    pub(crate) w2: Option<&'a Weight>,
+    pub(crate) x: DevPtr,
+    /// The tensor at `x`, when it is one (its prepared copy for the tensor-core kernels is then
+    /// kept for the other products that read it).
+    pub(crate) x_t: Option<&'a Tensor>,
+    pub(crate) out: DevPtr,
+    pub(crate) ids: DevPtr,
+    pub(crate) scales: DevPtr,
+    pub(crate) n_out: usize,
+    pub(crate) n_in: usize,
+    pub(crate) expert_bytes: usize,
+    pub(crate) n_experts: usize,
     /// Output vectors sharing one activation vector (MoE gate/up: k).
-    x_group: usize,
+    pub(crate) x_group: usize,
     /// Entries summed into one output vector (MoE down: k).
-    nsum: usize,
+    pub(crate) nsum: usize,
     /// Output vectors.
-    vectors: usize,
+    pub(crate) vectors: usize,
 }
 
 impl<'a> Mv<'a> {
-    /// A dense product (no experts) of `d.t` token vectors; `w2` makes it the fused SwiGLU.
-    fn dense(w: &'a Weight, w2: Option<&'a Weight>, x: DevPtr, out: DevPtr, d: check::MatmulDims) -> Mv<'a> {
-        Mv {
+    /// A dense product (no experts) of `d.t` token vectors of `x`; `w2` makes it the fused SwiGLU.
+    fn dense(
+        w: &'a Weight,
+        w2: Option<&'a Weight>,
+        x: &'a Tensor,
+        out: DevPtr,
+        d: check::MatmulDims,
+    ) -> Result<Mv<'a>> {
+        Ok(Mv {
             w,
             w2,
-            x,
+            x: ptr(x, "matmul")?,
+            x_t: Some(x),
             out,
             ids: 0,
             scales: 0,
@@ -248,7 +259,7 @@ impl<'a> Mv<'a> {
             x_group: 1,
             nsum: 1,
             vectors: d.t,
-        }
+        })
     }
 }
 
@@ -256,6 +267,19 @@ impl<'a> Mv<'a> {
 fn run_mv(inner: &Inner, op: &str, m: &Mv, reads: &[&Tensor], writes: &[&Tensor]) -> Result<()> {
     if m.vectors == 0 || m.n_out == 0 {
         return Ok(());
+    }
+    if tc_enabled(inner) && matvec_tc::applies(m) {
+        // The prepared x is a workspace: held until the product is submitted.
+        let ws = inner.workspaces()?;
+        let x = match m.x_t {
+            Some(t) => inner.tc_x_of(t, m.n_in)?,
+            None => {
+                let rows = matvec_tc::x_rows(m);
+                let dst = ws.get("mvtc x", matvec_tc::prep_bytes(rows, m.n_in))?;
+                matvec_tc::prep(inner, m.x, rows, m.n_in, dst)?
+            }
+        };
+        return matvec_tc::run(inner, op, m, x, |nv| mv_flops(m, nv), reads, writes);
     }
     let glu = m.w2.is_some();
     let (plan, prefix) = match q8_plan(inner, m) {
@@ -336,15 +360,14 @@ pub(crate) fn matmul(inner: &Inner, w: &Tensor, x: &Tensor, out: &Tensor) -> Res
         let x16 = inner.f16_of(x, g.fmt.split())?;
         return gemm::dense(inner, &g, x16, op_, d.t, d.n_out, d.n_in, &[w], &[out]);
     }
-    let xp = ptr(x, op)?;
-    matmul_dispatch(inner, &wt, xp, op_, d, &[w, x], &[out])
+    matmul_dispatch(inner, &wt, x, op_, d, &[w, x], &[out])
 }
 
 /// The exact kernel for `out [T, n_out] = x [T, n_in] · Wᵀ` by batch size.
 fn matmul_dispatch(
     inner: &Inner,
     w: &Weight,
-    x: DevPtr,
+    x: &Tensor,
     out: DevPtr,
     d: check::MatmulDims,
     reads: &[&Tensor],
@@ -366,8 +389,9 @@ fn matmul_dispatch(
         );
     }
     if d.t <= MATVEC_MAX_T || d.n_out <= MATVEC_MAX_N_OUT {
-        return run_mv(inner, op, &Mv::dense(w, None, x, out, d), reads, writes);
+        return run_mv(inner, op, &Mv::dense(w, None, x, out, d)?, reads, writes);
     }
+    let x = ptr(x, op)?;
     // Prefill: 64 x 64 output tiles, weights read once per 64 tokens.
     for t0 in (0..d.t).step_by(64 * GRID_YZ_MAX) {
         let n = (d.t - t0).min(64 * GRID_YZ_MAX);
@@ -416,7 +440,7 @@ pub(crate) fn matmul_swiglu(
     let d = check::matmul_swiglu(w_gate, w_up, x, gate_tmp, up_tmp, out)?;
     let (g, u) = (weight(op, w_gate, d.n_out, d.n_in)?, weight(op, w_up, d.n_out, d.n_in)?);
     if d.t <= MATVEC_MAX_T && w_gate.dtype == w_up.dtype && d.n_in > 0 {
-        let m = Mv::dense(&g, Some(&u), ptr(x, op)?, ptr(out, op)?, d);
+        let m = Mv::dense(&g, Some(&u), x, ptr(out, op)?, d)?;
         return run_mv(inner, op, &m, &[w_gate, w_up, x], &[out]);
     }
     if let (Some(gg), Some(ug)) = (g.gemm(inner, d.t, d.n_in), u.gemm(inner, d.t, d.n_in)) {
@@ -489,7 +513,7 @@ pub(crate) fn moe_experts(
     fn gate_up<'a>(
         w: &'a Weight,
         w2: Option<&'a Weight>,
-        x: DevPtr,
+        x: (DevPtr, &'a Tensor),
         ids: DevPtr,
         dst: DevPtr,
         m: check::MoeDims,
@@ -497,7 +521,8 @@ pub(crate) fn moe_experts(
         Mv {
             w,
             w2,
-            x,
+            x: x.0,
+            x_t: Some(x.1),
             out: dst,
             ids,
             scales: 0,
@@ -511,13 +536,13 @@ pub(crate) fn moe_experts(
         }
     }
     if g.ty == u.ty {
-        run_mv(inner, op, &gate_up(&g, Some(&u), xp, idp, h, m), &reads, &[])?;
+        run_mv(inner, op, &gate_up(&g, Some(&u), (xp, x), idp, h, m), &reads, &[])?;
     } else {
         // Different formats: the two products separately, then swiglu.
         let gt = ws.get("moe_gate", entries * f * 4)?;
         let ut = ws.get("moe_up", entries * f * 4)?;
-        run_mv(inner, op, &gate_up(&g, None, xp, idp, gt, m), &reads, &[])?;
-        run_mv(inner, op, &gate_up(&u, None, xp, idp, ut, m), &reads, &[])?;
+        run_mv(inner, op, &gate_up(&g, None, (xp, x), idp, gt, m), &reads, &[])?;
+        run_mv(inner, op, &gate_up(&u, None, (xp, x), idp, ut, m), &reads, &[])?;
         let mut a = Args::default();
         a.p[0] = gt;
         a.p[1] = ut;
@@ -545,6 +570,7 @@ pub(crate) fn moe_experts(
             w: &dn,
             w2: None,
             x: h,
+            x_t: None,
             out: outp,
             ids: idp,
             scales: wp,
@@ -563,13 +589,16 @@ pub(crate) fn moe_experts(
 
 // ---- fast-tier matrix-vector kernels ------------------------------------------------------------
 
-/// Which decode matvec kernels run: `RILL_CUDA_MATVEC=exact` (f32 on dequantized weights, the
-/// strict tier) or `q8` (kernels-cuda/matvec_q8.cuh: activations rounded to 8 bits per element
-/// with a scale per 32, integer dot products; the fast tier). Read once; anything else, or unset,
-/// is the default for the backend's precision.
+/// Which decode matvec kernels run: `RILL_CUDA_MATVEC=exact` (the strict tier: the tensor-core
+/// kernels of `matvec_tc.rs` where they apply, Q4_K for now, and f32 on dequantized weights for
+/// the rest), `f32` (only the f32 kernels, also strict: the reference the others are tested
+/// against) or `q8` (kernels-cuda/matvec_q8.cuh: activations rounded to 8 bits per element with
+/// a scale per 32, integer dot products; the fast tier). Read once; anything else, or unset, is
+/// the default for the backend's precision.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum MvVariant {
     Exact,
+    F32,
     Q8,
 }
 
@@ -577,6 +606,7 @@ fn mv_variant(inner: &Inner) -> MvVariant {
     static V: std::sync::OnceLock<Option<MvVariant>> = std::sync::OnceLock::new();
     let forced = *V.get_or_init(|| match std::env::var("RILL_CUDA_MATVEC").as_deref() {
         Ok("exact") => Some(MvVariant::Exact),
+        Ok("f32") => Some(MvVariant::F32),
         Ok("q8") => Some(MvVariant::Q8),
         _ => None,
     });
@@ -590,10 +620,16 @@ fn default_mv_variant(_inner: &Inner) -> MvVariant {
     MvVariant::Exact
 }
 
-/// `exact` or `q8`: the decode matvec kernels this backend runs (`rill bench` shows it).
+/// Whether the exact tensor-core decode products (`matvec_tc.rs`) run where they apply.
+pub(crate) fn tc_enabled(inner: &Inner) -> bool {
+    mv_variant(inner) == MvVariant::Exact
+}
+
+/// `exact`, `f32` or `q8`: the decode matvec kernels this backend runs (`rill bench` shows it).
 pub(crate) fn mv_variant_name(inner: &Inner) -> &'static str {
     match mv_variant(inner) {
         MvVariant::Exact => "exact",
+        MvVariant::F32 => "f32",
         MvVariant::Q8 => "q8",
     }
 }

@@ -8,6 +8,7 @@ pub(crate) mod delta;
 pub(crate) mod eltwise;
 pub(crate) mod gemm;
 pub(crate) mod linear;
+pub(crate) mod matvec_tc;
 pub(crate) mod moe;
 pub(crate) mod norm;
 

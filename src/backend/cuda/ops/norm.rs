@@ -1,7 +1,7 @@
 //! RMSNorm (plain, fused with the residual add, gated) and the q/k L2 norm
 //! (kernels-cuda/norm.cu). One block per group of values (`norm_threads` sizes it).
 
-use super::{gemm, grid_u32, group_threads, Launch};
+use super::{gemm, grid_u32, group_threads, linear, matvec_tc, Launch};
 use crate::backend::cuda::buffer::ptr;
 use crate::backend::cuda::launch::Args;
 use crate::backend::cuda::profile::Phase;
@@ -24,7 +24,8 @@ fn norm_threads(inner: &Inner, g: usize, d: usize) -> u32 {
 /// Launch RMSNorm kernel `name` over the groups of `out` (`d` values each). When the batch takes
 /// the tensor-core path (`gemm::fast_batch`: the norm's output is the next product's input), the
 /// kernel also writes `out`'s f16 copy (slot p6) and registers it (`shadow.rs`), which saves the
-/// product a conversion launch.
+/// product a conversion launch. `prep`: the kernel can also write the copy the tensor-core decode
+/// products read (slot p7, `matvec_tc.rs`), which it does for a few tokens' rows.
 fn norm_groups(
     inner: &Inner,
     name: &'static str,
@@ -32,19 +33,28 @@ fn norm_groups(
     d: usize,
     mut args: Args,
     uses: &[&Tensor],
+    prep: bool,
 ) -> Result<()> {
     let g = out.numel() / d;
     if g == 0 {
         return Ok(());
     }
     let tokens = out.shape.first().copied().unwrap_or(0);
-    // The copy's memory is a workspace, held until the kernel is submitted; decode (one token,
-    // the graph-recorded loop) takes neither the lock nor a slot.
+    let threads = norm_threads(inner, g, d);
+    // The copies' memory is a workspace, held until the kernel is submitted.
+    let ws = inner.workspaces()?;
     let copy = if gemm::fast_batch(inner, tokens) {
-        let ws = inner.workspaces()?;
         let (slot, planes) = inner.shadow_slot(out, false)?;
         args.p[6] = planes.hi;
-        Some((slot, ws))
+        Some(slot)
+    } else {
+        None
+    };
+    // One row per token, a whole number of super-blocks, 256 threads per super-block.
+    let tc = if prep && g == tokens && tokens <= linear::MATVEC_MAX_T && matvec_tc::prep_fits(inner, d, threads) {
+        let (slot, base) = inner.tc_slot(out, d)?;
+        args.p[7] = base;
+        Some(slot)
     } else {
         None
     };
@@ -52,17 +62,21 @@ fn norm_groups(
         Launch {
             name: (name, ""),
             grid: [grid_u32(name, "groups", g)?, 1, 1],
-            block: norm_threads(inner, g, d),
+            block: threads,
             smem: 0,
             args,
             phase: Phase::Norms,
         },
         uses,
     )?;
-    match copy {
-        Some((slot, _ws)) => inner.shadow_made(slot, out, false),
-        None => Ok(()),
+    if let Some(slot) = copy {
+        inner.shadow_made(slot, out, false)?;
     }
+    if let Some(slot) = tc {
+        inner.tc_made(slot, out)?;
+    }
+    drop(ws);
+    Ok(())
 }
 
 pub(crate) fn rms_norm(inner: &Inner, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
@@ -74,7 +88,7 @@ pub(crate) fn rms_norm(inner: &Inner, x: &Tensor, w: &Tensor, eps: f32, out: &Te
     a.p[2] = ptr(out, op)?;
     a.n[0] = d as i64;
     a.f[0] = eps;
-    norm_groups(inner, "rms_norm", out, d, a, &[x, w, out])
+    norm_groups(inner, "rms_norm", out, d, a, &[x, w, out], true)
 }
 
 pub(crate) fn add_rms_norm(inner: &Inner, acc: &Tensor, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
@@ -87,7 +101,7 @@ pub(crate) fn add_rms_norm(inner: &Inner, acc: &Tensor, x: &Tensor, w: &Tensor, 
     a.p[3] = ptr(out, op)?;
     a.n[0] = d as i64;
     a.f[0] = eps;
-    norm_groups(inner, "add_rms_norm", out, d, a, &[acc, x, w, out])
+    norm_groups(inner, "add_rms_norm", out, d, a, &[acc, x, w, out], true)
 }
 
 pub(crate) fn gated_rms_norm(inner: &Inner, x: &Tensor, z: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
@@ -100,7 +114,7 @@ pub(crate) fn gated_rms_norm(inner: &Inner, x: &Tensor, z: &Tensor, w: &Tensor, 
     a.p[3] = ptr(out, op)?;
     a.n[0] = d as i64;
     a.f[0] = eps;
-    norm_groups(inner, "gated_rms_norm", out, d, a, &[x, z, w, out])
+    norm_groups(inner, "gated_rms_norm", out, d, a, &[x, z, w, out], false)
 }
 
 pub(crate) fn l2_norm_qk(inner: &Inner, u: &Tensor, dims: GdnDims, eps: f32) -> Result<()> {

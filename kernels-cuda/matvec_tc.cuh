@@ -1,6 +1,7 @@
-// dev/cuda/matvec_tc.cuh (a candidate, timed by matvec_bench.cu, checked on the CPU emulator by
-// dev/cuda/emu/mvtc_checks.cpp): the one-token Q4_K matrix-vector product on the tensor cores, at
-// the strict (f32-class) tier.
+// matvec_tc.cuh: the decode Q4_K matrix-vector product on the tensor cores, at the strict
+// (f32-class) tier. The kernels of matvec_tc.cu (dense, fused SwiGLU, MoE experts) and the
+// candidates of dev/cuda/matvec_bench.cu share it; dev/cuda/emu/mvtc_checks.cpp runs it on the
+// CPU emulator.
 //
 //   out[o] = sum_i W[o][i] * x[i],  W in Q4_K: w = d * sc_j * q - dmin * m_j  (q 0..15, sc, m 0..63)
 //
@@ -42,6 +43,9 @@
 // aligned (rows are 144 * n_in / 256 bytes: every super-block stays 16-byte aligned).
 #pragma once
 
+#ifndef PF_EMU
+#include "common.cuh"  // the production kernels' Args, kernel_start, prefetch_l2, siluf_
+#endif
 #include "pf_common.cuh"
 
 namespace mvtc {
@@ -112,7 +116,8 @@ static __device__ __forceinline__ uint16_t f2h_bits(float v) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Prep: one block of 256 threads per super-block of x, thread i = element i.
+// Prep: one block of 256 threads per super-block of x (grid.x = n_in / 256), thread i = element
+// i; grid.y = rows of x (row y at x + y n_in, its words and sums at y times a row's share).
 //   xa[((sb * 4 + c) * 3 + m) * 32 + word]: the A words of lane (m, t = c), word 4w + {0: a0 low
 //   nibbles, 1: a2 low, 2: a0 high, 3: a2 high} for the quant word w of chunk c;
 //   xs[sb * 16 + j] = S_j (j < 8), xs[sb * 16 + 8] = 1 / s.
@@ -122,12 +127,12 @@ struct PrepArgs {
     float* xs;
 };
 
-static __device__ __forceinline__ void prep_x_body(const PrepArgs& p) {
-    __shared__ float wmax[8];
-    __shared__ float xsh[256];
-    const int i = threadIdx.x, sb = blockIdx.x;
-    pf::pdl_wait();
-    const float x = p.x[(size_t)sb * 256 + i];
+// One super-block of x prepared by a group of 256 threads, thread i holding element i (value x):
+// its A words into xa_sb, its sums and 1/s into xs_sb. `wmax` (8 floats) and `xsh` (256 floats)
+// are the group's shared memory. Three barriers: every thread of the block calls this the same
+// number of times (threads of a group without a super-block pass active = false).
+static __device__ __forceinline__ void prep_sb(float x, int i, bool active, uint32_t* xa_sb, float* xs_sb, float* wmax,
+                                               float* xsh) {
     xsh[i] = x;
     float m = fabsf(x);
     m = m != m ? INFINITY : m;  // NaN: take the non-finite branch below
@@ -153,17 +158,45 @@ static __device__ __forceinline__ void prep_x_body(const PrepArgs& p) {
     // Element i = 64 c + 32 half + 4 w + pos.
     const int c = i >> 6, nib = (i >> 5) & 1, w = (i >> 2) & 7, pos = i & 3;
     const int word = 4 * w + 2 * nib + (pos & 1), upper = pos >> 1;
-    uint16_t* dst = reinterpret_cast<uint16_t*>(p.xa + (size_t)sb * SB_WORDS + c * 96);
-    dst[(0 * 32 + word) * 2 + upper] = hi;
-    dst[(1 * 32 + word) * 2 + upper] = mid;
-    dst[(2 * 32 + word) * 2 + upper] = lo;
+    if (active) {
+        uint16_t* dst = reinterpret_cast<uint16_t*>(xa_sb + c * 96);
+        dst[(0 * 32 + word) * 2 + upper] = hi;
+        dst[(1 * 32 + word) * 2 + upper] = mid;
+        dst[(2 * 32 + word) * 2 + upper] = lo;
+    }
     __syncthreads();
-    if (i < 8) {
+    if (active && i < 8) {
         double acc = 0.0;  // rounded once to f32
         for (int k = 0; k < 32; k++) acc += (double)xsh[32 * i + k];
-        p.xs[(size_t)sb * SB_SUMS + i] = (float)acc;
-    } else if (i == 8) {
-        p.xs[(size_t)sb * SB_SUMS + 8] = inv_s;
+        xs_sb[i] = (float)acc;
+    } else if (active && i == 8) {
+        xs_sb[8] = inv_s;
+    }
+    __syncthreads();  // xsh and wmax are free for the group's next super-block
+}
+
+static __device__ __forceinline__ void prep_x_body(const PrepArgs& p) {
+    __shared__ float wmax[8];
+    __shared__ float xsh[256];
+    const int i = threadIdx.x, nsb = gridDim.x, y = blockIdx.y;
+    const int sb = y * nsb + blockIdx.x;  // super-block index over all rows
+    pf::pdl_wait();
+    prep_sb(p.x[(size_t)sb * 256 + i], i, true, p.xa + (size_t)sb * SB_WORDS, p.xs + (size_t)sb * SB_SUMS, wmax, xsh);
+}
+
+// One row x of n values (n % 256 == 0) prepared by the whole block (blockDim.x a multiple of 256,
+// at most 1024), 256 threads per super-block: into xa, xs at the row's first super-block. For
+// kernels that produce a row anyway (the RMSNorms in decode): the caller has written x and passed
+// a barrier since. Every thread of the block calls it.
+static __device__ __forceinline__ void prep_row(const float* x, int n, uint32_t* xa, float* xs) {
+    __shared__ float wmax[4][8];
+    __shared__ float xsh[4][256];
+    const int groups = blockDim.x / 256, grp = threadIdx.x / 256, i = threadIdx.x % 256, nsb = n / 256;
+    for (int sb0 = 0; sb0 < nsb; sb0 += groups) {
+        const int sb = sb0 + grp;
+        const bool active = sb < nsb;
+        prep_sb(active ? x[(size_t)sb * 256 + i] : 0.0f, i, active, xa + (size_t)sb * SB_WORDS,
+                xs + (size_t)sb * SB_SUMS, wmax[grp], xsh[grp]);
     }
 }
 
@@ -215,21 +248,15 @@ static __device__ __forceinline__ void k4_word(uint32_t w, const K4Scales& k, ui
 // Weights are the A operand (16 rows x 16 k: lane (g, t) supplies rows g and g+8), the x terms
 // the B operand (16 k x 8 columns: columns 0, 1, 2 = hi, mid, lo, 3..7 zero; lane (g, t) with
 // g < 3 supplies term g). C: lane (g, t) holds rows g, g+8 x terms 2t, 2t+1 (t < 2 useful).
+//
+// One weight matrix's share of this warp: super-blocks warp, warp + KW, ... of the 2R rows
+// rows[r] (rows 8r + g of the block: tile r / 2, half r % 2), against the prepared x of one vector
+// (xa, xs at its first super-block). Adds the lane's partial dot products (scaled by d / s) to
+// acc and its min terms to macc.
 template <int R, int KW>
-static __device__ __forceinline__ void q4k_body(const Args& p) {
-    static_assert(32 * KW >= 16 * R, "one thread per row for the final sum");
-    __shared__ float red[2][KW][16 * R];
+static __device__ __forceinline__ void q4k_rows(const uint8_t* const (&rows)[2 * R], const uint32_t* xa,
+                                                const float* xs, int nsb, float (&acc)[2 * R], float (&macc)[2 * R]) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int row0 = blockIdx.x * 16 * R, nsb = p.n_in / 256;
-    // Rows past the end repeat the last row (loads stay in bounds; their sums are not stored).
-    const uint8_t* rows[2 * R];
-#pragma unroll
-    for (int r = 0; r < 2 * R; r++) rows[r] = p.w + (size_t)min(row0 + 8 * r + g, p.n_out - 1) * p.row_bytes;
-    float acc[2 * R], macc[2 * R];
-#pragma unroll
-    for (int r = 0; r < 2 * R; r++) acc[r] = macc[r] = 0.0f;
-    pf::pdl_wait();  // xa, xs come from the previous kernel
-
     for (int sb = warp; sb < nsb; sb += KW) {
         // All weight loads of this super-block first: per row a header and 32 quant bytes.
         uint4 hd[2 * R], q0[2 * R], q1[2 * R];
@@ -242,7 +269,7 @@ static __device__ __forceinline__ void q4k_body(const Args& p) {
         }
         uint32_t xb[32];
         if (g < 3) {
-            const uint32_t* src = p.xa + (size_t)sb * SB_WORDS + (t * 3 + g) * 32;
+            const uint32_t* src = xa + (size_t)sb * SB_WORDS + (t * 3 + g) * 32;
 #pragma unroll
             for (int k = 0; k < 8; k++) {
                 const uint4 v = ld16(src + 4 * k);
@@ -255,8 +282,8 @@ static __device__ __forceinline__ void q4k_body(const Args& p) {
 #pragma unroll
             for (int k = 0; k < 32; k++) xb[k] = 0u;
         }
-        const float s0 = p.xs[(size_t)sb * SB_SUMS + 2 * t], s1 = p.xs[(size_t)sb * SB_SUMS + 2 * t + 1];
-        const float inv_s = p.xs[(size_t)sb * SB_SUMS + 8];
+        const float s0 = xs[(size_t)sb * SB_SUMS + 2 * t], s1 = xs[(size_t)sb * SB_SUMS + 2 * t + 1];
+        const float inv_s = xs[(size_t)sb * SB_SUMS + 8];
 
 #pragma unroll
         for (int r = 0; r < R; r++) {
@@ -280,15 +307,43 @@ static __device__ __forceinline__ void q4k_body(const Args& p) {
             macc[rb] += fmaf(kb.m1, s1, kb.m0 * s0);
         }
     }
+}
 
-    // Row 8r + g: terms and mins over the four lanes t (terms 2t, 2t+1; exact zeros for t >= 2).
+// Row pointers of the block's 2R rows (8r + g) of the matrix at w; rows past the end repeat the
+// last row (loads stay in bounds; their sums are never stored).
+template <int R>
+static __device__ __forceinline__ void q4k_row_ptrs(const uint8_t* w, int row0, int n_out, size_t row_bytes,
+                                                    const uint8_t* (&rows)[2 * R]) {
+    const int g = (threadIdx.x & 31) >> 2;
+#pragma unroll
+    for (int r = 0; r < 2 * R; r++) rows[r] = w + (size_t)min(row0 + 8 * r + g, n_out - 1) * row_bytes;
+}
+
+// Lane sums of row 8r + g over the four lanes t (terms 2t, 2t+1; exact zeros for t >= 2).
+static __device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    v += __shfl_xor_sync(0xffffffffu, v, 2);
+    return v;
+}
+
+// The candidate of dev/cuda/matvec_bench.cu: one dense product, out = W x.
+template <int R, int KW>
+static __device__ __forceinline__ void q4k_body(const Args& p) {
+    static_assert(32 * KW >= 16 * R, "one thread per row for the final sum");
+    __shared__ float red[2][KW][16 * R];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int row0 = blockIdx.x * 16 * R, nsb = p.n_in / 256;
+    const uint8_t* rows[2 * R];
+    q4k_row_ptrs<R>(p.w, row0, p.n_out, p.row_bytes, rows);
+    float acc[2 * R], macc[2 * R];
+#pragma unroll
+    for (int r = 0; r < 2 * R; r++) acc[r] = macc[r] = 0.0f;
+    pf::pdl_wait();  // xa, xs come from the previous kernel
+    q4k_rows<R, KW>(rows, p.xa, p.xs, nsb, acc, macc);
+
 #pragma unroll
     for (int r = 0; r < 2 * R; r++) {
-        float v = acc[r], mn = macc[r];
-        v += __shfl_xor_sync(0xffffffffu, v, 1);
-        v += __shfl_xor_sync(0xffffffffu, v, 2);
-        mn += __shfl_xor_sync(0xffffffffu, mn, 1);
-        mn += __shfl_xor_sync(0xffffffffu, mn, 2);
+        const float v = quad_sum(acc[r]), mn = quad_sum(macc[r]);
         if (t == 0) {
             red[0][warp][8 * r + g] = v;
             red[1][warp][8 * r + g] = mn;
@@ -308,6 +363,103 @@ static __device__ __forceinline__ void q4k_body(const Args& p) {
 }
 
 #ifndef PF_EMU
+// ---------------------------------------------------------------------------------------------
+// The production kernels (matvec_tc.cu; launched by src/backend/cuda/ops/linear.rs), batched as
+// kernels-cuda/matvec.cuh's are (grid.y = output vectors):
+//   - dense T tokens:   vector v reads x row v, W; writes out[v];
+//   - fused SwiGLU:     out[v] = silu(W x) * (W2 x) (GLU);
+//   - MoE gate/up:      entry b = t k + j reads x row b / k (x_group = k), expert ids[b];
+//   - MoE down:         out[t] = sum_j scales[t k + j] W_{ids[t k + j]} x[t k + j] (nsum = k),
+//                       summed in a fixed order (no atomics: reproducible).
+// Expert ids at or past n_experts contribute nothing (the CPU backend rejects them).
+// x arrives prepared (prep_x: words then sums, a row's share each; mvtc_prep_Q4_K).
+// Slots: p0 W, p1 W2 (GLU) or 0, p2 xa, p3 out, p4 expert ids (u32) or 0, p5 scales or 0, p6 xs.
+//        n0 n_out, n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts, n5 x_group, n6 nsum,
+//        n7 out_stride (floats).
+template <int R, int KW, bool GLU>
+static __device__ __forceinline__ void mv_body(const ::Args& a) {
+    static_assert(32 * KW >= 16 * R, "one thread per row for the final sum");
+    constexpr int NW = GLU ? 2 : 1;  // weight matrices
+    __shared__ float red[NW][KW][16 * R];
+    const uint8_t* W[2] = {reinterpret_cast<const uint8_t*>(a.p[0]), reinterpret_cast<const uint8_t*>(a.p[1])};
+    const uint32_t* xa = reinterpret_cast<const uint32_t*>(a.p[2]);
+    float* out = reinterpret_cast<float*>(a.p[3]);
+    const uint32_t* ids = reinterpret_cast<const uint32_t*>(a.p[4]);
+    const float* scales = reinterpret_cast<const float*>(a.p[5]);
+    const float* xs = reinterpret_cast<const float*>(a.p[6]);
+    const int n_out = (int)a.n[0], nsb = (int)(a.n[1] / 256);
+    const size_t row_bytes = (size_t)a.n[2], expert_bytes = (size_t)a.n[3];
+    const uint32_t n_experts = (uint32_t)a.n[4];
+    const int x_group = (int)a.n[5], nsum = (int)a.n[6];
+    const size_t out_stride = (size_t)a.n[7];
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int row0 = blockIdx.x * 16 * R, ov = blockIdx.y;
+
+    // Dense weights are written by no kernel: pull this block's rows into L2 while the previous
+    // kernel finishes (programmatic dependent launch; matvec.cuh does the same).
+    if (ids == nullptr) {
+        const size_t bytes = (size_t)min(16 * R, n_out - row0) * row_bytes;
+        for (size_t off = (size_t)threadIdx.x * 128; off < bytes; off += (size_t)blockDim.x * 128) {
+#pragma unroll
+            for (int m = 0; m < NW; m++) prefetch_l2(W[m] + (size_t)row0 * row_bytes + off);
+        }
+    }
+    kernel_start();
+
+    float tot[NW][2 * R];
+#pragma unroll
+    for (int m = 0; m < NW; m++)
+#pragma unroll
+        for (int r = 0; r < 2 * R; r++) tot[m][r] = 0.0f;
+    for (int j = 0; j < nsum; j++) {
+        const int b = ov * nsum + j;
+        uint32_t e = 0;
+        if (ids != nullptr) {
+            e = ids[b];
+            if (e >= n_experts) continue;  // uniform over the block
+        }
+        const int xrow = b / x_group;
+        const uint32_t* xa_b = xa + (size_t)xrow * nsb * SB_WORDS;
+        const float* xs_b = xs + (size_t)xrow * nsb * SB_SUMS;
+        const float s = scales != nullptr ? scales[b] : 1.0f;
+#pragma unroll
+        for (int m = 0; m < NW; m++) {
+            const uint8_t* rows[2 * R];
+            q4k_row_ptrs<R>(W[m] + (size_t)e * expert_bytes, row0, n_out, row_bytes, rows);
+            float acc[2 * R], macc[2 * R];
+#pragma unroll
+            for (int r = 0; r < 2 * R; r++) acc[r] = macc[r] = 0.0f;
+            q4k_rows<R, KW>(rows, xa_b, xs_b, nsb, acc, macc);
+#pragma unroll
+            for (int r = 0; r < 2 * R; r++) tot[m][r] = fmaf(s, acc[r] - macc[r], tot[m][r]);
+        }
+    }
+
+#pragma unroll
+    for (int m = 0; m < NW; m++)
+#pragma unroll
+        for (int r = 0; r < 2 * R; r++) {
+            const float v = quad_sum(tot[m][r]);
+            if (t == 0) red[m][warp][8 * r + g] = v;
+        }
+    __syncthreads();
+    const int i = threadIdx.x;
+    if (i < 16 * R && row0 + i < n_out) {
+        float v[NW];
+#pragma unroll
+        for (int m = 0; m < NW; m++) {
+            v[m] = 0.0f;
+#pragma unroll
+            for (int w = 0; w < KW; w++) v[m] += red[m][w][i];
+        }
+        out[(size_t)ov * out_stride + row0 + i] = GLU ? siluf_(v[0]) * v[NW - 1] : v[0];
+    }
+}
+#endif
+
+#if !defined(PF_EMU) && defined(MVTC_BENCH_KERNELS)
+// The harness's kernels (dev/cuda/matvec_bench.cu defines MVTC_BENCH_KERNELS).
 static __global__ void __launch_bounds__(256) prep_x(const PrepArgs p) { prep_x_body(p); }
 template <int R, int KW>
 static __global__ void __launch_bounds__(32 * KW) q4k(const Args p) {
