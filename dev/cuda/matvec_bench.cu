@@ -1,6 +1,7 @@
 // dev/cuda/matvec_bench.cu: standalone check and benchmark of the decode matrix-vector kernels
 // (llm.c dev/cuda style). It includes the production kernels (kernels-cuda/matvec.cuh) and the
-// candidate layouts dev/cuda/matvec_warp.cuh and kernels-cuda/matvec_tc.cuh (tensor cores, Q4_K), runs them
+// candidate layouts dev/cuda/matvec_warp.cuh and the tensor-core candidates kernels-cuda/matvec_tc.cuh (Q4_K),
+// matvec_tc6.cuh (Q6_K) and matvec_tc8.cuh (Q8_0), runs them
 // and a naive baseline on random weights of the formats that dominate decode (Q4_K, Q6_K, Q8_0,
 // plus F16 and F32), checks every output against a double-precision CPU dot product of the
 // dequantized rows, and times them against the device-to-device copy bandwidth.
@@ -27,6 +28,8 @@
 #include "matvec_q8.cuh"
 #define MVTC_BENCH_KERNELS
 #include "matvec_tc.cuh"
+#include "matvec_tc6.cuh"
+#include "matvec_tc8.cuh"
 #include "matvec_warp.cuh"
 
 #define CK(x)                                                                                   \
@@ -273,21 +276,48 @@ struct Variant {
     int q8 = 0;  // 1: matvec_q8 (fast tier), 2: matvec_q8 with 255 registers
     int warp = 0;  // rows per warp of matvec_warp.cuh (0: not that kernel)
     bool pair = false;  // matvec_warp_q4k_pair
-    int tc = 0;         // matvec_tc.cuh (Q4_K): 16-row tiles per block (0: not that kernel)
+    int tc = 0;         // matvec_tc*.cuh (Q4_K, Q6_K, Q8_0): 16-row tiles per block (0: not that kernel)
     int tc_kw = 0;      // its warps per block (split over the super-blocks)
-    bool tc_prep = true;  // time the x split (mvtc::prep_x) with every call (false: once per case)
+    bool tc_prep = true;  // time the x split (prep_x) with every call (false: once per case)
 };
 
-// x split into A words for matvec_tc.cuh (one per case: every variant reads the same x).
+// x split into operand words for the tensor-core kernels (one per case: every variant reads the
+// same x): matvec_tc.cuh's A words and sums (Q4_K), matvec_tc6/8.cuh's B words and scales.
 static uint32_t* g_tc_xa = nullptr;
 static float* g_tc_xs = nullptr;
+template <class F>
+static void tc_alloc(int n_in) {
+    size_t words, floats;
+    const size_t tiles = n_in / 256;  // super-blocks (Q4_K, Q6_K) or groups of 8 blocks (Q8_0)
+    if constexpr (std::is_same_v<F, FmtQ4_K>) words = tiles * mvtc::SB_WORDS, floats = tiles * mvtc::SB_SUMS;
+    else if constexpr (std::is_same_v<F, FmtQ6_K>) words = tiles * mvtc6::SB_WORDS, floats = tiles;
+    else words = tiles * mvtc8::G_WORDS, floats = tiles * mvtc8::G_FACT;
+    CK(cudaMalloc(&g_tc_xa, words * 4));
+    CK(cudaMalloc(&g_tc_xs, floats * 4));
+}
+template <class F>
 static void tc_prep(const float* x, int n_in, cudaStream_t st) {
-    launch_k(mvtc::prep_x, dim3(n_in / 256), dim3(256), 0, st, mvtc::PrepArgs{x, g_tc_xa, g_tc_xs});
+    if constexpr (std::is_same_v<F, FmtQ4_K>)
+        launch_k(mvtc::prep_x, dim3(n_in / 256), dim3(256), 0, st, mvtc::PrepArgs{x, g_tc_xa, g_tc_xs});
+    else if constexpr (std::is_same_v<F, FmtQ6_K>)
+        launch_k(mvtc6::prep_x, dim3(n_in / 256), dim3(256), 0, st, mvtc6::PrepArgs{x, g_tc_xa, g_tc_xs});
+    else
+        launch_k(mvtc8::prep_x, dim3(n_in / 256), dim3(256), 0, st, mvtc8::PrepArgs{x, g_tc_xa, g_tc_xs});
 }
 template <int R, int KW>
 static void tc_launch(const uint8_t* W, float* out, int n_out, int n_in, size_t row_bytes, cudaStream_t st) {
     launch_k(mvtc::q4k<R, KW>, dim3((n_out + 16 * R - 1) / (16 * R)), dim3(32 * KW), 0, st,
              mvtc::Args{W, g_tc_xa, g_tc_xs, out, n_out, n_in, row_bytes});
+}
+template <int R>
+static void tc6_launch(const uint8_t* W, float* out, int n_out, int n_in, size_t row_bytes, cudaStream_t st) {
+    launch_k(mvtc6::q6k<R>, dim3((n_out + 16 * R - 1) / (16 * R)), dim3(32 * mvtc6::KW), 0, st,
+             mvtc6::Args{W, g_tc_xa, g_tc_xs, out, n_out, n_in, row_bytes});
+}
+template <int R, int KW>
+static void tc8_launch(const uint8_t* W, float* out, int n_out, int n_in, size_t row_bytes, cudaStream_t st) {
+    launch_k(mvtc8::q80<R, KW>, dim3((n_out + 16 * R - 1) / (16 * R)), dim3(32 * KW), 0, st,
+             mvtc8::Args{W, g_tc_xa, g_tc_xs, out, n_out, n_in, row_bytes});
 }
 
 // Chunk units of the q8 kernel per format (Q8Dot<F>::CU), 0 where it has none.
@@ -302,18 +332,30 @@ static constexpr int q8_cu() {
 template <class F>
 static void launch(const Variant& v, const uint8_t* W, const float* x, float* out, int n_out, int n_in,
                    size_t row_bytes, cudaStream_t st) {
-    if constexpr (std::is_same_v<F, FmtQ4_K>) {
-        if (v.tc) {
-            if (v.tc_prep) tc_prep(x, n_in, st);
-            const int key = v.tc * 100 + v.tc_kw;
+    if (v.tc) {
+        if (v.tc_prep) tc_prep<F>(x, n_in, st);
+        const int key = v.tc * 100 + v.tc_kw;
+        if constexpr (std::is_same_v<F, FmtQ4_K>) {
             switch (key) {
                 case 108: tc_launch<1, 8>(W, out, n_out, n_in, row_bytes, st); return;
                 case 204: tc_launch<2, 4>(W, out, n_out, n_in, row_bytes, st); return;
                 case 208: tc_launch<2, 8>(W, out, n_out, n_in, row_bytes, st); return;
                 case 404: tc_launch<4, 4>(W, out, n_out, n_in, row_bytes, st); return;
-                default: fprintf(stderr, "no matvec_tc instance R=%d KW=%d\n", v.tc, v.tc_kw); exit(2);
+            }
+        } else if constexpr (std::is_same_v<F, FmtQ6_K>) {
+            switch (key) {
+                case 108: tc6_launch<1>(W, out, n_out, n_in, row_bytes, st); return;
+                case 208: tc6_launch<2>(W, out, n_out, n_in, row_bytes, st); return;
+            }
+        } else if constexpr (std::is_same_v<F, FmtQ8_0>) {
+            switch (key) {
+                case 108: tc8_launch<1, 8>(W, out, n_out, n_in, row_bytes, st); return;
+                case 204: tc8_launch<2, 4>(W, out, n_out, n_in, row_bytes, st); return;
+                case 208: tc8_launch<2, 8>(W, out, n_out, n_in, row_bytes, st); return;
             }
         }
+        fprintf(stderr, "no tensor-core instance R=%d KW=%d for this format\n", v.tc, v.tc_kw);
+        exit(2);
     }
     if constexpr (q8_cu<F>() > 0) {
         if (v.warp) {
@@ -483,13 +525,18 @@ static Best run_case(const FmtInfo& f, const Shape& s, double copy_gbs, bool qui
         if constexpr (std::is_same_v<F, FmtQ4_K>)
             for (int r : {1, 2, 4}) vars.push_back({"warp pair R=" + std::to_string(r), 1, false, 0, 0, r, true});
     }
-    if constexpr (std::is_same_v<F, FmtQ4_K>) {
-        // Tensor cores (exact tier): "tc R=.. KW=.." times the x split and the product together,
-        // "tc* ..." the product alone (the split is per x, shared by every product that reads it).
-        CK(cudaMalloc(&g_tc_xa, (size_t)(n_in / 256) * mvtc::SB_WORDS * 4));
-        CK(cudaMalloc(&g_tc_xs, (size_t)(n_in / 256) * mvtc::SB_SUMS * 4));
-        tc_prep(dx, n_in, st);
-        for (auto [r, kw] : {std::pair{1, 8}, {2, 4}, {2, 8}, {4, 4}}) {
+    // Tensor cores (exact tier): "tc R=.. KW=.." times the x split and the product together, "tc*
+    // ..." the product alone (the split is per x, shared by every product that reads it). Q4_K:
+    // matvec_tc.cuh; Q6_K: matvec_tc6.cuh (KW = 8 only, n_in % 2048 == 0); Q8_0: matvec_tc8.cuh.
+    std::vector<std::pair<int, int>> tc_geo;
+    if constexpr (std::is_same_v<F, FmtQ4_K>) tc_geo = {{1, 8}, {2, 4}, {2, 8}, {4, 4}};
+    if constexpr (std::is_same_v<F, FmtQ6_K>)
+        if (n_in % 2048 == 0) tc_geo = {{1, 8}, {2, 8}};
+    if constexpr (std::is_same_v<F, FmtQ8_0>) tc_geo = {{1, 8}, {2, 4}, {2, 8}};
+    if (!tc_geo.empty()) {
+        tc_alloc<F>(n_in);
+        tc_prep<F>(dx, n_in, st);
+        for (auto [r, kw] : tc_geo) {
             const std::string geo = " R=" + std::to_string(r) + " KW=" + std::to_string(kw);
             Variant a{"tc" + geo, 1, false};
             a.tc = r;

@@ -1,16 +1,22 @@
-// mvtc_checks.cpp: kernels-cuda/matvec_tc.cuh (tensor-core Q4_K matvec, strict tier) run on the CPU
-// emulator (pf_emu.h: every CUDA thread a coroutine, mma.sync / shuffles as warp collectives per
-// the PTX fragment layouts) against a double-precision dot product of the dequantized rows, at the
-// bound matvec_bench.cu applies to every exact kernel: |got - want| <= 1e-5 * sum |w x| per row.
-// The emulator also aborts if any HFMA2 of the weight decode is inexact (the design relies on it)
-// and, under AddressSanitizer, on any read past the weights or the x buffers.
+// mvtc_checks.cpp: the tensor-core matvec candidates (strict tier) run on the CPU emulator
+// (pf_emu.h: every CUDA thread a coroutine, mma.sync / shuffles as warp collectives per the PTX
+// fragment layouts) against a double-precision dot product of the dequantized rows, at the bound
+// matvec_bench.cu applies to every exact kernel: |got - want| <= 1e-5 * sum |w x| per row.
+//   Q4_K: kernels-cuda/matvec_tc.cuh (f16 MMA, production; also its prep_row against prep_x); Q6_K: matvec_tc6.cuh and Q8_0: matvec_tc8.cuh (s8 MMA).
+// The emulator also aborts if any HFMA2 of the Q4_K decode is inexact, if any s8 MMA sum leaves
+// int32 (the designs bound them), and, under AddressSanitizer, on any read past the weights or the
+// x buffers. Also checked: NaN / inf in x give non-finite outputs, and deliberately broken prep
+// buffers (a swapped B word, a dropped word, a scale off by 1%) fail the bound (the checks can fail).
 // Build and run: bash dev/cuda/emu/run-emu.sh mvtc
 #define PF_EMU 1
 #include <cstdarg>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "matvec_tc.cuh"
+#include "../matvec_tc6.cuh"
+#include "../matvec_tc8.cuh"
 #include "../pf_ref.h"
 
 static int g_fail = 0, g_checks = 0;
@@ -66,10 +72,41 @@ static std::vector<float> make_x(int kind, int n) {
     return x;
 }
 
+
+// Q6_K: random ql/qh, scales over the whole int8 range (-128 included), sane d, every 16th
+// super-block 256x smaller. Q8_0: random quants (-128 included), the same d.
+static std::vector<uint8_t> random_q6k(int rows, int n_in) {
+    std::vector<uint8_t> w((size_t)rows * (n_in / 256) * 210);
+    for (auto& b : w) b = (uint8_t)rnd();
+    for (size_t i = 0; i < w.size() / 210; i++) {
+        uint8_t* b = w.data() + 210 * i;
+        if (i % 5 == 2) b[192] = 0x80, b[193] = 0x7f;  // sc -128 and 127 with q 0 / 63 somewhere
+        const float small = (rnd() & 15) == 0 ? 1.0f / 256 : 1.0f;
+        const uint16_t d = f2h((float)(1 + urand()) * 0x1p-13f * small);
+        b[208] = d & 0xff, b[209] = d >> 8;
+    }
+    return w;
+}
+static std::vector<uint8_t> random_q80(int rows, int n_in) {
+    std::vector<uint8_t> w((size_t)rows * (n_in / 32) * 34);
+    for (auto& b : w) b = (uint8_t)rnd();
+    for (size_t i = 0; i < w.size() / 34; i++) {
+        uint8_t* b = w.data() + 34 * i;
+        const float small = (rnd() & 15) == 0 ? 1.0f / 256 : 1.0f;
+        const uint16_t d = f2h((float)(1 + urand()) * 0x1p-10f * small);
+        b[0] = d & 0xff, b[1] = d >> 8;
+        if (i % 7 == 3) b[2] = 0x80, b[3] = 0x7f;  // -128 and 127
+    }
+    return w;
+}
+
+// A change to the prep kernel's output (B words, scales) before the product: the mutation checks.
+using Mutate = std::function<void(uint32_t* xb, size_t n_words, float* xf, size_t n_fact)>;
+
+// Each runner: prep + product on the emulator, the outputs.
 template <int R, int KW>
-static void check(const char* what, int n_out, int n_in, int xkind) {
-    const std::vector<uint8_t> hw = random_q4k(n_out, n_in);
-    const std::vector<float> hx = make_x(xkind, n_in);
+static std::vector<float> run_q4k(const std::vector<uint8_t>& hw, const std::vector<float>& hx, int n_out, int n_in,
+                                  const Mutate& mut) {
     const size_t rb = (size_t)(n_in / 256) * 144, nsb = n_in / 256;
     uint8_t* w = dev_alloc<uint8_t>(hw.size());
     memcpy(w, hw.data(), hw.size());
@@ -79,21 +116,79 @@ static void check(const char* what, int n_out, int n_in, int xkind) {
     float* xs = dev_alloc<float>(nsb * mvtc::SB_SUMS);
     float* out = dev_alloc<float>(n_out);
     pf_emu::launch(dim3(nsb), dim3(256), 0, pf_emu::EARLY, [&] { mvtc::prep_x_body(mvtc::PrepArgs{x, xa, xs}); });
+    if (mut) mut(xa, nsb * mvtc::SB_WORDS, xs, nsb * mvtc::SB_SUMS);
     const mvtc::Args a{w, xa, xs, out, n_out, n_in, rb};
     pf_emu::launch(dim3((n_out + 16 * R - 1) / (16 * R)), dim3(32 * KW), 0, pf_emu::EARLY,
                    [&] { mvtc::q4k_body<R, KW>(a); });
+    std::vector<float> o(out, out + n_out);
+    dev_free(w), dev_free(x), dev_free(xa), dev_free(xs), dev_free(out);
+    return o;
+}
+template <int R, int KW>
+static std::vector<float> run_q80(const std::vector<uint8_t>& hw, const std::vector<float>& hx, int n_out, int n_in,
+                                  const Mutate& mut) {
+    const size_t rb = (size_t)(n_in / 32) * 34, ng = n_in / 256;
+    uint8_t* w = dev_alloc<uint8_t>(hw.size());
+    memcpy(w, hw.data(), hw.size());
+    float* x = dev_alloc<float>(n_in);
+    memcpy(x, hx.data(), 4 * n_in);
+    uint32_t* xb = dev_alloc<uint32_t>(ng * mvtc8::G_WORDS);
+    float* xf = dev_alloc<float>(ng * mvtc8::G_FACT);
+    float* out = dev_alloc<float>(n_out);
+    pf_emu::launch(dim3(ng), dim3(256), 0, pf_emu::EARLY, [&] { mvtc8::prep_x_body(mvtc8::PrepArgs{x, xb, xf}); });
+    if (mut) mut(xb, ng * mvtc8::G_WORDS, xf, ng * mvtc8::G_FACT);
+    const mvtc8::Args a{w, xb, xf, out, n_out, n_in, rb};
+    pf_emu::launch(dim3((n_out + 16 * R - 1) / (16 * R)), dim3(32 * KW), 0, pf_emu::EARLY,
+                   [&] { mvtc8::q80_body<R, KW>(a); });
+    std::vector<float> o(out, out + n_out);
+    dev_free(w), dev_free(x), dev_free(xb), dev_free(xf), dev_free(out);
+    return o;
+}
+template <int R>
+static std::vector<float> run_q6k(const std::vector<uint8_t>& hw, const std::vector<float>& hx, int n_out, int n_in,
+                                  const Mutate& mut) {
+    const size_t rb = (size_t)(n_in / 256) * 210, nsb = n_in / 256;
+    uint8_t* w = dev_alloc<uint8_t>(hw.size());
+    memcpy(w, hw.data(), hw.size());
+    float* x = dev_alloc<float>(n_in);
+    memcpy(x, hx.data(), 4 * n_in);
+    uint32_t* xb = dev_alloc<uint32_t>(nsb * mvtc6::SB_WORDS);
+    float* xs = dev_alloc<float>(nsb);
+    float* out = dev_alloc<float>(n_out);
+    pf_emu::launch(dim3(nsb), dim3(256), 0, pf_emu::EARLY, [&] { mvtc6::prep_x_body(mvtc6::PrepArgs{x, xb, xs}); });
+    if (mut) mut(xb, nsb * mvtc6::SB_WORDS, xs, nsb);
+    const mvtc6::Args a{w, xb, xs, out, n_out, n_in, rb};
+    pf_emu::launch(dim3((n_out + 16 * R - 1) / (16 * R)), dim3(32 * mvtc6::KW), 0, pf_emu::EARLY,
+                   [&] { mvtc6::q6k_body<R>(a); });
+    std::vector<float> o(out, out + n_out);
+    dev_free(w), dev_free(x), dev_free(xb), dev_free(xs), dev_free(out);
+    return o;
+}
+
+using Runner = std::vector<float> (*)(const std::vector<uint8_t>&, const std::vector<float>&, int, int, const Mutate&);
+enum Expect { PASS_BOUND, FAIL_BOUND, NONFINITE };
+
+// One check: random weights of `fmt`, x of `xkind` (or the given x), the runner's outputs against
+// the f64 reference; `expect` says whether the bound must hold, must be broken (a mutation) or
+// every output must be non-finite (NaN / inf in x).
+static void check(const char* name, int fmt, Runner run, const char* what, int n_out, int n_in,
+                  const std::vector<float>& hx, Expect expect, const Mutate& mut = nullptr) {
+    const std::vector<uint8_t> hw = fmt == host::Q4K ? random_q4k(n_out, n_in)
+                                    : fmt == host::Q6K ? random_q6k(n_out, n_in)
+                                                       : random_q80(n_out, n_in);
+    const std::vector<float> out = run(hw, hx, n_out, n_in, mut);
+    const size_t rb = hw.size() / n_out;
     double worst = 0;
-    int wr = 0;
-    std::vector<float> y(256);
+    int wr = 0, finite = 0;
+    std::vector<float> y(n_in);
     for (int r = 0; r < n_out; r++) {
+        host::deq_row(fmt, hw.data() + r * rb, n_in, y.data());
         double s = 0, mag = 0;
-        for (size_t b = 0; b < nsb; b++) {
-            host::deq_q4k(hw.data() + r * rb + b * 144, y.data());
-            for (int i = 0; i < 256; i++) {
-                s += (double)y[i] * hx[b * 256 + i];
-                mag += fabs((double)y[i] * hx[b * 256 + i]);
-            }
+        for (int i = 0; i < n_in; i++) {
+            s += (double)y[i] * hx[i];
+            mag += fabs((double)y[i] * hx[i]);
         }
+        finite += std::isfinite(out[r]) ? 1 : 0;
         const double e = fabs((double)out[r] - s) / (mag > 0 ? mag : 1e-300);
         if (!(e <= worst)) {
             worst = std::isnan(e) ? INFINITY : e;
@@ -101,16 +196,29 @@ static void check(const char* what, int n_out, int n_in, int xkind) {
         }
     }
     g_checks++;
-    const bool ok = worst <= 1e-5;
+    bool ok;
+    char res[96];
+    if (expect == NONFINITE) {
+        ok = finite == 0;
+        snprintf(res, sizeof res, "%d of %d outputs finite (want 0)", finite, n_out);
+    } else {
+        ok = expect == PASS_BOUND ? worst <= 1e-5 : worst > 1e-5;
+        snprintf(res, sizeof res, "worst |err| / sum|w x| = %.2e (row %d)%s", worst, wr,
+                 expect == FAIL_BOUND ? " (must exceed 1e-5)" : "");
+    }
     if (!ok) g_fail++;
-    printf("%s mvtc q4k R=%d KW=%d %-28s %5dx%-5d worst |err| / sum|w x| = %.2e (row %d)\n", ok ? "ok  " : "FAIL", R, KW,
-           what, n_out, n_in, worst, wr);
+    printf("%s %-14s %-34s %5dx%-5d %s\n", ok ? "ok  " : "FAIL", name, what, n_out, n_in, res);
     fflush(stdout);
-    dev_free(w);
-    dev_free(x);
-    dev_free(xa);
-    dev_free(xs);
-    dev_free(out);
+}
+
+static const char* KINDS[] = {"x uniform", "x per-sub-block 2^+-30/0/tiny", "x per-element 2^-40..2^20",
+                              "x 1e36/subnormal/zero/outlier"};
+
+// NaN (kind 4) or +inf (kind 5) at one element of otherwise uniform x.
+static std::vector<float> x_with(int kind, int n) {
+    std::vector<float> x = make_x(0, n);
+    x[n / 3 + 5] = kind == 4 ? NAN : INFINITY;
+    return x;
 }
 
 // prep_row (the RMSNorms' in-kernel prep: one block of `threads` per row, 256 per super-block)
@@ -140,18 +248,62 @@ static void check_prep_row(int threads, int n_in, int xkind) {
 }
 
 int main() {
-    const char* kinds[] = {"x uniform", "x per-sub-block 2^+-30/0/tiny", "x per-element 2^-40..2^20",
-                           "x 1e36/subnormal/zero/outlier"};
+    // Q4_K (matvec_tc.cuh).
     for (int k = 0; k < 4; k++) {
-        check<2, 4>(kinds[k], 40, 2048, k);   // 40 rows: the last tile half past the end
-        check<1, 8>(kinds[k], 24, 1536, k);   // 6 super-blocks over 8 warps: two warps idle
+        // 40 rows: the last tile half past the end; 6 super-blocks over 8 warps: two warps idle.
+        check("q4k R=2 KW=4", host::Q4K, run_q4k<2, 4>, KINDS[k], 40, 2048, make_x(k, 2048), PASS_BOUND);
+        check("q4k R=1 KW=8", host::Q4K, run_q4k<1, 8>, KINDS[k], 24, 1536, make_x(k, 1536), PASS_BOUND);
     }
-    check<4, 4>(kinds[0], 64, 4096, 0);
-    check<4, 2>(kinds[2], 33, 2560, 2);
+    check("q4k R=4 KW=4", host::Q4K, run_q4k<4, 4>, KINDS[0], 64, 4096, make_x(0, 4096), PASS_BOUND);
+    check("q4k R=4 KW=2", host::Q4K, run_q4k<4, 2>, KINDS[2], 33, 2560, make_x(2, 2560), PASS_BOUND);
+
     check_prep_row(1024, 4096, 0);  // 4 groups, 4 rounds
     check_prep_row(1024, 2560, 2);  // 10 super-blocks: groups idle in the last round
     check_prep_row(512, 2048, 3);
     check_prep_row(256, 768, 1);
+
+    // Q8_0 (matvec_tc8.cuh): odd row counts, 1..5 groups per warp, a tall row.
+    for (int k = 0; k < 4; k++) {
+        check("q80 R=2 KW=4", host::Q80, run_q80<2, 4>, KINDS[k], 40, 2048, make_x(k, 2048), PASS_BOUND);
+        check("q80 R=1 KW=8", host::Q80, run_q80<1, 8>, KINDS[k], 17, 2560, make_x(k, 2560), PASS_BOUND);
+    }
+    check("q80 R=1 KW=8", host::Q80, run_q80<1, 8>, "x uniform, one group", 1, 256, make_x(0, 256), PASS_BOUND);
+    check("q80 R=2 KW=4", host::Q80, run_q80<2, 4>, "x per-element, tall rows", 9, 12288, make_x(2, 12288), PASS_BOUND);
+    check("q80 R=2 KW=8", host::Q80, run_q80<2, 8>, KINDS[1], 33, 4096, make_x(1, 4096), PASS_BOUND);
+    check("q80 R=2 KW=4", host::Q80, run_q80<2, 4>, "x with a NaN", 24, 1024, x_with(4, 1024), NONFINITE);
+    check("q80 R=1 KW=8", host::Q80, run_q80<1, 8>, "x with an inf", 24, 1024, x_with(5, 1024), NONFINITE);
+
+    // Q6_K (matvec_tc6.cuh): every warp offset (8 super-blocks per row at least), odd row counts.
+    for (int k = 0; k < 4; k++) {
+        check("q6k R=1", host::Q6K, run_q6k<1>, KINDS[k], 40, 2048, make_x(k, 2048), PASS_BOUND);
+        check("q6k R=2", host::Q6K, run_q6k<2>, KINDS[k], 33, 4096, make_x(k, 4096), PASS_BOUND);
+    }
+    check("q6k R=1", host::Q6K, run_q6k<1>, "x per-element, tall rows", 9, 12288, make_x(2, 12288), PASS_BOUND);
+    check("q6k R=2", host::Q6K, run_q6k<2>, "x uniform, one row", 1, 2048, make_x(0, 2048), PASS_BOUND);
+    check("q6k R=1", host::Q6K, run_q6k<1>, "x with a NaN", 16, 2048, x_with(4, 2048), NONFINITE);
+    check("q6k R=2", host::Q6K, run_q6k<2>, "x with an inf", 16, 2048, x_with(5, 2048), NONFINITE);
+
+    // Mutations: the same checks must fail when the prep output is broken.
+    const std::vector<float> xu = make_x(0, 2048);
+    // (They must touch the top digits: digit 0 carries 2^-24 of a block's sum, below the bound.)
+    auto swap01 = [](uint32_t* xb, size_t, float*, size_t) { std::swap(xb[0], xb[1]); };  // q4k: hi term
+    auto q80_swap = [](uint32_t* xb, size_t, float*, size_t) {  // lane (n 3, t 0): digit 3, pair 0
+        std::swap(xb[12 * 24 + 0], xb[12 * 24 + 1]);
+    };
+    auto q80_drop = [](uint32_t* xb, size_t n, float*, size_t) {  // the third MMA's digit 3 (lane n 7, t 0)
+        for (size_t i = 0; i < n; i += mvtc8::G_WORDS)
+            for (int P = 0; P < 4; P++) xb[i + 28 * 24 + 6 * P + 4] = 0;
+    };
+    auto q80_scale = [](uint32_t*, size_t, float* xf, size_t) { xf[5] *= 1.01f; };  // block 2, digits 2, 3
+    auto q6_swap = [](uint32_t* xb, size_t, float*, size_t) { std::swap(xb[4], xb[5]); };  // digits 2, 3: b0 <-> b1
+    auto q6_scale = [](uint32_t*, size_t, float* xf, size_t) { xf[1] *= 1.01f; };
+    check("q80 R=2 KW=4", host::Q80, run_q80<2, 4>, "MUTATION swapped B words", 24, 2048, xu, FAIL_BOUND, q80_swap);
+    check("q80 R=2 KW=4", host::Q80, run_q80<2, 4>, "MUTATION third MMA dropped", 24, 2048, xu, FAIL_BOUND, q80_drop);
+    check("q80 R=1 KW=8", host::Q80, run_q80<1, 8>, "MUTATION block scale +1%", 24, 2048, xu, FAIL_BOUND, q80_scale);
+    check("q6k R=1", host::Q6K, run_q6k<1>, "MUTATION B digits swapped", 24, 2048, xu, FAIL_BOUND, q6_swap);
+    check("q6k R=1", host::Q6K, run_q6k<1>, "MUTATION sb scale +1%", 24, 2048, xu, FAIL_BOUND, q6_scale);
+    check("q4k R=2 KW=4", host::Q4K, run_q4k<2, 4>, "MUTATION swapped A words", 24, 2048, xu, FAIL_BOUND, swap01);
+
     printf("%s: %d of %d mvtc checks failed\n", g_fail ? "FAIL" : "PASS", g_fail, g_checks);
     return g_fail ? 1 : 0;
 }

@@ -344,6 +344,37 @@ inline void mma_f16(float* c, const uint32_t* a, const uint32_t* b) {
     warp_barrier();
     memcpy(c, d, 16);
 }
+// D = A B + C, m16n8k32, s8 x s8 -> s32 (row.col): lane (g, t) holds A rows g (a0, a2) and g+8
+// (a1, a3) at k = 4t..4t+3 (a0, a1) and 16+4t.. (a2, a3), byte i = k % 4; B column g at the same
+// k (b0, b1). The sums are exact integers; an accumulator that leaves the int32 range aborts (the
+// hardware would wrap: the design must bound every sum).
+inline void mma_s8(int32_t* d_out, const int32_t* c_in, const uint32_t* a, const uint32_t* b) {
+    Warp& w = my_warp();
+    const int lane = g.cur->lane;
+    memcpy(w.a[lane], a, 16);
+    memcpy(w.b[lane], b, 8);
+    warp_barrier();
+    auto A = [&](int r, int k) {
+        const uint32_t v = w.a[(r % 8) * 4 + (k % 16) / 4][(r >= 8) + 2 * (k >= 16)];
+        return static_cast<int>(static_cast<int8_t>(v >> (8 * (k % 4))));
+    };
+    auto B = [&](int k, int n) {
+        const uint32_t v = w.b[n * 4 + (k % 16) / 4][k >= 16];
+        return static_cast<int>(static_cast<int8_t>(v >> (8 * (k % 4))));
+    };
+    const int gq = lane / 4, t = lane % 4;
+    int32_t d[4];
+    for (int e = 0; e < 4; e++) {
+        const int r = gq + 8 * (e >> 1), n = 2 * t + (e & 1);
+        long long s = c_in[e];
+        for (int k = 0; k < 32; k++) s += static_cast<long long>(A(r, k)) * B(k, n);
+        if (s < INT32_MIN || s > INT32_MAX) fail("mma s8: int32 accumulator overflow");
+        d[e] = static_cast<int32_t>(s);
+    }
+    g.collectives++;
+    warp_barrier();
+    memcpy(d_out, d, 16);
+}
 inline void mma_tf32(float* c, const uint32_t* a, const uint32_t* b) {
     Warp& w = my_warp();
     const int lane = g.cur->lane;

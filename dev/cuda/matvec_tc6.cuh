@@ -1,0 +1,264 @@
+// dev/cuda/matvec_tc6.cuh (a candidate, timed by matvec_bench.cu, checked on the CPU emulator by
+// dev/cuda/emu/mvtc_checks.cpp): the one-token Q6_K matrix-vector product on the integer tensor
+// cores (mma.sync m16n8k32 s8.s8.s32), at the strict (f32-class) tier.
+//
+//   out[o] = sum_i W[o][i] * x[i],  W in Q6_K: w = d * sc_j * (q - 32)
+//   (q 6 bits: ql nibble + 2 qh bits; sc_j int8 per 16 elements; d f16 per 256; 210 bytes)
+//
+// Why int8: (q - 32) sc is 13 bits, not exact in f16, so the Q4_K kernel's folding of the scale
+// into f16 weights (matvec_tc.cuh) needs two MMAs per weight tile (sc = 16 hi + lo) and ~2.5
+// instructions per weight. Here:
+//   * A byte = 4 (q - 32) = (4q) ^ 0x80: nibble << 2 | qh bits << 6, top bit flipped (two LOP3 and
+//     two shifts per 4 weights, SHF/LOP3 only, no conversion); the 4 goes into 1/s.
+//   * x per super-block: s = 2^(29 - e), X = rint(x s) in four signed digits (matvec_tc8.cuh).
+//   * Lane (g, t) owns the quants of sub-blocks 8h + t (low nibbles) and 8h + 4 + t (high nibbles)
+//     of each half h: its 16-byte windows are ql[64h + 16t ..] and qh[32h + 16(t & 1) ..], which
+//     hold exactly those 32 quants (k order within an MMA is free: B is permuted to match). An MMA
+//     therefore mixes four sub-blocks (one per lane t), so each B column is (sub-block of lane
+//     t', digit 2 pi + delta) with n = 2t' + delta: two MMAs per (h, nibble) for digits 0, 1 and
+//     two for digits 2, 3, 16 per super-block and tile. B is non-zero only in lanes g >> 1 == t
+//     (8 of 32: 1 KB per 256 inputs). C lane (g, t) then holds exactly its own sub-block's digit
+//     sums for rows g, g+8 (|C| <= 2 * 8 * 128 * 128: exact): v = (C0 + 256 C1) + 65536 (C2 +
+//     256 C3), two int32 sums each rounded once to f32; acc_sb += v * sc in f32, and per
+//     super-block acc += acc_sb * (d / 4s).
+//   * Alignment: a 210-byte super-block sits at (2 sb) mod 16 of a 16-byte aligned row (n_in %
+//     2048 == 0), so with KW = 8 warps striding over super-blocks, warp w always sees offset 2w:
+//     the loop body is a template on that offset (8 instances, chosen once per warp), each
+//     16-byte window is two aligned 16-byte loads and a compile-time word pick, plus one funnel
+//     shift per word for the odd offsets. The last super-block of a row (offset 14) ends exactly
+//     at the row end: nothing is read past a row.
+//
+// Instructions per weight (lane, super-block, row tile = 128 weights per lane): weight loads
+// 2 x 10 LDG.128, realignment 2 x 18 SHF on half the warps, decode 2 x 64 (1 per weight),
+// 16 IMMA, epilogue 8 x (2 IMAD, 2 I2F, FFMA, byte extract, I2F, FFMA) + 2 x 3, and 8 LDG.128 of B per
+// super-block shared by the R tiles: ~1.9 per weight on paper. SASS (nvcc 13.0, sm_90, main loop
+// per super-block): R=1 318-332 instructions (even offsets) / 368-371 (odd: the funnel shifts) =
+// 2.5-2.9 per weight; R=2 584-600 / 680 per 256 = 2.3-2.65 (the f32 kernels: ~5). The decode
+// compiles to 3 LOP3 + 2 shifts per 4 weights (mask, combine, sign flip are not fused). Left to
+// cut: A = 4q as u8 (mma .u8.s8) with the -32 q carried by the first MMA's C input (-128 x the
+// digit sums of the sub-block, from the prep kernel) saves the flip and a mask: ~1.5 per 4
+// weights, ~0.35 per weight. Registers (-Xptxas -v, no spills): R=1 96, R=2 152; prep_x 21.
+//
+// Two launches: mvtc6::prep_x (x -> B words and 1/4s per super-block) and mvtc6::q6k<R> (KW = 8
+// warps own 16R rows). Requirements: n_in % 2048 == 0, W 16-byte aligned. NaN or inf in a
+// super-block of x makes its scale NaN: every output that reads it is NaN.
+#pragma once
+
+#include "matvec_tc8.cuh"
+
+namespace mvtc6 {
+
+using mvtc::ld16;
+using mvtc8::i2f;
+using mvtc8::mma_s8;
+
+constexpr int KW = 8;             // warps per block (the alignment scheme needs 8)
+constexpr int SB_WORDS = 8 * 32;  // B words per super-block: 8 active lanes x 32
+
+// ---------------------------------------------------------------------------------------------
+// Prep: one block of 256 threads per super-block of x (thread i = element i).
+//   xb[(sb * 8 + g) * 32 + ((2h + nu) * 2 + pi) * 4 + 2m + kk]: word kk (b0, b1) of the m-th MMA
+//   of half h, nibble nu (0 low, 1 high), digits 2pi, 2pi+1, for lane g (its t = g >> 1);
+//   xs[sb] = 1 / (4 s) (NaN: non-finite x).
+struct PrepArgs {
+    const float* x;
+    uint32_t* xb;
+    float* xs;
+};
+
+static __device__ __forceinline__ void prep_x_body(const PrepArgs& p) {
+    __shared__ float wmax[8];
+    __shared__ uint32_t dig[256];
+    const int i = threadIdx.x, sb = blockIdx.x;
+    pf::pdl_wait();
+    const float x = p.x[(size_t)sb * 256 + i];
+    float m = fabsf(x);
+    m = m != m ? INFINITY : m;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if ((i & 31) == 0) wmax[i >> 5] = m;
+    __syncthreads();
+    float amax = wmax[0];
+#pragma unroll
+    for (int w = 1; w < 8; w++) amax = fmaxf(amax, wmax[w]);
+    float s;
+    const float inv_s = mvtc8::digit_scale(amax, s);
+    dig[i] = mvtc8::digits(x, s, inv_s == inv_s);
+    if (i == 0) p.xs[sb] = inv_s * 0.25f;
+    __syncthreads();
+    // Thread i writes word i: lane g = i / 32 (t = g >> 1, delta = g & 1), j = i % 32.
+    const int g = i >> 5, j = i & 31, t = g >> 1, dl = g & 1;
+    const int h = j >> 4, nu = (j >> 3) & 1, pi = (j >> 2) & 1, wi = j & 3;  // wi = 2m + kk
+    const int pt = (t >> 1) + 2 * nu, dg = 2 * pi + dl;
+    uint32_t v = 0;
+#pragma unroll
+    for (int b = 0; b < 4; b++) {
+        const int l = 16 * (t & 1) + 4 * wi + b;
+        v |= ((dig[128 * h + 32 * pt + l] >> (8 * dg)) & 0xffu) << (8 * b);
+    }
+    p.xb[(size_t)sb * SB_WORDS + i] = v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The product.
+struct Args {
+    const uint8_t* w;
+    const uint32_t* xb;
+    const float* xs;
+    float* out;
+    int n_out, n_in;
+    size_t row_bytes;
+};
+
+// 16 bytes at byte offset OFF + 4i of the 32 bytes at the aligned address a (two loads).
+template <int OFF, int NW>
+static __device__ __forceinline__ void window(const uint8_t* a, uint32_t (&o)[NW]) {
+    const uint4 u = ld16(a), v = ld16(a + 16);
+    const uint32_t w[8] = {u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w};
+    constexpr int Q = OFF / 4;
+#pragma unroll
+    for (int i = 0; i < NW; i++) o[i] = (OFF & 2) ? pf::funnel_r(w[Q + i], w[Q + i + 1], 16) : w[Q + i];
+}
+
+// 4 (q - 32) of four quants as signed bytes: nibbles at bits 2..5 of `nib`, qh bits at 6..7 of `hb`.
+static __device__ __forceinline__ uint32_t q6_bytes(uint32_t nib, uint32_t hb) {
+    return ((nib & 0x3C3C3C3Cu) | (hb & 0xC0C0C0C0u)) ^ 0x80808080u;
+}
+
+// One row's data of one super-block, realigned: ql and qh windows of both halves, the scales.
+struct Row6 {
+    uint32_t ql[2][4], qh[2][4], sc[4];
+    uint32_t d;  // f16 bits
+};
+template <int OFF>
+static __device__ __forceinline__ void load_row(const uint8_t* b, int t, Row6& r) {
+    const uint8_t* a = b - OFF;  // 16-byte aligned
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        window<OFF>(a + 64 * h + 16 * t, r.ql[h]);
+        window<OFF>(a + 128 + 32 * h + 16 * (t & 1), r.qh[h]);
+    }
+    const uint4 u = ld16(a + 192), v = ld16(a + 208);
+    const uint32_t w[8] = {u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w};
+    constexpr int Q = OFF / 4;
+#pragma unroll
+    for (int i = 0; i < 4; i++) r.sc[i] = (OFF & 2) ? pf::funnel_r(w[Q + i], w[Q + i + 1], 16) : w[Q + i];
+    r.d = (OFF & 2) ? w[4 + Q] >> 16 : w[4 + Q] & 0xffffu;
+}
+
+template <int R, int OFF>
+static __device__ __forceinline__ void q6k_loop(const Args& p, const uint8_t* const (&rows)[2 * R], float (&acc)[2 * R],
+                                                int warp, int lane) {
+    const int g = lane >> 2, t = lane & 3, nsb = p.n_in / 256;
+    const bool active = (g >> 1) == t;
+    const int sl = 6 - 2 * (t >> 1), shh = 2 - 2 * (t >> 1);  // qh field of the low / high nibble -> bits 6..7
+    const int sct = 8 * t;  // sc byte t of a word: this lane's sub-block
+    const int zero[4] = {0, 0, 0, 0};
+    for (int sb = warp; sb < nsb; sb += KW) {
+        Row6 rw[2 * R];
+#pragma unroll
+        for (int r = 0; r < 2 * R; r++) load_row<OFF>(rows[r] + (size_t)sb * 210, t, rw[r]);
+        uint32_t xb[32];
+        if (active) {
+            const uint32_t* src = p.xb + ((size_t)sb * 8 + g) * 32;
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                const uint4 v = ld16(src + 4 * k);
+                xb[4 * k] = v.x;
+                xb[4 * k + 1] = v.y;
+                xb[4 * k + 2] = v.z;
+                xb[4 * k + 3] = v.w;
+            }
+        } else {
+#pragma unroll
+            for (int k = 0; k < 32; k++) xb[k] = 0u;
+        }
+        const float fs = p.xs[sb];
+
+#pragma unroll
+        for (int rt = 0; rt < R; rt++) {
+            const Row6 &ra = rw[2 * rt], &rb = rw[2 * rt + 1];
+            float sa = 0.0f, sbv = 0.0f;  // this super-block's sum_j sc_j v_j for rows g, g+8
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+#pragma unroll
+                for (int nu = 0; nu < 2; nu++) {
+                    uint32_t qa[4], qb[4];
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        qa[k] = nu ? q6_bytes(ra.ql[h][k] >> 2, ra.qh[h][k] << shh)
+                                   : q6_bytes(ra.ql[h][k] << 2, ra.qh[h][k] << sl);
+                        qb[k] = nu ? q6_bytes(rb.ql[h][k] >> 2, rb.qh[h][k] << shh)
+                                   : q6_bytes(rb.ql[h][k] << 2, rb.qh[h][k] << sl);
+                    }
+                    const int base = (2 * h + nu) * 8;
+                    int c0[4], c1[4];
+                    mma_s8(c0, zero, qa[0], qb[0], qa[1], qb[1], xb[base], xb[base + 1]);
+                    mma_s8(c0, c0, qa[2], qb[2], qa[3], qb[3], xb[base + 2], xb[base + 3]);
+                    mma_s8(c1, zero, qa[0], qb[0], qa[1], qb[1], xb[base + 4], xb[base + 5]);
+                    mma_s8(c1, c1, qa[2], qb[2], qa[3], qb[3], xb[base + 6], xb[base + 7]);
+                    const float va = fmaf(i2f(c1[0] + c1[1] * 256), 65536.0f, i2f(c0[0] + c0[1] * 256));
+                    const float vb = fmaf(i2f(c1[2] + c1[3] * 256), 65536.0f, i2f(c0[2] + c0[3] * 256));
+                    const int sca = (int8_t)(uint8_t)(ra.sc[2 * h + nu] >> sct);
+                    const int scb = (int8_t)(uint8_t)(rb.sc[2 * h + nu] >> sct);
+                    sa = fmaf(va, i2f(sca), sa);
+                    sbv = fmaf(vb, i2f(scb), sbv);
+                }
+            }
+            acc[2 * rt] = fmaf(sa, pf::h2f(ra.d) * fs, acc[2 * rt]);
+            acc[2 * rt + 1] = fmaf(sbv, pf::h2f(rb.d) * fs, acc[2 * rt + 1]);
+        }
+    }
+}
+
+template <int R>
+static __device__ __forceinline__ void q6k_body(const Args& p) {
+    static_assert(32 * KW >= 16 * R, "one thread per row for the final sum");
+    __shared__ float red[KW][16 * R];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int row0 = blockIdx.x * 16 * R;
+    const uint8_t* rows[2 * R];
+#pragma unroll
+    for (int r = 0; r < 2 * R; r++) rows[r] = p.w + (size_t)min(row0 + 8 * r + g, p.n_out - 1) * p.row_bytes;
+    float acc[2 * R];
+#pragma unroll
+    for (int r = 0; r < 2 * R; r++) acc[r] = 0.0f;
+    pf::pdl_wait();
+    // Warp w reads super-blocks w, w + 8, ...: all at byte offset 2w of a 16-byte boundary.
+    switch (warp) {
+        case 0: q6k_loop<R, 0>(p, rows, acc, warp, lane); break;
+        case 1: q6k_loop<R, 2>(p, rows, acc, warp, lane); break;
+        case 2: q6k_loop<R, 4>(p, rows, acc, warp, lane); break;
+        case 3: q6k_loop<R, 6>(p, rows, acc, warp, lane); break;
+        case 4: q6k_loop<R, 8>(p, rows, acc, warp, lane); break;
+        case 5: q6k_loop<R, 10>(p, rows, acc, warp, lane); break;
+        case 6: q6k_loop<R, 12>(p, rows, acc, warp, lane); break;
+        default: q6k_loop<R, 14>(p, rows, acc, warp, lane); break;
+    }
+
+#pragma unroll
+    for (int r = 0; r < 2 * R; r++) {
+        float v = acc[r];
+        v += __shfl_xor_sync(0xffffffffu, v, 1);
+        v += __shfl_xor_sync(0xffffffffu, v, 2);
+        if (t == 0) red[warp][8 * r + g] = v;
+    }
+    __syncthreads();
+    const int i = threadIdx.x;
+    if (i < 16 * R && row0 + i < p.n_out) {
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < KW; w++) v += red[w][i];
+        p.out[row0 + i] = v;
+    }
+}
+
+#ifndef PF_EMU
+static __global__ void __launch_bounds__(256) prep_x(const PrepArgs p) { prep_x_body(p); }
+template <int R>
+static __global__ void __launch_bounds__(32 * KW) q6k(const Args p) {
+    q6k_body<R>(p);
+}
+#endif
+
+}  // namespace mvtc6
