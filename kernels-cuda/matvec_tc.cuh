@@ -21,7 +21,7 @@
 //   * The products q sc x_term are exact in the MMA, the sums f32 (tensor-core accumulation).
 //     C accumulates the 8 MMAs of one nibble half of a super-block (two chains per 8-row tile,
 //     also for latency), then acc += C * (d / s) in f32; the min term dmin * sum_j m_j S_j
-//     (S_j = sum of x over sub-block j, from the prep kernel, rounded once from a double sum) in
+//     (S_j = sum of x over sub-block j, from the prep kernel, an f32 shuffle tree) in
 //     f32 on the B side, as the f32 kernels factor it.
 //
 // Fragment layout (PTX m16n8k16, g = lane / 4, t = lane % 4; kernels-cuda/pf_common.cuh):
@@ -116,8 +116,7 @@ static __device__ __forceinline__ uint16_t f2h_bits(float v) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Prep: one block of 256 threads per super-block of x (grid.x = n_in / 256), thread i = element
-// i; grid.y = rows of x (row y at x + y n_in, its words and sums at y times a row's share).
+// Prep (prep_sb_warp, below: one warp per super-block of x), its layout:
 //   xa[((sb * 4 + c) * 3 + m) * 32 + word]: the A words of lane (m, t = c), word 4w + {0: a0 low
 //   nibbles, 1: a2 low, 2: a0 high, 3: a2 high} for the quant word w of chunk c;
 //   xs[sb * 16 + j] = S_j (j < 8), xs[sb * 16 + 8] = 1 / s.
@@ -127,77 +126,71 @@ struct PrepArgs {
     float* xs;
 };
 
-// One super-block of x prepared by a group of 256 threads, thread i holding element i (value x):
-// its A words into xa_sb, its sums and 1/s into xs_sb. `wmax` (8 floats) and `xsh` (256 floats)
-// are the group's shared memory. Three barriers: every thread of the block calls this the same
-// number of times (threads of a group without a super-block pass active = false).
-static __device__ __forceinline__ void prep_sb(float x, int i, bool active, uint32_t* xa_sb, float* xs_sb, float* wmax,
-                                               float* xsh) {
-    xsh[i] = x;
-    float m = fabsf(x);
-    m = m != m ? INFINITY : m;  // NaN: take the non-finite branch below
+// One super-block of x (256 values at x_sb) prepared by one warp, lane l holding elements
+// l + 32 k (k = 0..7, i.e. element l of sub-block k): its A words into xa_sb, the sub-block sums
+// S_k (f32, a fixed shuffle tree: f32-class like every f32 kernel's sums) and 1/s into xs_sb. No
+// shared memory and no barrier, so any warp of any kernel can prepare a super-block.
+static __device__ __forceinline__ void prep_sb_warp(const float* x_sb, uint32_t* xa_sb, float* xs_sb) {
+    const int l = threadIdx.x & 31;
+    float v[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) v[k] = x_sb[32 * k + l];
+    float m = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const float a = fabsf(v[k]);
+        m = fmaxf(m, a != a ? INFINITY : a);  // NaN: take the non-finite branch below
+    }
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if ((i & 31) == 0) wmax[i >> 5] = m;
-    __syncthreads();
-    float amax = wmax[0];
-#pragma unroll
-    for (int w = 1; w < 8; w++) amax = fmaxf(amax, wmax[w]);
     // s = 2^(14 - e), 1/s = 2^(e - 14), e = floor(log2(amax)) clamped to [-112, 127] (both normal).
     float s = 1.0f, inv_s = 1.0f;
-    if (amax > 0.0f && amax <= 3.4028235e38f) {
-        const int e = max((int)((pf::f2u(amax) >> 23) & 0xff) - 127, -112);
+    if (m > 0.0f && m <= 3.4028235e38f) {
+        const int e = max((int)((pf::f2u(m) >> 23) & 0xff) - 127, -112);
         s = pf::u2f((uint32_t)(127 + 14 - e) << 23);
         inv_s = pf::u2f((uint32_t)(127 - 14 + e) << 23);
     }
-    const float v = x * s;  // exact (power of two, in range)
-    const uint16_t hi = f2h_bits(v);
-    const float r1 = v - pf::h2f(hi);
-    const uint16_t mid = f2h_bits(r1);
-    const uint16_t lo = f2h_bits(r1 - pf::h2f(mid));
-    // Element i = 64 c + 32 half + 4 w + pos.
-    const int c = i >> 6, nib = (i >> 5) & 1, w = (i >> 2) & 7, pos = i & 3;
-    const int word = 4 * w + 2 * nib + (pos & 1), upper = pos >> 1;
-    if (active) {
-        uint16_t* dst = reinterpret_cast<uint16_t*>(xa_sb + c * 96);
+    // Element i = 32 k + l = 64 c + 32 half + 4 w + pos: c = k / 2, half = k % 2, w = l / 4, pos = l % 4.
+    const int w = l >> 2, pos = l & 3, upper = pos >> 1;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        const float xv = v[k] * s;  // exact (power of two, in range)
+        const uint16_t hi = f2h_bits(xv);
+        const float r1 = xv - pf::h2f(hi);
+        const uint16_t mid = f2h_bits(r1);
+        const uint16_t lo = f2h_bits(r1 - pf::h2f(mid));
+        const int word = 4 * w + 2 * (k & 1) + (pos & 1);
+        uint16_t* dst = reinterpret_cast<uint16_t*>(xa_sb + (k >> 1) * 96);
         dst[(0 * 32 + word) * 2 + upper] = hi;
         dst[(1 * 32 + word) * 2 + upper] = mid;
         dst[(2 * 32 + word) * 2 + upper] = lo;
     }
-    __syncthreads();
-    if (active && i < 8) {
-        double acc = 0.0;  // rounded once to f32
-        for (int k = 0; k < 32; k++) acc += (double)xsh[32 * i + k];
-        xs_sb[i] = (float)acc;
-    } else if (active && i == 8) {
-        xs_sb[8] = inv_s;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        float t = v[k];
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+        if (l == k) xs_sb[k] = t;
     }
-    __syncthreads();  // xsh and wmax are free for the group's next super-block
+    if (l == 8) xs_sb[8] = inv_s;
 }
 
+// The prep kernel: one warp per super-block (blocks of 32 threads, grid.x = n_in / 256), grid.y =
+// rows of x (row y at x + y n_in, its words and sums at y times a row's share).
 static __device__ __forceinline__ void prep_x_body(const PrepArgs& p) {
-    __shared__ float wmax[8];
-    __shared__ float xsh[256];
-    const int i = threadIdx.x, nsb = gridDim.x, y = blockIdx.y;
-    const int sb = y * nsb + blockIdx.x;  // super-block index over all rows
+    const int nsb = gridDim.x;
+    const size_t sb = (size_t)blockIdx.y * nsb + blockIdx.x;  // super-block index over all rows
     pf::pdl_wait();
-    prep_sb(p.x[(size_t)sb * 256 + i], i, true, p.xa + (size_t)sb * SB_WORDS, p.xs + (size_t)sb * SB_SUMS, wmax, xsh);
+    prep_sb_warp(p.x + sb * 256, p.xa + sb * SB_WORDS, p.xs + sb * SB_SUMS);
 }
 
-// One row x of n values (n % 256 == 0) prepared by the whole block (blockDim.x a multiple of 256,
-// at most 1024), 256 threads per super-block: into xa, xs at the row's first super-block. For
-// kernels that produce a row anyway (the RMSNorms in decode): the caller has written x and passed
-// a barrier since. Every thread of the block calls it.
+// One row x of n values (n % 256 == 0) prepared by the whole block, one warp per super-block (any
+// multiple of 32 threads): into xa, xs at the row's first super-block. For kernels that produce a
+// row anyway (the RMSNorms in decode): the caller has written x and passed a barrier since.
 static __device__ __forceinline__ void prep_row(const float* x, int n, uint32_t* xa, float* xs) {
-    __shared__ float wmax[4][8];
-    __shared__ float xsh[4][256];
-    const int groups = blockDim.x / 256, grp = threadIdx.x / 256, i = threadIdx.x % 256, nsb = n / 256;
-    for (int sb0 = 0; sb0 < nsb; sb0 += groups) {
-        const int sb = sb0 + grp;
-        const bool active = sb < nsb;
-        prep_sb(active ? x[(size_t)sb * 256 + i] : 0.0f, i, active, xa + (size_t)sb * SB_WORDS,
-                xs + (size_t)sb * SB_SUMS, wmax[grp], xsh[grp]);
-    }
+    const int warps = blockDim.x / 32, nsb = n / 256;
+    for (int sb = threadIdx.x / 32; sb < nsb; sb += warps)
+        prep_sb_warp(x + (size_t)sb * 256, xa + (size_t)sb * SB_WORDS, xs + (size_t)sb * SB_SUMS);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -460,7 +453,7 @@ static __device__ __forceinline__ void mv_body(const ::Args& a) {
 
 #if !defined(PF_EMU) && defined(MVTC_BENCH_KERNELS)
 // The harness's kernels (dev/cuda/matvec_bench.cu defines MVTC_BENCH_KERNELS).
-static __global__ void __launch_bounds__(256) prep_x(const PrepArgs p) { prep_x_body(p); }
+static __global__ void __launch_bounds__(32) prep_x(const PrepArgs p) { prep_x_body(p); }
 template <int R, int KW>
 static __global__ void __launch_bounds__(32 * KW) q4k(const Args p) {
     q4k_body<R, KW>(p);

@@ -9,8 +9,8 @@
 // prefill path reads next (src/backend/cuda/shadow.rs), written here instead of by one more launch.
 // Slot p7 (rms_norm, add_rms_norm; decode): when non-zero, each output row also prepared for the
 // tensor-core decode products (matvec_tc.cuh `prep_row`: A words of all rows at p7, then their
-// sums), which saves each product's input one prep launch. Needs d % 256 == 0 and a block of a
-// multiple of 256 threads (the host checks both).
+// sums), which saves each product's input one prep launch. Needs d % 256 == 0 and whole warps (the
+// host checks both).
 #include "common.cuh"
 #ifdef __CUDACC__
 #include "matvec_tc.cuh"  // (dev/cuda/emulate.sh's host build leaves slot p7 zero: no tensor cores there)

@@ -298,7 +298,7 @@ static void tc_alloc(int n_in) {
 template <class F>
 static void tc_prep(const float* x, int n_in, cudaStream_t st) {
     if constexpr (std::is_same_v<F, FmtQ4_K>)
-        launch_k(mvtc::prep_x, dim3(n_in / 256), dim3(256), 0, st, mvtc::PrepArgs{x, g_tc_xa, g_tc_xs});
+        launch_k(mvtc::prep_x, dim3(n_in / 256), dim3(32), 0, st, mvtc::PrepArgs{x, g_tc_xa, g_tc_xs});
     else if constexpr (std::is_same_v<F, FmtQ6_K>)
         launch_k(mvtc6::prep_x, dim3(n_in / 256), dim3(256), 0, st, mvtc6::PrepArgs{x, g_tc_xa, g_tc_xs});
     else

@@ -115,7 +115,7 @@ static std::vector<float> run_q4k(const std::vector<uint8_t>& hw, const std::vec
     uint32_t* xa = dev_alloc<uint32_t>(nsb * mvtc::SB_WORDS);
     float* xs = dev_alloc<float>(nsb * mvtc::SB_SUMS);
     float* out = dev_alloc<float>(n_out);
-    pf_emu::launch(dim3(nsb), dim3(256), 0, pf_emu::EARLY, [&] { mvtc::prep_x_body(mvtc::PrepArgs{x, xa, xs}); });
+    pf_emu::launch(dim3(nsb), dim3(32), 0, pf_emu::EARLY, [&] { mvtc::prep_x_body(mvtc::PrepArgs{x, xa, xs}); });
     if (mut) mut(xa, nsb * mvtc::SB_WORDS, xs, nsb * mvtc::SB_SUMS);
     const mvtc::Args a{w, xa, xs, out, n_out, n_in, rb};
     pf_emu::launch(dim3((n_out + 16 * R - 1) / (16 * R)), dim3(32 * KW), 0, pf_emu::EARLY,
@@ -222,7 +222,7 @@ static std::vector<float> x_with(int kind, int n) {
 }
 
 // prep_row (the RMSNorms' in-kernel prep: one block of `threads` per row, 256 per super-block)
-// writes the same words and sums as prep_x_body (one block per super-block), bit for bit.
+// writes the same words and sums as prep_x_body (one block of one warp per super-block), bit for bit.
 static void check_prep_row(int threads, int n_in, int xkind) {
     const std::vector<float> hx = make_x(xkind, n_in);
     const size_t nsb = n_in / 256;
@@ -230,7 +230,7 @@ static void check_prep_row(int threads, int n_in, int xkind) {
     memcpy(x, hx.data(), 4 * n_in);
     uint32_t* xa[2] = {dev_alloc<uint32_t>(nsb * mvtc::SB_WORDS), dev_alloc<uint32_t>(nsb * mvtc::SB_WORDS)};
     float* xs[2] = {dev_alloc<float>(nsb * mvtc::SB_SUMS), dev_alloc<float>(nsb * mvtc::SB_SUMS)};
-    pf_emu::launch(dim3(nsb), dim3(256), 0, pf_emu::EARLY, [&] { mvtc::prep_x_body(mvtc::PrepArgs{x, xa[0], xs[0]}); });
+    pf_emu::launch(dim3(nsb), dim3(32), 0, pf_emu::EARLY, [&] { mvtc::prep_x_body(mvtc::PrepArgs{x, xa[0], xs[0]}); });
     pf_emu::launch(dim3(1), dim3(threads), 0, pf_emu::EARLY, [&] { mvtc::prep_row(x, n_in, xa[1], xs[1]); });
     int bad = 0;
     for (size_t i = 0; i < nsb * mvtc::SB_WORDS; i++) bad += xa[0][i] != xa[1][i];

@@ -55,8 +55,8 @@ pub(crate) fn prep_bytes(rows: usize, n_in: usize) -> usize {
 }
 
 /// Whether a kernel with `threads` threads per row can prepare rows of `d` itself
-/// (matvec_tc.cuh `prep_row`: 256 threads per super-block, at most 1024), and the products that
-/// would read the copy run here.
+/// (matvec_tc.cuh `prep_row`: one warp per super-block, whole warps), and the products that would
+/// read the copy run here.
 pub(crate) fn prep_fits(inner: &Inner, d: usize, threads: u32) -> bool {
     super::linear::tc_enabled(inner) && d > 0 && d.is_multiple_of(SB) && threads.is_multiple_of(256) && threads <= 1024
 }
@@ -102,7 +102,7 @@ pub(crate) fn prep(inner: &Inner, src: DevPtr, rows: usize, n_in: usize, dst: De
                 grid_u32("matvec", "rows", rows)?,
                 1,
             ],
-            block: 256,
+            block: 32,
             smem: 0,
             args: a,
             phase: Phase::Norms,
