@@ -54,11 +54,16 @@ pub(crate) fn prep_bytes(rows: usize, n_in: usize) -> usize {
     rows * (n_in / SB) * (SB_WORDS + SB_SUMS) * 4
 }
 
-/// Whether a kernel with `threads` threads per row can prepare rows of `d` itself
-/// (matvec_tc.cuh `prep_row`: one warp per super-block, whole warps), and the products that would
-/// read the copy run here.
+/// Whether a kernel with `threads` threads per row can prepare rows of `d` itself (matvec_tc.cuh
+/// `prep_row`: one warp per super-block, whole warps) and should: the products that would read the
+/// copy run here, and a Q4_K one has run before (the first token's norms leave it to the prep
+/// kernel; a model without Q4_K weights never pays for it).
 pub(crate) fn prep_fits(inner: &Inner, d: usize, threads: u32) -> bool {
-    super::linear::tc_enabled(inner) && d > 0 && d.is_multiple_of(SB) && threads.is_multiple_of(256) && threads <= 1024
+    inner.tc_q4k_seen.load(std::sync::atomic::Ordering::Relaxed)
+        && super::linear::tc_enabled(inner)
+        && d > 0
+        && d.is_multiple_of(SB)
+        && threads.is_multiple_of(32)
 }
 
 /// Where the parts of a prepared copy of `rows` rows of `n_in` at `base` lie.
@@ -124,6 +129,7 @@ pub(crate) fn run(
     reads: &[&Tensor],
     writes: &[&Tensor],
 ) -> Result<()> {
+    inner.tc_q4k_seen.store(true, std::sync::atomic::Ordering::Relaxed);
     let (kernel, rows_per_block, threads) = geometry(m.n_out, m.w2.is_some());
     let gx = grid_u32(op, "row blocks", m.n_out.div_ceil(rows_per_block))?;
     let nsb = m.n_in / SB;
