@@ -1,6 +1,7 @@
 // matvec_tc.cu: the decode Q4_K matrix-vector products on the tensor cores (matvec_tc.cuh), exact
 // (strict tier): x prepared once per vector (mvtc_prep_Q4_K), then dense, fused-SwiGLU and MoE
-// products of any count of vectors (grid.y), as matvec.cu's kernels are batched.
+// products of any count of vectors (grid.y), as matvec.cu's kernels are batched. Q8_0 and Q6_K:
+// matvec_tc8.cu, matvec_tc6.cu (the same body, their own policies).
 #include "matvec_tc.cuh"
 
 // Slots: p0 x (f32 rows of n_in), p1 xa, p2 xs. Grid (n_in / 256, rows of x), 256 threads.
@@ -12,8 +13,7 @@ KERNEL void __launch_bounds__(256) mvtc_prep_Q4_K(const Args a) {
 // 16 R rows per block of 32 KW threads. dev/cuda/matvec_bench.cu on the H200 (4096-wide rows but
 // ffn down): R = 2, KW = 4 is the fastest for 8192 rows and more (qkv 10.8 us, ffn gate 13.5, the
 // LM head 188), R = 1, KW = 8 below (4096 rows 6.8 us, 1024 rows 4.0, ffn down 14.1 against
-// 20.1); the fused SwiGLU holds two matrices' loads: R = 1 (KW = 4 kept to compare).
-KERNEL void __launch_bounds__(128) mvtc_tall_Q4_K(const Args a) { mvtc::mv_body<2, 4, false>(a); }
-KERNEL void __launch_bounds__(256) mvtc_Q4_K(const Args a) { mvtc::mv_body<1, 8, false>(a); }
-KERNEL void __launch_bounds__(256) mvtc_glu_Q4_K(const Args a) { mvtc::mv_body<1, 8, true>(a); }
-KERNEL void __launch_bounds__(128) mvtc_glu4_Q4_K(const Args a) { mvtc::mv_body<1, 4, true>(a); }
+// 20.1); the fused SwiGLU holds two matrices' loads: R = 1 (8 warps: 4 were slower end to end).
+KERNEL void __launch_bounds__(128) mvtc_tall_Q4_K(const Args a) { mvtc::mv_body<mvtc::TcQ4K, 2, 4, false>(a); }
+KERNEL void __launch_bounds__(256) mvtc_Q4_K(const Args a) { mvtc::mv_body<mvtc::TcQ4K, 1, 8, false>(a); }
+KERNEL void __launch_bounds__(256) mvtc_glu_Q4_K(const Args a) { mvtc::mv_body<mvtc::TcQ4K, 1, 8, true>(a); }

@@ -1,7 +1,8 @@
 // matvec_tc.cuh: the decode Q4_K matrix-vector product on the tensor cores, at the strict
-// (f32-class) tier. The kernels of matvec_tc.cu (dense, fused SwiGLU, MoE experts) and the
-// candidates of dev/cuda/matvec_bench.cu share it; dev/cuda/emu/mvtc_checks.cpp runs it on the
-// CPU emulator.
+// (f32-class) tier, and the production body (mv_body) every format's kernels share (Q8_0, Q6_K:
+// matvec_tc8.cuh, matvec_tc6.cuh). The kernels of matvec_tc.cu (dense, fused SwiGLU, MoE experts)
+// and the candidates of dev/cuda/matvec_bench.cu share it; dev/cuda/emu/mvtc_checks.cpp runs it
+// on the CPU emulator.
 //
 //   out[o] = sum_i W[o][i] * x[i],  W in Q4_K: w = d * sc_j * q - dmin * m_j  (q 0..15, sc, m 0..63)
 //
@@ -302,10 +303,28 @@ static __device__ __forceinline__ void q4k_rows(const uint8_t* const (&rows)[2 *
     }
 }
 
-// Row pointers of the block's 2R rows (8r + g) of the matrix at w; rows past the end repeat the
-// last row (loads stay in bounds; their sums are never stored).
+// The format policy of the production body (mv_body, below; matvec_tc8.cuh and matvec_tc6.cuh
+// have one each): the prepared x's A/B words and f32 sums per 256 inputs, and `rows`, one weight
+// matrix's share of the warp: sets part[r] to the lane's partial dot product of row 8r + g (the
+// block's 2R rows, as q4k_rows takes them; the four lanes t of a row add up to the row's value).
+struct TcQ4K {
+    static constexpr int WORDS = SB_WORDS, SUMS = SB_SUMS;
+    template <int R, int KW>
+    static __device__ __forceinline__ void rows(const uint8_t* const (&w)[2 * R], const uint32_t* xa, const float* xs,
+                                                int nsb, float (&part)[2 * R]) {
+        float acc[2 * R], macc[2 * R];
+#pragma unroll
+        for (int r = 0; r < 2 * R; r++) acc[r] = macc[r] = 0.0f;
+        q4k_rows<R, KW>(w, xa, xs, nsb, acc, macc);
+#pragma unroll
+        for (int r = 0; r < 2 * R; r++) part[r] = acc[r] - macc[r];
+    }
+};
+
+// Row pointers of the block's 2R rows (8r + g) of the matrix at w, any format; rows past the end
+// repeat the last row (loads stay in bounds; their sums are never stored).
 template <int R>
-static __device__ __forceinline__ void q4k_row_ptrs(const uint8_t* w, int row0, int n_out, size_t row_bytes,
+static __device__ __forceinline__ void row_ptrs(const uint8_t* w, int row0, int n_out, size_t row_bytes,
                                                     const uint8_t* (&rows)[2 * R]) {
     const int g = (threadIdx.x & 31) >> 2;
 #pragma unroll
@@ -327,7 +346,7 @@ static __device__ __forceinline__ void q4k_body(const Args& p) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int row0 = blockIdx.x * 16 * R, nsb = p.n_in / 256;
     const uint8_t* rows[2 * R];
-    q4k_row_ptrs<R>(p.w, row0, p.n_out, p.row_bytes, rows);
+    row_ptrs<R>(p.w, row0, p.n_out, p.row_bytes, rows);
     float acc[2 * R], macc[2 * R];
 #pragma unroll
     for (int r = 0; r < 2 * R; r++) acc[r] = macc[r] = 0.0f;
@@ -365,11 +384,18 @@ static __device__ __forceinline__ void q4k_body(const Args& p) {
 //   - MoE down:         out[t] = sum_j scales[t k + j] W_{ids[t k + j]} x[t k + j] (nsum = k),
 //                       summed in a fixed order (no atomics: reproducible).
 // Expert ids at or past n_experts contribute nothing (the CPU backend rejects them).
-// x arrives prepared (prep_x: words then sums, a row's share each; mvtc_prep_Q4_K).
+// One body for every format: F is its policy (TcQ4K here, mvtc8::TcQ80, mvtc6::TcQ6K), which
+// reads one matrix's rows against one prepared x. x arrives prepared (words then sums, a row's
+// share each: F::WORDS and F::SUMS per 256 inputs; the format's prep kernel, mvtc_prep_<format>).
 // Slots: p0 W, p1 W2 (GLU) or 0, p2 xa, p3 out, p4 expert ids (u32) or 0, p5 scales or 0, p6 xs.
 //        n0 n_out, n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts, n5 x_group, n6 nsum,
 //        n7 out_stride (floats).
-template <int R, int KW, bool GLU>
+//
+// DENSE: one vector per output, no experts (slots p4, p5, n3..n6 unread). The loop over summed
+// entries then vanishes: with it, nvcc keeps the group loop's invariants live across it (Q8_0
+// R = 2: 158-166 registers against 112, so fewer blocks per SM), so the tall kernels, which only
+// dense products use, are instantiated without it.
+template <class F, int R, int KW, bool GLU, bool DENSE = false>
 static __device__ __forceinline__ void mv_body(const ::Args& a) {
     static_assert(32 * KW >= 16 * R, "one thread per row for the final sum");
     constexpr int NW = GLU ? 2 : 1;  // weight matrices
@@ -377,13 +403,13 @@ static __device__ __forceinline__ void mv_body(const ::Args& a) {
     const uint8_t* W[2] = {reinterpret_cast<const uint8_t*>(a.p[0]), reinterpret_cast<const uint8_t*>(a.p[1])};
     const uint32_t* xa = reinterpret_cast<const uint32_t*>(a.p[2]);
     float* out = reinterpret_cast<float*>(a.p[3]);
-    const uint32_t* ids = reinterpret_cast<const uint32_t*>(a.p[4]);
-    const float* scales = reinterpret_cast<const float*>(a.p[5]);
+    const uint32_t* ids = DENSE ? nullptr : reinterpret_cast<const uint32_t*>(a.p[4]);
+    const float* scales = DENSE ? nullptr : reinterpret_cast<const float*>(a.p[5]);
     const float* xs = reinterpret_cast<const float*>(a.p[6]);
     const int n_out = (int)a.n[0], nsb = (int)(a.n[1] / 256);
     const size_t row_bytes = (size_t)a.n[2], expert_bytes = (size_t)a.n[3];
     const uint32_t n_experts = (uint32_t)a.n[4];
-    const int x_group = (int)a.n[5], nsum = (int)a.n[6];
+    const int x_group = DENSE ? 1 : (int)a.n[5], nsum = DENSE ? 1 : (int)a.n[6];
     const size_t out_stride = (size_t)a.n[7];
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -413,19 +439,17 @@ static __device__ __forceinline__ void mv_body(const ::Args& a) {
             if (e >= n_experts) continue;  // uniform over the block
         }
         const int xrow = b / x_group;
-        const uint32_t* xa_b = xa + (size_t)xrow * nsb * SB_WORDS;
-        const float* xs_b = xs + (size_t)xrow * nsb * SB_SUMS;
+        const uint32_t* xa_b = xa + (size_t)xrow * nsb * F::WORDS;
+        const float* xs_b = xs + (size_t)xrow * nsb * F::SUMS;
         const float s = scales != nullptr ? scales[b] : 1.0f;
 #pragma unroll
         for (int m = 0; m < NW; m++) {
             const uint8_t* rows[2 * R];
-            q4k_row_ptrs<R>(W[m] + (size_t)e * expert_bytes, row0, n_out, row_bytes, rows);
-            float acc[2 * R], macc[2 * R];
+            row_ptrs<R>(W[m] + (size_t)e * expert_bytes, row0, n_out, row_bytes, rows);
+            float part[2 * R];
+            F::template rows<R, KW>(rows, xa_b, xs_b, nsb, part);
 #pragma unroll
-            for (int r = 0; r < 2 * R; r++) acc[r] = macc[r] = 0.0f;
-            q4k_rows<R, KW>(rows, xa_b, xs_b, nsb, acc, macc);
-#pragma unroll
-            for (int r = 0; r < 2 * R; r++) tot[m][r] = fmaf(s, acc[r] - macc[r], tot[m][r]);
+            for (int r = 0; r < 2 * R; r++) tot[m][r] = fmaf(s, part[r], tot[m][r]);
         }
     }
 

@@ -59,6 +59,28 @@ fn matmul_every_type_matches_cpu() {
     }
 }
 
+/// Shapes that reach the CUDA tensor-core decode kernels the test above does not: Q6_K rows of
+/// 2048 (its kernels need n_in % 2048 == 0; 256 and 768 fall back to the f32 kernels), and the
+/// tall and LM-head kernels of dense Q8_0 products (8192 and 65536 rows and more, row counts not
+/// a multiple of their 32-row blocks). Decode-sized T only: larger batches take other kernels.
+#[test]
+fn matmul_tensor_core_decode_shapes_match_cpu() {
+    for p in Both::each() {
+        let mut rng = Rng::new(41);
+        let cases = [
+            (GgmlType::Q6K, 7usize, 2048usize),
+            (GgmlType::Q6K, 300, 2048),
+            (GgmlType::Q6K, 33, 4096),
+            (GgmlType::Q8_0, 8200, 256),
+            (GgmlType::Q8_0, 65560, 256),
+        ];
+        for (ty, n_out, n_in) in cases {
+            let bytes = random_weight(ty, n_out, n_in, 0.5, &mut rng);
+            matmul_case(&p, ty, &bytes, n_out, n_in, &[1, 3], &mut rng);
+        }
+    }
+}
+
 /// Prompt-sized batches (issue 8's T in {63, 64, 65, 200, 1000}) for the formats of the quantized
 /// model files, whose products run on the tensor cores at the fast tier (with split-K at some
 /// shapes: K = 1024 gives up to 16 steps of 64 to split), and on whole tiles and ragged ones.

@@ -456,6 +456,10 @@ fn experts_other_formats_match_cpu() {
             let n = if ty.block_size() == 256 { 256 } else { 64 };
             experts_case(&p, Some(ty), 8, 2, n, n, 3);
         }
+        // Q6_K rows of 2048 (its tensor-core decode kernels need n_in % 2048 == 0): the gate and
+        // up products of the first, the down product of the second.
+        experts_case(&p, Some(Q6K), 8, 2, 2048, 256, 3);
+        experts_case(&p, Some(Q6K), 8, 2, 256, 2048, 3);
     }
 }
 

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "matvec_tc.cuh"
-#include "../matvec_tc6.cuh"
-#include "../matvec_tc8.cuh"
+#include "matvec_tc6.cuh"
+#include "matvec_tc8.cuh"
 #include "../pf_ref.h"
 
 static int g_fail = 0, g_checks = 0;

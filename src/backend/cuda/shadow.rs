@@ -25,7 +25,7 @@ use std::sync::atomic::Ordering;
 use super::buffer::get;
 use super::driver::{cuda_err, DevPtr};
 use super::launch::Args;
-use super::ops::matvec_tc::{prep_bytes, tc_planes, TcX};
+use super::ops::matvec_tc::{TcFormat, TcX};
 use super::ops::Launch;
 use super::profile::Phase;
 use super::Inner;
@@ -50,8 +50,10 @@ const LO_NAMES: [&str; SLOTS] = [
     "f16 activations 3 lo",
 ];
 /// The prepared copies for the tensor-core decode products (`ops/matvec_tc.rs`), kept in slots of
-/// their own by the same rules.
-const TC_NAMES: [&str; SLOTS] = ["mvtc x 0", "mvtc x 1", "mvtc x 2", "mvtc x 3"];
+/// their own by the same rules, one per (tensor, format): a few more, since a layer of mixed
+/// formats (Q4_K_M's Q6_K products) may prepare one tensor twice.
+const TC_SLOTS: usize = 6;
+const TC_NAMES: [&str; TC_SLOTS] = ["mvtc x 0", "mvtc x 1", "mvtc x 2", "mvtc x 3", "mvtc x 4", "mvtc x 5"];
 
 /// The f16 planes of an activation as a tensor-core product reads them (row-major like the f32
 /// tensor): `hi = f16(x)` and, when made, `lo = f16(x - hi)` (0 when not).
@@ -69,6 +71,8 @@ struct Slot {
     elems: usize,
     /// Whether the lo plane was made too.
     lo: bool,
+    /// The layout of a prepared copy (tensor-core slots only).
+    tc: Option<TcFormat>,
     /// For least-recently-used replacement.
     used: u64,
 }
@@ -77,7 +81,7 @@ struct Slot {
 pub(crate) struct Shadows {
     slots: [Slot; SLOTS],
     /// The prepared copies (`tc_x_of`).
-    tc: [Slot; SLOTS],
+    tc: [Slot; TC_SLOTS],
     tick: u64,
 }
 
@@ -171,6 +175,7 @@ impl Inner {
             owner: id,
             elems: x.numel(),
             lo,
+            tc: None,
             used: tick,
         };
         self.shadows_live.store(true, Ordering::Release);
@@ -220,49 +225,52 @@ impl Inner {
 }
 
 impl Inner {
-    /// The prepared copy of the F32 tensor `x` (rows of `n_in`) for the tensor-core decode
-    /// products: the kept one, or one made by one prep kernel into the least recently used slot.
-    /// The caller holds the workspace lock until its product is submitted.
-    pub(crate) fn tc_x_of(&self, x: &Tensor, n_in: usize) -> Result<TcX> {
+    /// The prepared copy of the F32 tensor `x` (rows of `n_in`) in format `f`'s layout for the
+    /// tensor-core decode products: the kept one, or one made by one prep kernel into the least
+    /// recently used slot. The caller holds the workspace lock until its product is submitted.
+    pub(crate) fn tc_x_of(&self, x: &Tensor, n_in: usize, f: TcFormat) -> Result<TcX> {
         let rows = x.numel() / n_in.max(1);
         let id = get(x, "mvtc copy", 0)?.id;
         let kept = {
             let mut s = self.shadows.lock().map_err(|_| cuda_err("shadow lock poisoned"))?;
             s.tick += 1;
             let tick = s.tick;
-            let i = s.tc.iter().position(|sl| sl.owner == id && sl.elems == x.numel());
+            let i =
+                s.tc.iter()
+                    .position(|sl| sl.owner == id && sl.elems == x.numel() && sl.tc == Some(f));
             if let Some(i) = i {
                 s.tc[i].used = tick;
             }
             i
         };
         if let Some(i) = kept {
-            let base = self.workspace(TC_NAMES[i], prep_bytes(rows, n_in))?;
-            return Ok(tc_planes(base, rows, n_in));
+            let base = self.workspace(TC_NAMES[i], f.prep_bytes(rows, n_in))?;
+            return Ok(f.planes(base, rows, n_in));
         }
-        let (slot, base) = self.tc_slot(x, n_in)?;
+        let (slot, base) = self.tc_slot(x, n_in, f)?;
         let src = super::buffer::ptr(x, "mvtc copy")?;
-        let planes = super::ops::matvec_tc::prep(self, src, rows, n_in, base)?;
-        self.tc_made(slot, x)?;
+        let planes = super::ops::matvec_tc::prep(self, f, src, rows, n_in, base)?;
+        self.tc_made(slot, x, f)?;
         Ok(planes)
     }
 
-    /// A slot for a new prepared copy of `x` (rows of `n_in`) and its memory: the least recently
-    /// used one, claimed for `x` once `tc_made` is called after the kernel that fills it has been
-    /// submitted. The caller holds the workspace lock until then.
-    pub(crate) fn tc_slot(&self, x: &Tensor, n_in: usize) -> Result<(usize, DevPtr)> {
+    /// A slot for a new prepared copy of `x` (rows of `n_in`, format `f`'s layout) and its
+    /// memory: the least recently used one, claimed for `x` once `tc_made` is called after the
+    /// kernel that fills it has been submitted. The caller holds the workspace lock until then.
+    pub(crate) fn tc_slot(&self, x: &Tensor, n_in: usize, f: TcFormat) -> Result<(usize, DevPtr)> {
         let i = {
             let mut s = self.shadows.lock().map_err(|_| cuda_err("shadow lock poisoned"))?;
-            let i = (0..SLOTS).min_by_key(|&i| s.tc[i].used).unwrap_or(0);
+            let i = (0..TC_SLOTS).min_by_key(|&i| s.tc[i].used).unwrap_or(0);
             s.tc[i] = Slot::default();
             i
         };
         let rows = x.numel() / n_in.max(1);
-        Ok((i, self.workspace(TC_NAMES[i], prep_bytes(rows, n_in))?))
+        Ok((i, self.workspace(TC_NAMES[i], f.prep_bytes(rows, n_in))?))
     }
 
-    /// Slot `slot` now holds the prepared copy of `x` (its kernel is on the stream).
-    pub(crate) fn tc_made(&self, slot: usize, x: &Tensor) -> Result<()> {
+    /// Slot `slot` now holds the prepared copy of `x` in format `f`'s layout (its kernel is on
+    /// the stream).
+    pub(crate) fn tc_made(&self, slot: usize, x: &Tensor, f: TcFormat) -> Result<()> {
         let id = get(x, "mvtc copy", 0)?.id;
         let mut s = self.shadows.lock().map_err(|_| cuda_err("shadow lock poisoned"))?;
         s.tick += 1;
@@ -271,6 +279,7 @@ impl Inner {
             owner: id,
             elems: x.numel(),
             lo: false,
+            tc: Some(f),
             used: tick,
         };
         self.shadows_live.store(true, Ordering::Release);

@@ -268,18 +268,18 @@ fn run_mv(inner: &Inner, op: &str, m: &Mv, reads: &[&Tensor], writes: &[&Tensor]
     if m.vectors == 0 || m.n_out == 0 {
         return Ok(());
     }
-    if tc_enabled(inner) && matvec_tc::applies(m) {
+    if let Some(f) = matvec_tc::applies(m).filter(|_| tc_enabled(inner)) {
         // The prepared x is a workspace: held until the product is submitted.
         let ws = inner.workspaces()?;
         let x = match m.x_t {
-            Some(t) => inner.tc_x_of(t, m.n_in)?,
+            Some(t) => inner.tc_x_of(t, m.n_in, f)?,
             None => {
                 let rows = matvec_tc::x_rows(m);
-                let dst = ws.get("mvtc x", matvec_tc::prep_bytes(rows, m.n_in))?;
-                matvec_tc::prep(inner, m.x, rows, m.n_in, dst)?
+                let dst = ws.get("mvtc x", f.prep_bytes(rows, m.n_in))?;
+                matvec_tc::prep(inner, f, m.x, rows, m.n_in, dst)?
             }
         };
-        return matvec_tc::run(inner, op, m, x, |nv| mv_flops(m, nv), reads, writes);
+        return matvec_tc::run(inner, op, f, m, x, |nv| mv_flops(m, nv), reads, writes);
     }
     let glu = m.w2.is_some();
     let (plan, prefix) = match q8_plan(inner, m) {

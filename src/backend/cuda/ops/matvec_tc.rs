@@ -1,10 +1,12 @@
-//! The exact decode products on the tensor cores (kernels-cuda/matvec_tc.cu): Q4_K weights as the
+//! The exact decode products on the tensor cores (kernels-cuda/matvec_tc*.cu): Q4_K weights as the
 //! A operand of f16 MMAs, exact; x split into three f16 terms per element by a prep kernel, so
 //! the sums keep f32 precision (the strict tier). About 2 instructions per weight against the f32
-//! kernels' 3.5: 1.4-1.75x faster on the H200 (dev/cuda/matvec_bench.cu, BENCHMARKS.md).
+//! kernels' 3.5: 1.4-1.75x faster on the H200 (dev/cuda/matvec_bench.cu, BENCHMARKS.md). Q8_0 and
+//! Q6_K run on the int8 MMA, x split into four signed base-256 digits (matvec_tc8.cuh,
+//! matvec_tc6.cuh): 1.3x and 1.1-1.35x. Each format prepares x in its own layout (`TcFormat`).
 //!
 //! A prepared x is a copy of the f32 activations like the f16 ones of `shadow.rs`, and kept the
-//! same way: the projections that read one normed hidden state share one prep.
+//! same way (per format): the projections that read one normed hidden state share one prep.
 
 use super::linear::Mv;
 use super::{grid_u32, Launch, GRID_YZ_MAX};
@@ -16,23 +18,99 @@ use crate::backend::Tensor;
 use crate::error::Result;
 use crate::gguf::GgmlType;
 
-/// Elements per prepared super-block, and its A words and sums (matvec_tc.cuh `SB_WORDS`,
-/// `SB_SUMS`).
+/// Inputs per prepared unit (a super-block, or Q8_0's group of 8 blocks).
 const SB: usize = 256;
-const SB_WORDS: usize = 4 * 3 * 32;
-const SB_SUMS: usize = 16;
-/// Products with at least this many rows run `mvtc_tall_` (32 rows per block of 4 warps), the others
-/// `mvtc_` (16 rows per block of 8 warps): matvec_tc.cu says why.
+/// Products with at least this many rows run `mvtc_tall_` (32 rows per block), the others
+/// `mvtc_` (16 rows per block of 8 warps): matvec_tc.cu and matvec_tc8.cu say why.
 const TALL_ROWS: usize = 8192;
+/// Dense Q8_0 products with at least this many rows (the LM head) run `mvtc_head_Q8_0` (32 rows
+/// per block of 4 warps).
+const Q8_HEAD_ROWS: usize = 65536;
 
-/// The kernel, rows per block and threads for a product of `n_out` rows (`glu`: the fused SwiGLU).
-fn geometry(n_out: usize, glu: bool) -> (&'static str, usize, u32) {
-    if glu {
-        // RILL_CUDA_MVTC_GLU_KW=4: the 4-warp SwiGLU kernel (to compare on a GPU), read once.
-        static KW4: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        if *KW4.get_or_init(|| std::env::var("RILL_CUDA_MVTC_GLU_KW").as_deref() == Ok("4")) {
-            return ("mvtc_glu4_", 16, 128);
+/// What differs between the formats: the prepared copy's words and sums per unit of 256 inputs
+/// (the cuh files' `WORDS`, `SUMS`), what a row's length must be a multiple of, and the prep
+/// kernel's threads per unit (Q4_K one warp, the int8 formats one thread per element).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct TcFormat {
+    pub(crate) ty: GgmlType,
+    words: usize,
+    sums: usize,
+    n_in_multiple: usize,
+    prep_threads: u32,
+}
+
+const Q4K: TcFormat = TcFormat {
+    ty: GgmlType::Q4K,
+    words: 4 * 3 * 32,
+    sums: 16,
+    n_in_multiple: SB,
+    prep_threads: 32,
+};
+const Q8_0: TcFormat = TcFormat {
+    ty: GgmlType::Q8_0,
+    words: 32 * 24,
+    sums: 16,
+    n_in_multiple: SB,
+    prep_threads: 256,
+};
+/// Q6_K's loads assume 8 warps striding over the super-blocks of rows that start 16-byte
+/// aligned: 210-byte super-blocks realign every 8 (matvec_tc6.cuh).
+const Q6K: TcFormat = TcFormat {
+    ty: GgmlType::Q6K,
+    words: 8 * 32,
+    sums: 1,
+    n_in_multiple: 8 * SB,
+    prep_threads: 256,
+};
+
+impl TcFormat {
+    /// The tensor-core kernels of weight format `ty`, if it has them.
+    pub(crate) fn of(ty: GgmlType) -> Option<TcFormat> {
+        match ty {
+            GgmlType::Q4K => Some(Q4K),
+            GgmlType::Q8_0 => Some(Q8_0),
+            GgmlType::Q6K => Some(Q6K),
+            _ => None,
         }
+    }
+
+    /// The layout the decode RMSNorms write themselves (matvec_tc.cuh `prep_row`).
+    pub(crate) fn norm() -> TcFormat {
+        Q4K
+    }
+
+    /// The kernel, rows per block and threads for a product of `n_out` rows (`glu`: the fused
+    /// SwiGLU; `dense`: no experts, one x row per output; the `_tall_` / `_head_` Q8_0 kernels
+    /// read nothing else).
+    fn geometry(&self, n_out: usize, glu: bool, dense: bool) -> (&'static str, usize, u32) {
+        match self.ty {
+            GgmlType::Q8_0 if dense && !glu && n_out >= Q8_HEAD_ROWS => ("mvtc_head_", 32, 128),
+            GgmlType::Q8_0 if dense && !glu && n_out >= TALL_ROWS => ("mvtc_tall_", 32, 256),
+            GgmlType::Q8_0 | GgmlType::Q6K if glu => ("mvtc_glu_", 16, 256),
+            GgmlType::Q8_0 | GgmlType::Q6K => ("mvtc_", 16, 256),
+            _ => q4k_geometry(n_out, glu),
+        }
+    }
+
+    /// Bytes of the prepared copy of `rows` vectors of `n_in` (a multiple of 256).
+    pub(crate) fn prep_bytes(&self, rows: usize, n_in: usize) -> usize {
+        rows * (n_in / SB) * (self.words + self.sums) * 4
+    }
+
+    /// Where the parts of a prepared copy of `rows` rows of `n_in` at `base` lie.
+    pub(crate) fn planes(&self, base: DevPtr, rows: usize, n_in: usize) -> TcX {
+        TcX {
+            xa: base,
+            xs: base + (rows * (n_in / SB) * self.words * 4) as u64,
+        }
+    }
+}
+
+/// The Q4_K kernel, rows per block and threads for a product of `n_out` rows (`glu`: the fused
+/// SwiGLU).
+fn q4k_geometry(n_out: usize, glu: bool) -> (&'static str, usize, u32) {
+    if glu {
+        // 8 warps: 4 were slower end to end (9B Q4_K_M decode 210.8 against 221.2 t/s on the H200).
         return ("mvtc_glu_", 16, 256);
     }
     if n_out >= TALL_ROWS {
@@ -42,22 +120,17 @@ fn geometry(n_out: usize, glu: bool) -> (&'static str, usize, u32) {
     }
 }
 
-/// A prepared x: the A words of every row, then the sums of every row.
+/// A prepared x: the A (or B) words of every row, then the sums of every row.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct TcX {
     pub xa: DevPtr,
     pub xs: DevPtr,
 }
 
-/// Bytes of the prepared copy of `rows` vectors of `n_in` (a multiple of 256).
-pub(crate) fn prep_bytes(rows: usize, n_in: usize) -> usize {
-    rows * (n_in / SB) * (SB_WORDS + SB_SUMS) * 4
-}
-
-/// Whether a kernel with `threads` threads per row can prepare rows of `d` itself (matvec_tc.cuh
-/// `prep_row`: one warp per super-block, whole warps) and should: the products that would read the
-/// copy run here, and a Q4_K one has run before (the first token's norms leave it to the prep
-/// kernel; a model without Q4_K weights never pays for it).
+/// Whether a kernel with `threads` threads per row can prepare rows of `d` itself in the norms'
+/// layout (matvec_tc.cuh `prep_row`: one warp per super-block, whole warps), and the products
+/// that would read the copy run here; and should: a Q4_K product has run before (the first
+/// token's norms leave it to the prep kernel; a model without Q4_K weights never pays for it).
 pub(crate) fn prep_fits(inner: &Inner, d: usize, threads: u32) -> bool {
     inner.tc_q4k_seen.load(std::sync::atomic::Ordering::Relaxed)
         && super::linear::tc_enabled(inner)
@@ -66,24 +139,20 @@ pub(crate) fn prep_fits(inner: &Inner, d: usize, threads: u32) -> bool {
         && threads.is_multiple_of(32)
 }
 
-/// Where the parts of a prepared copy of `rows` rows of `n_in` at `base` lie.
-pub(crate) fn tc_planes(base: DevPtr, rows: usize, n_in: usize) -> TcX {
-    TcX {
-        xa: base,
-        xs: base + (rows * (n_in / SB) * SB_WORDS * 4) as u64,
-    }
-}
-
-/// Whether the product `m` runs here: Q4_K weights (both of a SwiGLU), rows of whole
-/// super-blocks, 16-byte aligned weights, and x rows within one grid.
-pub(crate) fn applies(m: &Mv) -> bool {
-    let ok = |w: &super::linear::Weight| w.ty == GgmlType::Q4K && w.ptr.is_multiple_of(16);
-    m.n_in > 0
-        && m.n_in.is_multiple_of(SB)
+/// The format whose kernels run the product `m`, if they do: Q4_K, Q8_0 or Q6_K weights (both
+/// of a SwiGLU, the same format), rows a multiple of the format's unit, 16-byte aligned weights
+/// and experts, and x rows within one grid.
+pub(crate) fn applies(m: &Mv) -> Option<TcFormat> {
+    let f = TcFormat::of(m.w.ty)?;
+    let ok = |w: &super::linear::Weight| w.ty == f.ty && w.ptr.is_multiple_of(16);
+    (m.n_in > 0
+        && m.n_in.is_multiple_of(f.n_in_multiple)
         && ok(m.w)
         && m.w2.is_none_or(ok)
+        && m.w.row_bytes.is_multiple_of(16)
         && m.expert_bytes.is_multiple_of(16)
-        && x_rows(m) <= GRID_YZ_MAX
+        && x_rows(m) <= GRID_YZ_MAX)
+        .then_some(f)
 }
 
 /// Rows of x the product reads.
@@ -91,23 +160,24 @@ pub(crate) fn x_rows(m: &Mv) -> usize {
     (m.vectors * m.nsum).div_ceil(m.x_group.max(1))
 }
 
-/// Prepare `rows` rows of `n_in` f32 values at `src` into `dst` (`prep_bytes` of them). Reads
-/// nothing that an op writes later in the stream than this launch: submitted without tensors.
-pub(crate) fn prep(inner: &Inner, src: DevPtr, rows: usize, n_in: usize, dst: DevPtr) -> Result<TcX> {
-    let x = tc_planes(dst, rows, n_in);
+/// Prepare `rows` rows of `n_in` f32 values at `src` into `dst` (`f.prep_bytes` of them) in
+/// format `f`'s layout. Reads nothing that an op writes later in the stream than this launch:
+/// submitted without tensors.
+pub(crate) fn prep(inner: &Inner, f: TcFormat, src: DevPtr, rows: usize, n_in: usize, dst: DevPtr) -> Result<TcX> {
+    let x = f.planes(dst, rows, n_in);
     let mut a = Args::default();
     a.p[0] = src;
     a.p[1] = x.xa;
     a.p[2] = x.xs;
     inner.kernel_rw(
         Launch {
-            name: ("mvtc_prep_", "Q4_K"),
+            name: ("mvtc_prep_", f.ty.name()),
             grid: [
                 grid_u32("matvec", "super-blocks", n_in / SB)?,
                 grid_u32("matvec", "rows", rows)?,
                 1,
             ],
-            block: 32,
+            block: f.prep_threads,
             smem: 0,
             args: a,
             phase: Phase::Norms,
@@ -119,18 +189,23 @@ pub(crate) fn prep(inner: &Inner, src: DevPtr, rows: usize, n_in: usize, dst: De
     Ok(x)
 }
 
-/// Launch the product `m` on its prepared x (`applies(m)` holds).
+/// Launch the product `m` on its prepared x (`applies(m)` gave `f`).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     inner: &Inner,
     op: &str,
+    f: TcFormat,
     m: &Mv,
     x: TcX,
     flops: impl Fn(usize) -> f64,
     reads: &[&Tensor],
     writes: &[&Tensor],
 ) -> Result<()> {
-    inner.tc_q4k_seen.store(true, std::sync::atomic::Ordering::Relaxed);
-    let (kernel, rows_per_block, threads) = geometry(m.n_out, m.w2.is_some());
+    if f.ty == GgmlType::Q4K {
+        inner.tc_q4k_seen.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+    let dense = m.ids == 0 && m.scales == 0 && m.nsum == 1 && m.x_group == 1;
+    let (kernel, rows_per_block, threads) = f.geometry(m.n_out, m.w2.is_some(), dense);
     let gx = grid_u32(op, "row blocks", m.n_out.div_ceil(rows_per_block))?;
     let nsb = m.n_in / SB;
     // Output vectors in chunks of the grid's y limit, each a whole number of x groups.
@@ -142,7 +217,7 @@ pub(crate) fn run(
         let mut a = Args::default();
         a.p[0] = m.w.ptr;
         a.p[1] = m.w2.map_or(0, |w| w.ptr);
-        a.p[2] = x.xa + (x_row0 * nsb * SB_WORDS * 4) as u64;
+        a.p[2] = x.xa + (x_row0 * nsb * f.words * 4) as u64;
         a.p[3] = m.out + 4 * (v0 * m.n_out) as u64;
         a.p[4] = if m.ids == 0 { 0 } else { m.ids + 4 * entries0 as u64 };
         a.p[5] = if m.scales == 0 {
@@ -150,7 +225,7 @@ pub(crate) fn run(
         } else {
             m.scales + 4 * entries0 as u64
         };
-        a.p[6] = x.xs + (x_row0 * nsb * SB_SUMS * 4) as u64;
+        a.p[6] = x.xs + (x_row0 * nsb * f.sums * 4) as u64;
         a.n[0] = m.n_out as i64;
         a.n[1] = m.n_in as i64;
         a.n[2] = m.w.row_bytes as i64;

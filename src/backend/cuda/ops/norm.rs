@@ -52,7 +52,7 @@ fn norm_groups(
     };
     // One row per token, a whole number of super-blocks, 256 threads per super-block.
     let tc = if prep && g == tokens && tokens <= linear::MATVEC_MAX_T && matvec_tc::prep_fits(inner, d, threads) {
-        let (slot, base) = inner.tc_slot(out, d)?;
+        let (slot, base) = inner.tc_slot(out, d, matvec_tc::TcFormat::norm())?;
         args.p[7] = base;
         Some(slot)
     } else {
@@ -73,7 +73,7 @@ fn norm_groups(
         inner.shadow_made(slot, out, false)?;
     }
     if let Some(slot) = tc {
-        inner.tc_made(slot, out)?;
+        inner.tc_made(slot, out, matvec_tc::TcFormat::norm())?;
     }
     drop(ws);
     Ok(())

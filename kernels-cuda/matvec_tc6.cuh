@@ -1,6 +1,7 @@
-// dev/cuda/matvec_tc6.cuh (a candidate, timed by matvec_bench.cu, checked on the CPU emulator by
-// dev/cuda/emu/mvtc_checks.cpp): the one-token Q6_K matrix-vector product on the integer tensor
-// cores (mma.sync m16n8k32 s8.s8.s32), at the strict (f32-class) tier.
+// matvec_tc6.cuh: the decode Q6_K matrix-vector product on the integer tensor cores (mma.sync
+// m16n8k32 s8.s8.s32), at the strict (f32-class) tier: the production kernels of matvec_tc6.cu
+// (through matvec_tc.cuh's body, policy TcQ6K), the candidate dev/cuda/matvec_bench.cu times,
+// dev/cuda/emu/mvtc_checks.cpp's checks on the CPU emulator.
 //
 //   out[o] = sum_i W[o][i] * x[i],  W in Q6_K: w = d * sc_j * (q - 32)
 //   (q 6 bits: ql nibble + 2 qh bits; sc_j int8 per 16 elements; d f16 per 256; 210 bytes)
@@ -69,7 +70,8 @@ struct PrepArgs {
 static __device__ __forceinline__ void prep_x_body(const PrepArgs& p) {
     __shared__ float wmax[8];
     __shared__ uint32_t dig[256];
-    const int i = threadIdx.x, sb = blockIdx.x;
+    const int i = threadIdx.x;
+    const size_t sb = (size_t)blockIdx.y * gridDim.x + blockIdx.x;  // super-block index over all rows
     pf::pdl_wait();
     const float x = p.x[(size_t)sb * 256 + i];
     float m = fabsf(x);
@@ -147,9 +149,9 @@ static __device__ __forceinline__ void load_row(const uint8_t* b, int t, Row6& r
 }
 
 template <int R, int OFF>
-static __device__ __forceinline__ void q6k_loop(const Args& p, const uint8_t* const (&rows)[2 * R], float (&acc)[2 * R],
-                                                int warp, int lane) {
-    const int g = lane >> 2, t = lane & 3, nsb = p.n_in / 256;
+static __device__ __forceinline__ void q6k_loop(const uint8_t* const (&rows)[2 * R], const uint32_t* xbp,
+                                                const float* xs, int nsb, float (&acc)[2 * R], int warp, int lane) {
+    const int g = lane >> 2, t = lane & 3;
     const bool active = (g >> 1) == t;
     const int sl = 6 - 2 * (t >> 1), shh = 2 - 2 * (t >> 1);  // qh field of the low / high nibble -> bits 6..7
     const int sct = 8 * t;  // sc byte t of a word: this lane's sub-block
@@ -160,7 +162,7 @@ static __device__ __forceinline__ void q6k_loop(const Args& p, const uint8_t* co
         for (int r = 0; r < 2 * R; r++) load_row<OFF>(rows[r] + (size_t)sb * 210, t, rw[r]);
         uint32_t xb[32];
         if (active) {
-            const uint32_t* src = p.xb + ((size_t)sb * 8 + g) * 32;
+            const uint32_t* src = xbp + ((size_t)sb * 8 + g) * 32;
 #pragma unroll
             for (int k = 0; k < 8; k++) {
                 const uint4 v = ld16(src + 4 * k);
@@ -173,7 +175,7 @@ static __device__ __forceinline__ void q6k_loop(const Args& p, const uint8_t* co
 #pragma unroll
             for (int k = 0; k < 32; k++) xb[k] = 0u;
         }
-        const float fs = p.xs[sb];
+        const float fs = xs[sb];
 
 #pragma unroll
         for (int rt = 0; rt < R; rt++) {
@@ -211,6 +213,41 @@ static __device__ __forceinline__ void q6k_loop(const Args& p, const uint8_t* co
     }
 }
 
+// One weight matrix's share of this warp (KW = 8 warps): super-blocks warp, warp + 8, ... of the
+// 2R rows rows[r] (rows 8r + g of the block) against the prepared x of one vector (xb, xs at its
+// first super-block). Adds the lane's partial dot products to acc.
+template <int R>
+static __device__ __forceinline__ void q6k_rows(const uint8_t* const (&rows)[2 * R], const uint32_t* xb,
+                                                const float* xs, int nsb, float (&acc)[2 * R]) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    // Warp w reads super-blocks w, w + 8, ...: all at byte offset 2w of a 16-byte boundary.
+    switch (warp) {
+        case 0: q6k_loop<R, 0>(rows, xb, xs, nsb, acc, warp, lane); break;
+        case 1: q6k_loop<R, 2>(rows, xb, xs, nsb, acc, warp, lane); break;
+        case 2: q6k_loop<R, 4>(rows, xb, xs, nsb, acc, warp, lane); break;
+        case 3: q6k_loop<R, 6>(rows, xb, xs, nsb, acc, warp, lane); break;
+        case 4: q6k_loop<R, 8>(rows, xb, xs, nsb, acc, warp, lane); break;
+        case 5: q6k_loop<R, 10>(rows, xb, xs, nsb, acc, warp, lane); break;
+        case 6: q6k_loop<R, 12>(rows, xb, xs, nsb, acc, warp, lane); break;
+        default: q6k_loop<R, 14>(rows, xb, xs, nsb, acc, warp, lane); break;
+    }
+}
+
+// The format policy of the production body (matvec_tc.cuh mv_body): KW = 8 only (the alignment
+// scheme), one f32 (1 / 4s) per super-block.
+struct TcQ6K {
+    static constexpr int WORDS = SB_WORDS, SUMS = 1;
+    template <int R, int KWB>
+    static __device__ __forceinline__ void rows(const uint8_t* const (&w)[2 * R], const uint32_t* xb, const float* xs,
+                                                int nsb, float (&part)[2 * R]) {
+        static_assert(KWB == KW, "the Q6_K loads assume 8 warps per block");
+#pragma unroll
+        for (int r = 0; r < 2 * R; r++) part[r] = 0.0f;
+        q6k_rows<R>(w, xb, xs, nsb, part);
+    }
+};
+
+// The candidate of dev/cuda/matvec_bench.cu: one dense product, out = W x.
 template <int R>
 static __device__ __forceinline__ void q6k_body(const Args& p) {
     static_assert(32 * KW >= 16 * R, "one thread per row for the final sum");
@@ -218,29 +255,16 @@ static __device__ __forceinline__ void q6k_body(const Args& p) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int row0 = blockIdx.x * 16 * R;
     const uint8_t* rows[2 * R];
-#pragma unroll
-    for (int r = 0; r < 2 * R; r++) rows[r] = p.w + (size_t)min(row0 + 8 * r + g, p.n_out - 1) * p.row_bytes;
+    mvtc::row_ptrs<R>(p.w, row0, p.n_out, p.row_bytes, rows);
     float acc[2 * R];
 #pragma unroll
     for (int r = 0; r < 2 * R; r++) acc[r] = 0.0f;
     pf::pdl_wait();
-    // Warp w reads super-blocks w, w + 8, ...: all at byte offset 2w of a 16-byte boundary.
-    switch (warp) {
-        case 0: q6k_loop<R, 0>(p, rows, acc, warp, lane); break;
-        case 1: q6k_loop<R, 2>(p, rows, acc, warp, lane); break;
-        case 2: q6k_loop<R, 4>(p, rows, acc, warp, lane); break;
-        case 3: q6k_loop<R, 6>(p, rows, acc, warp, lane); break;
-        case 4: q6k_loop<R, 8>(p, rows, acc, warp, lane); break;
-        case 5: q6k_loop<R, 10>(p, rows, acc, warp, lane); break;
-        case 6: q6k_loop<R, 12>(p, rows, acc, warp, lane); break;
-        default: q6k_loop<R, 14>(p, rows, acc, warp, lane); break;
-    }
+    q6k_rows<R>(rows, p.xb, p.xs, p.n_in / 256, acc);
 
 #pragma unroll
     for (int r = 0; r < 2 * R; r++) {
-        float v = acc[r];
-        v += __shfl_xor_sync(0xffffffffu, v, 1);
-        v += __shfl_xor_sync(0xffffffffu, v, 2);
+        const float v = mvtc::quad_sum(acc[r]);
         if (t == 0) red[warp][8 * r + g] = v;
     }
     __syncthreads();
@@ -253,7 +277,8 @@ static __device__ __forceinline__ void q6k_body(const Args& p) {
     }
 }
 
-#ifndef PF_EMU
+#if !defined(PF_EMU) && defined(MVTC_BENCH_KERNELS)
+// The harness's kernels (dev/cuda/matvec_bench.cu defines MVTC_BENCH_KERNELS).
 static __global__ void __launch_bounds__(256) prep_x(const PrepArgs p) { prep_x_body(p); }
 template <int R>
 static __global__ void __launch_bounds__(32 * KW) q6k(const Args p) {

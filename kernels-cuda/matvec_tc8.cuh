@@ -1,6 +1,7 @@
-// dev/cuda/matvec_tc8.cuh (a candidate, timed by matvec_bench.cu, checked on the CPU emulator by
-// dev/cuda/emu/mvtc_checks.cpp): the one-token Q8_0 matrix-vector product on the integer tensor
-// cores, at the strict (f32-class) tier. Also the int8 pieces matvec_tc6.cuh (Q6_K) shares.
+// matvec_tc8.cuh: the decode Q8_0 matrix-vector product on the integer tensor cores, at the strict
+// (f32-class) tier: the production kernels of matvec_tc8.cu (through matvec_tc.cuh's body, policy
+// TcQ80), the candidate dev/cuda/matvec_bench.cu times, dev/cuda/emu/mvtc_checks.cpp's checks on
+// the CPU emulator. Also the int8 pieces matvec_tc6.cuh (Q6_K) shares.
 //
 //   out[o] = sum_i W[o][i] * x[i],  W in Q8_0: w = d * q  (q int8, d f16 per block of 32; 34 bytes)
 //
@@ -130,7 +131,8 @@ static __host__ __device__ __forceinline__ int reg_word(int t, int r) {
 static __device__ __forceinline__ void prep_x_body(const PrepArgs& p) {
     __shared__ uint32_t dig[256];
     __shared__ float inv[8];
-    const int i = threadIdx.x, grp = blockIdx.x, lane = i & 31, blk = i >> 5;
+    const int i = threadIdx.x, lane = i & 31, blk = i >> 5;
+    const size_t grp = (size_t)blockIdx.y * gridDim.x + blockIdx.x;  // group index over all rows
     pf::pdl_wait();
     const float x = p.x[(size_t)grp * 256 + i];
     float m = fabsf(x);
@@ -174,23 +176,16 @@ struct Args {
     size_t row_bytes;
 };
 
+// One weight matrix's share of this warp: groups warp, warp + KW, ... of the 2R rows rows[r] (rows
+// 8r + g of the block: tile r / 2, half r % 2) against the prepared x of one vector (xb, xf at its
+// first group). Adds the lane's partial dot products to acc.
 template <int R, int KW>
-static __device__ __forceinline__ void q80_body(const Args& p) {
-    static_assert(32 * KW >= 16 * R, "one thread per row for the final sum");
-    __shared__ float red[KW][16 * R];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int row0 = blockIdx.x * 16 * R, ngrp = p.n_in / 256;
-    const uint8_t* rows[2 * R];
-#pragma unroll
-    for (int r = 0; r < 2 * R; r++) rows[r] = p.w + (size_t)min(row0 + 8 * r + g, p.n_out - 1) * p.row_bytes;
-    float acc[2 * R];
-#pragma unroll
-    for (int r = 0; r < 2 * R; r++) acc[r] = 0.0f;
+static __device__ __forceinline__ void q80_rows(const uint8_t* const (&rows)[2 * R], const uint32_t* xbp,
+                                                const float* xf, int ngrp, float (&acc)[2 * R]) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
     // lanes 0, 2 pack their d halves (even block: low, odd block: high) as {row g, row g+8}
     const uint32_t dsel = (t & 2) ? 0x7632u : 0x5410u;
     const int zero[4] = {0, 0, 0, 0};
-    pf::pdl_wait();
-
     for (int grp = warp; grp < ngrp; grp += KW) {
         uint32_t wq[2 * R][20];
 #pragma unroll
@@ -206,7 +201,7 @@ static __device__ __forceinline__ void q80_body(const Args& p) {
             }
         }
         uint32_t xb[24];
-        const uint32_t* src = p.xb + ((size_t)grp * 32 + lane) * 24;
+        const uint32_t* src = xbp + ((size_t)grp * 32 + lane) * 24;
 #pragma unroll
         for (int i = 0; i < 6; i++) {
             const uint4 v = ld16(src + 4 * i);
@@ -215,7 +210,7 @@ static __device__ __forceinline__ void q80_body(const Args& p) {
             xb[4 * i + 2] = v.z;
             xb[4 * i + 3] = v.w;
         }
-        const uint4 fq = ld16(p.xf + (size_t)grp * G_FACT + 4 * t);
+        const uint4 fq = ld16(xf + (size_t)grp * G_FACT + 4 * t);
         const float fp[4] = {pf::u2f(fq.x), pf::u2f(fq.y), pf::u2f(fq.z), pf::u2f(fq.w)};
 
 #pragma unroll
@@ -242,12 +237,38 @@ static __device__ __forceinline__ void q80_body(const Args& p) {
             }
         }
     }
+}
+
+// The format policy of the production body (matvec_tc.cuh mv_body).
+struct TcQ80 {
+    static constexpr int WORDS = G_WORDS, SUMS = G_FACT;
+    template <int R, int KW>
+    static __device__ __forceinline__ void rows(const uint8_t* const (&w)[2 * R], const uint32_t* xb, const float* xf,
+                                                int ngrp, float (&part)[2 * R]) {
+#pragma unroll
+        for (int r = 0; r < 2 * R; r++) part[r] = 0.0f;
+        q80_rows<R, KW>(w, xb, xf, ngrp, part);
+    }
+};
+
+// The candidate of dev/cuda/matvec_bench.cu: one dense product, out = W x.
+template <int R, int KW>
+static __device__ __forceinline__ void q80_body(const Args& p) {
+    static_assert(32 * KW >= 16 * R, "one thread per row for the final sum");
+    __shared__ float red[KW][16 * R];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    const int row0 = blockIdx.x * 16 * R, ngrp = p.n_in / 256;
+    const uint8_t* rows[2 * R];
+    mvtc::row_ptrs<R>(p.w, row0, p.n_out, p.row_bytes, rows);
+    float acc[2 * R];
+#pragma unroll
+    for (int r = 0; r < 2 * R; r++) acc[r] = 0.0f;
+    pf::pdl_wait();
+    q80_rows<R, KW>(rows, p.xb, p.xf, ngrp, acc);
 
 #pragma unroll
     for (int r = 0; r < 2 * R; r++) {
-        float v = acc[r];
-        v += __shfl_xor_sync(0xffffffffu, v, 1);
-        v += __shfl_xor_sync(0xffffffffu, v, 2);
+        const float v = mvtc::quad_sum(acc[r]);
         if (t == 0) red[warp][8 * r + g] = v;
     }
     __syncthreads();
@@ -260,7 +281,8 @@ static __device__ __forceinline__ void q80_body(const Args& p) {
     }
 }
 
-#ifndef PF_EMU
+#if !defined(PF_EMU) && defined(MVTC_BENCH_KERNELS)
+// The harness's kernels (dev/cuda/matvec_bench.cu defines MVTC_BENCH_KERNELS).
 static __global__ void __launch_bounds__(256) prep_x(const PrepArgs p) { prep_x_body(p); }
 template <int R, int KW>
 static __global__ void __launch_bounds__(32 * KW) q80(const Args p) {

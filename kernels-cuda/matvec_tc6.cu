@@ -1,0 +1,18 @@
+// matvec_tc6.cu: the decode Q6_K matrix-vector products on the integer tensor cores
+// (matvec_tc6.cuh), exact (strict tier): x prepared once per vector (mvtc_prep_Q6_K), then dense,
+// fused-SwiGLU and MoE products through matvec_tc.cuh's body (slots documented there).
+#include "matvec_tc6.cuh"
+
+// Slots: p0 x (f32 rows of n_in), p1 xb, p2 xs. Grid (n_in / 256, rows of x), 256 threads (one per
+// element of a super-block).
+KERNEL void __launch_bounds__(256) mvtc_prep_Q6_K(const Args a) {
+    mvtc6::prep_x_body(mvtc6::PrepArgs{reinterpret_cast<const float*>(a.p[0]), reinterpret_cast<uint32_t*>(a.p[1]),
+                                       reinterpret_cast<float*>(a.p[2])});
+}
+
+// 16 rows per block of 8 warps (the loads' alignment scheme needs KW = 8): dev/cuda/matvec_bench.cu
+// on the H200, x prepared once, R = 1 at every size (qkv 17.2 us against the f32 kernels' 19.1,
+// 4096 rows 9.8 against 11.5, ffn down 23.5 against 31.6, the LM head 390 against 393; R = 2
+// is 1.7x slower: 152 registers against 96, one block per SM instead of two).
+KERNEL void __launch_bounds__(256) mvtc_Q6_K(const Args a) { mvtc::mv_body<mvtc6::TcQ6K, 1, 8, false>(a); }
+KERNEL void __launch_bounds__(256) mvtc_glu_Q6_K(const Args a) { mvtc::mv_body<mvtc6::TcQ6K, 1, 8, true>(a); }
