@@ -15,8 +15,10 @@
 //!   error for the f16 rounding to hide behind, take the activations as two f16 terms hi + lo
 //!   (f32-class: ~2^-22 relative; BF16 weights are exact in f16 for 2^-17 <= |w| <= 65504); the
 //!   chunked delta rule in 3xTF32 (f32-level), flash attention on
-//!   f16 q/k/v, MoE experts as grouped products. One-token steps (decode) are exact in both, unless
-//!   `RILL_CUDA_MATVEC=q8` (8-bit activations in the decode matvecs; `precision()` then says Fast).
+//!   f16 q/k/v, MoE experts as grouped products. One-token steps (decode) are exact in both (Q4_K,
+//!   Q6_K and Q8_0 products on the tensor cores with exact operand splits, `ops/matvec_tc.rs`; the
+//!   f32 kernels with `RILL_CUDA_MATVEC=f32`), unless `RILL_CUDA_MATVEC=q8` (8-bit activations in
+//!   the decode matvecs; `precision()` then says Fast).
 //! - `RILL_PROFILE=1` times every kernel with CUDA events and prints a per-kernel and per-phase
 //!   summary at exit (steps then run unrecorded). `RILL_CUDA_GRAPHS=0` / `RILL_CUDA_PDL=0` turn
 //!   off graphs / dependent launch.
