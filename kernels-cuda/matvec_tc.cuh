@@ -338,12 +338,32 @@ static __device__ __forceinline__ float quad_sum(float v) {
     return v;
 }
 
+// The end of a harness body (dev/cuda/matvec_bench.cu, the emulator checks): the lanes' partial
+// sums acc of rows 8r + g summed over the four lanes t, then over the KW warps in a fixed order,
+// into out[row0 + i].
+template <int R, int KW>
+static __device__ __forceinline__ void bench_store(const float (&acc)[2 * R], int row0, int n_out, float* out) {
+    static_assert(32 * KW >= 16 * R, "one thread per row for the final sum");
+    __shared__ float red[KW][16 * R];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int r = 0; r < 2 * R; r++) {
+        const float v = quad_sum(acc[r]);
+        if (t == 0) red[warp][8 * r + g] = v;
+    }
+    __syncthreads();
+    const int i = threadIdx.x;
+    if (i < 16 * R && row0 + i < n_out) {
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < KW; w++) v += red[w][i];
+        out[row0 + i] = v;
+    }
+}
+
 // The candidate of dev/cuda/matvec_bench.cu: one dense product, out = W x.
 template <int R, int KW>
 static __device__ __forceinline__ void q4k_body(const Args& p) {
-    static_assert(32 * KW >= 16 * R, "one thread per row for the final sum");
-    __shared__ float red[2][KW][16 * R];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int row0 = blockIdx.x * 16 * R, nsb = p.n_in / 256;
     const uint8_t* rows[2 * R];
     row_ptrs<R>(p.w, row0, p.n_out, p.row_bytes, rows);
@@ -352,26 +372,9 @@ static __device__ __forceinline__ void q4k_body(const Args& p) {
     for (int r = 0; r < 2 * R; r++) acc[r] = macc[r] = 0.0f;
     pf::pdl_wait();  // xa, xs come from the previous kernel
     q4k_rows<R, KW>(rows, p.xa, p.xs, nsb, acc, macc);
-
 #pragma unroll
-    for (int r = 0; r < 2 * R; r++) {
-        const float v = quad_sum(acc[r]), mn = quad_sum(macc[r]);
-        if (t == 0) {
-            red[0][warp][8 * r + g] = v;
-            red[1][warp][8 * r + g] = mn;
-        }
-    }
-    __syncthreads();
-    const int i = threadIdx.x;
-    if (i < 16 * R && row0 + i < p.n_out) {
-        float v = 0.0f, mn = 0.0f;
-#pragma unroll
-        for (int w = 0; w < KW; w++) {
-            v += red[0][w][i];
-            mn += red[1][w][i];
-        }
-        p.out[row0 + i] = v - mn;
-    }
+    for (int r = 0; r < 2 * R; r++) acc[r] -= macc[r];
+    bench_store<R, KW>(acc, row0, p.n_out, p.out);
 }
 
 #ifndef PF_EMU

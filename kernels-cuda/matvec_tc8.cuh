@@ -254,9 +254,6 @@ struct TcQ80 {
 // The candidate of dev/cuda/matvec_bench.cu: one dense product, out = W x.
 template <int R, int KW>
 static __device__ __forceinline__ void q80_body(const Args& p) {
-    static_assert(32 * KW >= 16 * R, "one thread per row for the final sum");
-    __shared__ float red[KW][16 * R];
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int row0 = blockIdx.x * 16 * R, ngrp = p.n_in / 256;
     const uint8_t* rows[2 * R];
     mvtc::row_ptrs<R>(p.w, row0, p.n_out, p.row_bytes, rows);
@@ -265,20 +262,7 @@ static __device__ __forceinline__ void q80_body(const Args& p) {
     for (int r = 0; r < 2 * R; r++) acc[r] = 0.0f;
     pf::pdl_wait();
     q80_rows<R, KW>(rows, p.xb, p.xf, ngrp, acc);
-
-#pragma unroll
-    for (int r = 0; r < 2 * R; r++) {
-        const float v = mvtc::quad_sum(acc[r]);
-        if (t == 0) red[warp][8 * r + g] = v;
-    }
-    __syncthreads();
-    const int i = threadIdx.x;
-    if (i < 16 * R && row0 + i < p.n_out) {
-        float v = 0.0f;
-#pragma unroll
-        for (int w = 0; w < KW; w++) v += red[w][i];
-        p.out[row0 + i] = v;
-    }
+    mvtc::bench_store<R, KW>(acc, row0, p.n_out, p.out);
 }
 
 #if !defined(PF_EMU) && defined(MVTC_BENCH_KERNELS)
