@@ -19,13 +19,8 @@ fn xv(i: u32) -> vec4<f32> {
     return X[i];
 }
 
-// The byte offsets of the MV_R rows from r0; rows past the piece re-read its last row and are
-// not stored.
-fn mv_row_bytes(r0: u32) -> array<u32, MV_R> {
-    let last = P.rows - 1u;
-    var rb: array<u32, MV_R>;
-    for (var r = 0u; r < MV_R; r++) {
-        rb[r] = min(r0 + r, last) * P.row_bytes;
-    }
-    return rb;
+// The byte offsets of rows r0 .. r0 + 3; rows past the piece re-read its last row and are not
+// stored.
+fn mv_row_bytes(r0: u32) -> vec4<u32> {
+    return min(vec4<u32>(r0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(P.rows - 1u)) * P.row_bytes;
 }

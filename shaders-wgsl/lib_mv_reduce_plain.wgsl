@@ -10,7 +10,7 @@ fn mv_flat(li: u32, lanes: MvLanes) -> u32 {
     return li;
 }
 
-// The sums over each group's lw lanes of acc, valid in the group's lane 0.
-fn mv_sum(acc: array<f32, MV_R>, flat: u32, lw: u32, lanes: MvLanes) -> array<f32, MV_R> {
+// The sums over each group's lw lanes of acc (up to 4 rows), valid in the group's lane 0.
+fn mv_sum(acc: vec4<f32>, flat: u32, lw: u32, lanes: MvLanes) -> vec4<f32> {
     return mv_tree(acc, flat, lw);
 }

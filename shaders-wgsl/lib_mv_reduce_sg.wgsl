@@ -25,36 +25,28 @@ fn mv_flat(li: u32, lanes: MvLanes) -> u32 {
     return li;
 }
 
-// The sums over each group's lw lanes of acc, valid in the group's lane 0.
-fn mv_sum(acc: array<f32, MV_R>, flat: u32, lw: u32, lanes: MvLanes) -> array<f32, MV_R> {
+// The sums over each group's lw lanes of acc (up to 4 rows), valid in the group's lane 0.
+fn mv_sum(acc: vec4<f32>, flat: u32, lw: u32, lanes: MvLanes) -> vec4<f32> {
     if (!mv_full(lanes)) {
         return mv_tree(acc, flat, lw);
     }
     var v = acc;
     for (var k = min(lw, lanes.size) >> 1u; k > 0u; k >>= 1u) {
-        for (var r = 0u; r < MV_R; r++) {
-            v[r] += subgroupShuffleXor(v[r], k);
-        }
+        v += subgroupShuffleXor(v, k);
     }
     if (lw <= lanes.size) {
         return v;
     }
     // lw / size subgroups per group: their lane 0s meet in workgroup memory.
     if (lanes.lane == 0u) {
-        for (var r = 0u; r < MV_R; r++) {
-            mv_red[r * MV_WG + lanes.sg] = v[r];
-        }
+        mv_red[lanes.sg] = v;
     }
     workgroupBarrier();
     let per = lw / lanes.size;
     let first = lanes.sg - lanes.sg % per;
-    var out: array<f32, MV_R>;
-    for (var r = 0u; r < MV_R; r++) {
-        var t = 0.0;
-        for (var k = 0u; k < per; k++) {
-            t += mv_red[r * MV_WG + first + k];
-        }
-        out[r] = t;
+    var out = vec4<f32>(0.0);
+    for (var k = 0u; k < per; k++) {
+        out += mv_red[first + k];
     }
     workgroupBarrier();
     return out;

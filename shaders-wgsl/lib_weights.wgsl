@@ -54,6 +54,15 @@ fn i8x4(w: u32) -> vec4<f32> {
                      f32(i32(w) >> 24u));
 }
 
+// Entry q < 16 of a codebook held as the columns of a matrix: the column picked by selects of
+// literal columns, then one vector component. A run-time index into an array or a matrix (naga
+// copies it into a function variable first) is local memory on some drivers.
+fn lut16(t: mat4x4<f32>, q: u32) -> f32 {
+    let c4 = (q & 4u) != 0u;
+    let col = select(select(t[0], t[1], c4), select(t[2], t[3], c4), (q & 8u) != 0u);
+    return col[q & 3u];
+}
+
 // Eight consecutive dequantized weights (`deq8`).
 struct Deq8 {
     a: vec4<f32>,

@@ -16,26 +16,23 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     let r0 = first + (flat / lw) * MV_R;
     let t = wg.z;
     let xb = t * (P.n_in / 4u);
-    let rb = mv_row_bytes(r0);
-    var acc_g: array<f32, MV_R>;
-    var acc_u: array<f32, MV_R>;
+    let rb_lo = mv_row_bytes(r0);
+    let rb_hi = mv_row_bytes(r0 + 4u);
+    var g = MvAcc(vec4<f32>(0.0), vec4<f32>(0.0));
+    var up = g;
     for (var u = flat % lw; u < P.units; u += lw) {
         let x = mv_x(u, xb);
         wsel = 0u;
-        for (var r = 0u; r < MV_R; r++) {
-            acc_g[r] += mv_dot(rb[r], u, x);
-        }
+        g = mv_add(g, rb_lo, rb_hi, u, x);
         wsel = 1u;
-        for (var r = 0u; r < MV_R; r++) {
-            acc_u[r] += mv_dot(rb[r], u, x);
-        }
+        up = mv_add(up, rb_lo, rb_hi, u, x);
     }
-    let g = mv_sum(acc_g, flat, lw, lanes);
-    let up = mv_sum(acc_u, flat, lw, lanes);
+    let sg = mv_sums(g, flat, lw, lanes);
+    let su = mv_sums(up, flat, lw, lanes);
     if (flat % lw == 0u) {
         for (var r = 0u; r < MV_R; r++) {
             if (r0 + r < P.rows) {
-                out[t * P.n_out + P.row0 + r0 + r] = silu(g[r]) * up[r];
+                out[t * P.n_out + P.row0 + r0 + r] = silu(mv_row(sg, r)) * mv_row(su, r);
             }
         }
     }

@@ -6,6 +6,13 @@ fn xv(i: u32) -> vec4<f32> {
     return X[i];
 }
 
+// The byte offsets of rows r0 .. r0 + 3 of the expert whose first row is eb; rows past the
+// expert re-read its last row and are not stored.
+fn moe_row_bytes(eb: u32, r0: u32) -> vec4<u32> {
+    let rows = min(vec4<u32>(r0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(P.rows - 1u));
+    return (vec4<u32>(eb) + rows) * P.row_bytes;
+}
+
 @compute @workgroup_size(MV_WG)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32, lanes: MvLanes) {
@@ -20,27 +27,19 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     }
     // Not a uniform early return (ids is a storage read): inactive workgroups still reduce zeros.
     let ok = e >= P.e0 && e < P.e0 + P.n_e;
-    let last = P.rows - 1u;
     let eb = (e - P.e0) * P.rows;
-    var rb: array<u32, MV_R>;
-    for (var r = 0u; r < MV_R; r++) {
-        rb[r] = (eb + min(r0 + r, last)) * P.row_bytes;
-    }
+    let rb_lo = moe_row_bytes(eb, r0);
+    let rb_hi = moe_row_bytes(eb, r0 + 4u);
     let xb = (s / P.in_div) * (P.n_in / 4u);
-    var acc: array<f32, MV_R>;
+    var a = MvAcc(vec4<f32>(0.0), vec4<f32>(0.0));
     if (ok) {
-        for (var u = flat % lw; u < P.units; u += lw) {
-            let x = mv_x(u, xb);
-            for (var r = 0u; r < MV_R; r++) {
-                acc[r] += mv_dot(rb[r], u, x);
-            }
-        }
+        a = mv_run(rb_lo, rb_hi, flat % lw, lw, xb);
     }
-    let y = mv_sum(acc, flat, lw, lanes);
+    let y = mv_sums(a, flat, lw, lanes);
     if (ok && flat % lw == 0u) {
         for (var r = 0u; r < MV_R; r++) {
             if (r0 + r < P.rows) {
-                moe_store(s * P.rows + r0 + r, y[r]);
+                moe_store(s * P.rows + r0 + r, mv_row(y, r));
             }
         }
     }

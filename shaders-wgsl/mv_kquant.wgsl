@@ -8,38 +8,33 @@
 // Per row: d * sum_j sc_j * sum(q x) - dmin * sum_j m_j * sum(x) over the unit's 4 sub-blocks.
 const MV_UNIT: u32 = 64u;
 
-// The unit's x: segments k = 0..3 (sub-blocks 2c, 2c + 1, 2c + 4, 2c + 5) of 4 vec4 each, and
-// the sum of each segment; loaded once for all the rows of an invocation.
+// The unit's x: segments a..d (sub-blocks 2c, 2c + 1, 2c + 4, 2c + 5, lib_mv_unit.wgsl) of 16
+// elements each, and the sum of each segment; loaded once for all the rows of an invocation.
 struct MvX {
-    v: array<vec4<f32>, 16>,
+    a: mat4x4<f32>,
+    b: mat4x4<f32>,
+    c: mat4x4<f32>,
+    d: mat4x4<f32>,
     s: vec4<f32>,
 }
 
 fn mv_x(u: u32, xb: u32) -> MvX {
     let v = u & 3u;
     let x0 = xb + 64u * (u >> 2u) + 16u * (v >> 1u) + 4u * (v & 1u);
-    var x: MvX;
-    var t = array<vec4<f32>, 4>();
-    for (var k = 0u; k < 4u; k++) {
-        // Segments start 0, 32, 128 and 160 elements after the first.
-        let at = x0 + 8u * (k & 1u) + 32u * (k >> 1u);
-        for (var i = 0u; i < 4u; i++) {
-            let e = xv(at + i);
-            x.v[4u * k + i] = e;
-            t[k] += e;
-        }
-    }
-    let one = vec4<f32>(1.0);
-    x.s = vec4<f32>(dot(t[0], one), dot(t[1], one), dot(t[2], one), dot(t[3], one));
-    return x;
+    // Segments start 0, 32, 128 and 160 elements after the first.
+    let a = mv_xseg(x0);
+    let b = mv_xseg(x0 + 8u);
+    let c = mv_xseg(x0 + 32u);
+    let d = mv_xseg(x0 + 40u);
+    return MvX(a, b, c, d, vec4<f32>(mv_xsum(a), mv_xsum(b), mv_xsum(c), mv_xsum(d)));
 }
 
-// Four quants of a word of nibbles (`hi` selects the high ones) with, for Q5_K, bit j of each
-// byte of qh as their 5th bit; still packed one per byte.
-fn kq_q4(w: u32, hi: u32, qh: u32, j: u32, five: bool) -> u32 {
-    let q = (w >> (4u * hi)) & 0x0f0f0f0fu;
+// 16 quants of a part's words of nibbles (`hi` selects the high ones) with, for Q5_K, bit j of
+// each byte of qh as their 5th bit; still packed one per byte.
+fn kq_q4(w: vec4<u32>, hi: u32, qh: vec4<u32>, j: u32, five: bool) -> vec4<u32> {
+    let q = (w >> vec4<u32>(4u * hi)) & vec4<u32>(0x0f0f0f0fu);
     if (five) {
-        return q | (((qh >> j) & 0x01010101u) << 4u);
+        return q | (((qh >> vec4<u32>(j)) & vec4<u32>(0x01010101u)) << vec4<u32>(4u));
     }
     return q;
 }
@@ -58,18 +53,8 @@ fn kq_dot(rb: u32, u: u32, x: MvX, words: u32, qs_at: u32, five: bool) -> f32 {
         qh = wq(q0 + 1u + (v & 1u));
     }
     let j = 2u * c;
-    var s0 = vec4<f32>(0.0);
-    var s1 = vec4<f32>(0.0);
-    var s2 = vec4<f32>(0.0);
-    var s3 = vec4<f32>(0.0);
-    for (var k = 0u; k < 4u; k++) {
-        s0 = fma(bytes_f4(kq_q4(p[k], 0u, qh[k], j, five), 0.0), x.v[k], s0);
-        s1 = fma(bytes_f4(kq_q4(p[k], 1u, qh[k], j + 1u, five), 0.0), x.v[4u + k], s1);
-        s2 = fma(bytes_f4(kq_q4(r[k], 0u, qh[k], j + 4u, five), 0.0), x.v[8u + k], s2);
-        s3 = fma(bytes_f4(kq_q4(r[k], 1u, qh[k], j + 5u, five), 0.0), x.v[12u + k], s3);
-    }
-    let one = vec4<f32>(1.0);
-    let sq = vec4<f32>(dot(s0, one), dot(s1, one), dot(s2, one), dot(s3, one));
+    let sq = vec4<f32>(mv_seg(kq_q4(p, 0u, qh, j, five), 0.0, x.a), mv_seg(kq_q4(p, 1u, qh, j + 1u, five), 0.0, x.b),
+                       mv_seg(kq_q4(r, 0u, qh, j + 4u, five), 0.0, x.c), mv_seg(kq_q4(r, 1u, qh, j + 5u, five), 0.0, x.d));
     // Scale bytes 2c, 2c + 1 (hd.y), 4 + 2c, 5 + 2c (hd.z), 8 + 2c, 9 + 2c (hd.w): half word c.
     let sh = 16u * c;
     let hx = (hd.y >> sh) & 0xffffu;

@@ -7,26 +7,25 @@
 // Per row: d * sum_k sc_k * sum(q x), q = 6-bit quant - 32.
 const MV_UNIT: u32 = 64u;
 
-// The unit's x: 4 vec4 for each k.
+// The unit's x: the 16 elements of each k (segments a..d, lib_mv_unit.wgsl).
 struct MvX {
-    v: array<vec4<f32>, 16>,
+    a: mat4x4<f32>,
+    b: mat4x4<f32>,
+    c: mat4x4<f32>,
+    d: mat4x4<f32>,
 }
 
 fn mv_x(u: u32, xb: u32) -> MvX {
     let w = u & 3u;
     let x0 = xb + 64u * (u >> 2u) + 32u * (w >> 1u) + 4u * (w & 1u);
-    var x: MvX;
-    for (var k = 0u; k < 4u; k++) {
-        for (var m = 0u; m < 4u; m++) {
-            x.v[4u * k + m] = xv(x0 + 8u * k + m);
-        }
-    }
-    return x;
+    return MvX(mv_xseg(x0), mv_xseg(x0 + 8u), mv_xseg(x0 + 16u), mv_xseg(x0 + 24u));
 }
 
-// Four 6-bit quants: nibbles `hi` of l, bits 2k of qh, packed one per byte.
-fn q6_pack(l: u32, hi: u32, qh: u32, k: u32) -> u32 {
-    return ((l >> (4u * hi)) & 0x0f0f0f0fu) | (((qh >> (2u * k)) & 0x03030303u) << 4u);
+// 16 6-bit quants of segment k: nibbles `hi` of the ql bytes l, bits 2k of the qh bytes;
+// packed one per byte.
+fn q6_pack(l: vec4<u32>, hi: u32, qh: vec4<u32>, k: u32) -> vec4<u32> {
+    let lo = (l >> vec4<u32>(4u * hi)) & vec4<u32>(0x0f0f0f0fu);
+    return lo | (((qh >> vec4<u32>(2u * k)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
 }
 
 fn mv_dot(rb: u32, u: u32, x: MvX) -> f32 {
@@ -40,18 +39,8 @@ fn mv_dot(rb: u32, u: u32, x: MvX) -> f32 {
     // Scale bytes 8h + t + 2k: bytes t and t + 2 of the words 8h and 8h + 4 bytes in.
     let sw = win16(bb + 192u + 8u * h);
     let d = wf16(bb + 208u);
-    var s0 = vec4<f32>(0.0);
-    var s1 = vec4<f32>(0.0);
-    var s2 = vec4<f32>(0.0);
-    var s3 = vec4<f32>(0.0);
-    for (var m = 0u; m < 4u; m++) {
-        s0 = fma(bytes_f4(q6_pack(la[m], 0u, qh[m], 0u), 32.0), x.v[m], s0);
-        s1 = fma(bytes_f4(q6_pack(lb[m], 0u, qh[m], 1u), 32.0), x.v[4u + m], s1);
-        s2 = fma(bytes_f4(q6_pack(la[m], 1u, qh[m], 2u), 32.0), x.v[8u + m], s2);
-        s3 = fma(bytes_f4(q6_pack(lb[m], 1u, qh[m], 3u), 32.0), x.v[12u + m], s3);
-    }
-    let one = vec4<f32>(1.0);
-    let sq = vec4<f32>(dot(s0, one), dot(s1, one), dot(s2, one), dot(s3, one));
+    let sq = vec4<f32>(mv_seg(q6_pack(la, 0u, qh, 0u), 32.0, x.a), mv_seg(q6_pack(lb, 0u, qh, 1u), 32.0, x.b),
+                       mv_seg(q6_pack(la, 1u, qh, 2u), 32.0, x.c), mv_seg(q6_pack(lb, 1u, qh, 3u), 32.0, x.d));
     // Bytes (k0, k2, k1, k3), then reordered.
     let sc = ((sw.x >> (8u * t)) & 0x00ff00ffu) | (((sw.y >> (8u * t)) & 0x00ff00ffu) << 8u);
     return d * dot(sbytes_f4(sc).xzyw, sq);

@@ -1,8 +1,8 @@
-// Q8_0 matrix-vector unit (matvec.wgsl and its relatives define xv(i), the i-th vec4 of x; its
-// x, lib_mv_xrun.wgsl): two blocks (64 elements, 68 bytes). Rows of an even number of 34-byte
-// blocks start on a word, and so does every pair: the pair's 17 words are its 5 aligned vec4s
-// shifted by whole words. Block 0 is its f16 d (low half of word 0) and quants at byte 2 (words
-// shifted by a half word), block 1 its d in the high half of word 8 and quants in words 9..16.
+// Q8_0 matrix-vector unit (its x, lib_mv_xrun.wgsl): two blocks (64 elements, 68 bytes). Rows
+// of an even number of 34-byte blocks start on a word, and so does every pair: the pair's 17
+// words are its 5 aligned vec4s shifted by whole words. Block 0 is its f16 d (low half of word
+// 0) and quants at byte 2 (words shifted by a half word), block 1 its d in the high half of word
+// 8 and quants in words 9..16.
 const MV_UNIT: u32 = 64u;
 
 fn mv_dot(rb: u32, u: u32, x: MvX) -> f32 {
@@ -16,17 +16,7 @@ fn mv_dot(rb: u32, u: u32, x: MvX) -> f32 {
     let w2 = realign4(wq(i + 2u), wq(i + 3u), s1, s2);
     let w3 = realign4(wq(i + 3u), c4, s1, s2);
     let w16 = realign4(c4, c4, s1, s2).x;
-    var q: array<vec4<u32>, 4>;
-    q[0] = half_shift(w0, w1.x);
-    q[1] = half_shift(w1, w2.x);
-    q[2] = vec4<u32>(w2.yzw, w3.x);
-    q[3] = vec4<u32>(w3.yzw, w16);
-    var a = vec4<f32>(0.0);
-    var b = vec4<f32>(0.0);
-    for (var m = 0u; m < 8u; m++) {
-        a = fma(sbytes_f4(q[m >> 2u][m & 3u]), x.v[m], a);
-        b = fma(sbytes_f4(q[2u + (m >> 2u)][m & 3u]), x.v[8u + m], b);
-    }
-    let one = vec4<f32>(1.0);
-    return f16_to_f32(w0.x & 0xffffu) * dot(a, one) + f16_to_f32(w2.x >> 16u) * dot(b, one);
+    let a = mv_sseg(half_shift(w0, w1.x), x.a) + mv_sseg(half_shift(w1, w2.x), x.b);
+    let b = mv_sseg(vec4<u32>(w2.yzw, w3.x), x.c) + mv_sseg(vec4<u32>(w3.yzw, w16), x.d);
+    return f16_to_f32(w0.x & 0xffffu) * a + f16_to_f32(w2.x >> 16u) * b;
 }

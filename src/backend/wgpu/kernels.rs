@@ -395,6 +395,7 @@ const MV_GENERIC: &str = wgsl!("lib_mv_generic");
 const MV_XRUN: &str = wgsl!("lib_mv_xrun");
 const REDUCE_SG: &str = wgsl!("lib_reduce_sg");
 const REDUCE_PLAIN: &str = wgsl!("lib_reduce_plain");
+const MV_UNIT_LIB: &str = wgsl!("lib_mv_unit");
 const MV_TREE: &str = wgsl!("lib_mv_tree");
 const MV_REDUCE_SG: &str = wgsl!("lib_mv_reduce_sg");
 const MV_REDUCE_PLAIN: &str = wgsl!("lib_mv_reduce_plain");
@@ -455,6 +456,7 @@ pub(crate) fn source(kernel: Kernel, fmt: Option<GgmlType>, caps: &Caps) -> Resu
         src.push_str(if caps.subgroups { REDUCE_SG } else { REDUCE_PLAIN });
     }
     if sp.matvec {
+        src.push_str(MV_UNIT_LIB);
         src.push_str(MV_TREE);
         src.push_str(if caps.subgroups { MV_REDUCE_SG } else { MV_REDUCE_PLAIN });
     }
@@ -546,6 +548,89 @@ mod tests {
                    @group(0) @binding(1) var<storage, read> W: array<vec4<u32>>;\n";
         assert_eq!(bindings(src).unwrap(), vec![Slot::Uniform, Slot::Read, Slot::ReadWrite]);
         assert!(bindings("@group(0) @binding(1) var<storage, read> a: array<u32>;").is_err());
+    }
+
+    /// Where a matrix-vector kernel (naga IR) indexes an array or a matrix that is not in a
+    /// storage or workgroup buffer with a run-time index, or declares a function-scope array:
+    /// naga does not unroll loops and copies a by-value array into a function variable to index
+    /// it, and the NVIDIA driver put such data in local memory (these kernels ran 10x slower).
+    fn private_dynamic_indexing(module: &wgpu::naga::Module, info: &wgpu::naga::valid::ModuleInfo) -> Vec<String> {
+        use wgpu::naga::{AddressSpace, Expression, TypeInner};
+        let types = &module.types;
+        let mut found = Vec::new();
+        let funcs = module.functions.iter().map(|(h, f)| (f, &info[h]));
+        let entries = module
+            .entry_points
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (&e.function, info.get_entry_point(i)));
+        for (f, fi) in funcs.chain(entries) {
+            let name = f.name.clone().unwrap_or_default();
+            for (_, local) in f.local_variables.iter() {
+                if matches!(types[local.ty].inner, TypeInner::Array { .. }) {
+                    found.push(format!("{name}: function-scope array {:?}", local.name));
+                }
+            }
+            for (_, e) in f.expressions.iter() {
+                let Expression::Access { base, .. } = *e else {
+                    continue;
+                };
+                let private = |space| matches!(space, AddressSpace::Function | AddressSpace::Private);
+                let bad = match *fi[base].ty.inner_with(types) {
+                    TypeInner::Array { .. } | TypeInner::Matrix { .. } => true,
+                    TypeInner::Pointer { base: pointee, space } => {
+                        private(space)
+                            && matches!(types[pointee].inner, TypeInner::Array { .. } | TypeInner::Matrix { .. })
+                    }
+                    _ => false,
+                };
+                if bad {
+                    found.push(format!("{name}: run-time index into a private array or matrix"));
+                }
+            }
+        }
+        found
+    }
+
+    /// The matrix-vector kernels (decode's hot loop) index no private array or matrix at run
+    /// time, in every format, both reductions and the row-count extremes.
+    #[test]
+    fn matvec_kernels_keep_their_data_in_registers() {
+        use crate::backend::wgpu::caps::tests::caps;
+        use crate::backend::wgpu::caps::Overrides;
+        use crate::backend::Precision;
+        use wgpu::naga;
+        let sg = wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16;
+        for (plain, rows) in [(false, 1), (false, 4), (true, 2), (true, 8)] {
+            let c = caps(
+                sg,
+                Precision::Exact,
+                false,
+                Overrides {
+                    plain,
+                    mv_rows: Some(rows),
+                    ..Default::default()
+                },
+            );
+            assert_eq!(c.mv_rows, rows);
+            let mut checked = 0;
+            for (k, fmt) in all_keys(&c) {
+                if !k.spec(&c).matvec {
+                    continue;
+                }
+                let what = format!("plain {plain} rows {rows} {}", label(k, fmt, &c));
+                let src = source(k, fmt, &c).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let info =
+                    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+                        .validate(&module)
+                        .unwrap_or_else(|e| panic!("{what}: {e}"));
+                let found = private_dynamic_indexing(&module, &info);
+                assert!(found.is_empty(), "{what}: {found:#?}");
+                checked += 1;
+            }
+            assert_eq!(checked, 3 * 16, "matvec, matvec_swiglu, moe_matvec in every format");
+        }
     }
 
     /// Every kernel in every format and variant parses, validates and compiles to SPIR-V with
