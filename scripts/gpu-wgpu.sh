@@ -65,26 +65,11 @@ finish() {
 trap finish EXIT
 
 # ---- unpack and set up Vulkan ----------------------------------------------------------------
-if [ ! -f .gpu-wgpu/bundle.tar.xz ]; then
-    note "no .gpu-wgpu/bundle.tar.xz: run scripts/pack-gpu-wgpu.sh first (on the build machine)"
+# shellcheck source=scripts/gpu-wgpu-setup.sh
+if ! . scripts/gpu-wgpu-setup.sh 2>>"$summary"; then
+    note "setup failed (see above)"
     exit 1
 fi
-bin=/tmp/rill-wgpu-bin
-rm -rf "$bin" && mkdir -p "$bin"
-python3 -c "import sys, tarfile; tarfile.open('.gpu-wgpu/bundle.tar.xz').extractall(sys.argv[1])" "$bin"
-chmod +x "$bin"/*
-built=$(cat .gpu-wgpu/manifest_dir)
-if [ "$built" != "$PWD" ] && [ ! -e "$built" ]; then
-    mkdir -p "$(dirname "$built")" && ln -s "$PWD" "$built"
-fi
-if [ "${RILL_GPU_SETUP:-1}" = 1 ]; then
-    for f in .gl/*.deb; do dpkg -x "$f" /; done
-    ldconfig
-    export VK_DRIVER_FILES=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
-fi
-export RILL_WGPU_ADAPTER=${RILL_WGPU_ADAPTER:-h200}
-export XDG_RUNTIME_DIR=${XDG_RUNTIME_DIR:-/tmp}
-rill=$bin/rill
 note "wgpu job: commit $(cat .gpu-wgpu/commit), tree at $PWD (built in $built), budget ${BUDGET} s"
 step 30 "$logs/adapter.txt" "$rill" bench -m tests/fixtures/tiny-dense.F16.gguf --backend wgpu -p 8 -n 8 -r 1
 grep -E '^backend' "$logs/adapter.txt" | tee -a "$summary" >&2 || tail -3 "$logs/adapter.txt" | tee -a "$summary" >&2

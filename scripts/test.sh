@@ -63,6 +63,17 @@ if [ "$status" -eq 0 ]; then
     RILL_TEST_BACKENDS=wgpu RILL_WGPU_PLAIN=1 cargo test --release --features cuda "${device_tests[@]}" --test e2e_fixtures "$@" 2>&1 \
         | tee -a "$log" || status=$?
 fi
+# The decode kernels' geometry knobs (src/backend/wgpu/caps.rs) at their extremes: one row per
+# invocation and one lane per row (no reduction) on the subgroup path, eight rows and a whole
+# 256-invocation workgroup per row group (two-level reduction) on the plain path.
+if [ "$status" -eq 0 ]; then
+    RILL_TEST_BACKENDS=wgpu RILL_WGPU_MV_WG=64 RILL_WGPU_MV_ROWS=1 RILL_WGPU_MV_LANES=1 \
+        cargo test --release --features cuda --test device_linear --test device_moe "$@" 2>&1 | tee -a "$log" || status=$?
+fi
+if [ "$status" -eq 0 ]; then
+    RILL_TEST_BACKENDS=wgpu RILL_WGPU_PLAIN=1 RILL_WGPU_MV_WG=256 RILL_WGPU_MV_ROWS=8 RILL_WGPU_MV_LANES=256 \
+        cargo test --release --features cuda --test device_linear --test device_moe "$@" 2>&1 | tee -a "$log" || status=$?
+fi
 if [ "$status" -eq 0 ]; then
     RILL_TEST_BACKENDS=wgpu RILL_WGPU_COOP_EMULATE=1 cargo test --release --features cuda --test device_fast "$@" 2>&1 \
         | tee -a "$log" || status=$?

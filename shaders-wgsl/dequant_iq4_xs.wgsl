@@ -5,9 +5,9 @@
 const QK: u32 = 256u;
 const BLOCK_BYTES: u32 = 136u;
 
-// ggml's kvalues_iq4nl.
-const KVALUES_IQ4NL = array<f32, 16>(-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,
-                                     1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
+// ggml's kvalues_iq4nl, four per column (lut16).
+const KVALUES_IQ4NL = mat4x4<f32>(-127.0, -104.0, -83.0, -65.0, -49.0, -35.0, -22.0, -10.0,
+                                   1.0, 13.0, 25.0, 38.0, 53.0, 69.0, 89.0, 113.0);
 
 fn deq(block_byte: u32, i: u32) -> f32 {
     let d = wf16(block_byte);
@@ -18,5 +18,5 @@ fn deq(block_byte: u32, i: u32) -> f32 {
     let j = i & 31u;
     let b = wbyte(block_byte + 8u + 16u * ib + (j & 15u));
     let q = select(b & 0xfu, b >> 4u, j >= 16u);
-    return dl * KVALUES_IQ4NL[q];
+    return dl * lut16(KVALUES_IQ4NL, q);
 }

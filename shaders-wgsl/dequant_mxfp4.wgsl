@@ -4,9 +4,10 @@
 const QK: u32 = 32u;
 const BLOCK_BYTES: u32 = 17u;
 
-// e2m1 values doubled: magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 times two; bit 3 is the sign.
-const MXFP4_VALUES = array<f32, 16>(0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0,
-                                    0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);
+// e2m1 values doubled: magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 times two; bit 3 is the sign;
+// four per column (lut16).
+const MXFP4_VALUES = mat4x4<f32>(0.0, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0,
+                                  0.0, -1.0, -2.0, -3.0, -4.0, -6.0, -8.0, -12.0);
 
 fn e8m0_half(e: u32) -> f32 {
     // e = 0, 1 give f32 subnormals (2^-128, 2^-127). A GPU may flush those to zero; such
@@ -21,5 +22,5 @@ fn deq(block_byte: u32, i: u32) -> f32 {
     let d = e8m0_half(wbyte(block_byte));
     let b = wbyte(block_byte + 1u + (i & 15u));
     let q = select(b & 0xfu, b >> 4u, i >= 16u);
-    return MXFP4_VALUES[q] * d;
+    return lut16(MXFP4_VALUES, q) * d;
 }

@@ -16,6 +16,7 @@ struct Params {
     e0: u32,         // first expert of this piece
     n_e: u32,        // experts in this piece
     units: u32,      // n_in / MV_UNIT (moe_matvec)
+    lanes: u32,      // moe_matvec's invocations per row group
 }
 
 @group(0) @binding(0) var<uniform> P: Params;

@@ -7,6 +7,7 @@ struct Params {
     row_bytes: u32,
     row0: u32,      // output index of the piece's first row
     units: u32,     // n_in / MV_UNIT
+    lanes: u32,     // invocations per row group (a power of two <= MV_WG)
 }
 
 @group(0) @binding(0) var<uniform> P: Params;
@@ -18,9 +19,8 @@ fn xv(i: u32) -> vec4<f32> {
     return X[i];
 }
 
-// The byte offsets of the MV_ROWS = 4 rows from r0 (< rows); rows past the piece re-read its last
-// row and are not stored.
-fn mv_rows(r0: u32) -> vec4<u32> {
-    let last = P.rows - 1u;
-    return vec4<u32>(r0, min(r0 + 1u, last), min(r0 + 2u, last), min(r0 + 3u, last)) * P.row_bytes;
+// The byte offsets of rows r0 .. r0 + 3; rows past the piece re-read its last row and are not
+// stored.
+fn mv_row_bytes(r0: u32) -> vec4<u32> {
+    return min(vec4<u32>(r0) + vec4<u32>(0u, 1u, 2u, 3u), vec4<u32>(P.rows - 1u)) * P.row_bytes;
 }

@@ -1,17 +1,8 @@
-// F16 and BF16 matrix-vector unit (matvec.wgsl and its relatives define xv(i), the i-th vec4 of
-// x): 8 elements (one vec4 of 16-bit values, decoded by the format's half8) per unit, for 4
-// rows at once so the unit's x is loaded once.
+// F16 and BF16 matrix-vector unit (its x, lib_mv_xrun.wgsl): 8 elements, one vec4 of 16-bit
+// values decoded by the format's half8.
 const MV_UNIT: u32 = 8u;
 
-fn half_dot8(q: u32, xa: vec4<f32>, xc: vec4<f32>) -> f32 {
-    let w = half8(wq(q));
-    return dot(w.a, xa) + dot(w.b, xc);
-}
-
-// Unit u of the 4 rows at byte offsets rb; xb = the vec4 index of x[0].
-fn mv_unit4(rb: vec4<u32>, u: u32, xb: u32) -> vec4<f32> {
-    let q = (rb >> vec4<u32>(4u)) + vec4<u32>(u);
-    let xa = xv(xb + 2u * u);
-    let xc = xv(xb + 2u * u + 1u);
-    return vec4<f32>(half_dot8(q.x, xa, xc), half_dot8(q.y, xa, xc), half_dot8(q.z, xa, xc), half_dot8(q.w, xa, xc));
+fn mv_dot(rb: u32, u: u32, x: MvX) -> f32 {
+    let w = half8(wq((rb >> 4u) + u));
+    return dot(w.a, x.a[0]) + dot(w.b, x.a[1]);
 }

@@ -1,61 +1,69 @@
-// The matrix-vector unit shared by Q4_K and Q5_K (mv_q4_k.wgsl, mv_q5_k.wgsl), for 4 rows at
-// once so the unit's x is loaded once. Part p < 8 of a block covers qs bytes 16p..16p+15: their
-// low nibbles are elements 64c + 16(p & 1) + [0, 16) of sub-block 2c, their high nibbles the same
-// + 32 of sub-block 2c + 1, c = p / 2. For Q5_K (five) the 16 qh bytes of the same l hold the
-// 5th bits. q0 = the vec4 index of each row's block; qs_at, qh_at = the vec4 offsets of the
-// part's quants and high bits in the block; x0 = the vec4 index of the first element's x.
-// Per row: sum of (d * sc) * q * x - (dmin * m) * x over the 32 elements.
+// The matrix-vector unit shared by Q4_K and Q5_K (mv_q4_k.wgsl, mv_q5_k.wgsl; matvec.wgsl and its
+// relatives define xv(i), the i-th vec4 of x): 64 elements. Unit u of a row is parts v = u % 4
+// and v + 4 of block u / 4, a part being 16 bytes of qs: for l = 16(v & 1) + [0, 16) and
+// c = v / 2, part v holds elements 64c + l (sub-block 2c, low nibbles) and 64c + 32 + l
+// (sub-block 2c + 1, high nibbles), part v + 4 the same in sub-blocks 2c + 4 and 2c + 5. Pairing
+// sub-block j with j + 4 makes their packed 6-bit scales cheap: the high bits of j + 4's sit in
+// j's bytes (ggml's get_scale_min_k4), so one half word of each scale word serves all four.
+// Per row: d * sum_j sc_j * sum(q x) - dmin * sum_j m_j * sum(x) over the unit's 4 sub-blocks.
+const MV_UNIT: u32 = 64u;
 
-// Quants of four elements: nibbles `hi` of w, plus 16 * bit j of each qh byte for Q5_K.
-fn kq_q4(w: u32, qh: u32, hi: u32, j: u32, five: bool) -> vec4<f32> {
-    if (five) {
-        return nib4(w, hi) + 16.0 * bytes_bit(qh, j);
-    }
-    return nib4(w, hi);
+// The unit's x: segments a..d (sub-blocks 2c, 2c + 1, 2c + 4, 2c + 5, lib_mv_unit.wgsl) of 16
+// elements each, and the sum of each segment; loaded once for all the rows of an invocation.
+struct MvX {
+    a: mat4x4<f32>,
+    b: mat4x4<f32>,
+    c: mat4x4<f32>,
+    d: mat4x4<f32>,
+    s: vec4<f32>,
 }
 
-// One row's result from its header words h, the part's dot products and the sums of x.
-fn kq_fin(h: vec4<u32>, c: u32, q_lo: f32, q_hi: f32, x_lo: f32, x_hi: f32) -> f32 {
-    let d = f16x2(h.x);
-    let lo = kq_scale_min(2u * c, h.yzw);
-    let hi = kq_scale_min(2u * c + 1u, h.yzw);
-    return d.x * (f32(lo.x) * q_lo + f32(hi.x) * q_hi) - d.y * (f32(lo.y) * x_lo + f32(hi.y) * x_hi);
+fn mv_x(u: u32, xb: u32) -> MvX {
+    let v = u & 3u;
+    let x0 = xb + 64u * (u >> 2u) + 16u * (v >> 1u) + 4u * (v & 1u);
+    // Segments start 0, 32, 128 and 160 elements after the first.
+    let a = mv_xseg(x0);
+    let b = mv_xseg(x0 + 8u);
+    let c = mv_xseg(x0 + 32u);
+    let d = mv_xseg(x0 + 40u);
+    return MvX(a, b, c, d, vec4<f32>(mv_xsum(a), mv_xsum(b), mv_xsum(c), mv_xsum(d)));
 }
 
-fn kq_mv4(q0: vec4<u32>, p: u32, qs_at: u32, qh_at: u32, five: bool, x0: u32) -> vec4<f32> {
-    let c = p >> 1u;
-    let s0 = wq(q0.x + qs_at);
-    let s1 = wq(q0.y + qs_at);
-    let s2 = wq(q0.z + qs_at);
-    let s3 = wq(q0.w + qs_at);
-    var h0 = vec4<u32>(0u);
-    var h1 = vec4<u32>(0u);
-    var h2 = vec4<u32>(0u);
-    var h3 = vec4<u32>(0u);
+// 16 quants of a part's words of nibbles (`hi` selects the high ones) with, for Q5_K, bit j of
+// each byte of qh as their 5th bit; still packed one per byte.
+fn kq_q4(w: vec4<u32>, hi: u32, qh: vec4<u32>, j: u32, five: bool) -> vec4<u32> {
+    let q = (w >> vec4<u32>(4u * hi)) & vec4<u32>(0x0f0f0f0fu);
     if (five) {
-        h0 = wq(q0.x + qh_at);
-        h1 = wq(q0.y + qh_at);
-        h2 = wq(q0.z + qh_at);
-        h3 = wq(q0.w + qh_at);
+        return q | (((qh >> vec4<u32>(j)) & vec4<u32>(0x01010101u)) << vec4<u32>(4u));
     }
-    let jl = 2u * c;
-    var q_lo = vec4<f32>(0.0);
-    var q_hi = vec4<f32>(0.0);
-    var x_lo = vec4<f32>(0.0);
-    var x_hi = vec4<f32>(0.0);
-    for (var k = 0u; k < 4u; k++) {
-        let xl = xv(x0 + k);
-        let xh = xv(x0 + 8u + k);
-        q_lo += vec4<f32>(dot(kq_q4(s0[k], h0[k], 0u, jl, five), xl), dot(kq_q4(s1[k], h1[k], 0u, jl, five), xl),
-                          dot(kq_q4(s2[k], h2[k], 0u, jl, five), xl), dot(kq_q4(s3[k], h3[k], 0u, jl, five), xl));
-        q_hi += vec4<f32>(dot(kq_q4(s0[k], h0[k], 1u, jl + 1u, five), xh), dot(kq_q4(s1[k], h1[k], 1u, jl + 1u, five), xh),
-                          dot(kq_q4(s2[k], h2[k], 1u, jl + 1u, five), xh), dot(kq_q4(s3[k], h3[k], 1u, jl + 1u, five), xh));
-        x_lo += xl;
-        x_hi += xh;
+    return q;
+}
+
+// One row's unit; the block has `words` vec4s, its quants start at vec4 `qs_at` (the header is
+// vec4 0, Q5_K's 32 qh bytes vec4s 1 and 2).
+fn kq_dot(rb: u32, u: u32, x: MvX, words: u32, qs_at: u32, five: bool) -> f32 {
+    let v = u & 3u;
+    let c = v >> 1u;
+    let q0 = (rb >> 4u) + words * (u >> 2u);
+    let hd = wq(q0);
+    let p = wq(q0 + qs_at + v);
+    let r = wq(q0 + qs_at + 4u + v);
+    var qh = vec4<u32>(0u);
+    if (five) {
+        qh = wq(q0 + 1u + (v & 1u));
     }
-    let one = vec4<f32>(1.0);
-    let sl = dot(x_lo, one);
-    let sh = dot(x_hi, one);
-    return vec4<f32>(kq_fin(wq(q0.x), c, q_lo.x, q_hi.x, sl, sh), kq_fin(wq(q0.y), c, q_lo.y, q_hi.y, sl, sh),
-                     kq_fin(wq(q0.z), c, q_lo.z, q_hi.z, sl, sh), kq_fin(wq(q0.w), c, q_lo.w, q_hi.w, sl, sh));
+    let j = 2u * c;
+    let sq = vec4<f32>(mv_seg(kq_q4(p, 0u, qh, j, five), 0.0, x.a), mv_seg(kq_q4(p, 1u, qh, j + 1u, five), 0.0, x.b),
+                       mv_seg(kq_q4(r, 0u, qh, j + 4u, five), 0.0, x.c), mv_seg(kq_q4(r, 1u, qh, j + 5u, five), 0.0, x.d));
+    // Scale bytes 2c, 2c + 1 (hd.y), 4 + 2c, 5 + 2c (hd.z), 8 + 2c, 9 + 2c (hd.w): half word c.
+    let sh = 16u * c;
+    let hx = (hd.y >> sh) & 0xffffu;
+    let hy = (hd.z >> sh) & 0xffffu;
+    let hz = (hd.w >> sh) & 0xffffu;
+    // Bytes: sub-blocks 2c, 2c + 1 (j < 4: low 6 bits) then 2c + 4, 2c + 5 (j >= 4: a nibble of
+    // bytes 8.. and the top 2 bits of bytes 0.. / 4..).
+    let sc = (hx & 0x3f3fu) | (((hz & 0x0f0fu) | ((hx >> 2u) & 0x3030u)) << 16u);
+    let mn = (hy & 0x3f3fu) | ((((hz >> 4u) & 0x0f0fu) | ((hy >> 2u) & 0x3030u)) << 16u);
+    let dm = f16x2(hd.x);
+    return dm.x * dot(bytes_f4(sc, 0.0), sq) - dm.y * dot(bytes_f4(mn, 0.0), x.s);
 }

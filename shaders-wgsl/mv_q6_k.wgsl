@@ -1,37 +1,47 @@
-// Q6_K matrix-vector unit (matvec.wgsl and its relatives define xv(i), the i-th vec4 of x), for
-// 4 rows at once so the unit's x is loaded once. Unit u of a row is part p = u % 8 of block
-// u / 8: h = p / 4, l = 8(p % 4) + [0, 8), all four k (32 elements: 8 each at 128h + 32k + l).
-// Blocks are 210 bytes, so a block starts on an even byte: words are read with wu32e.
-const MV_UNIT: u32 = 32u;
+// Q6_K matrix-vector unit (matvec.wgsl and its relatives define xv(i), the i-th vec4 of x): 64
+// elements. Unit u of a row is quarter (h, t) = ((u % 4) / 2, u % 2) of block u / 4: elements
+// 128h + 32k + 16t + l, k < 4, l < 16. Their low 4 bits are the 16 ql bytes at 64h + 16t (k = 0
+// low nibbles, k = 2 high) and at 64h + 32 + 16t (k = 1, 3), their high 2 bits bits 2k of the 16
+// qh bytes at 128 + 32h + 16t, their scale byte 192 + 8h + 2k + t. Blocks are 210 bytes, so a
+// block starts on any even byte: the three 16-byte windows are realigned in registers (win16).
+// Per row: d * sum_k sc_k * sum(q x), q = 6-bit quant - 32.
+const MV_UNIT: u32 = 64u;
 
-// 8 elements of sub-row k: ql words at ql, ql + 4; their qh words qa, qb.
-fn q6_dot8(ql: u32, qa: u32, qb: u32, k: u32, xa: vec4<f32>, xc: vec4<f32>) -> f32 {
-    return dot(q6x4(wu32e(ql), qa, k), xa) + dot(q6x4(wu32e(ql + 4u), qb, k), xc);
+// The unit's x: the 16 elements of each k (segments a..d, lib_mv_unit.wgsl).
+struct MvX {
+    a: mat4x4<f32>,
+    b: mat4x4<f32>,
+    c: mat4x4<f32>,
+    d: mat4x4<f32>,
 }
 
-// Unit u of the 4 rows at byte offsets rb; xb = the vec4 index of x[0].
-fn mv_unit4(rb: vec4<u32>, u: u32, xb: u32) -> vec4<f32> {
-    let b = u >> 3u;
-    let p = u & 7u;
-    let bb = rb + vec4<u32>(b * BLOCK_BYTES);
-    let h = p >> 2u;
-    let l = 8u * (p & 3u);
-    let ql0 = bb + vec4<u32>(64u * h + l);
-    let qh0 = bb + vec4<u32>(128u + 32u * h + l);
-    // Sub-block scale of element 128h + 32k + l is byte 8h + 2k + l / 16.
-    let sc0 = bb + vec4<u32>(192u + 8u * h + (l >> 4u));
-    let x0 = xb + 64u * b + 32u * h + (l >> 2u);
-    let qa = vec4<u32>(wu32e(qh0.x), wu32e(qh0.y), wu32e(qh0.z), wu32e(qh0.w));
-    let qb = vec4<u32>(wu32e(qh0.x + 4u), wu32e(qh0.y + 4u), wu32e(qh0.z + 4u), wu32e(qh0.w + 4u));
-    var s = vec4<f32>(0.0);
-    for (var k = 0u; k < 4u; k++) {
-        let xa = xv(x0 + 8u * k);
-        let xc = xv(x0 + 8u * k + 1u);
-        let ql = ql0 + vec4<u32>(32u * (k & 1u));
-        let sc = sc0 + vec4<u32>(2u * k);
-        s += vec4<f32>(f32(wi8(sc.x)), f32(wi8(sc.y)), f32(wi8(sc.z)), f32(wi8(sc.w)))
-           * vec4<f32>(q6_dot8(ql.x, qa.x, qb.x, k, xa, xc), q6_dot8(ql.y, qa.y, qb.y, k, xa, xc),
-                       q6_dot8(ql.z, qa.z, qb.z, k, xa, xc), q6_dot8(ql.w, qa.w, qb.w, k, xa, xc));
-    }
-    return s * vec4<f32>(wf16(bb.x + 208u), wf16(bb.y + 208u), wf16(bb.z + 208u), wf16(bb.w + 208u));
+fn mv_x(u: u32, xb: u32) -> MvX {
+    let w = u & 3u;
+    let x0 = xb + 64u * (u >> 2u) + 32u * (w >> 1u) + 4u * (w & 1u);
+    return MvX(mv_xseg(x0), mv_xseg(x0 + 8u), mv_xseg(x0 + 16u), mv_xseg(x0 + 24u));
+}
+
+// 16 6-bit quants of segment k: nibbles `hi` of the ql bytes l, bits 2k of the qh bytes;
+// packed one per byte.
+fn q6_pack(l: vec4<u32>, hi: u32, qh: vec4<u32>, k: u32) -> vec4<u32> {
+    let lo = (l >> vec4<u32>(4u * hi)) & vec4<u32>(0x0f0f0f0fu);
+    return lo | (((qh >> vec4<u32>(2u * k)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
+}
+
+fn mv_dot(rb: u32, u: u32, x: MvX) -> f32 {
+    let w = u & 3u;
+    let h = w >> 1u;
+    let t = w & 1u;
+    let bb = rb + 210u * (u >> 2u);
+    let la = win16(bb + 64u * h + 16u * t);
+    let lb = win16(bb + 64u * h + 32u + 16u * t);
+    let qh = win16(bb + 128u + 32u * h + 16u * t);
+    // Scale bytes 8h + t + 2k: bytes t and t + 2 of the words 8h and 8h + 4 bytes in.
+    let sw = win16(bb + 192u + 8u * h);
+    let d = wf16(bb + 208u);
+    let sq = vec4<f32>(mv_seg(q6_pack(la, 0u, qh, 0u), 32.0, x.a), mv_seg(q6_pack(lb, 0u, qh, 1u), 32.0, x.b),
+                       mv_seg(q6_pack(la, 1u, qh, 2u), 32.0, x.c), mv_seg(q6_pack(lb, 1u, qh, 3u), 32.0, x.d));
+    // Bytes (k0, k2, k1, k3), then reordered.
+    let sc = ((sw.x >> (8u * t)) & 0x00ff00ffu) | (((sw.y >> (8u * t)) & 0x00ff00ffu) << 8u);
+    return d * dot(sbytes_f4(sc).xzyw, sq);
 }

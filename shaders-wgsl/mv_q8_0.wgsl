@@ -1,19 +1,22 @@
-// Q8_0 matrix-vector unit (matvec.wgsl and its relatives define xv(i), the i-th vec4 of x): one
-// whole block per unit, for 4 rows at once so the block's x is loaded once. Blocks start on even
-// bytes (34 per block): the quant words are read with wu32e.
-const MV_UNIT: u32 = 32u;
+// Q8_0 matrix-vector unit (its x, lib_mv_xrun.wgsl): two blocks (64 elements, 68 bytes). Rows
+// of an even number of 34-byte blocks start on a word, and so does every pair: the pair's 17
+// words are its 5 aligned vec4s shifted by whole words. Block 0 is its f16 d (low half of word
+// 0) and quants at byte 2 (words shifted by a half word), block 1 its d in the high half of word
+// 8 and quants in words 9..16.
+const MV_UNIT: u32 = 64u;
 
-// Unit u of the 4 rows at byte offsets rb; xb = the vec4 index of x[0].
-fn mv_unit4(rb: vec4<u32>, u: u32, xb: u32) -> vec4<f32> {
-    let bb = rb + vec4<u32>(u * BLOCK_BYTES);
-    let q = bb + vec4<u32>(2u);
-    let x = xb + 8u * u;
-    var s = vec4<f32>(0.0);
-    for (var k = 0u; k < 8u; k++) {
-        let xk = xv(x + k);
-        let o = 4u * k;
-        s += vec4<f32>(dot(i8x4(wu32e(q.x + o)), xk), dot(i8x4(wu32e(q.y + o)), xk), dot(i8x4(wu32e(q.z + o)), xk),
-                       dot(i8x4(wu32e(q.w + o)), xk));
-    }
-    return s * vec4<f32>(wf16(bb.x), wf16(bb.y), wf16(bb.z), wf16(bb.w));
+fn mv_dot(rb: u32, u: u32, x: MvX) -> f32 {
+    let o = rb + 68u * u;
+    let i = o >> 4u;
+    let s1 = (o & 4u) != 0u;
+    let s2 = (o & 8u) != 0u;
+    let c4 = wq(i + 4u);
+    let w0 = realign4(wq(i), wq(i + 1u), s1, s2);
+    let w1 = realign4(wq(i + 1u), wq(i + 2u), s1, s2);
+    let w2 = realign4(wq(i + 2u), wq(i + 3u), s1, s2);
+    let w3 = realign4(wq(i + 3u), c4, s1, s2);
+    let w16 = realign4(c4, c4, s1, s2).x;
+    let a = mv_sseg(half_shift(w0, w1.x), x.a) + mv_sseg(half_shift(w1, w2.x), x.b);
+    let b = mv_sseg(vec4<u32>(w2.yzw, w3.x), x.c) + mv_sseg(vec4<u32>(w3.yzw, w16), x.d);
+    return f16_to_f32(w0.x & 0xffffu) * a + f16_to_f32(w2.x >> 16u) * b;
 }

@@ -104,6 +104,42 @@ fn matmul_prompt_batches_match_cpu() {
     }
 }
 
+/// The decode kernels' edges (`matvec.wgsl` and `matvec_swiglu.wgsl`: a row group's lanes stride
+/// over a row's units, each invocation owns several rows): rows longer than 256 values (shorter
+/// ones take one invocation per row), row counts that are not a multiple of a workgroup's rows
+/// (1, 33, 129, 515), rows whose units are not a multiple of the lanes (2304 = 9 K-quant blocks
+/// = 36 units of 64) or fewer than the lanes (512: 8 units), for the formats with their own
+/// decoders, one without (Q4_0), and the two-weight SwiGLU. scripts/test.sh runs it under several
+/// geometries of the knobs (`RILL_WGPU_MV_*`).
+#[test]
+fn matvec_geometry_edges_match_cpu() {
+    use GgmlType::*;
+    for p in Both::each() {
+        let mut rng = Rng::new(43);
+        for ty in [Q4K, Q5K, Q6K, Q8_0, F16, Bf16, F32, Q4_0] {
+            for n_in in [512usize, 2304] {
+                for n_out in [1usize, 33, 129, 515] {
+                    let bytes = random_weight(ty, n_out, n_in, 0.5, &mut rng);
+                    matmul_case(&p, ty, &bytes, n_out, n_in, &[1], &mut rng);
+                }
+            }
+            let (n_ff, n_in) = (129usize, 2304usize);
+            let (bg, bu) = (
+                random_weight(ty, n_ff, n_in, 0.5, &mut rng),
+                random_weight(ty, n_ff, n_in, 0.5, &mut rng),
+            );
+            let c = GateUp {
+                name: format!("{ty}"),
+                gate: upload_both(&p, ty, &[n_ff, n_in], &bg),
+                up: upload_both(&p, ty, &[n_ff, n_in], &bu),
+                gate_deq: dequant(ty, &bg, n_ff * n_in),
+                up_deq: dequant(ty, &bu, n_ff * n_in),
+            };
+            swiglu_case(&p, &c, n_in, n_ff, &[1], &mut rng);
+        }
+    }
+}
+
 /// `DType::F32` weights (router, shared-expert gate) go through the `f32` format.
 #[test]
 fn matmul_f32_tensor_weight() {
@@ -170,48 +206,53 @@ fn matmul_swiglu_every_type_matches_cpu() {
             up_deq: uv,
         });
         for c in &cases {
-            for t in [1usize, 3, 64, 65, 200] {
-                let x = rng.normals(t * n_in, 1.0);
-                let xt = p.up(&x, &[t, n_in]);
-                let (gate_tmp, up_tmp, out) = (p.zeros(&[t, n_ff]), p.zeros(&[t, n_ff]), p.zeros(&[t, n_ff]));
-                let what = format!("{} matmul_swiglu {} T {t}", p.name(), c.name);
-                p.run(&what, |be, s| {
-                    be.matmul_swiglu(
-                        c.gate.on(s),
-                        c.up.on(s),
-                        xt.on(s),
-                        gate_tmp.on(s),
-                        up_tmp.on(s),
-                        out.on(s),
-                    )
-                });
-                let (got, want) = p.read(&out);
-                // Error model: each product is within δ = `product_tolerance` of the CPU's
-                // (matmul above); out = silu(g) u then moves by at most
-                // 1.1 δg (|u| + δu) + |silu(g)| δu (|silu'| <= 1.1 everywhere), plus the few-ulp
-                // 1e-5 relative of the swiglu itself.
-                let (rel, floor) = product_tolerance(p.dev.as_ref());
-                for tt in 0..t {
-                    let xr = &x[tt * n_in..(tt + 1) * n_in];
-                    let x_abs: f64 = xr.iter().map(|v| v.abs() as f64).sum();
-                    for o in 0..n_ff {
-                        // (value, its product's error bound)
-                        let dot = |m: &[f32]| -> (f64, f64) {
-                            let row = &m[o * n_in..(o + 1) * n_in];
-                            let prods = row.iter().zip(xr).map(|(&a, &b)| a as f64 * b as f64);
-                            let (v, mag) = prods.fold((0.0, 0.0), |(s, m), v| (s + v, m + v.abs()));
-                            let w_abs: f64 = row.iter().map(|a| a.abs() as f64).sum();
-                            (v, rel * mag + floor * (w_abs + x_abs))
-                        };
-                        let ((g, dg), (u, du)) = (dot(&c.gate_deq), dot(&c.up_deq));
-                        let (gi, wi) = (got[tt * n_ff + o], want[tt * n_ff + o]);
-                        let tol = 1.1 * dg * (u.abs() + du) + silu(g).abs() * du + 1e-5 * wi.abs() as f64 + 1e-30;
-                        assert!(
-                            ((gi - wi) as f64).abs() <= tol,
-                            "{what} [t {tt}, o {o}]: device {gi} cpu {wi} (tol {tol:.3e})"
-                        );
-                    }
-                }
+            swiglu_case(&p, c, n_in, n_ff, &[1, 3, 64, 65, 200], &mut rng);
+        }
+    }
+}
+
+/// `matmul_swiglu` of one gate/up pair for each token count in `tokens`, against the CPU.
+fn swiglu_case(p: &Both, c: &GateUp, n_in: usize, n_ff: usize, tokens: &[usize], rng: &mut Rng) {
+    for &t in tokens {
+        let x = rng.normals(t * n_in, 1.0);
+        let xt = p.up(&x, &[t, n_in]);
+        let (gate_tmp, up_tmp, out) = (p.zeros(&[t, n_ff]), p.zeros(&[t, n_ff]), p.zeros(&[t, n_ff]));
+        let what = format!("{} matmul_swiglu {} T {t}", p.name(), c.name);
+        p.run(&what, |be, s| {
+            be.matmul_swiglu(
+                c.gate.on(s),
+                c.up.on(s),
+                xt.on(s),
+                gate_tmp.on(s),
+                up_tmp.on(s),
+                out.on(s),
+            )
+        });
+        let (got, want) = p.read(&out);
+        // Error model: each product is within δ = `product_tolerance` of the CPU's
+        // (matmul above); out = silu(g) u then moves by at most
+        // 1.1 δg (|u| + δu) + |silu(g)| δu (|silu'| <= 1.1 everywhere), plus the few-ulp
+        // 1e-5 relative of the swiglu itself.
+        let (rel, floor) = product_tolerance(p.dev.as_ref());
+        for tt in 0..t {
+            let xr = &x[tt * n_in..(tt + 1) * n_in];
+            let x_abs: f64 = xr.iter().map(|v| v.abs() as f64).sum();
+            for o in 0..n_ff {
+                // (value, its product's error bound)
+                let dot = |m: &[f32]| -> (f64, f64) {
+                    let row = &m[o * n_in..(o + 1) * n_in];
+                    let prods = row.iter().zip(xr).map(|(&a, &b)| a as f64 * b as f64);
+                    let (v, mag) = prods.fold((0.0, 0.0), |(s, m), v| (s + v, m + v.abs()));
+                    let w_abs: f64 = row.iter().map(|a| a.abs() as f64).sum();
+                    (v, rel * mag + floor * (w_abs + x_abs))
+                };
+                let ((g, dg), (u, du)) = (dot(&c.gate_deq), dot(&c.up_deq));
+                let (gi, wi) = (got[tt * n_ff + o], want[tt * n_ff + o]);
+                let tol = 1.1 * dg * (u.abs() + du) + silu(g).abs() * du + 1e-5 * wi.abs() as f64 + 1e-30;
+                assert!(
+                    ((gi - wi) as f64).abs() <= tol,
+                    "{what} [t {tt}, o {o}]: device {gi} cpu {wi} (tol {tol:.3e})"
+                );
             }
         }
     }

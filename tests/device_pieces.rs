@@ -57,6 +57,8 @@ fn matmul_case(g: &dyn Backend, c: &dyn Backend) {
         (GgmlType::Q4K, 2400usize, 512usize),
         (GgmlType::Q6K, 1401, 512),
         (GgmlType::Q8_0, 12001, 96),
+        // Rows of whole Q8_0 block pairs: the matrix-vector kernel at T = 1 (96 is not).
+        (GgmlType::Q8_0, 4001, 192),
         (GgmlType::F16, 1100, 256),
     ] {
         let (bytes, wf) = quantized(ty, n_out, n_in, &mut rng);

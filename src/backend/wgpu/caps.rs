@@ -7,9 +7,12 @@
 //! | tensor-core prefill (`matmul_coop.wgsl`, f16 inputs) | `EXPERIMENTAL_COOPERATIVE_MATRIX` with a 16x16x16 f16 -> f32 configuration, `SHADER_F16`, `SUBGROUP`, and `Precision::Fast` | the f32 tiled kernel |
 //! | per-dispatch GPU timestamps (`RILL_PROFILE=1`) | `TIMESTAMP_QUERY_INSIDE_PASSES` | a submit-and-wait wall clock per dispatch |
 //!
-//! Two tuning knobs, for measuring on a new GPU without a rebuild: `RILL_WGPU_MV_WG` (invocations
-//! per matrix-vector workgroup: 64, 128 or 256; default 128) and `RILL_WGPU_SUBMIT_EVERY`
-//! (dispatches per submission, 1..=256; default 64).
+//! Tuning knobs, for measuring on a new GPU without a rebuild (`scripts/gpu-wgpu-mv-sweep.sh`):
+//! the matrix-vector geometry, `RILL_WGPU_MV_WG` (invocations per workgroup: 64, 128 or 256;
+//! default 128), `RILL_WGPU_MV_ROWS` (rows per invocation: 1, 2, 4 or 8; default 4) and
+//! `RILL_WGPU_MV_LANES` (invocations per row group, a power of two up to the workgroup; default
+//! 32, fewer for short rows), and `RILL_WGPU_SUBMIT_EVERY` (dispatches per submission, 1..=256;
+//! default 64). Values the kernels do not take keep the default.
 //!
 //! `RILL_WGPU_PLAIN=1` forces every plain path (what the browser runs: wgpu's web backend has no
 //! subgroups), so tests cover both on one machine. `RILL_WGPU_COOP_EMULATE=1` (tests only) runs
@@ -51,6 +54,10 @@ pub(crate) struct Caps {
     pub max_workgroups_per_dim: u32,
     /// Invocations per matrix-vector workgroup (WGSL `MV_WG`).
     pub mv_wg: u32,
+    /// Rows per matrix-vector invocation (WGSL `MV_R`).
+    pub mv_rows: u32,
+    /// Most invocations per matrix-vector row group (`kernels::mv_lanes`).
+    pub mv_lanes: u32,
     /// Dispatches per submission.
     pub submit_every: u32,
 }
@@ -58,6 +65,8 @@ pub(crate) struct Caps {
 /// Defaults of the tuning knobs, and the most dispatches one submission may hold (its
 /// parameter slots).
 pub(crate) const MV_WG_DEFAULT: u32 = 128;
+pub(crate) const MV_ROWS_DEFAULT: u32 = 4;
+pub(crate) const MV_LANES_DEFAULT: u32 = 32;
 pub(crate) const SUBMIT_EVERY_DEFAULT: u32 = 64;
 pub(crate) const SUBMIT_EVERY_MAX: u32 = 256;
 
@@ -71,8 +80,11 @@ pub(crate) struct Overrides {
     /// `RILL_WGPU_MAX_BINDING=BYTES`: pretend the storage binding limit is this small (tests of
     /// the piecewise binding on a device with large bindings).
     pub max_binding: Option<u64>,
-    /// `RILL_WGPU_MV_WG`, `RILL_WGPU_SUBMIT_EVERY` (see the module comment).
+    /// `RILL_WGPU_MV_WG`, `RILL_WGPU_MV_ROWS`, `RILL_WGPU_MV_LANES`, `RILL_WGPU_SUBMIT_EVERY`
+    /// (see the module comment).
     pub mv_wg: Option<u32>,
+    pub mv_rows: Option<u32>,
+    pub mv_lanes: Option<u32>,
     pub submit_every: Option<u32>,
 }
 
@@ -91,6 +103,8 @@ impl Overrides {
             coop_emulate: env_flag("RILL_WGPU_COOP_EMULATE"),
             max_binding: env_num("RILL_WGPU_MAX_BINDING"),
             mv_wg: env_num("RILL_WGPU_MV_WG").and_then(|v| u32::try_from(v).ok()),
+            mv_rows: env_num("RILL_WGPU_MV_ROWS").and_then(|v| u32::try_from(v).ok()),
+            mv_lanes: env_num("RILL_WGPU_MV_LANES").and_then(|v| u32::try_from(v).ok()),
             submit_every: env_num("RILL_WGPU_SUBMIT_EVERY").and_then(|v| u32::try_from(v).ok()),
         }
     }
@@ -154,6 +168,12 @@ impl Caps {
         } else {
             Coop::Off
         };
+        // A power of two the plain reduction takes (<= 256) and the device allows; anything
+        // else keeps the default.
+        let mv_wg = ov
+            .mv_wg
+            .filter(|n| [64, 128, 256].contains(n) && *n <= limits.max_compute_invocations_per_workgroup)
+            .unwrap_or(MV_WG_DEFAULT);
         let max_binding = match ov.max_binding {
             Some(b) => b.min(limits.max_storage_buffer_binding_size),
             None => limits.max_storage_buffer_binding_size,
@@ -168,12 +188,16 @@ impl Caps {
             binding_align: u64::from(limits.min_storage_buffer_offset_alignment.max(4)),
             uniform_align: u64::from(limits.min_uniform_buffer_offset_alignment.max(4)),
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension.max(1),
-            // A power of two the plain reduction takes (<= 256) and the device allows; anything
-            // else keeps the default.
-            mv_wg: ov
-                .mv_wg
-                .filter(|n| [64, 128, 256].contains(n) && *n <= limits.max_compute_invocations_per_workgroup)
-                .unwrap_or(MV_WG_DEFAULT),
+            mv_wg,
+            mv_rows: ov
+                .mv_rows
+                .filter(|n| [1, 2, 4, 8].contains(n))
+                .unwrap_or(MV_ROWS_DEFAULT),
+            // Lanes: a power of two up to the workgroup (one lane: a row per invocation).
+            mv_lanes: ov
+                .mv_lanes
+                .filter(|n| n.is_power_of_two() && *n <= mv_wg)
+                .unwrap_or(MV_LANES_DEFAULT.min(mv_wg)),
             submit_every: ov
                 .submit_every
                 .map_or(SUBMIT_EVERY_DEFAULT, |n| n.clamp(1, SUBMIT_EVERY_MAX)),
@@ -200,10 +224,15 @@ impl Caps {
             },
             self.max_binding >> 20,
             // The knobs only when set away from their defaults.
-            if (self.mv_wg, self.submit_every) == (MV_WG_DEFAULT, SUBMIT_EVERY_DEFAULT) {
+            if (self.mv_wg, self.mv_rows, self.mv_lanes, self.submit_every)
+                == (MV_WG_DEFAULT, MV_ROWS_DEFAULT, MV_LANES_DEFAULT, SUBMIT_EVERY_DEFAULT)
+            {
                 String::new()
             } else {
-                format!(", matvec workgroup {}, submit every {}", self.mv_wg, self.submit_every)
+                format!(
+                    ", matvec workgroup {} rows {} lanes {}, submit every {}",
+                    self.mv_wg, self.mv_rows, self.mv_lanes, self.submit_every
+                )
             }
         )
     }
@@ -297,7 +326,7 @@ pub(crate) mod tests {
     #[test]
     fn tuning_knobs_take_only_what_the_kernels_allow() {
         let lim = wgpu::Limits::default();
-        let knobs = |mv_wg, submit_every| {
+        let knobs = |mv_wg, mv_rows, mv_lanes, submit_every| {
             let c = Caps::select(
                 wgpu::Features::empty(),
                 &lim,
@@ -305,20 +334,26 @@ pub(crate) mod tests {
                 false,
                 Overrides {
                     mv_wg: Some(mv_wg),
+                    mv_rows: Some(mv_rows),
+                    mv_lanes: Some(mv_lanes),
                     submit_every: Some(submit_every),
                     ..Default::default()
                 },
             );
-            (c.mv_wg, c.submit_every)
+            (c.mv_wg, c.mv_rows, c.mv_lanes, c.submit_every)
         };
-        assert_eq!(knobs(64, 16), (64, 16));
-        assert_eq!(knobs(256, 256), (256, 256));
+        assert_eq!(knobs(64, 1, 64, 16), (64, 1, 64, 16));
+        assert_eq!(knobs(256, 8, 1, 256), (256, 8, 1, 256));
         assert_eq!(
-            knobs(96, 0),
-            (MV_WG_DEFAULT, 1),
-            "not a power of two; at least one dispatch"
+            knobs(96, 3, 48, 0),
+            (MV_WG_DEFAULT, MV_ROWS_DEFAULT, MV_LANES_DEFAULT, 1),
+            "not powers of two; at least one dispatch"
         );
-        assert_eq!(knobs(512, 9999), (MV_WG_DEFAULT, SUBMIT_EVERY_MAX));
+        assert_eq!(
+            knobs(512, 16, 512, 9999),
+            (MV_WG_DEFAULT, MV_ROWS_DEFAULT, MV_LANES_DEFAULT, SUBMIT_EVERY_MAX)
+        );
+        assert_eq!(knobs(64, 2, 128, 64).2, MV_LANES_DEFAULT, "lanes beyond the workgroup");
         let d = Caps::select(
             wgpu::Features::empty(),
             &lim,
@@ -326,6 +361,9 @@ pub(crate) mod tests {
             false,
             Overrides::default(),
         );
-        assert_eq!((d.mv_wg, d.submit_every), (MV_WG_DEFAULT, SUBMIT_EVERY_DEFAULT));
+        assert_eq!(
+            (d.mv_wg, d.mv_rows, d.mv_lanes, d.submit_every),
+            (MV_WG_DEFAULT, MV_ROWS_DEFAULT, MV_LANES_DEFAULT, SUBMIT_EVERY_DEFAULT)
+        );
     }
 }

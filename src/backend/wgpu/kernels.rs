@@ -20,9 +20,6 @@ macro_rules! wgsl {
 
 // ---- constants shared by Rust and WGSL ---------------------------------------------------------
 
-/// Output rows per workgroup of the matrix-vector kernels (their accumulators are vec4s: one
-/// component per row; the format's `mv_unit4` decodes a unit of 4 rows against one load of x).
-pub(crate) const MV_ROWS: u32 = 4;
 /// The generic matmul for shapes the fast kernels do not take (rows not a multiple of 8):
 /// invocations per row and per row group, and tokens per workgroup.
 pub(crate) const MM_WG: u32 = 128;
@@ -87,13 +84,14 @@ pub(crate) const MOE_MAX_E: u32 = 2048;
 /// Bytes of one parameter block (the shaders' `Params` structs are at most this big).
 pub(crate) const PARAM_BYTES: u64 = 64;
 
-/// The generated WGSL constants (one `const` per shared value). `MV_WG`, the invocations per
-/// workgroup of the matrix-vector kernels (`matvec`, `matvec_swiglu`, `moe_matvec`), is a tuning
-/// knob of `Caps`.
+/// The generated WGSL constants (one `const` per shared value). The geometry of the
+/// matrix-vector kernels (`matvec`, `matvec_swiglu`, `moe_matvec`) is tuning knobs of `Caps`:
+/// `MV_WG` invocations per workgroup, `MV_R` rows per invocation (the lanes per row group are a
+/// per-dispatch parameter, `mv_lanes`).
 fn constants(caps: &Caps) -> String {
     let list: &[(&str, u32)] = &[
         ("MV_WG", caps.mv_wg),
-        ("MV_ROWS", MV_ROWS),
+        ("MV_R", caps.mv_rows),
         ("MM_WG", MM_WG),
         ("MM_ROWS_WG", MM_ROWS_WG),
         ("MM_TILE", MM_TILE),
@@ -126,6 +124,19 @@ fn constants(caps: &Caps) -> String {
         s.push_str(&format!("const {name}: u32 = {v}u;\n"));
     }
     s
+}
+
+/// Lanes per row group of a matrix-vector dispatch over rows of `units` units (`MV_UNIT`
+/// elements each): the `RILL_WGPU_MV_LANES` knob, but no more than the smallest power of two that
+/// covers the row (more would idle), and at most the workgroup.
+pub(crate) fn mv_lanes(caps: &Caps, units: usize) -> u32 {
+    let cover = u32::try_from(units.max(1).next_power_of_two()).unwrap_or(u32::MAX);
+    caps.mv_lanes.min(cover).min(caps.mv_wg).max(1)
+}
+
+/// Output rows of one matrix-vector workgroup with `lanes` lanes per row group.
+pub(crate) fn mv_rows_per_wg(caps: &Caps, lanes: u32) -> u32 {
+    caps.mv_wg / lanes * caps.mv_rows
 }
 
 // ---- kernels ----------------------------------------------------------------------------------
@@ -201,7 +212,8 @@ struct Spec {
     reduce: bool,
     /// Shared snippets the body calls (after the reduction).
     libs: &'static [&'static str],
-    /// Calls the format's `mv_unit` (and defines `xv`).
+    /// A matrix-vector kernel: calls the format's `mv_x`/`mv_dot` (and defines `xv`) and
+    /// reduces with `mv_sum` (lib_mv_reduce_*.wgsl).
     matvec: bool,
 }
 
@@ -245,8 +257,8 @@ impl Kernel {
             Kernel::EmbedRows => spec("embed_rows", wgsl!("embed_rows"), One, false),
             Kernel::Matmul => spec("matmul", wgsl!("matmul"), One, false).with(&[MM_IO]),
             Kernel::MatmulRows => spec("matmul_rows", wgsl!("matmul_rows"), One, false).with(&[MM_IO]),
-            Kernel::Matvec => spec("matvec", wgsl!("matvec"), One, true).mv().with(&[MV_IO]),
-            Kernel::MatvecSwiglu => spec("matvec_swiglu", wgsl!("matvec_swiglu"), Two, true)
+            Kernel::Matvec => spec("matvec", wgsl!("matvec"), One, false).mv().with(&[MV_IO]),
+            Kernel::MatvecSwiglu => spec("matvec_swiglu", wgsl!("matvec_swiglu"), Two, false)
                 .mv()
                 .with(&[MV_IO]),
             Kernel::MatmulTiled => spec("matmul_tiled", wgsl!("matmul_tiled"), One, false).with(&[TILE_IO]),
@@ -256,7 +268,7 @@ impl Kernel {
             }
             .with(&[TILE_IO, COOP_TILES]),
             Kernel::MoeRoute => spec("moe_route", wgsl!("moe_route"), None, false),
-            Kernel::MoeMatvec => spec("moe_matvec", wgsl!("moe_matvec"), One, true).mv().with(&[MOE_IO]),
+            Kernel::MoeMatvec => spec("moe_matvec", wgsl!("moe_matvec"), One, false).mv().with(&[MOE_IO]),
             Kernel::MoeRows => spec("moe_rows", wgsl!("moe_rows"), One, false).with(&[MOE_IO]),
             Kernel::MoeCombine => spec("moe_combine", wgsl!("moe_combine"), None, false),
             Kernel::RmsNorm => spec("rms_norm", wgsl!("rms_norm"), None, true).with(&[NORM]),
@@ -302,12 +314,13 @@ impl Kernel {
 
 // ---- weight formats ---------------------------------------------------------------------------
 
-/// A weight format's WGSL: its file, and whether it brings its own `deq8` and `mv_unit` (fast,
-/// whole-word decoding) or takes the generic ones built from `deq`.
+/// A weight format's WGSL: its file, and whether it brings its own `deq8` and matrix-vector unit
+/// (`mv_x`/`mv_dot`: fast, whole-word decoding) or takes the generic ones built from `deq`.
 struct Format {
     file: &'static str,
     fast_deq8: bool,
-    /// The format's own `mv_unit` (`mv_<type>.wgsl` and what it calls); empty: the generic one.
+    /// The format's own matrix-vector unit (`mv_<type>.wgsl` and what it calls); empty: the
+    /// generic one.
     mv: &'static [&'static str],
     /// Uses `kq_scale_min` (Q4_K, Q5_K).
     kquant: bool,
@@ -325,14 +338,14 @@ const fn fmt(file: &'static str, fast_deq8: bool, mv: &'static [&'static str], k
 fn format(ty: GgmlType) -> Option<Format> {
     use GgmlType::*;
     Some(match ty {
-        F32 => fmt(wgsl!("dequant_f32"), true, &[wgsl!("mv_f32")], false),
-        F16 => fmt(wgsl!("dequant_f16"), true, &[wgsl!("mv_half")], false),
-        Bf16 => fmt(wgsl!("dequant_bf16"), true, &[wgsl!("mv_half")], false),
+        F32 => fmt(wgsl!("dequant_f32"), true, &[MV_XRUN, wgsl!("mv_f32")], false),
+        F16 => fmt(wgsl!("dequant_f16"), true, &[MV_XRUN, wgsl!("mv_half")], false),
+        Bf16 => fmt(wgsl!("dequant_bf16"), true, &[MV_XRUN, wgsl!("mv_half")], false),
         Q4_0 => fmt(wgsl!("dequant_q4_0"), false, &[], false),
         Q4_1 => fmt(wgsl!("dequant_q4_1"), false, &[], false),
         Q5_0 => fmt(wgsl!("dequant_q5_0"), false, &[], false),
         Q5_1 => fmt(wgsl!("dequant_q5_1"), false, &[], false),
-        Q8_0 => fmt(wgsl!("dequant_q8_0"), true, &[wgsl!("mv_q8_0")], false),
+        Q8_0 => fmt(wgsl!("dequant_q8_0"), true, &[MV_XRUN, wgsl!("mv_q8_0")], false),
         Q2K => fmt(wgsl!("dequant_q2_k"), false, &[], false),
         Q3K => fmt(wgsl!("dequant_q3_k"), false, &[], false),
         Q4K => fmt(
@@ -360,10 +373,14 @@ pub(crate) fn supports(ty: GgmlType) -> bool {
     format(ty).is_some()
 }
 
-/// Elements per `mv_unit` of a format (`MV_UNIT` in its WGSL): 8 for the plain floats, 32 else.
+/// Elements per matrix-vector unit of a format (`MV_UNIT` in its WGSL): 8 for the plain floats,
+/// 64 for the formats with their own decoder (Q8_0: a pair of blocks; the K-quants: a quarter
+/// block), 32 for the generic one.
 pub(crate) fn mv_unit(ty: GgmlType) -> usize {
+    use GgmlType::*;
     match ty {
-        GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16 => 8,
+        F32 | F16 | Bf16 => 8,
+        Q8_0 | Q4K | Q5K | Q6K => 64,
         _ => 32,
     }
 }
@@ -375,8 +392,13 @@ const W_TWO: &str = wgsl!("lib_w2");
 const KQUANT: &str = wgsl!("lib_kquant");
 const DEQ8_GENERIC: &str = wgsl!("lib_deq8_generic");
 const MV_GENERIC: &str = wgsl!("lib_mv_generic");
+const MV_XRUN: &str = wgsl!("lib_mv_xrun");
 const REDUCE_SG: &str = wgsl!("lib_reduce_sg");
 const REDUCE_PLAIN: &str = wgsl!("lib_reduce_plain");
+const MV_UNIT_LIB: &str = wgsl!("lib_mv_unit");
+const MV_TREE: &str = wgsl!("lib_mv_tree");
+const MV_REDUCE_SG: &str = wgsl!("lib_mv_reduce_sg");
+const MV_REDUCE_PLAIN: &str = wgsl!("lib_mv_reduce_plain");
 
 /// A kernel's label (profile and debugger name), e.g. `matvec/q4_k`.
 pub(crate) fn label(kernel: Kernel, fmt: Option<GgmlType>, caps: &Caps) -> String {
@@ -421,6 +443,7 @@ pub(crate) fn source(kernel: Kernel, fmt: Option<GgmlType>, caps: &Caps) -> Resu
             // Matrix-vector units only where the kernel defines xv().
             if sp.matvec {
                 if f.mv.is_empty() {
+                    src.push_str(MV_XRUN);
                     src.push_str(MV_GENERIC);
                 }
                 for part in f.mv {
@@ -431,6 +454,11 @@ pub(crate) fn source(kernel: Kernel, fmt: Option<GgmlType>, caps: &Caps) -> Resu
     }
     if sp.reduce {
         src.push_str(if caps.subgroups { REDUCE_SG } else { REDUCE_PLAIN });
+    }
+    if sp.matvec {
+        src.push_str(MV_UNIT_LIB);
+        src.push_str(MV_TREE);
+        src.push_str(if caps.subgroups { MV_REDUCE_SG } else { MV_REDUCE_PLAIN });
     }
     for lib in sp.libs {
         src.push_str(lib);
@@ -522,6 +550,89 @@ mod tests {
         assert!(bindings("@group(0) @binding(1) var<storage, read> a: array<u32>;").is_err());
     }
 
+    /// Where a matrix-vector kernel (naga IR) indexes an array or a matrix that is not in a
+    /// storage or workgroup buffer with a run-time index, or declares a function-scope array:
+    /// naga does not unroll loops and copies a by-value array into a function variable to index
+    /// it, and the NVIDIA driver put such data in local memory (these kernels ran 10x slower).
+    fn private_dynamic_indexing(module: &wgpu::naga::Module, info: &wgpu::naga::valid::ModuleInfo) -> Vec<String> {
+        use wgpu::naga::{AddressSpace, Expression, TypeInner};
+        let types = &module.types;
+        let mut found = Vec::new();
+        let funcs = module.functions.iter().map(|(h, f)| (f, &info[h]));
+        let entries = module
+            .entry_points
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (&e.function, info.get_entry_point(i)));
+        for (f, fi) in funcs.chain(entries) {
+            let name = f.name.clone().unwrap_or_default();
+            for (_, local) in f.local_variables.iter() {
+                if matches!(types[local.ty].inner, TypeInner::Array { .. }) {
+                    found.push(format!("{name}: function-scope array {:?}", local.name));
+                }
+            }
+            for (_, e) in f.expressions.iter() {
+                let Expression::Access { base, .. } = *e else {
+                    continue;
+                };
+                let private = |space| matches!(space, AddressSpace::Function | AddressSpace::Private);
+                let bad = match *fi[base].ty.inner_with(types) {
+                    TypeInner::Array { .. } | TypeInner::Matrix { .. } => true,
+                    TypeInner::Pointer { base: pointee, space } => {
+                        private(space)
+                            && matches!(types[pointee].inner, TypeInner::Array { .. } | TypeInner::Matrix { .. })
+                    }
+                    _ => false,
+                };
+                if bad {
+                    found.push(format!("{name}: run-time index into a private array or matrix"));
+                }
+            }
+        }
+        found
+    }
+
+    /// The matrix-vector kernels (decode's hot loop) index no private array or matrix at run
+    /// time, in every format, both reductions and the row-count extremes.
+    #[test]
+    fn matvec_kernels_keep_their_data_in_registers() {
+        use crate::backend::wgpu::caps::tests::caps;
+        use crate::backend::wgpu::caps::Overrides;
+        use crate::backend::Precision;
+        use wgpu::naga;
+        let sg = wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16;
+        for (plain, rows) in [(false, 1), (false, 4), (true, 2), (true, 8)] {
+            let c = caps(
+                sg,
+                Precision::Exact,
+                false,
+                Overrides {
+                    plain,
+                    mv_rows: Some(rows),
+                    ..Default::default()
+                },
+            );
+            assert_eq!(c.mv_rows, rows);
+            let mut checked = 0;
+            for (k, fmt) in all_keys(&c) {
+                if !k.spec(&c).matvec {
+                    continue;
+                }
+                let what = format!("plain {plain} rows {rows} {}", label(k, fmt, &c));
+                let src = source(k, fmt, &c).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let info =
+                    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+                        .validate(&module)
+                        .unwrap_or_else(|e| panic!("{what}: {e}"));
+                let found = private_dynamic_indexing(&module, &info);
+                assert!(found.is_empty(), "{what}: {found:#?}");
+                checked += 1;
+            }
+            assert_eq!(checked, 3 * 16, "matvec, matvec_swiglu, moe_matvec in every format");
+        }
+    }
+
     /// Every kernel in every format and variant parses, validates and compiles to SPIR-V with
     /// naga (the compiler wgpu uses), including the cooperative-matrix kernel that only the GPU
     /// machine runs: a shader error there would otherwise surface only on the device.
@@ -588,7 +699,35 @@ mod tests {
                     },
                 ),
             ),
+            // The geometry knobs' extremes: one and eight rows per invocation.
+            (
+                "plain, matvec rows 8, workgroup 256",
+                caps(
+                    sg,
+                    Precision::Exact,
+                    false,
+                    Overrides {
+                        plain: true,
+                        mv_wg: Some(256),
+                        mv_rows: Some(8),
+                        ..Default::default()
+                    },
+                ),
+            ),
+            (
+                "subgroups, matvec rows 1",
+                caps(
+                    sg,
+                    Precision::Exact,
+                    false,
+                    Overrides {
+                        mv_rows: Some(1),
+                        ..Default::default()
+                    },
+                ),
+            ),
         ];
+        assert_eq!((variants[6].1.mv_rows, variants[7].1.mv_rows), (8, 1));
         assert_eq!(variants[2].1.coop, Coop::On);
         assert_eq!((variants[4].1.mv_wg, variants[5].1.mv_wg), (256, 64));
         assert_eq!(variants[3].1.coop, Coop::Emulated);

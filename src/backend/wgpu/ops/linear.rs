@@ -10,7 +10,7 @@
 use super::{pieces, row_bytes, u32_of, weight_type, MATMUL_ROWS_MAX_IN};
 use crate::backend::wgpu::caps::Coop;
 use crate::backend::wgpu::encoder::Encoder;
-use crate::backend::wgpu::kernels::{self, Kernel, MM_ROWS_WG, MM_TILE, MV_ROWS, TILE_K, TILE_M, TILE_N};
+use crate::backend::wgpu::kernels::{self, Kernel, MM_ROWS_WG, MM_TILE, TILE_K, TILE_M, TILE_N};
 use crate::backend::wgpu::{gpu_err, WgpuBackend};
 use crate::backend::{check, Tensor};
 use crate::error::Result;
@@ -107,8 +107,10 @@ pub(crate) fn matmul(be: &WgpuBackend, w: &Tensor, x: &Tensor, out: &Tensor) -> 
 
 /// One token through `kernel` (`Matvec`, or `MatvecSwiglu` with `ws` = [gate, up]), piece by piece.
 fn matvec(enc: &mut Encoder<'_>, kernel: Kernel, m: &Mm, ws: &[&Tensor], x: &Tensor, out: &Tensor) -> Result<()> {
-    let units = (m.n_in / kernels::mv_unit(m.ty)) as u32;
+    let units = m.n_in / kernels::mv_unit(m.ty);
     let caps = enc.be.caps;
+    let lanes = kernels::mv_lanes(&caps, units);
+    let per_wg = kernels::mv_rows_per_wg(&caps, lanes);
     for p in pieces(&caps, "matmul", ws[0], m.n_out, m.rb)? {
         let params = [
             m.n_in as u32,
@@ -116,9 +118,10 @@ fn matvec(enc: &mut Encoder<'_>, kernel: Kernel, m: &Mm, ws: &[&Tensor], x: &Ten
             p.rows as u32,
             m.rb as u32,
             p.row0 as u32,
-            units,
+            units as u32,
+            lanes,
         ];
-        let [gx, gy] = enc.grid((p.rows as u32).div_ceil(MV_ROWS));
+        let [gx, gy] = enc.grid((p.rows as u32).div_ceil(per_wg));
         let wg = [gx, gy, 1];
         match ws {
             // matvec_swiglu.wgsl: gate at binding 1, up at binding 4 (after matvec's bindings).

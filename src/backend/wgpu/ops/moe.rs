@@ -8,7 +8,7 @@
 //! `matvec.wgsl` (`moe_matvec.wgsl`), those of short rows one invocation per row (`moe_rows.wgsl`).
 
 use super::{pieces, row_bytes, u32_of, weight_type, MATMUL_ROWS_MAX_IN};
-use crate::backend::wgpu::kernels::{self, Kernel, ELT_WG, MM_ROWS_WG, MOE_MAX_E, MOE_MAX_K, MV_ROWS};
+use crate::backend::wgpu::kernels::{self, Kernel, ELT_WG, MM_ROWS_WG, MOE_MAX_E, MOE_MAX_K};
 use crate::backend::wgpu::{gpu_err, WgpuBackend};
 use crate::backend::{check, DType, Tensor};
 use crate::error::Result;
@@ -96,16 +96,14 @@ pub(crate) fn moe_experts(
         let ty = weight_type(op, w.dtype)?;
         let rb = row_bytes(op, ty, cols)?;
         let expert_bytes = rb * rows as u64;
-        // Short rows: one invocation per (slot, row); long ones: a workgroup per MV_ROWS rows of a
-        // slot, its invocations striding over the row's matrix-vector units.
-        let short = cols <= MATMUL_ROWS_MAX_IN;
+        // Short rows: one invocation per (slot, row); long ones: a workgroup per few rows of a
+        // slot, its row groups' lanes striding over the rows' matrix-vector units.
+        // Rows that are not whole units of the format's matrix-vector decoder (never in a model
+        // file: their rows are whole K-quant blocks) also take one invocation per row.
         let unit = kernels::mv_unit(ty);
-        if !short && cols % unit != 0 {
-            return Err(gpu_err(format!(
-                "{op}: rows of {cols} {ty} values are not a multiple of {unit} (the wgpu expert kernel's unit)"
-            )));
-        }
-        let row_groups = (rows as u32).div_ceil(MV_ROWS);
+        let short = cols <= MATMUL_ROWS_MAX_IN || !cols.is_multiple_of(unit);
+        let lanes = kernels::mv_lanes(&be.caps, cols / unit);
+        let row_groups = (rows as u32).div_ceil(kernels::mv_rows_per_wg(&be.caps, lanes));
         let (kernel, n_wg) = if short {
             // slots · rows fits u32: it is the size of h or y.
             (Kernel::MoeRows, (s32 * rows as u32).div_ceil(MM_ROWS_WG))
@@ -128,6 +126,7 @@ pub(crate) fn moe_experts(
                 p.row0 as u32,
                 p.rows as u32,
                 (cols / unit) as u32,
+                lanes,
             ];
             enc.run(
                 kernel,
