@@ -8,9 +8,11 @@
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
 
 fn norm_load(i: u32) -> f32 {
-    let v = acc[i] + x[i];
+    return acc[i] + x[i];
+}
+
+fn norm_keep(i: u32, v: f32) {
     acc[i] = v;
-    return v;
 }
 
 fn norm_value(i: u32) -> f32 {

@@ -10,6 +10,8 @@ fn norm_load(i: u32) -> f32 {
     return x[i];
 }
 
+fn norm_keep(i: u32, v: f32) {}
+
 fn norm_value(i: u32) -> f32 {
     return x[i];
 }

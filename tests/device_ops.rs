@@ -249,7 +249,16 @@ fn argmax_chunk_edges() {
 }
 
 /// Whole-row norms of odd and real widths, and per-head norms (w of one head): (width, group).
-const NORM_SHAPES: [(usize, usize); 6] = [(1, 1), (7, 7), (257, 257), (2048, 2048), (3 * 128, 128), (5 * 256, 256)];
+// 4100: a decode-sized row whose last round of four elements per invocation (wgpu) is partial.
+const NORM_SHAPES: [(usize, usize); 7] = [
+    (1, 1),
+    (7, 7),
+    (257, 257),
+    (2048, 2048),
+    (4100, 4100),
+    (3 * 128, 128),
+    (5 * 256, 256),
+];
 
 #[test]
 fn rms_norms_match() {

@@ -9,7 +9,7 @@
 //!
 //! Tuning knobs, for measuring on a new GPU without a rebuild (`scripts/gpu-wgpu-mv-sweep.sh`):
 //! the matrix-vector geometry, `RILL_WGPU_MV_WG` (invocations per workgroup: 64, 128 or 256;
-//! default 128), `RILL_WGPU_MV_ROWS` (rows per invocation: 1, 2, 4 or 8; default 4) and
+//! default 128), `RILL_WGPU_MV_ROWS` (rows per invocation: 1, 2, 4 or 8; default 2) and
 //! `RILL_WGPU_MV_LANES` (invocations per row group, a power of two up to the workgroup; default
 //! 32, fewer for short rows), and `RILL_WGPU_SUBMIT_EVERY` (dispatches per submission, 1..=256;
 //! default 64). Values the kernels do not take keep the default.
@@ -65,7 +65,7 @@ pub(crate) struct Caps {
 /// Defaults of the tuning knobs, and the most dispatches one submission may hold (its
 /// parameter slots).
 pub(crate) const MV_WG_DEFAULT: u32 = 128;
-pub(crate) const MV_ROWS_DEFAULT: u32 = 4;
+pub(crate) const MV_ROWS_DEFAULT: u32 = 2;
 pub(crate) const MV_LANES_DEFAULT: u32 = 32;
 pub(crate) const SUBMIT_EVERY_DEFAULT: u32 = 64;
 pub(crate) const SUBMIT_EVERY_MAX: u32 = 256;
