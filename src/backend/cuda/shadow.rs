@@ -95,6 +95,48 @@ struct CvtParams {
     n: i64,
 }
 
+/// Which copies: the f16 ones (`slots`) or the prepared ones of the tensor-core decode products
+/// (`tc`). Both kinds follow the same rules; only their slots and memory differ.
+#[derive(Clone, Copy)]
+enum Kind {
+    F16,
+    Tc,
+}
+
+impl Shadows {
+    fn of(&mut self, kind: Kind) -> &mut [Slot] {
+        match kind {
+            Kind::F16 => &mut self.slots,
+            Kind::Tc => &mut self.tc,
+        }
+    }
+
+    /// The slot of `kind` for which `keep` holds, marked as just used.
+    fn find(&mut self, kind: Kind, keep: impl Fn(&Slot) -> bool) -> Option<usize> {
+        self.tick += 1;
+        let tick = self.tick;
+        let slots = self.of(kind);
+        let i = slots.iter().position(keep)?;
+        slots[i].used = tick;
+        Some(i)
+    }
+
+    /// The least recently used slot of `kind`, emptied for a new copy.
+    fn claim(&mut self, kind: Kind) -> usize {
+        let slots = self.of(kind);
+        let i = (0..slots.len()).min_by_key(|&i| slots[i].used).unwrap_or(0);
+        slots[i] = Slot::default();
+        i
+    }
+
+    /// Slot `i` of `kind` now holds `slot` (its `used` set to now).
+    fn fill(&mut self, kind: Kind, i: usize, slot: Slot) {
+        self.tick += 1;
+        let used = self.tick;
+        self.of(kind)[i] = Slot { used, ..slot };
+    }
+}
+
 fn buffer_id(t: &Tensor) -> Option<u64> {
     get(t, "shadow", 0).ok().map(|b| b.id)
 }
@@ -133,14 +175,32 @@ impl Inner {
     /// The slot holding a valid copy of `x`, if there is one, and whether it has the lo plane.
     fn shadow_lookup(&self, x: &Tensor) -> Result<Option<(usize, bool)>> {
         let id = get(x, "shadow", 0)?.id;
-        let mut s = self.shadows.lock().map_err(|_| cuda_err("shadow lock poisoned"))?;
-        s.tick += 1;
-        let tick = s.tick;
-        let Some(i) = s.slots.iter().position(|sl| sl.owner == id && sl.elems >= x.numel()) else {
-            return Ok(None);
-        };
-        s.slots[i].used = tick;
-        Ok(Some((i, s.slots[i].lo)))
+        let mut s = self.shadows()?;
+        let found = s.find(Kind::F16, |sl| sl.owner == id && sl.elems >= x.numel());
+        Ok(found.map(|i| (i, s.slots[i].lo)))
+    }
+
+    fn shadows(&self) -> Result<std::sync::MutexGuard<'_, Shadows>> {
+        self.shadows.lock().map_err(|_| cuda_err("shadow lock poisoned"))
+    }
+
+    /// Slot `slot` of `kind` now holds a copy of `x` (its kernel is on the stream).
+    fn copy_made(&self, kind: Kind, slot: usize, x: &Tensor, lo: bool, tc: Option<TcFormat>) -> Result<()> {
+        let owner = get(x, "shadow", 0)?.id;
+        let elems = x.numel();
+        self.shadows()?.fill(
+            kind,
+            slot,
+            Slot {
+                owner,
+                elems,
+                lo,
+                tc,
+                used: 0,
+            },
+        );
+        self.shadows_live.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// The memory of slot `i` for `n` values: the hi plane, and the lo plane when `lo`.
@@ -155,31 +215,14 @@ impl Inner {
     /// recently used one, claimed for `x` once `shadow_made` is called after the kernel that
     /// fills it has been submitted.
     pub(crate) fn shadow_slot(&self, x: &Tensor, lo: bool) -> Result<(usize, F16Planes)> {
-        let i = {
-            let mut s = self.shadows.lock().map_err(|_| cuda_err("shadow lock poisoned"))?;
-            let i = (0..SLOTS).min_by_key(|&i| s.slots[i].used).unwrap_or(0);
-            s.slots[i] = Slot::default();
-            i
-        };
+        let i = self.shadows()?.claim(Kind::F16);
         Ok((i, self.shadow_planes(i, x.numel(), lo)?))
     }
 
     /// Slot `slot` now holds the f16 copy of `x`, with its lo plane when `lo` (its kernel is on
     /// the stream).
     pub(crate) fn shadow_made(&self, slot: usize, x: &Tensor, lo: bool) -> Result<()> {
-        let id = get(x, "shadow", 0)?.id;
-        let mut s = self.shadows.lock().map_err(|_| cuda_err("shadow lock poisoned"))?;
-        s.tick += 1;
-        let tick = s.tick;
-        s.slots[slot] = Slot {
-            owner: id,
-            elems: x.numel(),
-            lo,
-            tc: None,
-            used: tick,
-        };
-        self.shadows_live.store(true, Ordering::Release);
-        Ok(())
+        self.copy_made(Kind::F16, slot, x, lo, None)
     }
 
     /// The f16 copy of the F32 tensor `x` (row-major like `x`), with its lo plane when `lo`:
@@ -231,18 +274,9 @@ impl Inner {
     pub(crate) fn tc_x_of(&self, x: &Tensor, n_in: usize, f: TcFormat) -> Result<TcX> {
         let rows = x.numel() / n_in.max(1);
         let id = get(x, "mvtc copy", 0)?.id;
-        let kept = {
-            let mut s = self.shadows.lock().map_err(|_| cuda_err("shadow lock poisoned"))?;
-            s.tick += 1;
-            let tick = s.tick;
-            let i =
-                s.tc.iter()
-                    .position(|sl| sl.owner == id && sl.elems == x.numel() && sl.tc == Some(f));
-            if let Some(i) = i {
-                s.tc[i].used = tick;
-            }
-            i
-        };
+        let kept = self.shadows()?.find(Kind::Tc, |sl| {
+            sl.owner == id && sl.elems == x.numel() && sl.tc == Some(f)
+        });
         if let Some(i) = kept {
             let base = self.workspace(TC_NAMES[i], f.prep_bytes(rows, n_in))?;
             return Ok(f.planes(base, rows, n_in));
@@ -258,12 +292,7 @@ impl Inner {
     /// memory: the least recently used one, claimed for `x` once `tc_made` is called after the
     /// kernel that fills it has been submitted. The caller holds the workspace lock until then.
     pub(crate) fn tc_slot(&self, x: &Tensor, n_in: usize, f: TcFormat) -> Result<(usize, DevPtr)> {
-        let i = {
-            let mut s = self.shadows.lock().map_err(|_| cuda_err("shadow lock poisoned"))?;
-            let i = (0..TC_SLOTS).min_by_key(|&i| s.tc[i].used).unwrap_or(0);
-            s.tc[i] = Slot::default();
-            i
-        };
+        let i = self.shadows()?.claim(Kind::Tc);
         let rows = x.numel() / n_in.max(1);
         Ok((i, self.workspace(TC_NAMES[i], f.prep_bytes(rows, n_in))?))
     }
@@ -271,18 +300,6 @@ impl Inner {
     /// Slot `slot` now holds the prepared copy of `x` in format `f`'s layout (its kernel is on
     /// the stream).
     pub(crate) fn tc_made(&self, slot: usize, x: &Tensor, f: TcFormat) -> Result<()> {
-        let id = get(x, "mvtc copy", 0)?.id;
-        let mut s = self.shadows.lock().map_err(|_| cuda_err("shadow lock poisoned"))?;
-        s.tick += 1;
-        let tick = s.tick;
-        s.tc[slot] = Slot {
-            owner: id,
-            elems: x.numel(),
-            lo: false,
-            tc: Some(f),
-            used: tick,
-        };
-        self.shadows_live.store(true, Ordering::Release);
-        Ok(())
+        self.copy_made(Kind::Tc, slot, x, false, Some(f))
     }
 }

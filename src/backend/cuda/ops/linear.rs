@@ -261,6 +261,42 @@ impl<'a> Mv<'a> {
             vectors: d.t,
         })
     }
+
+    /// The launches of this product: output vectors in chunks of the grid's y limit, each a whole
+    /// number of x groups (so a kernel's `entry / x_group` stays right), with the slots every
+    /// matvec kernel shares filled for the chunk (matvec.cuh, matvec_tc.cuh): p0 W, p1 W2, p3 out,
+    /// p4 ids, p5 scales; n0 n_out, n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts,
+    /// n5 x_group, n6 nsum. Also the chunk's output vectors and its first x row.
+    pub(crate) fn chunks(&self) -> impl Iterator<Item = (Args, usize, usize)> + '_ {
+        let group = self.x_group.max(1);
+        let chunk = (GRID_YZ_MAX / group).max(1) * group;
+        (0..self.vectors).step_by(chunk).map(move |v0| {
+            let nv = (self.vectors - v0).min(chunk);
+            let entries0 = v0 * self.nsum; // first ids / scales entry of this chunk
+            let mut a = Args::default();
+            a.p[0] = self.w.ptr;
+            a.p[1] = self.w2.map_or(0, |w| w.ptr);
+            a.p[3] = self.out + 4 * (v0 * self.n_out) as u64;
+            a.p[4] = if self.ids == 0 {
+                0
+            } else {
+                self.ids + 4 * entries0 as u64
+            };
+            a.p[5] = if self.scales == 0 {
+                0
+            } else {
+                self.scales + 4 * entries0 as u64
+            };
+            a.n[0] = self.n_out as i64;
+            a.n[1] = self.n_in as i64;
+            a.n[2] = self.w.row_bytes as i64;
+            a.n[3] = self.expert_bytes as i64;
+            a.n[4] = self.n_experts as i64;
+            a.n[5] = self.x_group as i64;
+            a.n[6] = self.nsum as i64;
+            (a, nv, entries0 / group)
+        })
+    }
 }
 
 /// `reads` / `writes`: the tensors the product reads and writes (`Inner::submit_rw`).
@@ -290,31 +326,8 @@ fn run_mv(inner: &Inner, op: &str, m: &Mv, reads: &[&Tensor], writes: &[&Tensor]
         ),
     };
     let gx = grid_u32(op, "row blocks", m.n_out.div_ceil(plan.rows_per_block()))?;
-    // Output vectors in chunks of the grid's y limit; every per-vector pointer moves with them.
-    // A chunk holds a whole number of x groups, so the kernel's `entry / x_group` stays right.
-    let chunk = (GRID_YZ_MAX / m.x_group.max(1)).max(1) * m.x_group.max(1);
-    for v0 in (0..m.vectors).step_by(chunk) {
-        let nv = (m.vectors - v0).min(chunk);
-        let entries0 = v0 * m.nsum; // first ids / scales entry of this chunk
-        let x_row0 = entries0 / m.x_group.max(1);
-        let mut a = Args::default();
-        a.p[0] = m.w.ptr;
-        a.p[1] = m.w2.map_or(0, |w| w.ptr);
+    for (mut a, nv, x_row0) in m.chunks() {
         a.p[2] = m.x + 4 * (x_row0 * m.n_in) as u64;
-        a.p[3] = m.out + 4 * (v0 * m.n_out) as u64;
-        a.p[4] = if m.ids == 0 { 0 } else { m.ids + 4 * entries0 as u64 };
-        a.p[5] = if m.scales == 0 {
-            0
-        } else {
-            m.scales + 4 * entries0 as u64
-        };
-        a.n[0] = m.n_out as i64;
-        a.n[1] = m.n_in as i64;
-        a.n[2] = m.w.row_bytes as i64;
-        a.n[3] = m.expert_bytes as i64;
-        a.n[4] = m.n_experts as i64;
-        a.n[5] = m.x_group as i64;
-        a.n[6] = m.nsum as i64;
         a.n[7] = plan.ut as i64;
         a.n[8] = plan.rpt as i64;
         a.n[9] = i64::from(plan.x_in_smem);

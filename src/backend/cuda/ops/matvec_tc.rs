@@ -208,31 +208,11 @@ pub(crate) fn run(
     let (kernel, rows_per_block, threads) = f.geometry(m.n_out, m.w2.is_some(), dense);
     let gx = grid_u32(op, "row blocks", m.n_out.div_ceil(rows_per_block))?;
     let nsb = m.n_in / SB;
-    // Output vectors in chunks of the grid's y limit, each a whole number of x groups.
-    let chunk = (GRID_YZ_MAX / m.x_group.max(1)).max(1) * m.x_group.max(1);
-    for v0 in (0..m.vectors).step_by(chunk) {
-        let nv = (m.vectors - v0).min(chunk);
-        let entries0 = v0 * m.nsum;
-        let x_row0 = entries0 / m.x_group.max(1);
-        let mut a = Args::default();
-        a.p[0] = m.w.ptr;
-        a.p[1] = m.w2.map_or(0, |w| w.ptr);
+    for (mut a, nv, x_row0) in m.chunks() {
+        // Slots of its own (matvec_tc.cuh `mv_body`): p2 the prepared words, p6 the sums, n7 the
+        // output stride.
         a.p[2] = x.xa + (x_row0 * nsb * f.words * 4) as u64;
-        a.p[3] = m.out + 4 * (v0 * m.n_out) as u64;
-        a.p[4] = if m.ids == 0 { 0 } else { m.ids + 4 * entries0 as u64 };
-        a.p[5] = if m.scales == 0 {
-            0
-        } else {
-            m.scales + 4 * entries0 as u64
-        };
         a.p[6] = x.xs + (x_row0 * nsb * f.sums * 4) as u64;
-        a.n[0] = m.n_out as i64;
-        a.n[1] = m.n_in as i64;
-        a.n[2] = m.w.row_bytes as i64;
-        a.n[3] = m.expert_bytes as i64;
-        a.n[4] = m.n_experts as i64;
-        a.n[5] = m.x_group as i64;
-        a.n[6] = m.nsum as i64;
         a.n[7] = m.n_out as i64;
         inner.kernel_rw(
             Launch {
