@@ -54,13 +54,15 @@ fi
 # The wgpu kernels come in variants chosen from the adapter's features (subgroup reductions,
 # cooperative matrices): run the device tests again on the plain path (what browsers get) and the
 # fast-precision tests with the cooperative-matrix kernel emulated (lavapipe has no tensor cores),
-# on wgpu only, with the features of the build above (no second build).
+# on wgpu only, with the features of the build above (no second build). The plain pass also turns
+# naga's runtime checks back on (RILL_WGPU_SHADER_CHECKS=1), so every kernel runs both compiled
+# with and without them.
 if [ "$status" -eq 0 ]; then
     device_tests=()
     for f in tests/device_*.rs; do
         device_tests+=(--test "$(basename "$f" .rs)")
     done
-    RILL_TEST_BACKENDS=wgpu RILL_WGPU_PLAIN=1 cargo test --release --features cuda "${device_tests[@]}" --test e2e_fixtures "$@" 2>&1 \
+    RILL_TEST_BACKENDS=wgpu RILL_WGPU_PLAIN=1 RILL_WGPU_SHADER_CHECKS=1 cargo test --release --features cuda "${device_tests[@]}" --test e2e_fixtures "$@" 2>&1 \
         | tee -a "$log" || status=$?
 fi
 # The decode kernels' geometry knobs (src/backend/wgpu/caps.rs) at their extremes: one row per

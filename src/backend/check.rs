@@ -165,6 +165,25 @@ pub fn matmul(w: &Tensor, x: &Tensor, out: &Tensor) -> Result<MatmulDims> {
     Ok(MatmulDims { t, n_in, n_out })
 }
 
+/// `matmul_group`: one to `MAX_GROUP` pairs, each checked as `matmul`, no output aliasing
+/// another. Returns each product's dimensions.
+pub fn matmul_group(ws: &[&Tensor], x: &Tensor, outs: &[&Tensor]) -> Result<Vec<MatmulDims>> {
+    let op = "matmul_group";
+    if ws.is_empty() || ws.len() > super::MAX_GROUP || ws.len() != outs.len() {
+        return Err(shape_err(
+            op,
+            format!(
+                "{} weights and {} outputs (1 to {} pairs)",
+                ws.len(),
+                outs.len(),
+                super::MAX_GROUP
+            ),
+        ));
+    }
+    no_alias(op, outs, &[])?;
+    ws.iter().zip(outs).map(|(w, o)| matmul(w, x, o)).collect()
+}
+
 /// `matmul_swiglu`: two weights of one shape, three outputs `[T, n_ff]`.
 pub fn matmul_swiglu(
     w_gate: &Tensor,
@@ -559,4 +578,63 @@ pub fn argmax(logits: &Tensor, out: &Tensor) -> Result<(usize, usize)> {
 /// A count or index that a kernel computes in 32 bits.
 pub fn u32_index(op: &str, what: &str, n: usize) -> Result<u32> {
     u32::try_from(n).map_err(|_| shape_err(op, format!("{what} ({n}) exceeds the 32-bit index range")))
+}
+
+// ---- fused steps ------------------------------------------------------------------------------
+
+/// `gdn_conv_gates`: `gdn_gates`' rules on `gates`, `conv1d`'s and `l2_norm_qk`'s on the rest,
+/// no output of one part read or written by the other. Returns the conv geometry and
+/// `gdn_gates`' (element count, value heads).
+pub fn gdn_conv_gates(
+    x: &Tensor,
+    w: &Tensor,
+    state: &Tensor,
+    out: &Tensor,
+    dims: GdnDims,
+    gates: super::GdnGates<'_>,
+) -> Result<(ConvDims, (usize, usize))> {
+    let op = "gdn_conv_gates";
+    let hv = gdn_gates(gates.a, gates.b, gates.ssm_a, gates.dt_bias, gates.g, gates.beta)?;
+    let c = conv1d(x, w, state, out)?;
+    l2_norm_qk(out, dims)?;
+    no_alias(
+        op,
+        &[out, state, gates.g, gates.beta],
+        &[x, w, gates.a, gates.b, gates.ssm_a, gates.dt_bias],
+    )?;
+    Ok((c, hv))
+}
+
+/// `attn_qk_prep`: the rules of `split_qgate`, `rms_norm` (q and k), `rope_neox` and `kv_store`
+/// on the tensors they apply to, and no two of its outputs (or an output and an input) sharing
+/// a buffer. Returns the RoPE geometry of q and of k and the token count.
+#[allow(clippy::too_many_arguments)]
+pub fn attn_qk_prep(
+    a: super::AttnPrep<'_>,
+    head_dim: usize,
+    n_rot: usize,
+    theta: f32,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    p: Pos,
+) -> Result<(RopeDims, RopeDims, usize)> {
+    let op = "attn_qk_prep";
+    split_qgate(a.qg, head_dim, a.q, a.gate)?;
+    for (x, w, out) in [(a.q, a.q_norm, a.q_normed), (a.k, a.k_norm, a.k_normed)] {
+        if rms_norm(x, w, out)? != head_dim {
+            return Err(shape_err(
+                op,
+                format!("norm weight {:?} is not [head_dim {head_dim}]", w.shape),
+            ));
+        }
+    }
+    let rq = rope_neox(a.q_normed, head_dim, n_rot, theta, p)?;
+    let rk = rope_neox(a.k_normed, head_dim, n_rot, theta, p)?;
+    let t = kv_store(a.k_normed, a.v, k_cache, v_cache, p)?;
+    no_alias(
+        op,
+        &[a.q, a.gate, a.q_normed, a.k_normed, k_cache, v_cache],
+        &[a.qg, a.k, a.v, a.q_norm, a.k_norm, p.dev],
+    )?;
+    Ok((rq, rk, t))
 }

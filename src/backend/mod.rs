@@ -144,6 +144,36 @@ pub struct Pos<'a> {
     pub dev: &'a Tensor,
 }
 
+/// The inputs and outputs of `gdn_gates`, for the fused `Backend::gdn_conv_gates`.
+#[derive(Clone, Copy)]
+pub struct GdnGates<'a> {
+    pub a: &'a Tensor,
+    pub b: &'a Tensor,
+    pub ssm_a: &'a Tensor,
+    pub dt_bias: &'a Tensor,
+    pub g: &'a Tensor,
+    pub beta: &'a Tensor,
+}
+
+/// The tensors of `Backend::attn_qk_prep`: the projections `qg` `[T, 2*H*D]` (query and gate
+/// interleaved per head), `k` and `v` `[T, Hkv*D]`; the per-head norm weights `[D]`; the scratch
+/// `q` and the outputs `gate`, `q_normed` `[T, H*D]` and `k_normed` `[T, Hkv*D]`.
+#[derive(Clone, Copy)]
+pub struct AttnPrep<'a> {
+    pub qg: &'a Tensor,
+    pub k: &'a Tensor,
+    pub v: &'a Tensor,
+    pub q_norm: &'a Tensor,
+    pub k_norm: &'a Tensor,
+    pub q: &'a Tensor,
+    pub gate: &'a Tensor,
+    pub q_normed: &'a Tensor,
+    pub k_normed: &'a Tensor,
+}
+
+/// Most products one `Backend::matmul_group` takes (a Gated DeltaNet layer has four).
+pub const MAX_GROUP: usize = 4;
+
 /// What a backend does with the ops of one decode step (`Backend::step_begin`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StepMode {
@@ -298,6 +328,18 @@ pub trait Backend: Send + Sync {
     fn embed(&self, table: &Tensor, ids: &Tensor, out: &Tensor) -> Result<()>;
     /// `out[t][o] = dot(W[o], x[t])`; W `[n_out, n_in]` (any weight type or F32), x `[T, n_in]`, out `[T, n_out]`.
     fn matmul(&self, w: &Tensor, x: &Tensor, out: &Tensor) -> Result<()>;
+    /// Several products of one input in one op: `outs[i] = matmul(ws[i], x)`, at most
+    /// `MAX_GROUP` of them (the projections of a layer that share its normed input). The weights
+    /// may differ in format and row count; every pair follows `matmul`'s rules and no output may
+    /// alias another. GPU backends launch them as one kernel where they can (one launch and one
+    /// tail instead of several on the decode path).
+    fn matmul_group(&self, ws: &[&Tensor], x: &Tensor, outs: &[&Tensor]) -> Result<()> {
+        check::matmul_group(ws, x, outs)?;
+        for (w, out) in ws.iter().zip(outs) {
+            self.matmul(w, x, out)?;
+        }
+        Ok(())
+    }
     /// RMSNorm over groups of `w.len()` consecutive values: `x / sqrt(mean(x^2) + eps) * w`.
     /// `x.numel()` must be a multiple of `w.numel()` (per-head norms pass `[T, H*D]` with `w` `[D]`).
     fn rms_norm(&self, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()>;
@@ -348,6 +390,24 @@ pub trait Backend: Send + Sync {
     ) -> Result<()> {
         self.conv1d_causal_silu(x, w, state, out)?;
         self.l2_norm_qk(out, dims, eps)
+    }
+    /// The Gated DeltaNet's per-token preparation in one op: `gdn_gates` on `gates`, then
+    /// `conv1d_silu_l2qk(x, w, state, out, dims, eps)`. Both read only their own inputs, so a
+    /// backend may run them as one launch.
+    #[allow(clippy::too_many_arguments)]
+    fn gdn_conv_gates(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        state: &Tensor,
+        out: &Tensor,
+        dims: GdnDims,
+        eps: f32,
+        gates: GdnGates<'_>,
+    ) -> Result<()> {
+        check::gdn_conv_gates(x, w, state, out, dims, gates)?;
+        self.gdn_gates(gates.a, gates.b, gates.ssm_a, gates.dt_bias, gates.g, gates.beta)?;
+        self.conv1d_silu_l2qk(x, w, state, out, dims, eps)
     }
     /// Per-head delta-rule scalars: `beta = sigmoid(b)`, `g = ssm_a * softplus(a + dt_bias)`.
     /// a, b `[T, Hv]`; ssm_a, dt_bias `[Hv]`; g_out, beta_out `[T, Hv]`.
@@ -401,6 +461,32 @@ pub trait Backend: Send + Sync {
         let t = check::kv_store(k, v, k_cache, v_cache, pos)?;
         self.copy_rows(k, 0, k_cache, pos.host, t)?;
         self.copy_rows(v, 0, v_cache, pos.host, t)
+    }
+    /// The attention layer's steps between its projections and the attention itself, in one op:
+    /// `split_qgate(qg) -> (a.q, a.gate)`, per-head RMSNorm of q (`a.q_norm`) into `a.q_normed`
+    /// and of k (`a.k_norm`) into `a.k_normed`, NeoX RoPE (`rope_neox`: `n_rot`, `theta`, `pos`)
+    /// on both, then `kv_store(a.k_normed, a.v)` into the caches at `pos`. `a.q` is scratch (its
+    /// contents afterwards are unspecified); `a.gate`, `a.q_normed`, `a.k_normed` and the cache
+    /// rows are outputs.
+    #[allow(clippy::too_many_arguments)]
+    fn attn_qk_prep(
+        &self,
+        a: AttnPrep<'_>,
+        head_dim: usize,
+        n_rot: usize,
+        theta: f32,
+        eps: f32,
+        k_cache: &Tensor,
+        v_cache: &Tensor,
+        pos: Pos,
+    ) -> Result<()> {
+        check::attn_qk_prep(a, head_dim, n_rot, theta, k_cache, v_cache, pos)?;
+        self.split_qgate(a.qg, head_dim, a.q, a.gate)?;
+        self.rms_norm(a.q, a.q_norm, eps, a.q_normed)?;
+        self.rms_norm(a.k, a.k_norm, eps, a.k_normed)?;
+        self.rope_neox(a.q_normed, head_dim, n_rot, theta, pos)?;
+        self.rope_neox(a.k_normed, head_dim, n_rot, theta, pos)?;
+        self.kv_store(a.k_normed, a.v, k_cache, v_cache, pos)
     }
     /// Causal GQA softmax attention of the T new queries (positions `pos..pos+T`) against the
     /// cache rows `0..pos+T`. q `[T, H*D]`; k_cache, v_cache `[ctx, Hkv*D]`; out `[T, H*D]`.

@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use session::{LayerState, Session, Snapshot, SnapshotLayer};
 
-use crate::backend::{Backend, DType, Pos, StepMode, Tensor, NON_FINITE};
+use crate::backend::{AttnPrep, Backend, DType, GdnGates, Pos, StepMode, Tensor, NON_FINITE};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::model::weights::{AttnWeights, Ffn, GdnWeights, Mixer};
@@ -482,13 +482,21 @@ impl Model {
     fn gdn(&self, w: &GdnWeights, conv: &Tensor, delta: &Tensor, sc: &Scratch, mode: DeltaMode) -> Result<()> {
         let be = self.backend.as_ref();
         let dims = self.config.gdn;
-        be.matmul(&w.qkv, &sc.xn, &sc.qkv)?;
-        be.matmul(&w.gate, &sc.xn, &sc.z)?;
-        be.matmul(&w.beta, &sc.xn, &sc.b)?;
-        be.matmul(&w.alpha, &sc.xn, &sc.a)?;
-        be.gdn_gates(&sc.a, &sc.b, &w.ssm_a, &w.dt_bias, &sc.g, &sc.beta)?;
+        be.matmul_group(
+            &[&w.qkv, &w.gate, &w.beta, &w.alpha],
+            &sc.xn,
+            &[&sc.qkv, &sc.z, &sc.b, &sc.a],
+        )?;
+        let gates = GdnGates {
+            a: &sc.a,
+            b: &sc.b,
+            ssm_a: &w.ssm_a,
+            dt_bias: &w.dt_bias,
+            g: &sc.g,
+            beta: &sc.beta,
+        };
         // HF's kernel uses a fixed 1e-6 for the q/k L2 norm (spec/MODEL.md §4.1).
-        be.conv1d_silu_l2qk(&sc.qkv, &w.conv1d, conv, &sc.conv_out, dims, 1e-6)?;
+        be.gdn_conv_gates(&sc.qkv, &w.conv1d, conv, &sc.conv_out, dims, 1e-6, gates)?;
         match mode {
             DeltaMode::Chunked => be.delta_rule_chunked(&sc.conv_out, &sc.g, &sc.beta, delta, &sc.o, dims)?,
             _ => be.delta_rule_recurrent(&sc.conv_out, &sc.g, &sc.beta, delta, &sc.o, dims)?,
@@ -503,15 +511,19 @@ impl Model {
         let cfg = &self.config;
         let dims = cfg.attn;
         let hd = dims.head_dim;
-        be.matmul(&w.q, &sc.xn, &sc.qg)?;
-        be.matmul(&w.k, &sc.xn, &sc.k)?;
-        be.matmul(&w.v, &sc.xn, &sc.v)?;
-        be.split_qgate(&sc.qg, hd, &sc.q, &sc.gate)?;
-        be.rms_norm(&sc.q, &w.q_norm, cfg.eps, &sc.q_normed)?;
-        be.rms_norm(&sc.k, &w.k_norm, cfg.eps, &sc.k_normed)?;
-        be.rope_neox(&sc.q_normed, hd, cfg.n_rot, cfg.rope_theta, pos)?;
-        be.rope_neox(&sc.k_normed, hd, cfg.n_rot, cfg.rope_theta, pos)?;
-        be.kv_store(&sc.k_normed, &sc.v, kc, vc, pos)?;
+        be.matmul_group(&[&w.q, &w.k, &w.v], &sc.xn, &[&sc.qg, &sc.k, &sc.v])?;
+        let prep = AttnPrep {
+            qg: &sc.qg,
+            k: &sc.k,
+            v: &sc.v,
+            q_norm: &w.q_norm,
+            k_norm: &w.k_norm,
+            q: &sc.q,
+            gate: &sc.gate,
+            q_normed: &sc.q_normed,
+            k_normed: &sc.k_normed,
+        };
+        be.attn_qk_prep(prep, hd, cfg.n_rot, cfg.rope_theta, cfg.eps, kc, vc, pos)?;
         let scale = 1.0 / (hd as f32).sqrt();
         be.attention(&sc.q_normed, kc, vc, pos, dims, scale, &sc.att)?;
         be.sigmoid_mul_assign(&sc.att, &sc.gate)?;
@@ -540,11 +552,10 @@ impl Model {
                 let shared = sc.shared_out.as_ref().ok_or_else(missing)?;
                 let sg = sc.shared_gate.as_ref().ok_or_else(missing)?;
                 let m = self.config.moe.as_ref().ok_or_else(missing)?;
-                be.matmul(router, &sc.xn, logits)?;
+                be.matmul_group(&[router, shexp_gate], &sc.xn, &[logits, sg])?;
                 be.moe_route(logits, m.n_expert_used, m.weights_scale, ids, wts)?;
                 be.moe_experts(&sc.xn, gate_exps, up_exps, down_exps, ids, wts, &sc.mix)?;
                 self.swiglu_mlp(gate_sh, up_sh, down_sh, sc, shared)?;
-                be.matmul(shexp_gate, &sc.xn, sg)?;
                 be.sigmoid_scale_add(&sc.mix, shared, sg)
             }
         }

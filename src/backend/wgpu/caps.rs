@@ -19,6 +19,12 @@
 //! the tensor-core kernel's tiling and f16 staging with the matrix products done by plain code,
 //! so a machine without cooperative matrices (lavapipe) still checks everything but the
 //! cooperative built-ins themselves.
+//!
+//! Shaders are compiled without the checks naga would add (index clamps on every array and
+//! buffer access, a counter in every loop): they are this crate's own code, every loop is
+//! bounded by its parameters and every index is in range by construction, and Vulkan's robust
+//! buffer access still guards the buffers. `RILL_WGPU_SHADER_CHECKS=1` puts the checks back (to
+//! tell a kernel bug from a driver one, and so tests run both ways).
 
 use crate::backend::Precision;
 
@@ -60,6 +66,8 @@ pub(crate) struct Caps {
     pub mv_lanes: u32,
     /// Dispatches per submission.
     pub submit_every: u32,
+    /// Compile shaders with naga's runtime checks (bounds clamps, loop counters).
+    pub shader_checks: bool,
 }
 
 /// Defaults of the tuning knobs, and the most dispatches one submission may hold (its
@@ -86,6 +94,8 @@ pub(crate) struct Overrides {
     pub mv_rows: Option<u32>,
     pub mv_lanes: Option<u32>,
     pub submit_every: Option<u32>,
+    /// `RILL_WGPU_SHADER_CHECKS=1`: compile shaders with naga's runtime checks.
+    pub shader_checks: bool,
 }
 
 fn env_flag(name: &str) -> bool {
@@ -106,6 +116,7 @@ impl Overrides {
             mv_rows: env_num("RILL_WGPU_MV_ROWS").and_then(|v| u32::try_from(v).ok()),
             mv_lanes: env_num("RILL_WGPU_MV_LANES").and_then(|v| u32::try_from(v).ok()),
             submit_every: env_num("RILL_WGPU_SUBMIT_EVERY").and_then(|v| u32::try_from(v).ok()),
+            shader_checks: env_flag("RILL_WGPU_SHADER_CHECKS"),
         }
     }
 }
@@ -201,6 +212,7 @@ impl Caps {
             submit_every: ov
                 .submit_every
                 .map_or(SUBMIT_EVERY_DEFAULT, |n| n.clamp(1, SUBMIT_EVERY_MAX)),
+            shader_checks: ov.shader_checks,
         }
     }
 
@@ -215,7 +227,7 @@ impl Caps {
     /// One line for `rill bench` and logs.
     pub fn describe(&self) -> String {
         format!(
-            "reductions {}, prefill {}, binding limit {} MiB{}",
+            "reductions {}, prefill {}, binding limit {} MiB{}{}",
             if self.subgroups { "subgroup" } else { "workgroup-memory" },
             match self.coop {
                 Coop::Off => "f32 tiles",
@@ -233,6 +245,11 @@ impl Caps {
                     ", matvec workgroup {} rows {} lanes {}, submit every {}",
                     self.mv_wg, self.mv_rows, self.mv_lanes, self.submit_every
                 )
+            },
+            if self.shader_checks {
+                ", shader runtime checks on"
+            } else {
+                ""
             }
         )
     }

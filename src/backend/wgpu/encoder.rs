@@ -426,10 +426,18 @@ impl<'a> Encoder<'a> {
             bind_group_layouts: &[Some(&layout)],
             immediate_size: 0,
         });
-        let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
+        let desc = wgpu::ShaderModuleDescriptor {
             label: Some(&label),
             source: wgpu::ShaderSource::Wgsl(src.into()),
-        });
+        };
+        let module = if be.caps.shader_checks {
+            dev.create_shader_module(desc)
+        } else {
+            // SAFETY: the kernels are this crate's own WGSL (`kernels.rs`): every loop is bounded
+            // by its parameters and every index is in range by construction, which the op tests
+            // check against the CPU reference with and without naga's checks (caps.rs).
+            unsafe { dev.create_shader_module_trusted(desc, wgpu::ShaderRuntimeChecks::unchecked()) }
+        };
         let pipeline = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(&label),
             layout: Some(&pl),
