@@ -225,12 +225,11 @@ profile() { # SHAPE QUANT TAG CAP [rill bench args...]
 }
 profile qwen3.5-9b q4_k_m decode 40 -p "" -n 32
 profile qwen3.5-35b-a3b q4_k_m decode 40 -p "" -n 32
-# The tuning knobs (src/backend/wgpu/caps.rs) against the defaults (fused decode dispatches on,
-# matvec workgroup 128, submit every 64): 9B q4_k_m decode.
+# The fused decode dispatches off (RILL_WGPU_FUSE=0) and shaders compiled with naga's runtime
+# checks (RILL_WGPU_SHADER_CHECKS=1) against the defaults, and the submission knob
+# (src/backend/wgpu/caps.rs; default every 64): 9B q4_k_m decode.
 RILL_WGPU_FUSE=0 bench qwen3.5-9b q4_k_m nofuse 30 -p "" -n 64 -r 1
-RILL_WGPU_MV_WG=64 bench qwen3.5-9b q4_k_m mv64 30 -p "" -n 64 -r 1
-RILL_WGPU_MV_WG=256 bench qwen3.5-9b q4_k_m mv256 30 -p "" -n 64 -r 1
-RILL_WGPU_SUBMIT_EVERY=16 bench qwen3.5-9b q4_k_m submit16 30 -p "" -n 64 -r 1
+RILL_WGPU_SHADER_CHECKS=1 bench qwen3.5-9b q4_k_m checks 30 -p 102 -n 64 -r 1
 RILL_WGPU_SUBMIT_EVERY=256 bench qwen3.5-9b q4_k_m submit256 30 -p "" -n 64 -r 1
 save
 # After the numbers: the plain path's tests (the kernels browsers run), then its speed.
