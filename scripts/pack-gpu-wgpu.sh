@@ -13,7 +13,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-tests=(device_ops device_linear device_moe device_delta device_pieces device_fast e2e_fixtures prefix_cache)
+tests=(device_ops device_linear device_moe device_delta device_pieces device_wgpu_fused device_fast e2e_fixtures
+    prefix_cache)
 
 echo "building rill and the wgpu test executables" >&2
 cargo build --release --bin rill

@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::device::{pos_on, Both, Side};
+use common::device::{pos_on, Both, Side, GDN_ODD, GDN_REAL};
 use common::*;
 use rill::backend::{AttnDims, DType, GdnDims, Pos, NON_FINITE};
 
@@ -299,19 +299,6 @@ fn rms_norms_match() {
     }
 }
 
-const GDN_REAL: GdnDims = GdnDims {
-    hk: 2,
-    hv: 4,
-    dk: 128,
-    dv: 128,
-};
-const GDN_ODD: GdnDims = GdnDims {
-    hk: 3,
-    hv: 3,
-    dk: 5,
-    dv: 7,
-};
-
 #[test]
 fn l2_norm_qk_matches() {
     for p in Both::each() {
@@ -418,37 +405,7 @@ fn conv1d_silu_l2qk_matches() {
                     be.conv1d_silu_l2qk(x.on(s), w.on(s), state.on(s), out.on(s), dims, 1e-6)
                 });
                 p.check(&format!("{what} state"), &state, 0.0, 0.0);
-                // Error model: the conv output is within 1e-6 + 1e-5 relative of the CPU's (test
-                // above); normalising a q or k head divides those errors, and the 1e-5 relative
-                // error of its norm, by the head's norm, so they are relative to the normalised
-                // head's norm |y|; the normalisation adds its own 2e-5 (l2_norm_qk test above).
-                // Hence |error| <= 4e-5 |y| per element of a q or k head; v is the plain conv.
-                let (got, want) = p.read(&out);
-                let kd2 = 2 * dims.key_dim();
-                for r in 0..t {
-                    let row = r * cd;
-                    for (h, (gh, wh)) in got[row..row + kd2]
-                        .chunks(dims.dk)
-                        .zip(want[row..row + kd2].chunks(dims.dk))
-                        .enumerate()
-                    {
-                        let norm = wh.iter().map(|v| v * v).sum::<f32>().sqrt();
-                        assert_close(
-                            &format!("{} {what} row {r} head {h}", p.name()),
-                            gh,
-                            wh,
-                            4e-5 * norm,
-                            0.0,
-                        );
-                    }
-                    assert_close(
-                        &format!("{} {what} row {r} v", p.name()),
-                        &got[row + kd2..row + cd],
-                        &want[row + kd2..row + cd],
-                        1e-6,
-                        1e-5,
-                    );
-                }
+                p.check_conv_l2qk(&what, &out, dims, t);
             }
         }
     }

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use rill::backend::{Backend, DType, Pos, Tensor};
+use rill::backend::{Backend, DType, GdnDims, Pos, Tensor};
 
 use super::{assert_close, cpu, device_backends_every_tier, is_fast, rel_l2, tagged, FAST_REL_L2};
 
@@ -131,6 +131,58 @@ impl Both {
             "{} {what}: rel L2 {e:.2e} > {FAST_REL_L2}",
             self.name()
         );
+    }
+}
+
+/// Gated DeltaNet dims of the op tests: Qwen3.5's heads (q/k head dim 128), and odd ones.
+pub const GDN_REAL: GdnDims = GdnDims {
+    hk: 2,
+    hv: 4,
+    dk: 128,
+    dv: 128,
+};
+pub const GDN_ODD: GdnDims = GdnDims {
+    hk: 3,
+    hv: 3,
+    dk: 5,
+    dv: 7,
+};
+
+impl Both {
+    /// The output `[t, conv_dim]` of the fused conv + q/k L2 norm (`conv1d_silu_l2qk`,
+    /// `gdn_conv_gates`) against the CPU's. Error model: the conv output is within 1e-6 + 1e-5
+    /// relative of the CPU's (tests/device_ops.rs conv1d_matches_and_carries_state); normalising
+    /// a q or k head divides those errors, and the 1e-5 relative error of its norm, by the head's
+    /// norm, so they are relative to the normalised head's norm |y|; the normalisation adds its
+    /// own 2e-5 (l2_norm_qk_matches). Hence |error| <= 4e-5 |y| per element of a q or k head; v
+    /// is the plain conv.
+    pub fn check_conv_l2qk(&self, what: &str, out: &Pt, dims: GdnDims, t: usize) {
+        let (got, want) = self.read(out);
+        let (cd, kd2) = (dims.conv_dim(), 2 * dims.key_dim());
+        for r in 0..t {
+            let row = r * cd;
+            for (h, (gh, wh)) in got[row..row + kd2]
+                .chunks(dims.dk)
+                .zip(want[row..row + kd2].chunks(dims.dk))
+                .enumerate()
+            {
+                let norm = wh.iter().map(|v| v * v).sum::<f32>().sqrt();
+                assert_close(
+                    &format!("{} {what} row {r} head {h}", self.name()),
+                    gh,
+                    wh,
+                    4e-5 * norm,
+                    0.0,
+                );
+            }
+            assert_close(
+                &format!("{} {what} row {r} v", self.name()),
+                &got[row + kd2..row + cd],
+                &want[row + kd2..row + cd],
+                1e-6,
+                1e-5,
+            );
+        }
     }
 }
 
