@@ -37,14 +37,6 @@ __device__ __forceinline__ void put(float* out, __half* out16, size_t i, float v
     if (out16 != nullptr) out16[i] = __float2half_rn(v);
 }
 
-// 1 / sqrt(sum(x^2)/d + eps) over the group at x.
-__device__ __forceinline__ float rms_scale(const float* x, int d, float eps, float* sh) {
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) ss = fmaf(x[i], x[i], ss);
-    ss = block_sum(ss, sh);
-    return 1.0f / sqrtf(ss / (float)d + eps);
-}
-
 // out = rms_norm(x; w). Slots: p0 x, p1 w [d], p2 out, p6 f16 out or 0, p7 prepared out or 0; n0 d;
 // f0 eps. Grid: groups.
 KERNEL void rms_norm(const Args a) {

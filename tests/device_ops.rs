@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::device::{pos_on, Both, Side, GDN_ODD, GDN_REAL};
+use common::device::{pos_on, Both, Side, Steps, GDN_ODD, GDN_REAL};
 use common::*;
 use rill::backend::{AttnDims, DType, GdnDims, Pos, NON_FINITE};
 
@@ -805,47 +805,14 @@ fn recorded_step_replays_at_new_positions() {
             be.kv_store(kv.on(s), kv.on(s), kc.on(s), vc.on(s), at)?;
             be.attention(xn.on(s), kc.on(s), vc.on(s), at, dims, 0.125, att.on(s))
         };
-        let key = 0x5eed;
-        let (recorded, replays) = (std::cell::Cell::new(false), std::cell::Cell::new(0));
+        let (key, steps) = (0x5eed, Steps::default());
         for step in 0..ctx {
             let token = (step * 7 + 3) as u32 % vocab as u32;
-            p.run("recorded step", |be, s| {
-                be.write_u32(ids.on(s), &[token])?;
-                be.write_u32(pos.on(s), &[step as u32])?;
-                let mode = be.step_begin(key)?;
-                if s == Side::Dev {
-                    match mode {
-                        StepMode::Record => recorded.set(true),
-                        StepMode::Replayed => replays.set(replays.get() + 1),
-                        StepMode::Run => {}
-                    }
-                }
-                let r = if mode == StepMode::Replayed {
-                    Ok(())
-                } else {
-                    ops(
-                        be,
-                        s,
-                        Pos {
-                            host: step,
-                            dev: pos.on(s),
-                        },
-                    )
-                };
-                be.step_end(key, r.is_ok())?;
-                r
-            });
+            p.step(&steps, key, &ids, token, &pos, step, ops);
             p.check(&format!("step {step}: attention"), &att, 5e-6, 1e-4);
             p.check(&format!("step {step}: k cache"), &kc, 1e-6, 1e-5);
         }
-        // Later steps replay, unless a test beside this one replaced a buffer the recording
-        // binds (it is then dropped and made again): at least one of seven must.
-        assert!(
-            !recorded.get() || replays.get() >= 1,
-            "{}: recorded, but none of {} steps replayed",
-            p.name(),
-            ctx - 1
-        );
+        p.assert_replayed(&steps, ctx);
         // A step that failed is not kept: the next call with its key records again.
         let g = p.dev.as_ref();
         if g.step_begin(key + 1).expect("step_begin") == StepMode::Record {

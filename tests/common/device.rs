@@ -2,9 +2,10 @@
 //! into this build, at every precision tier it has, and compares it with the CPU reference backend
 //! on the same inputs (ops a fast tier changes are judged at that tier: `Both::fast`).
 
+use std::cell::Cell;
 use std::sync::Arc;
 
-use rill::backend::{Backend, DType, GdnDims, Pos, Tensor};
+use rill::backend::{Backend, DType, GdnDims, Pos, StepMode, Tensor};
 
 use super::{assert_close, cpu, device_backends_every_tier, is_fast, rel_l2, tagged, FAST_REL_L2};
 
@@ -201,5 +202,62 @@ impl Both {
         }
         op(self.cpu.as_ref(), Side::Cpu).unwrap_or_else(|e| panic!("cpu {what}: {e}"));
         true
+    }
+}
+
+/// What a device backend did with a sequence of `Both::step`s.
+#[derive(Default)]
+pub struct Steps {
+    recorded: Cell<bool>,
+    replays: Cell<usize>,
+}
+
+impl Both {
+    /// One decode-like step on both backends: `token` written to `ids` and `step` to the position
+    /// tensor `pos`, then `ops` at that position between `step_begin(key)` and `step_end`, unless
+    /// the backend replays its recording of the step, which must then read the token and the
+    /// position from their device tensors, as the executor's steps do.
+    #[allow(clippy::too_many_arguments)]
+    pub fn step(
+        &self,
+        steps: &Steps,
+        key: u64,
+        ids: &Pt,
+        token: u32,
+        pos: &Pt,
+        step: usize,
+        ops: impl Fn(&dyn Backend, Side, Pos) -> rill::Result<()>,
+    ) {
+        self.run("recorded step", |be, s| {
+            be.write_u32(ids.on(s), &[token])?;
+            be.write_u32(pos.on(s), &[u32::try_from(step).expect("position fits u32")])?;
+            let mode = be.step_begin(key)?;
+            if s == Side::Dev {
+                match mode {
+                    StepMode::Record => steps.recorded.set(true),
+                    StepMode::Replayed => steps.replays.set(steps.replays.get() + 1),
+                    StepMode::Run => {}
+                }
+            }
+            let r = if mode == StepMode::Replayed {
+                Ok(())
+            } else {
+                ops(be, s, pos_on(step, pos, s))
+            };
+            be.step_end(key, r.is_ok())?;
+            r
+        });
+    }
+
+    /// After `n` steps: a backend that recorded must have replayed later steps, unless a test
+    /// beside this one replaced a buffer the recording binds (it is then dropped and made again):
+    /// at least one of the `n - 1` must.
+    pub fn assert_replayed(&self, steps: &Steps, n: usize) {
+        assert!(
+            !steps.recorded.get() || steps.replays.get() >= 1,
+            "{}: recorded, but none of {} steps replayed",
+            self.name(),
+            n - 1
+        );
     }
 }

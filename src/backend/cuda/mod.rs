@@ -38,7 +38,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
 use crate::backend::{
-    AttnDims, Backend, BackendOptions, DType, GdnDims, Pos, Precision, ReadFuture, StepMode, Tensor, WeightData,
+    AttnDims, AttnPrep, Backend, BackendOptions, DType, GdnDims, GdnGates, Pos, Precision, ReadFuture, StepMode,
+    Tensor, WeightData,
 };
 use crate::error::Result;
 use driver::{cuda_err, Device, Stream};
@@ -344,6 +345,18 @@ impl Backend for CudaBackend {
     ) -> Result<()> {
         ops::conv::conv1d_silu_l2qk(&self.inner, x, w, state, out, dims, eps)
     }
+    fn gdn_conv_gates(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        state: &Tensor,
+        out: &Tensor,
+        dims: GdnDims,
+        eps: f32,
+        gates: GdnGates<'_>,
+    ) -> Result<()> {
+        ops::conv::gdn_conv_gates(&self.inner, x, w, state, out, dims, eps, gates)
+    }
     fn gdn_gates(
         &self,
         a: &Tensor,
@@ -391,6 +404,19 @@ impl Backend for CudaBackend {
     }
     fn kv_store(&self, k: &Tensor, v: &Tensor, k_cache: &Tensor, v_cache: &Tensor, pos: Pos) -> Result<()> {
         ops::attention::kv_store(&self.inner, k, v, k_cache, v_cache, pos)
+    }
+    fn attn_qk_prep(
+        &self,
+        a: AttnPrep<'_>,
+        head_dim: usize,
+        n_rot: usize,
+        theta: f32,
+        eps: f32,
+        k_cache: &Tensor,
+        v_cache: &Tensor,
+        pos: Pos,
+    ) -> Result<()> {
+        ops::attention::attn_qk_prep(&self.inner, a, head_dim, n_rot, theta, eps, k_cache, v_cache, pos)
     }
     fn attention(
         &self,
