@@ -58,9 +58,12 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 #endif
 }
 
-// The block's dynamic shared memory as an array of T (dev/cuda/host_shim.h provides it on the CPU).
+// The block's dynamic shared memory as an array of T (dev/cuda/host_shim.h provides it on the CPU,
+// and dev/cuda/emu/pf_emu.h on its emulator).
 #ifdef __CUDACC__
 #define DYNAMIC_SMEM(T, name) extern __shared__ T name[]
+#elif defined(PF_EMU)
+#define DYNAMIC_SMEM(T, name) T* name = reinterpret_cast<T*>(::pf_emu::dyn_smem())
 #endif
 
 // ---------------------------------------------------------------------------------------------

@@ -70,6 +70,14 @@ fn swiglu_and_sigmoid_ops() {
             p.run("sigmoid_mul_assign", |be, s| be.sigmoid_mul_assign(x.on(s), g.on(s)));
             p.check(&format!("sigmoid_mul_assign n={n}"), &x, 1e-6, 1e-5);
         }
+        // Token rows (the decode shape runs one block per row on CUDA).
+        for (t, d) in [(1usize, 4096usize), (3, 513), (4, 2048), (5, 300)] {
+            let gate = rng.normals(t * d, 4.0);
+            let g = p.up(&gate, &[t, d]);
+            let x = p.up(&rng.normals(t * d, 1.0), &[t, d]);
+            p.run("sigmoid_mul_assign", |be, s| be.sigmoid_mul_assign(x.on(s), g.on(s)));
+            p.check(&format!("sigmoid_mul_assign t={t} d={d}"), &x, 1e-6, 1e-5);
+        }
         for t in TS {
             for d in [1usize, 37, 2048] {
                 let acc = p.up(&rng.normals(t * d, 1.0), &[t, d]);

@@ -615,6 +615,44 @@ static void test_norms() {
             if (with16) expect_f16("add_rms_norm" + tag);
         }
     }
+    // The decode shapes (src/backend/cuda/ops/norm.rs): gated_rms_norm_rows, one block per token row
+    // of heads x d values, a warp per head (d up to 1024: 1 to 32 values per lane, 1 to 32 heads
+    // per warp), and sigmoid_mul_rows (in place). Their prepared copies are checked on the other
+    // emulator (dev/cuda/emu/mvtc_checks.cpp); this host build leaves those slots zero.
+    for (auto [heads, d] : {std::pair{32, 128}, {3, 128}, {5, 257}, {2, 1024}, {40, 7}}) {
+        const int T = 3, n = heads * d;
+        const int bs = std::max(std::clamp((n + 31) / 32 * 32, 32, 256), std::clamp(((n + 3) / 4 + 31) / 32 * 32, 32, 1024));
+        auto x = normals((size_t)T * n, 2.0f), z = normals((size_t)T * n), w = normals(d), g = normals((size_t)T * n, 4.0f);
+        Buf X = Buf::of(x), Z = Buf::of(z), W = Buf::of(w), O(4 * x.size()), G = Buf::of(g);
+        std::vector<double> want(x.size()), wants(x.size());
+        for (int r = 0; r < T * heads; ++r) {
+            double ss = 0;
+            for (int i = 0; i < d; ++i) ss += (double)x[(size_t)r * d + i] * x[(size_t)r * d + i];
+            const double sc = 1 / std::sqrt(ss / d + 1e-6);
+            for (int i = 0; i < d; ++i) {
+                const size_t k = (size_t)r * d + i;
+                want[k] = x[k] * sc * w[i] * silu(z[k]);
+            }
+        }
+        for (size_t k = 0; k < x.size(); ++k) wants[k] = x[k] / (1 + std::exp(-(double)g[k]));
+        const std::string tag = " heads " + std::to_string(heads) + " d " + std::to_string(d) + " threads " + std::to_string(bs);
+        Args a = args();
+        a.p[0] = X.addr();
+        a.p[1] = Z.addr();
+        a.p[2] = W.addr();
+        a.p[3] = O.addr();
+        a.n[0] = d;
+        a.n[1] = n;
+        a.f[0] = 1e-6f;
+        emu_launch(gated_rms_norm_rows, Dim3{(unsigned)T, 1, 1}, bs, 0, a);
+        expect("gated_rms_norm_rows" + tag, O.get<float>(x.size()), want, 1e-6, 1e-5);
+        Args b = args();
+        b.p[0] = X.addr();
+        b.p[1] = G.addr();
+        b.n[1] = n;
+        emu_launch(sigmoid_mul_rows, Dim3{(unsigned)T, 1, 1}, bs, 0, b);
+        expect("sigmoid_mul_rows" + tag, X.get<float>(x.size()), wants, 1e-7, 1e-6);
+    }
 }
 
 // conv1d + SiLU, alone and fused with the q/k L2 norm (and with the delta-rule gates, which must

@@ -442,6 +442,8 @@ static void dev_free(T* p) {
 #define gridDim (::pf_emu::g.grid_dim)
 
 inline void __syncthreads() { ::pf_emu::syncthreads(); }
+// All 32 lanes of the warp meet (a warp barrier; the kernels here call it with the full mask).
+inline void __syncwarp(unsigned = 0xffffffffu) { ::pf_emu::warp_barrier(); }
 inline float __expf(float x) { return expf(x); }
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline int atomicAdd(int* p, int v) {

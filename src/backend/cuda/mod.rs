@@ -67,9 +67,9 @@ pub(crate) struct Inner {
     /// f16 copies of activations (`shadow.rs`) and whether any is held.
     shadows: Mutex<shadow::Shadows>,
     shadows_live: AtomicBool,
-    /// A Q4_K product has run on the tensor cores (`ops/matvec_tc.rs`): from then on the decode
-    /// RMSNorms prepare their output for it (a model without Q4_K weights never pays for that).
-    tc_q4k_seen: AtomicBool,
+    /// The layouts the tensor-core decode products have read from each kind of producer kernel's
+    /// outputs (`ops/matvec_tc.rs`): what those kernels prepare themselves from then on.
+    tc_learned: ops::matvec_tc::Learned,
     next_id: AtomicU64,
     /// Declared last: dropped (the context released) after everything above.
     dev: Device,
@@ -162,7 +162,7 @@ impl CudaBackend {
             fast: opts.precision == Precision::Fast,
             shadows: Mutex::new(shadow::Shadows::default()),
             shadows_live: AtomicBool::new(false),
-            tc_q4k_seen: AtomicBool::new(false),
+            tc_learned: ops::matvec_tc::Learned::default(),
             next_id: AtomicU64::new(1),
             dev,
         };

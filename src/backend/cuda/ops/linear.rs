@@ -363,6 +363,7 @@ pub(crate) fn matmul(inner: &Inner, w: &Tensor, x: &Tensor, out: &Tensor) -> Res
     let op = "matmul";
     let d = check::matmul(w, x, out)?;
     let wt = weight(op, w, d.n_out, d.n_in)?;
+    matvec_tc::read_by(inner, x, wt.ty, d.n_in);
     let op_ = ptr(out, op)?;
     if let Some(g) = (d.n_out > MATVEC_MAX_N_OUT)
         .then(|| wt.gemm(inner, d.t, d.n_in))
@@ -452,6 +453,8 @@ pub(crate) fn matmul_swiglu(
     let op = "matmul_swiglu";
     let d = check::matmul_swiglu(w_gate, w_up, x, gate_tmp, up_tmp, out)?;
     let (g, u) = (weight(op, w_gate, d.n_out, d.n_in)?, weight(op, w_up, d.n_out, d.n_in)?);
+    matvec_tc::read_by(inner, x, g.ty, d.n_in);
+    matvec_tc::read_by(inner, x, u.ty, d.n_in);
     if d.t <= MATVEC_MAX_T && w_gate.dtype == w_up.dtype && d.n_in > 0 {
         let m = Mv::dense(&g, Some(&u), x, ptr(out, op)?, d)?;
         return run_mv(inner, op, &m, &[w_gate, w_up, x], &[out]);
@@ -510,6 +513,8 @@ pub(crate) fn moe_experts(
     let g = weight(op, gate_exps, e * f, d)?;
     let u = weight(op, up_exps, e * f, d)?;
     let dn = weight(op, down_exps, e * d, f)?;
+    matvec_tc::read_by(inner, x, g.ty, d);
+    matvec_tc::read_by(inner, x, u.ty, d);
     if let (Some(gg), Some(ug), Some(dg)) = (g.gemm(inner, t, d), u.gemm(inner, t, d), dn.gemm(inner, t, f)) {
         if super::moe::groups_fit(&m) {
             let _ws = inner.workspaces()?;
