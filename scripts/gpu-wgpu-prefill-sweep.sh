@@ -16,14 +16,16 @@
 # or after scripts/gpu-wgpu.sh in the same call (it reuses the model that script left in
 # $MODELS). Keeps to SWEEP_BUDGET_S (default 560 s; a variant that no longer fits is skipped and
 # says so). Writes $OUT/prefill-sweep.txt (the table, the profiles' matmul lines) and
-# $OUT/prefill-sweep-logs.tar.gz. SWEEP_MODEL=FILE sweeps another model; SWEEP_VARIANTS="a b"
-# picks variants by name (see `variants` below); RILL_GPU_SETUP=0 as in scripts/gpu-wgpu.sh
-# (e.g. a dry run on lavapipe: RILL_GPU_SETUP=0 RILL_WGPU_ADAPTER=llvmpipe RILL_WGPU_COOP_EMULATE=1
-# SWEEP_MODEL=tests/fixtures/tiny-dense.Q4_K_M.gguf).
+# $OUT/prefill-sweep-logs.tar.gz. SWEEP_MODEL=FILE sweeps another model, SWEEP_PROMPT=N another
+# prompt length; SWEEP_VARIANTS="a b" picks variants by name (see `variants` below);
+# RILL_GPU_SETUP=0 as in scripts/gpu-wgpu.sh (e.g. a dry run on lavapipe: RILL_GPU_SETUP=0
+# RILL_WGPU_ADAPTER=llvmpipe RILL_WGPU_COOP_EMULATE=1 SWEEP_MODEL=tests/fixtures/tiny-dense.Q4_K_M.gguf
+# SWEEP_PROMPT=70).
 set -u
 cd "$(dirname "$0")/.."
 t0=$SECONDS
 BUDGET=${SWEEP_BUDGET_S:-560}
+PROMPT=${SWEEP_PROMPT:-512}
 OUT=${OUT:-$PWD/out}
 MODELS=${MODELS:-/tmp/rill-models}
 mkdir -p "$OUT" "$MODELS"
@@ -55,9 +57,9 @@ variants=(
 )
 wanted() { [ -z "${SWEEP_VARIANTS:-}" ] || [[ " $SWEEP_VARIANTS " == *" $1 "* ]]; }
 {
-    echo "prefill tensor-core kernel sweep: commit $(cat .gpu-wgpu/commit), $(basename "$model"), pp512 --precision fast"
+    echo "prefill tensor-core kernel sweep: commit $(cat .gpu-wgpu/commit), $(basename "$model"), pp$PROMPT --precision fast"
     echo
-    echo "| variant | device_fast | pp512 t/s | matmul GPU s (profile) | prefill (as the backend reports it) |"
+    echo "| variant | device_fast | pp$PROMPT t/s | matmul GPU s (profile) | prefill (as the backend reports it) |"
     echo "|---|---|---|---|---|"
 } >"$table"
 # The sum of the profile's matmul* lines (seconds, the 4th field) and the top lines.
@@ -81,17 +83,17 @@ for v in "${variants[@]}"; do
     tst=$?
     tres=$(grep -E '^test result:' "$logs/test-device_fast-$tag.log" | tail -1 | sed 's/^test result: //; s/;.*//')
     # shellcheck disable=SC2086
-    env $envs timeout -k 5 45 "$rill" bench -m "$model" --backend wgpu --precision fast -p 512 -n 0 -r 2 \
+    env $envs timeout -k 5 45 "$rill" bench -m "$model" --backend wgpu --precision fast -p "$PROMPT" -n 0 -r 2 \
         >"$logs/bench-$tag.log" 2>&1
     st=$?
-    tps=$(sed -n 's/^pp512: \([0-9.]*\) .*/\1/p' "$logs/bench-$tag.log" | tail -1)
+    tps=$(sed -n "s/^pp$PROMPT: \([0-9.]*\) .*/\1/p" "$logs/bench-$tag.log" | tail -1)
     what=$(grep -o -m1 'prefill [^(,]*\(([^)]*)\)\?' "$logs/bench-$tag.log" | head -1)
     p="$logs/profile-$tag.txt"
     secs=""
     if [ "$(left)" -ge 90 ]; then
         # shellcheck disable=SC2086
         env RILL_PROFILE=1 $envs timeout -k 5 40 "$rill" bench -m "$model" --backend wgpu --precision fast \
-            -p 512 -n 0 -r 1 --no-warmup >"$p" 2>&1
+            -p "$PROMPT" -n 0 -r 1 --no-warmup >"$p" 2>&1
         secs=$(matmul_secs "$p")
     fi
     echo "| $name | ${tres:-exit $tst} | ${tps:-exit $st} | ${secs:--} | ${what:-?} |" >>"$table"
