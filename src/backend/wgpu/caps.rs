@@ -4,7 +4,7 @@
 //! | path | needs | else |
 //! |---|---|---|
 //! | subgroup reductions (`reduce_sg.wgsl`) | `SUBGROUP` | workgroup-memory trees (`reduce_plain.wgsl`) |
-//! | tensor-core prefill (`matmul_coop.wgsl`, f16 inputs) | `EXPERIMENTAL_COOPERATIVE_MATRIX` with a 16x16x16 f16 -> f32 configuration, `SHADER_F16`, `SUBGROUP`, and `Precision::Fast` | the f32 tiled kernel |
+//! | tensor-core prefill (`matmul_coop.wgsl`, or `matmul_coop2.wgsl` with `RILL_WGPU_COOP=2`; f16 inputs) | `EXPERIMENTAL_COOPERATIVE_MATRIX` with a 16x16x16 f16 -> f32 configuration, `SHADER_F16`, `SUBGROUP`, and `Precision::Fast` | the f32 tiled kernel |
 //! | per-dispatch GPU timestamps (`RILL_PROFILE=1`) | `TIMESTAMP_QUERY_INSIDE_PASSES` | a submit-and-wait wall clock per dispatch |
 //! | `matmul_group` of up to 4 (3) same-format products in one decode dispatch (`matvec_group.wgsl`) | 9 (7) storage buffers per stage | one dispatch per product |
 //! | `gdn_conv_gates` in one dispatch (`gdn_conv_gates.wgsl`) | 10 storage buffers per stage | `gdn_gates` + `conv1d_silu_l2qk` |
@@ -18,6 +18,15 @@
 //! default 64). Values the kernels do not take keep the default. `RILL_WGPU_FUSE=0` turns the
 //! fused decode dispatches of the table above off (one dispatch per product and per step, as
 //! before them), to measure what they gain.
+//!
+//! The tensor-core prefill kernel (`scripts/gpu-wgpu-prefill-sweep.sh`): `RILL_WGPU_COOP` picks
+//! it (1: `matmul_coop.wgsl`, 64 x 64 tiles; 2: `matmul_coop2.wgsl`; default `COOP_KERNEL_DEFAULT`),
+//! and for the second `RILL_WGPU_COOP_TILE=RxTxK[/SRxST]` its geometry (output rows x tokens per
+//! workgroup, k step, and optionally each subgroup's piece, 64x32 or 32x64: see `CoopTile`;
+//! default 128x64x32), `RILL_WGPU_COOP_BUF` its staging buffers (2: double-buffered k steps, one
+//! barrier each; 1: one buffer, two barriers; default 2) and `RILL_WGPU_COOP_DIRECT=0` stores full
+//! tiles through workgroup memory like the edges instead of straight from the accumulators. A
+//! geometry the kernel or the device does not take keeps the default.
 //!
 //! `RILL_WGPU_PLAIN=1` forces every plain path (what the browser runs: wgpu's web backend has no
 //! subgroups), so tests cover both on one machine; `RILL_WGPU_MAX_STORAGE=N` (at least 8, WebGPU's
@@ -61,12 +70,143 @@ pub(crate) enum Prep {
     One,
 }
 
+/// Which tensor-core prefill kernel `RILL_WGPU_COOP` picks when unset: 1 (`matmul_coop.wgsl`)
+/// until the H200 measures `matmul_coop2.wgsl` faster (scripts/gpu-wgpu-prefill-sweep.sh).
+pub(crate) const COOP_KERNEL_DEFAULT: u32 = 1;
+
+/// The geometry of `matmul_coop2.wgsl` (WGSL `C2_*`, generated in kernels.rs): each workgroup
+/// computes `rows` x `toks` outputs in k steps of `k`, as subgroups of 32 invocations that each
+/// own a `sg_rows` x `sg_toks` piece, eight 16 x 16 accumulators (64 x 32 or 32 x 64).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CoopTile {
+    pub rows: u32,
+    pub toks: u32,
+    pub k: u32,
+    pub sg_rows: u32,
+    pub sg_toks: u32,
+    /// Staging buffers: 2 overlaps one k step's products with the next step's staging (one
+    /// barrier per step), 1 stages in place (two barriers per step).
+    pub bufs: u32,
+    /// Full tiles are stored straight from the accumulators to the output (else through
+    /// workgroup memory, as the edges always are).
+    pub direct: bool,
+}
+
+/// Invocations of a subgroup in `matmul_coop2.wgsl` (NVIDIA's; the cooperative-matrix kernels
+/// assume it).
+const COOP_SUBGROUP: u32 = 32;
+
+impl CoopTile {
+    pub const DEFAULT: CoopTile = CoopTile {
+        rows: 128,
+        toks: 64,
+        k: 32,
+        sg_rows: 64,
+        sg_toks: 32,
+        bufs: 2,
+        direct: true,
+    };
+
+    /// `RxTxK` or `RxTxK/SRxST` (the `RILL_WGPU_COOP_TILE` knob; the piece defaults to 64 x 32
+    /// rows x tokens). Not checked against what the kernel takes (`valid`).
+    pub fn parse(s: &str) -> Option<CoopTile> {
+        let nums = |s: &str| -> Option<Vec<u32>> { s.split('x').map(|n| n.trim().parse().ok()).collect() };
+        let (tile, piece) = match s.split_once('/') {
+            Some((t, p)) => (t, Some(p)),
+            None => (s, None),
+        };
+        let (rows, toks, k) = match nums(tile)?[..] {
+            [r, t, k] => (r, t, k),
+            _ => return None,
+        };
+        let (sg_rows, sg_toks) = match piece.map(nums) {
+            None => (64, 32),
+            Some(Some(p)) if p.len() == 2 => (p[0], p[1]),
+            Some(_) => return None,
+        };
+        Some(CoopTile {
+            rows,
+            toks,
+            k,
+            sg_rows,
+            sg_toks,
+            ..CoopTile::DEFAULT
+        })
+    }
+
+    pub fn subgroups(&self) -> u32 {
+        (self.rows / self.sg_rows) * (self.toks / self.sg_toks)
+    }
+
+    /// Invocations per workgroup (WGSL `C2_WG`).
+    pub fn invocations(&self) -> u32 {
+        COOP_SUBGROUP * self.subgroups()
+    }
+
+    /// Units of 8 weights (`C2_WU`) and of 8 x values (`C2_XU`) each invocation stages per k step.
+    pub fn w_units(&self) -> u32 {
+        self.rows * self.k / 8 / self.invocations()
+    }
+
+    pub fn x_units(&self) -> u32 {
+        self.toks * self.k / 8 / self.invocations()
+    }
+
+    /// Row strides (in f16) of the staged x tile (tokens x k) and weight tile (k x rows): 16
+    /// bytes of padding put the 8 row segments of 16 bytes a cooperative load reads at once in
+    /// different banks, and keep the strides whole 16 bytes (cooperative loads need that).
+    pub fn a_stride(&self) -> u32 {
+        self.k + 8
+    }
+
+    pub fn b_stride(&self) -> u32 {
+        self.rows + 8
+    }
+
+    /// Workgroup memory: the staging buffers, and a 16 x `COOP_SCRATCH_STRIDE` f32 scratch per
+    /// subgroup (zeros for the accumulators, the edges' write-out).
+    pub fn workgroup_bytes(&self) -> u32 {
+        2 * self.bufs * (self.toks * self.a_stride() + self.k * self.b_stride())
+            + 4 * self.subgroups() * 16 * COOP_SCRATCH_STRIDE
+    }
+
+    /// What `matmul_coop2.wgsl` takes: whole 16 x 16 accumulators, eight per subgroup (a 64 x 32
+    /// or 32 x 64 piece), 2, 4 or 8 subgroups, whole units of staging per invocation (1, 2, 4 or
+    /// 8 of each: the kernel keeps them in named registers), one or two buffers.
+    pub fn valid(&self) -> bool {
+        let piece = matches!((self.sg_rows, self.sg_toks), (64, 32) | (32, 64));
+        let dims =
+            [64, 128, 256].contains(&self.rows) && [32, 64, 128].contains(&self.toks) && [32, 64].contains(&self.k);
+        if !(piece && dims && self.rows.is_multiple_of(self.sg_rows) && self.toks.is_multiple_of(self.sg_toks)) {
+            return false;
+        }
+        let wg = self.invocations();
+        let units = |n: u32| n.is_multiple_of(8 * wg) && [1, 2, 4, 8].contains(&(n / 8 / wg));
+        [2, 4, 8].contains(&self.subgroups())
+            && units(self.rows * self.k)
+            && units(self.toks * self.k)
+            && [1, 2].contains(&self.bufs)
+    }
+
+    /// `valid`, and the device holds its workgroup.
+    fn fits(&self, limits: &wgpu::Limits) -> bool {
+        self.valid()
+            && self.workgroup_bytes() <= limits.max_compute_workgroup_storage_size
+            && self.invocations() <= limits.max_compute_invocations_per_workgroup
+    }
+}
+
+/// Row stride (f32) of a subgroup's scratch in `matmul_coop2.wgsl`: 80 bytes, whole 16 bytes.
+pub(crate) const COOP_SCRATCH_STRIDE: u32 = 20;
+
 /// The adapter's features and limits that select kernels, fixed when the device is created.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Caps {
     /// Subgroup operations in compute shaders.
     pub subgroups: bool,
     pub coop: Coop,
+    /// With `coop` on (or emulated): `matmul_coop2.wgsl` and its geometry, else `matmul_coop.wgsl`.
+    pub coop2: Option<CoopTile>,
     /// `ComputePass::write_timestamp` (profiling inside one pass).
     pub timestamps_in_passes: bool,
     /// Largest storage binding in bytes (weights larger than this are bound in pieces).
@@ -127,6 +267,12 @@ pub(crate) struct Overrides {
     pub no_fuse: bool,
     /// `RILL_WGPU_MAX_STORAGE=N`: pretend the adapter allows only N storage buffers per kernel.
     pub max_storage: Option<u32>,
+    /// `RILL_WGPU_COOP`, `RILL_WGPU_COOP_TILE`, `RILL_WGPU_COOP_BUF`, `RILL_WGPU_COOP_DIRECT`
+    /// (see the module comment; a tile that does not parse is None).
+    pub coop_kernel: Option<u32>,
+    pub coop_tile: Option<CoopTile>,
+    pub coop_bufs: Option<u32>,
+    pub coop_staged: bool,
 }
 
 /// Storage buffers per kernel WebGPU guarantees (and the most an existing unfused kernel binds).
@@ -153,6 +299,12 @@ impl Overrides {
             shader_checks: env_flag("RILL_WGPU_SHADER_CHECKS"),
             no_fuse: std::env::var_os("RILL_WGPU_FUSE").is_some_and(|v| v == "0"),
             max_storage: env_num("RILL_WGPU_MAX_STORAGE").and_then(|v| u32::try_from(v).ok()),
+            coop_kernel: env_num("RILL_WGPU_COOP").and_then(|v| u32::try_from(v).ok()),
+            coop_tile: std::env::var("RILL_WGPU_COOP_TILE")
+                .ok()
+                .and_then(|v| CoopTile::parse(&v)),
+            coop_bufs: env_num("RILL_WGPU_COOP_BUF").and_then(|v| u32::try_from(v).ok()),
+            coop_staged: std::env::var_os("RILL_WGPU_COOP_DIRECT").is_some_and(|v| v == "0"),
         }
     }
 }
@@ -215,6 +367,21 @@ impl Caps {
         } else {
             Coop::Off
         };
+        let coop2 = (coop != Coop::Off && ov.coop_kernel.unwrap_or(COOP_KERNEL_DEFAULT) == 2)
+            .then(|| {
+                let asked = CoopTile {
+                    bufs: ov.coop_bufs.unwrap_or(CoopTile::DEFAULT.bufs),
+                    direct: !ov.coop_staged,
+                    ..ov.coop_tile.unwrap_or(CoopTile::DEFAULT)
+                };
+                // A geometry the kernel or the device does not take keeps the default.
+                let default = CoopTile {
+                    direct: asked.direct,
+                    ..CoopTile::DEFAULT
+                };
+                [asked, default].into_iter().find(|t| t.fits(limits))
+            })
+            .flatten();
         // A power of two the plain reduction takes (<= 256) and the device allows; anything
         // else keeps the default.
         let mv_wg = ov
@@ -245,6 +412,7 @@ impl Caps {
         Caps {
             subgroups: !ov.plain && features.contains(wgpu::Features::SUBGROUP),
             coop,
+            coop2,
             timestamps_in_passes: features
                 .contains(wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES),
             max_binding,
@@ -284,12 +452,26 @@ impl Caps {
     /// One line for `rill bench` and logs.
     pub fn describe(&self) -> String {
         format!(
-            "reductions {}, prefill {}, binding limit {} MiB, {}{}{}",
+            "reductions {}, prefill {}{}, binding limit {} MiB, {}{}{}",
             if self.subgroups { "subgroup" } else { "workgroup-memory" },
             match self.coop {
                 Coop::Off => "f32 tiles",
                 Coop::On => "cooperative-matrix f16",
                 Coop::Emulated => "emulated cooperative-matrix f16",
+            },
+            match self.coop2 {
+                Some(t) => format!(
+                    " (coop2 {}x{}x{}/{}x{}, {} buffer{}{})",
+                    t.rows,
+                    t.toks,
+                    t.k,
+                    t.sg_rows,
+                    t.sg_toks,
+                    t.bufs,
+                    if t.bufs == 1 { "" } else { "s" },
+                    if t.direct { "" } else { ", staged stores" }
+                ),
+                None => String::new(),
             },
             self.max_binding >> 20,
             self.describe_fusion(),
@@ -404,6 +586,73 @@ pub(crate) mod tests {
             Overrides::default(),
         );
         assert_eq!(small.coop, Coop::Off);
+    }
+
+    #[test]
+    fn second_coop_kernel_takes_only_geometries_it_and_the_device_hold() {
+        let all = wgpu::Features::SUBGROUP | coop_features();
+        let pick = |kernel: Option<u32>, tile: &str, bufs: Option<u32>, staged: bool, precision| {
+            caps(
+                all,
+                precision,
+                true,
+                Overrides {
+                    coop_kernel: kernel,
+                    coop_tile: CoopTile::parse(tile),
+                    coop_bufs: bufs,
+                    coop_staged: staged,
+                    ..Default::default()
+                },
+            )
+            .coop2
+        };
+        let d = CoopTile::DEFAULT;
+        let fast = Precision::Fast;
+        assert_eq!(pick(None, "", None, false, fast).is_some(), COOP_KERNEL_DEFAULT == 2);
+        assert_eq!(pick(Some(1), "", None, false, fast), None);
+        assert_eq!(pick(Some(2), "", None, false, Precision::Exact), None);
+        assert_eq!(pick(Some(2), "", None, false, fast), Some(d));
+        assert_eq!((d.invocations(), d.w_units(), d.x_units()), (128, 4, 2));
+        let t = pick(Some(2), "64x128x32/32x64", Some(1), true, fast).unwrap();
+        assert_eq!(
+            (t.rows, t.toks, t.k, t.sg_rows, t.sg_toks, t.bufs, t.direct),
+            (64, 128, 32, 32, 64, 1, false)
+        );
+        assert_eq!(t.subgroups(), 4);
+        // 128 x 128 x 32 double-buffered just fits 48 KiB; with k 64 only single-buffered.
+        assert_eq!(
+            pick(Some(2), "128x128x32", Some(2), false, fast).map(|t| t.rows),
+            Some(128)
+        );
+        assert_eq!(
+            pick(Some(2), "128x128x64", Some(2), false, fast),
+            Some(d),
+            "too big: the default"
+        );
+        assert_eq!(pick(Some(2), "128x128x64", Some(1), false, fast).map(|t| t.k), Some(64));
+        for bad in [
+            "128x64",
+            "128x64x48",
+            "96x64x32",
+            "128x64x32/16x16",
+            "256x128x32",
+            "64x32x32",
+            "axbxc",
+        ] {
+            assert_eq!(pick(Some(2), bad, None, false, fast), Some(d), "{bad}");
+        }
+        assert_eq!(pick(Some(2), "", Some(3), false, fast), Some(d), "three buffers");
+        // Too little workgroup memory for any geometry: the first kernel.
+        let small = wgpu::Limits {
+            max_compute_workgroup_storage_size: 28 << 10,
+            ..wgpu::Limits::default()
+        };
+        let ov = Overrides {
+            coop_kernel: Some(2),
+            ..Default::default()
+        };
+        let c = Caps::select(all, &small, fast, true, ov);
+        assert_eq!((c.coop, c.coop2), (Coop::On, None));
     }
 
     #[test]

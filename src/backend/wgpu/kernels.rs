@@ -7,7 +7,7 @@
 //! (`dequant_<type>.wgsl` plus the shared snippets it needs), for a reducing kernel the reduction
 //! of the selected variant (`lib_reduce_sg.wgsl` or `lib_reduce_plain.wgsl`), then the op's file.
 
-use super::caps::{Caps, Coop};
+use super::caps::{Caps, Coop, CoopTile, COOP_SCRATCH_STRIDE};
 use crate::backend::wgpu::gpu_err;
 use crate::error::Result;
 use crate::gguf::GgmlType;
@@ -106,6 +106,8 @@ pub(crate) const PARAM_BYTES: u64 = 64;
 /// `MV_WG` invocations per workgroup, `MV_R` rows per invocation (the lanes per row group are a
 /// per-dispatch parameter, `mv_lanes`).
 fn constants(caps: &Caps) -> String {
+    // matmul_coop2's geometry (the default's where the kernel is not selected: unused there).
+    let c2 = caps.coop2.unwrap_or(CoopTile::DEFAULT);
     let list: &[(&str, u32)] = &[
         ("MV_WG", caps.mv_wg),
         ("MV_R", caps.mv_rows),
@@ -118,6 +120,21 @@ fn constants(caps: &Caps) -> String {
         ("TILE_WG", TILE_WG),
         ("COOP_WG", COOP_WG),
         ("COOP_CS", COOP_CS),
+        ("C2_R", c2.rows),
+        ("C2_T", c2.toks),
+        ("C2_K", c2.k),
+        ("C2_SR", c2.sg_rows),
+        ("C2_ST", c2.sg_toks),
+        ("C2_NB", c2.sg_rows / 16),
+        ("C2_BUF", c2.bufs),
+        ("C2_WG", c2.invocations()),
+        ("C2_WU", c2.w_units()),
+        ("C2_XU", c2.x_units()),
+        ("C2_SA", c2.a_stride()),
+        ("C2_SB", c2.b_stride()),
+        ("C2_XS", c2.toks * c2.a_stride()),
+        ("C2_WS", c2.k * c2.b_stride()),
+        ("C2_SCS", COOP_SCRATCH_STRIDE),
         ("ROW_WG", ROW_WG),
         ("ARGMAX_CHUNK", ARGMAX_CHUNK),
         ("ELT_WG", ELT_WG),
@@ -198,6 +215,7 @@ kernels! {
     MatvecGroup4,
     MatmulTiled,
     MatmulCoop,
+    MatmulCoop2,
     MoeRoute,
     MoeMatvec,
     MoeRows,
@@ -269,6 +287,7 @@ const ARGMAX: &str = wgsl!("lib_argmax");
 const ARGMAX_SCAN: &str = wgsl!("lib_argmax_scan");
 const ATTEND: &str = wgsl!("lib_attention");
 const COOP_TILES: &str = wgsl!("lib_coop_tiles");
+const COOP2_TILES: &str = wgsl!("lib_coop2_tiles");
 const MM_IO: &str = wgsl!("lib_mm_io");
 const MV_IO: &str = wgsl!("lib_mv_io");
 const MVG_IO: &str = wgsl!("lib_mvg_io");
@@ -321,6 +340,11 @@ impl Kernel {
                 _ => spec("matmul_coop", wgsl!("matmul_coop"), One, false),
             }
             .with(&[TILE_IO, COOP_TILES]),
+            Kernel::MatmulCoop2 => match caps.coop {
+                Coop::Emulated => spec("matmul_coop2_emu", wgsl!("matmul_coop2_emu"), One, false),
+                _ => spec("matmul_coop2", wgsl!("matmul_coop2"), One, false),
+            }
+            .with(&[TILE_IO, COOP2_TILES]),
             Kernel::MoeRoute => spec("moe_route", wgsl!("moe_route"), None, false),
             Kernel::MoeMatvec => spec("moe_matvec", wgsl!("moe_matvec"), One, false).mv().with(&[MOE_IO]),
             Kernel::MoeRows => spec("moe_rows", wgsl!("moe_rows"), One, false).with(&[MOE_IO]),
@@ -504,8 +528,8 @@ pub(crate) fn label(kernel: Kernel, fmt: Option<GgmlType>, caps: &Caps) -> Strin
 pub(crate) fn source(kernel: Kernel, fmt: Option<GgmlType>, caps: &Caps) -> Result<String> {
     let sp = kernel.spec(caps);
     let mut src = String::new();
-    if kernel == Kernel::MatmulCoop {
-        if caps.coop == Coop::Off {
+    if matches!(kernel, Kernel::MatmulCoop | Kernel::MatmulCoop2) {
+        if caps.coop == Coop::Off || (kernel == Kernel::MatmulCoop2 && caps.coop2.is_none()) {
             return Err(gpu_err("the cooperative-matrix kernel is not enabled on this device"));
         }
         src.push_str("enable f16;\n");
@@ -619,7 +643,7 @@ fn all_keys(caps: &Caps) -> Vec<(Kernel, Option<GgmlType>)> {
     ];
     let mut v = Vec::new();
     for &k in ALL {
-        if k == Kernel::MatmulCoop && caps.coop == Coop::Off {
+        if (k == Kernel::MatmulCoop && caps.coop == Coop::Off) || (k == Kernel::MatmulCoop2 && caps.coop2.is_none()) {
             continue;
         }
         if k.has_weights(caps) {
@@ -865,6 +889,43 @@ mod tests {
         assert_eq!(variants[2].1.coop, Coop::On);
         assert_eq!((variants[4].1.mv_wg, variants[5].1.mv_wg), (256, 64));
         assert_eq!(variants[3].1.coop, Coop::Emulated);
+        // matmul_coop2 in every geometry the kernel takes (every count of staging units, both
+        // pieces, one and two buffers), on tensor cores and emulated.
+        let mut variants: Vec<(String, Caps)> = variants.into_iter().map(|(n, c)| (n.to_string(), c)).collect();
+        for (tile, bufs) in [
+            ("128x64x32", 2),
+            ("128x64x32/32x64", 2),
+            ("64x128x32", 2),
+            ("128x128x32", 2),
+            ("64x64x32", 2),
+            ("128x64x32", 1),
+            ("256x64x32", 1),
+            ("128x64x64", 1),
+            ("128x128x64", 1),
+            ("64x64x64", 1),
+        ] {
+            for emulate in [false, true] {
+                let want = CoopTile {
+                    bufs,
+                    ..CoopTile::parse(tile).unwrap()
+                };
+                let c = caps(
+                    if emulate { sg } else { sg | coop_features() },
+                    Precision::Fast,
+                    !emulate,
+                    Overrides {
+                        coop_emulate: emulate,
+                        coop_kernel: Some(2),
+                        coop_tile: Some(want),
+                        coop_bufs: Some(bufs),
+                        ..Default::default()
+                    },
+                );
+                assert_eq!(c.coop2, Some(want), "{tile}, {bufs} buffers");
+                let name = format!("coop2 {tile} {bufs}{}", if emulate { " emulated" } else { "" });
+                variants.push((name, c));
+            }
+        }
         for (name, caps) in variants {
             for (k, fmt) in all_keys(&caps) {
                 let what = format!("{name} {}", label(k, fmt, &caps));

@@ -4,7 +4,8 @@
 //! * one token (decode): `matvec.wgsl` (each weight byte read once, whole-word decoding), and
 //!   `matvec_group.wgsl` for several products of that token sharing a format (`matmul_group`);
 //! * several tokens (prefill): `matmul_tiled.wgsl` (64 x 64 tiles, weights dequantized once per
-//!   tile), or its cooperative-matrix version at `Precision::Fast` (`caps`);
+//!   tile), or its cooperative-matrix versions at `Precision::Fast` (`matmul_coop.wgsl`,
+//!   `matmul_coop2.wgsl`; `caps`);
 //! * rows that are not a multiple of the fast kernels' units (small F32/F16 tensors):
 //!   `matmul_rows.wgsl` (short rows) or `matmul.wgsl`.
 
@@ -259,23 +260,29 @@ fn matvec(enc: &mut Encoder<'_>, kernel: Kernel, m: &Mm, ws: &[&Tensor], x: &Ten
     Ok(())
 }
 
-/// Several tokens through 64 x 64 tiles (f32, or f16 cooperative matrices at Precision::Fast).
+/// Several tokens through tiles of (rows, tokens): 64 x 64 in f32, or f16 cooperative matrices at
+/// Precision::Fast (`matmul_coop`, or `matmul_coop2` in its geometry where the k step divides the
+/// row; caps.rs chooses).
 fn tiled(enc: &mut Encoder<'_>, m: &Mm, w: &Tensor, x: &Tensor, out: &Tensor) -> Result<()> {
     let caps = enc.be.caps;
     // F32 weights (the MoE router, the shared expert's gate) stay exact: a rounded router logit
     // can flip an expert choice, which moves the output far more than any f16 product.
-    let kernel = if caps.coop == Coop::Off || m.ty == crate::gguf::GgmlType::F32 {
-        Kernel::MatmulTiled
-    } else {
-        Kernel::MatmulCoop
+    let (kernel, coop2) = match caps.coop2 {
+        _ if caps.coop == Coop::Off || m.ty == crate::gguf::GgmlType::F32 => (Kernel::MatmulTiled, None),
+        Some(c) if m.n_in.is_multiple_of(c.k as usize) => (Kernel::MatmulCoop2, Some(c)),
+        _ => (Kernel::MatmulCoop, None),
     };
+    let (tile_rows, tile_toks) = coop2.map_or((TILE_M, TILE_N), |c| (c.rows, c.toks));
     let t32 = u32_of("matmul", "T", m.t)?;
-    let tok_tiles = t32.div_ceil(TILE_N);
+    let tok_tiles = t32.div_ceil(tile_toks);
     for p in pieces(&caps, "matmul", w, m.n_out, m.rb)? {
-        let row_tiles = (p.rows as u32).div_ceil(TILE_M);
+        let row_tiles = (p.rows as u32).div_ceil(tile_rows);
         let n = row_tiles
             .checked_mul(tok_tiles)
             .ok_or_else(|| gpu_err("matmul: too many tiles"))?;
+        // A cooperative store needs 16-byte aligned rows: whole 4 floats in out's row stride and
+        // at the piece's first row.
+        let direct = coop2.is_some_and(|c| c.direct) && m.n_out.is_multiple_of(4) && p.row0.is_multiple_of(4);
         let params = [
             m.n_in as u32,
             m.n_out as u32,
@@ -284,6 +291,7 @@ fn tiled(enc: &mut Encoder<'_>, m: &Mm, w: &Tensor, x: &Tensor, out: &Tensor) ->
             p.row0 as u32,
             t32,
             row_tiles,
+            u32::from(direct),
         ];
         let [gx, gy] = enc.grid(n);
         enc.run(
