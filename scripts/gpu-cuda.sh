@@ -92,7 +92,7 @@ TESTS_END=${TESTS_END:-250}
 log "tests (cuda at both tiers; RILL_TEST_REQUIRE_CUDA=1), until +${TESTS_END}s"
 export RILL_TEST_REQUIRE_CUDA=1
 # Most telling first (a run out of time skips the last ones).
-order="e2e_fixtures device_linear device_ops device_delta device_moe cuda_steps device_fast concurrency"
+order="e2e_fixtures device_fused device_linear device_ops device_delta device_moe cuda_steps device_fast concurrency"
 tests=$(for n in $order; do grep "/$n-" .gpu/tests.txt; done; grep -v -E "/($(echo $order | tr ' ' '|'))-" .gpu/tests.txt)
 for t in $tests; do
     name=$(basename "$t" | sed 's/-[0-9a-f]*$//')

@@ -23,7 +23,7 @@
 //! it (1: `matmul_coop.wgsl`, 64 x 64 tiles; 2: `matmul_coop2.wgsl`; default `COOP_KERNEL_DEFAULT`),
 //! and for the second `RILL_WGPU_COOP_TILE=RxTxK[/SRxST]` its geometry (output rows x tokens per
 //! workgroup, k step, and optionally each subgroup's piece, 64x32 or 32x64: see `CoopTile`;
-//! default 128x64x32), `RILL_WGPU_COOP_BUF` its staging buffers (2: double-buffered k steps, one
+//! default 128x128x32, or 128x64x32 where workgroup memory is short), `RILL_WGPU_COOP_BUF` its staging buffers (2: double-buffered k steps, one
 //! barrier each; 1: one buffer, two barriers; default 2) and `RILL_WGPU_COOP_DIRECT=0` stores full
 //! tiles through workgroup memory like the edges instead of straight from the accumulators. A
 //! geometry the kernel or the device does not take keeps the default.
@@ -70,9 +70,10 @@ pub(crate) enum Prep {
     One,
 }
 
-/// Which tensor-core prefill kernel `RILL_WGPU_COOP` picks when unset: 1 (`matmul_coop.wgsl`)
-/// until the H200 measures `matmul_coop2.wgsl` faster (scripts/gpu-wgpu-prefill-sweep.sh).
-pub(crate) const COOP_KERNEL_DEFAULT: u32 = 1;
+/// Which tensor-core prefill kernel `RILL_WGPU_COOP` picks when unset: 2 (`matmul_coop2.wgsl`),
+/// 2.6x faster than `matmul_coop.wgsl` end to end on the H200 (9B Q4_K_M pp512 651 -> 1,664 t/s,
+/// scripts/gpu-wgpu-prefill-sweep.sh, BENCHMARKS.md).
+pub(crate) const COOP_KERNEL_DEFAULT: u32 = 2;
 
 /// The geometry of `matmul_coop2.wgsl` (WGSL `C2_*`, generated in kernels.rs): each workgroup
 /// computes `rows` x `toks` outputs in k steps of `k`, as subgroups of 32 invocations that each
@@ -97,14 +98,21 @@ pub(crate) struct CoopTile {
 const COOP_SUBGROUP: u32 = 32;
 
 impl CoopTile {
+    /// The H200's best of the sweep (128 x 128 x 32, two buffers: 48 KiB of workgroup memory).
     pub const DEFAULT: CoopTile = CoopTile {
         rows: 128,
-        toks: 64,
+        toks: 128,
         k: 32,
         sg_rows: 64,
         sg_toks: 32,
         bufs: 2,
         direct: true,
+    };
+
+    /// For devices with less workgroup memory than the default needs (28 KiB).
+    pub const SMALL: CoopTile = CoopTile {
+        toks: 64,
+        ..CoopTile::DEFAULT
     };
 
     /// `RxTxK` or `RxTxK/SRxST` (the `RILL_WGPU_COOP_TILE` knob; the piece defaults to 64 x 32
@@ -374,12 +382,15 @@ impl Caps {
                     direct: !ov.coop_staged,
                     ..ov.coop_tile.unwrap_or(CoopTile::DEFAULT)
                 };
-                // A geometry the kernel or the device does not take keeps the default.
-                let default = CoopTile {
+                // A geometry the kernel or the device does not take keeps the default, or the
+                // smaller one where the device's workgroup memory is short.
+                let keep = |t: CoopTile| CoopTile {
                     direct: asked.direct,
-                    ..CoopTile::DEFAULT
+                    ..t
                 };
-                [asked, default].into_iter().find(|t| t.fits(limits))
+                [asked, keep(CoopTile::DEFAULT), keep(CoopTile::SMALL)]
+                    .into_iter()
+                    .find(|t| t.fits(limits))
             })
             .flatten();
         // A power of two the plain reduction takes (<= 256) and the device allows; anything
@@ -612,7 +623,15 @@ pub(crate) mod tests {
         assert_eq!(pick(Some(1), "", None, false, fast), None);
         assert_eq!(pick(Some(2), "", None, false, Precision::Exact), None);
         assert_eq!(pick(Some(2), "", None, false, fast), Some(d));
-        assert_eq!((d.invocations(), d.w_units(), d.x_units()), (128, 4, 2));
+        assert_eq!((d.invocations(), d.w_units(), d.x_units()), (256, 2, 2));
+        assert_eq!(
+            (
+                CoopTile::SMALL.invocations(),
+                CoopTile::SMALL.w_units(),
+                CoopTile::SMALL.x_units()
+            ),
+            (128, 4, 2)
+        );
         let t = pick(Some(2), "64x128x32/32x64", Some(1), true, fast).unwrap();
         assert_eq!(
             (t.rows, t.toks, t.k, t.sg_rows, t.sg_toks, t.bufs, t.direct),
