@@ -28,8 +28,10 @@ const TALL_ROWS: usize = 8192;
 const Q8_HEAD_ROWS: usize = 65536;
 
 /// What differs between the formats: the prepared copy's words and sums per unit of 256 inputs
-/// (the cuh files' `WORDS`, `SUMS`), what a row's length must be a multiple of, and the prep
-/// kernel's threads per unit (Q4_K one warp, the int8 formats one thread per element).
+/// (the cuh files' `WORDS`, `SUMS`), what a row's length must be a multiple of, the prep
+/// kernel's threads per unit (Q4_K one warp, the int8 formats one thread per element), and
+/// whether a plain launch may hold several products (the policies' `SEGS`: not Q6_K, whose
+/// kernel would lose a block per SM to the per-block pointers, matvec_tc6.cuh).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TcFormat {
     pub(crate) ty: GgmlType,
@@ -37,6 +39,7 @@ pub(crate) struct TcFormat {
     sums: usize,
     n_in_multiple: usize,
     prep_threads: u32,
+    pub(crate) groups: bool,
 }
 
 const Q4K: TcFormat = TcFormat {
@@ -45,6 +48,7 @@ const Q4K: TcFormat = TcFormat {
     sums: 16,
     n_in_multiple: SB,
     prep_threads: 32,
+    groups: true,
 };
 const Q8_0: TcFormat = TcFormat {
     ty: GgmlType::Q8_0,
@@ -52,6 +56,7 @@ const Q8_0: TcFormat = TcFormat {
     sums: 16,
     n_in_multiple: SB,
     prep_threads: 256,
+    groups: true,
 };
 /// Q6_K's loads assume 8 warps striding over the super-blocks of rows that start 16-byte
 /// aligned: 210-byte super-blocks realign every 8 (matvec_tc6.cuh).
@@ -61,6 +66,7 @@ const Q6K: TcFormat = TcFormat {
     sums: 1,
     n_in_multiple: 8 * SB,
     prep_threads: 256,
+    groups: false,
 };
 
 impl TcFormat {
@@ -141,13 +147,14 @@ pub(crate) fn prep_fits(inner: &Inner, d: usize, threads: u32) -> bool {
 
 /// The format whose kernels run the product `m`, if they do: Q4_K, Q8_0 or Q6_K weights (both
 /// of a SwiGLU, the same format), rows a multiple of the format's unit, 16-byte aligned weights
-/// and experts, and x rows within one grid.
+/// (every product's) and experts, and x rows within one grid.
 pub(crate) fn applies(m: &Mv) -> Option<TcFormat> {
     let f = TcFormat::of(m.w.ty)?;
     let ok = |w: &super::linear::Weight| w.ty == f.ty && w.ptr.is_multiple_of(16);
     (m.n_in > 0
         && m.n_in.is_multiple_of(f.n_in_multiple)
         && ok(m.w)
+        && m.parts.iter().all(|p| p.w.is_multiple_of(16))
         && m.w2.is_none_or(ok)
         && m.w.row_bytes.is_multiple_of(16)
         && m.expert_bytes.is_multiple_of(16)
@@ -189,7 +196,9 @@ pub(crate) fn prep(inner: &Inner, f: TcFormat, src: DevPtr, rows: usize, n_in: u
     Ok(x)
 }
 
-/// Launch the product `m` on its prepared x (`applies(m)` gave `f`).
+/// Launch the product `m` on its prepared x (`applies(m)` gave `f`). The kernel and its rows per
+/// block follow the rows of all of `m`'s products together (a group of small products is one
+/// tall launch).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     inner: &Inner,
@@ -205,15 +214,13 @@ pub(crate) fn run(
         inner.tc_q4k_seen.store(true, std::sync::atomic::Ordering::Relaxed);
     }
     let dense = m.ids == 0 && m.scales == 0 && m.nsum == 1 && m.x_group == 1;
-    let (kernel, rows_per_block, threads) = f.geometry(m.n_out, m.w2.is_some(), dense);
-    let gx = grid_u32(op, "row blocks", m.n_out.div_ceil(rows_per_block))?;
+    let (kernel, rows_per_block, threads) = f.geometry(m.parts.rows(), m.w2.is_some(), dense);
+    let gx = m.grid_x(op, rows_per_block)?;
     let nsb = m.n_in / SB;
-    for (mut a, nv, x_row0) in m.chunks() {
-        // Slots of its own (matvec_tc.cuh `mv_body`): p2 the prepared words, p6 the sums, n7 the
-        // output stride.
+    for (mut a, nv, x_row0) in m.chunks(rows_per_block) {
+        // Slots of its own (matvec_tc.cuh `mv_body`): p2 the prepared words, p6 the sums.
         a.p[2] = x.xa + (x_row0 * nsb * f.words * 4) as u64;
         a.p[6] = x.xs + (x_row0 * nsb * f.sums * 4) as u64;
-        a.n[7] = m.n_out as i64;
         inner.kernel_rw(
             Launch {
                 name: (kernel, m.w.suffix),
