@@ -93,9 +93,12 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 #endif
 }
 
-// The block's dynamic shared memory as an array of T (dev/cuda/host_shim.h provides it on the CPU).
+// The block's dynamic shared memory as an array of T (dev/cuda/host_shim.h provides it on the CPU,
+// and dev/cuda/emu/pf_emu.h on its emulator).
 #ifdef __CUDACC__
 #define DYNAMIC_SMEM(T, name) extern __shared__ T name[]
+#elif defined(PF_EMU)
+#define DYNAMIC_SMEM(T, name) T* name = reinterpret_cast<T*>(::pf_emu::dyn_smem())
 #endif
 
 // ---------------------------------------------------------------------------------------------
@@ -130,6 +133,16 @@ __device__ __forceinline__ float block_reduce(float v, float* sh, float neutral)
 __device__ __forceinline__ float block_sum(float v, float* sh) { return block_reduce<warp_sum>(v, sh, 0.0f); }
 __device__ __forceinline__ float block_max(float v, float* sh) { return block_reduce<warp_max>(v, sh, -INFINITY); }
 
+// 1 / sqrt(sum(x^2)/d + eps) over the d values at x (the RMSNorm scale): each thread strides over
+// the group, then a block reduction. Every norm that must match the RMSNorm kernels (norm.cu and
+// the fused attention prep, attention.cu) takes its scale from here.
+__device__ __forceinline__ float rms_scale(const float* x, int d, float eps, float* sh) {
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) ss = fmaf(x[i], x[i], ss);
+    ss = block_sum(ss, sh);
+    return 1.0f / sqrtf(ss / (float)d + eps);
+}
+
 // Pick the best (value, index) pair of the warp under the order BETTER (every lane gets it).
 template <class I, bool (*BETTER)(float, I, float, I)>
 __device__ __forceinline__ void warp_pick(float& v, I& i) {
@@ -157,6 +170,15 @@ __device__ __forceinline__ float siluf_(float x) { return x * sigmoidf_(x); }
 __device__ __forceinline__ float softplusf_(float x) {
     // PyTorch's threshold: above 20 softplus(x) == x in f32, and exp would overflow later.
     return x > 20.0f ? x : log1pf(expf(x));
+}
+
+// The delta-rule gates of element i of [T, Hv]: g = ssm_a * softplus(a + dt_bias), beta = sigmoid(b)
+// (gdn_gates in elementwise.cu, and the gate blocks of the fused conv in conv.cu).
+__device__ __forceinline__ void gdn_gate(const float* a, const float* b, const float* ssm_a, const float* dt_bias,
+                                         float* g, float* beta, long long i, long long hv) {
+    const long long j = i % hv;
+    g[i] = ssm_a[j] * softplusf_(a[i] + dt_bias[j]);
+    beta[i] = sigmoidf_(b[i]);
 }
 
 // ---------------------------------------------------------------------------------------------

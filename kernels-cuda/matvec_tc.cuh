@@ -185,15 +185,6 @@ static __device__ __forceinline__ void prep_x_body(const PrepArgs& p) {
     prep_sb_warp(p.x + sb * 256, p.xa + sb * SB_WORDS, p.xs + sb * SB_SUMS);
 }
 
-// One row x of n values (n % 256 == 0) prepared by the whole block, one warp per super-block (any
-// multiple of 32 threads): into xa, xs at the row's first super-block. For kernels that produce a
-// row anyway (the RMSNorms in decode): the caller has written x and passed a barrier since.
-static __device__ __forceinline__ void prep_row(const float* x, int n, uint32_t* xa, float* xs) {
-    const int warps = blockDim.x / 32, nsb = n / 256;
-    for (int sb = threadIdx.x / 32; sb < nsb; sb += warps)
-        prep_sb_warp(x + (size_t)sb * 256, xa + (size_t)sb * SB_WORDS, xs + (size_t)sb * SB_SUMS);
-}
-
 // ---------------------------------------------------------------------------------------------
 // The product.
 struct Args {

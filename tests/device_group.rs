@@ -1,6 +1,6 @@
 //! Every device backend's `matmul_group` (several products of one input: a layer's projections,
-//! which the CUDA decode path launches as one kernel per weight format and path) against the CPU
-//! backend: groups of 1 to 4 products with row counts that are not a multiple of any block's
+//! which the CUDA decode path launches as one kernel per weight format and kernel shape) against
+//! the CPU backend, and bit for bit against the same device's `matmul` of each product: groups of 1 to 4 products with row counts that are not a multiple of any block's
 //! rows, one format or mixed ones (Q4_K, Q6_K, Q8_0, F32 tensors), at decode and batch sizes.
 //! Also its contract errors on every backend.
 
@@ -49,7 +49,9 @@ fn product(p: &Both, ty: Option<GgmlType>, n_out: usize, n_in: usize, rng: &mut 
 }
 
 /// `matmul_group` of `group` ((format, rows) each) on rows of `n_in`, for each token count in
-/// `tokens`: every output against the CPU's within `matmul`'s tolerance.
+/// `tokens`: every output against the CPU's within `matmul`'s tolerance, and on the device bit for
+/// bit what one `matmul` per product gives (a grouped launch runs each product's rows in the
+/// kernel and shape it gets alone).
 fn group_case(p: &Both, group: &[(Option<GgmlType>, usize)], n_in: usize, tokens: &[usize], rng: &mut Rng) {
     let prods: Vec<Product> = group.iter().map(|&(ty, n)| product(p, ty, n, n_in, rng)).collect();
     let names: Vec<&str> = prods.iter().map(|q| q.name.as_str()).collect();
@@ -63,10 +65,21 @@ fn group_case(p: &Both, group: &[(Option<GgmlType>, usize)], n_in: usize, tokens
             let os: Vec<&Tensor> = outs.iter().map(|o| o.on(s)).collect();
             be.matmul_group(&ws, xt.on(s), &os)
         });
-        for (q, out) in prods.iter().zip(&outs) {
+        let alone: Vec<Pt> = prods.iter().map(|q| p.zeros(&[t, q.n_out])).collect();
+        p.run(&format!("{what}: one matmul each"), |be, s| {
+            prods
+                .iter()
+                .zip(&alone)
+                .try_for_each(|(q, o)| be.matmul(q.w.on(s), xt.on(s), o.on(s)))
+        });
+        for ((q, out), single) in prods.iter().zip(&outs).zip(&alone) {
             let (got, want) = p.read(out);
             let what = format!("{what}: {}", q.name);
             check_matmul(p.dev.as_ref(), &what, &got, &want, &q.deq, &x, n_in);
+            let (single, _) = p.read(single);
+            if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != single[i].to_bits()) {
+                panic!("{what}: element {i} is {} grouped, {} alone", got[i], single[i]);
+            }
         }
     }
 }
@@ -94,12 +107,16 @@ fn matmul_group_matches_cpu() {
         for group in cases {
             group_case(&p, group, 2048, &tokens, &mut rng);
         }
-        // The GDN projections' shape (a tall qkv, z, beta, alpha), short rows: the tall kernels
-        // over all four products.
+        // The GDN projections' shape (a tall qkv, z, beta, alpha), short rows: the tall kernel
+        // for qkv, one launch of the small kernel for the other three.
         for ty in [Q4K, Q8_0] {
             let group = [(Some(ty), 8200), (Some(ty), 33), (Some(ty), 32), (Some(ty), 32)];
             group_case(&p, &group, 256, &tokens, &mut rng);
         }
+        // Two products below the tall kernels' 8192 rows, above it together: they share a launch
+        // in the kernel each takes alone (the K split of the tall one would change their bits).
+        let group = [(Some(Q4K), 4100), (Some(Q4K), 4100), (Some(Q4K), 8192)];
+        group_case(&p, &group, 256, &[1, 2], &mut rng);
         // Rows of 256: Q6_K on the f32 kernels, Q4_K on the tensor cores, in one group.
         let group = [(Some(Q6K), 33), (Some(Q4K), 7), (Some(Q6K), 1)];
         group_case(&p, &group, 256, &tokens, &mut rng);
@@ -129,7 +146,7 @@ fn matmul_group_contract_errors() {
         let many: Vec<Tensor> = (0..=MAX_GROUP).map(|_| f(&[2, 4])).collect();
         let many_refs: Vec<&Tensor> = many.iter().collect();
         refused(
-            g.matmul_group(&vec![&w; MAX_GROUP + 1], &x, &many_refs),
+            g.matmul_group(&[&w; MAX_GROUP + 1], &x, &many_refs),
             "more than MAX_GROUP pairs",
         );
         refused(g.matmul_group(&[&w, &w], &x, &[&o1]), "fewer outputs than weights");

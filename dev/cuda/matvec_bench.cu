@@ -300,9 +300,9 @@ static void tc_prep(const float* x, int n_in, cudaStream_t st) {
     if constexpr (std::is_same_v<F, FmtQ4_K>)
         launch_k(mvtc::prep_x, dim3(n_in / 256), dim3(32), 0, st, mvtc::PrepArgs{x, g_tc_xa, g_tc_xs});
     else if constexpr (std::is_same_v<F, FmtQ6_K>)
-        launch_k(mvtc6::prep_x, dim3(n_in / 256), dim3(256), 0, st, mvtc6::PrepArgs{x, g_tc_xa, g_tc_xs});
+        launch_k(mvtc6::prep_x, dim3(n_in / 256), dim3(32), 0, st, mvtc6::PrepArgs{x, g_tc_xa, g_tc_xs});
     else
-        launch_k(mvtc8::prep_x, dim3(n_in / 256), dim3(256), 0, st, mvtc8::PrepArgs{x, g_tc_xa, g_tc_xs});
+        launch_k(mvtc8::prep_x, dim3(n_in / 256), dim3(32), 0, st, mvtc8::PrepArgs{x, g_tc_xa, g_tc_xs});
 }
 template <int R, int KW>
 static void tc_launch(const uint8_t* W, float* out, int n_out, int n_in, size_t row_bytes, cudaStream_t st) {

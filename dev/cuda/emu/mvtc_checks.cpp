@@ -2,7 +2,12 @@
 // (pf_emu.h: every CUDA thread a coroutine, mma.sync / shuffles as warp collectives per the PTX
 // fragment layouts) against a double-precision dot product of the dequantized rows, at the bound
 // matvec_bench.cu applies to every exact kernel: |got - want| <= 1e-5 * sum |w x| per row.
-//   Q4_K: kernels-cuda/matvec_tc.cuh (f16 MMA, production; also its prep_row against prep_x); Q6_K: matvec_tc6.cuh and Q8_0: matvec_tc8.cuh (s8 MMA).
+//   Q4_K: kernels-cuda/matvec_tc.cuh (f16 MMA, production); Q6_K: matvec_tc6.cuh and Q8_0: matvec_tc8.cuh (s8 MMA).
+// The prepared x: the warp preps of Q8_0 and Q6_K write, bit for bit, what the former 256-thread
+// prep kernels wrote (kept below as the reference), and the kernels that prepare their own output
+// rows (kernels-cuda/norm.cu: rms_norm, add_rms_norm, gated_rms_norm_rows, sigmoid_mul_rows) write
+// exactly what each format's prep kernel writes from that output, and nothing for rows that are
+// not a multiple of 256.
 // The production body (mv_body) with grouped launches (several products in one grid, the segment
 // table of common.cuh): bit for bit what each product gives launched alone.
 // The emulator also aborts if any HFMA2 of the Q4_K decode is inexact, if any s8 MMA sum leaves
@@ -16,10 +21,15 @@
 #include <string>
 #include <vector>
 
+// prod_shim.h first: matvec_tc.cuh includes common.cuh (the production body, mv_body, reads its
+// Args and segment table), which needs the shim's intrinsics.
+#include <cuda_fp16.h>  // before pf_emu.h (prod_shim.h), as pf_common.cuh has it
+#include "prod_shim.h"
 #include "matvec_tc.cuh"
 #include "matvec_tc6.cuh"
 #include "matvec_tc8.cuh"
 #include "../pf_ref.h"
+#include "norm.cu"
 
 static int g_fail = 0, g_checks = 0;
 
@@ -137,7 +147,7 @@ static std::vector<float> run_q80(const std::vector<uint8_t>& hw, const std::vec
     uint32_t* xb = dev_alloc<uint32_t>(ng * mvtc8::G_WORDS);
     float* xf = dev_alloc<float>(ng * mvtc8::G_FACT);
     float* out = dev_alloc<float>(n_out);
-    pf_emu::launch(dim3(ng), dim3(256), 0, pf_emu::EARLY, [&] { mvtc8::prep_x_body(mvtc8::PrepArgs{x, xb, xf}); });
+    pf_emu::launch(dim3(ng), dim3(32), 0, pf_emu::EARLY, [&] { mvtc8::prep_x_body(mvtc8::PrepArgs{x, xb, xf}); });
     if (mut) mut(xb, ng * mvtc8::G_WORDS, xf, ng * mvtc8::G_FACT);
     const mvtc8::Args a{w, xb, xf, out, n_out, n_in, rb};
     pf_emu::launch(dim3((n_out + 16 * R - 1) / (16 * R)), dim3(32 * KW), 0, pf_emu::EARLY,
@@ -157,7 +167,7 @@ static std::vector<float> run_q6k(const std::vector<uint8_t>& hw, const std::vec
     uint32_t* xb = dev_alloc<uint32_t>(nsb * mvtc6::SB_WORDS);
     float* xs = dev_alloc<float>(nsb);
     float* out = dev_alloc<float>(n_out);
-    pf_emu::launch(dim3(nsb), dim3(256), 0, pf_emu::EARLY, [&] { mvtc6::prep_x_body(mvtc6::PrepArgs{x, xb, xs}); });
+    pf_emu::launch(dim3(nsb), dim3(32), 0, pf_emu::EARLY, [&] { mvtc6::prep_x_body(mvtc6::PrepArgs{x, xb, xs}); });
     if (mut) mut(xb, nsb * mvtc6::SB_WORDS, xs, nsb);
     const mvtc6::Args a{w, xb, xs, out, n_out, n_in, rb};
     pf_emu::launch(dim3((n_out + 16 * R - 1) / (16 * R)), dim3(32 * mvtc6::KW), 0, pf_emu::EARLY,
@@ -232,30 +242,214 @@ static std::vector<float> x_with(int kind, int n) {
     return x;
 }
 
-// prep_row (the RMSNorms' in-kernel prep: one block of `threads` per row, 256 per super-block)
-// writes the same words and sums as prep_x_body (one block of one warp per super-block), bit for bit.
-static void check_prep_row(int threads, int n_in, int xkind) {
-    const std::vector<float> hx = make_x(xkind, n_in);
-    const size_t nsb = n_in / 256;
-    float* x = dev_alloc<float>(n_in);
-    memcpy(x, hx.data(), 4 * n_in);
-    uint32_t* xa[2] = {dev_alloc<uint32_t>(nsb * mvtc::SB_WORDS), dev_alloc<uint32_t>(nsb * mvtc::SB_WORDS)};
-    float* xs[2] = {dev_alloc<float>(nsb * mvtc::SB_SUMS), dev_alloc<float>(nsb * mvtc::SB_SUMS)};
-    pf_emu::launch(dim3(nsb), dim3(32), 0, pf_emu::EARLY, [&] { mvtc::prep_x_body(mvtc::PrepArgs{x, xa[0], xs[0]}); });
-    pf_emu::launch(dim3(1), dim3(threads), 0, pf_emu::EARLY, [&] { mvtc::prep_row(x, n_in, xa[1], xs[1]); });
+// The former prep kernels of Q8_0 and Q6_K (one block of 256 threads per 256 inputs, one thread
+// per element), verbatim: the reference the warp preps must equal bit for bit.
+namespace ref_prep {
+static void q80(const mvtc8::PrepArgs& p) {
+    using namespace mvtc8;
+    __shared__ uint32_t dig[256];
+    __shared__ float inv[8];
+    const int i = threadIdx.x, lane = i & 31, blk = i >> 5;
+    const size_t grp = (size_t)blockIdx.y * gridDim.x + blockIdx.x;  // group index over all rows
+    const float x = p.x[(size_t)grp * 256 + i];
+    float m = fabsf(x);
+    m = m != m ? INFINITY : m;
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float s;
+    const float inv_s = digit_scale(m, s);
+    dig[i] = digits(x, s, inv_s == inv_s);
+    if (lane == 0) inv[blk] = inv_s;
+    __syncthreads();
+    if (i < 16) {
+        const int t = i / 4, P = i % 4;
+        p.xf[(size_t)grp * G_FACT + i] = inv[2 * P + (t >> 1)] * ((t & 1) ? 65536.0f : 1.0f);
+    }
+    for (int w = i; w < G_WORDS; w += 256) {
+        const int L = w / 24, j = w % 24, P = j / 6, k = j % 6;  // k: slot (4: the third MMA's)
+        const int n = L / 4, t = L % 4;
+        const int col_blk = 2 * P + (n >> 2), dg = n & 3;
+        uint32_t v = 0;
+        if (k < 4 || (k == 4 && t == 0)) {
+            const int gw = reg_word(t, slot_reg(t, P, k));
+            for (int b = 0; b < 4; b++) {
+                const int o = 4 * gw + b, blk_o = o / 34, pos = o % 34;
+                if (pos >= 2 && blk_o == col_blk) v |= ((dig[32 * blk_o + pos - 2] >> (8 * dg)) & 0xffu) << (8 * b);
+            }
+        }
+        p.xb[(size_t)grp * G_WORDS + w] = v;
+    }
+}
+static void q6k(const mvtc6::PrepArgs& p) {
+    __shared__ float wmax[8];
+    __shared__ uint32_t dig[256];
+    const int i = threadIdx.x;
+    const size_t sb = (size_t)blockIdx.y * gridDim.x + blockIdx.x;  // super-block index over all rows
+    const float x = p.x[(size_t)sb * 256 + i];
+    float m = fabsf(x);
+    m = m != m ? INFINITY : m;
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if ((i & 31) == 0) wmax[i >> 5] = m;
+    __syncthreads();
+    float amax = wmax[0];
+    for (int w = 1; w < 8; w++) amax = fmaxf(amax, wmax[w]);
+    float s;
+    const float inv_s = mvtc8::digit_scale(amax, s);
+    dig[i] = mvtc8::digits(x, s, inv_s == inv_s);
+    if (i == 0) p.xs[sb] = inv_s * 0.25f;
+    __syncthreads();
+    const int g = i >> 5, j = i & 31, t = g >> 1, dl = g & 1;
+    const int h = j >> 4, nu = (j >> 3) & 1, pi = (j >> 2) & 1, wi = j & 3;  // wi = 2m + kk
+    const int pt = (t >> 1) + 2 * nu, dg = 2 * pi + dl;
+    uint32_t v = 0;
+    for (int b = 0; b < 4; b++) {
+        const int l = 16 * (t & 1) + 4 * wi + b;
+        v |= ((dig[128 * h + 32 * pt + l] >> (8 * dg)) & 0xffu) << (8 * b);
+    }
+    p.xb[(size_t)sb * mvtc6::SB_WORDS + i] = v;
+}
+}  // namespace ref_prep
+
+// The three layouts: words and sums (or scales) per 256 inputs, the norm kernels' slot.
+struct Layout {
+    const char* name;
+    int words, sums, slot;
+};
+static const Layout LAYOUTS[3] = {{"Q4_K", mvtc::SB_WORDS, mvtc::SB_SUMS, 7},
+                                  {"Q8_0", mvtc8::G_WORDS, mvtc8::G_FACT, 5},
+                                  {"Q6_K", mvtc6::SB_WORDS, 1, 4}};
+
+// The production prep kernel of layout f over `rows` rows of n at x (grid (n / 256, rows), one
+// warp per block), or with ref, the former 256-thread kernel: words then sums of all rows.
+static std::vector<uint32_t> prep_kernel(int f, const float* x, int rows, int n, bool ref) {
+    const size_t units = (size_t)rows * (n / 256), nw = units * LAYOUTS[f].words, ns = units * LAYOUTS[f].sums;
+    uint32_t* buf = dev_alloc<uint32_t>(nw + ns);
+    float* sums = reinterpret_cast<float*>(buf + nw);
+    const dim3 grid(n / 256, rows), block(ref ? 256 : 32);
+    pf_emu::launch(grid, block, 0, pf_emu::EARLY, [&] {
+        if (f == 0) mvtc::prep_x_body(mvtc::PrepArgs{x, buf, sums});
+        else if (f == 1 && ref) ref_prep::q80(mvtc8::PrepArgs{x, buf, sums});
+        else if (f == 1) mvtc8::prep_x_body(mvtc8::PrepArgs{x, buf, sums});
+        else if (ref) ref_prep::q6k(mvtc6::PrepArgs{x, buf, sums});
+        else mvtc6::prep_x_body(mvtc6::PrepArgs{x, buf, sums});
+    });
+    std::vector<uint32_t> v(buf, buf + nw + ns);
+    dev_free(buf);
+    return v;
+}
+
+static int differ(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
+    if (a.size() != b.size()) return -1;
     int bad = 0;
-    for (size_t i = 0; i < nsb * mvtc::SB_WORDS; i++) bad += xa[0][i] != xa[1][i];
-    for (size_t b = 0; b < nsb; b++)
-        for (int j = 0; j < 9; j++) bad += memcmp(&xs[0][b * mvtc::SB_SUMS + j], &xs[1][b * mvtc::SB_SUMS + j], 4) != 0;
+    for (size_t i = 0; i < a.size(); i++) bad += a[i] != b[i];
+    return bad;
+}
+
+// The warp prep kernel of an int8 layout against the former one: rows of n of x kind `xkind`
+// (4: a NaN, 5: an inf in the first row), bit for bit.
+static void check_warp_prep(int f, int rows, int n, int xkind) {
+    std::vector<float> hx = xkind < 4 ? make_x(xkind, rows * n) : x_with(xkind, rows * n);
+    float* x = dev_alloc<float>(hx.size());
+    memcpy(x, hx.data(), 4 * hx.size());
+    const int bad = differ(prep_kernel(f, x, rows, n, false), prep_kernel(f, x, rows, n, true));
+    dev_free(x);
     g_checks++;
     if (bad) g_fail++;
-    printf("%s mvtc prep_row %4d threads, n %5d, x kind %d: %d words or sums differ from prep_x\n", bad ? "FAIL" : "ok  ",
-           threads, n_in, xkind, bad);
-    for (int k = 0; k < 2; k++) {
-        dev_free(xa[k]);
-        dev_free(xs[k]);
+    printf("%s %s warp prep, %d rows of %5d, x kind %d: %d words or scales differ from the 256-thread prep\n",
+           bad ? "FAIL" : "ok  ", LAYOUTS[f].name, rows, n, xkind, bad);
+}
+
+// Threads per row of a decode-shaped norm (src/backend/cuda/ops/norm.rs norm_threads, few groups).
+static int norm_threads(int n) {
+    const int base = std::min(std::max((n + 31) / 32 * 32, 32), 256);
+    return std::max(base, std::min(std::max(((n + 3) / 4 + 31) / 32 * 32, 32), 1024));
+}
+
+enum NormKernel { RMS, ADD_RMS, GATED_ROWS, SIGMOID_ROWS };
+static const char* NORM_NAMES[] = {"rms_norm", "add_rms_norm", "gated_rms_norm_rows", "sigmoid_mul_rows"};
+
+// Kernel k over `rows` token rows of n values, asked for the layouts in `mask` (bit f: LAYOUTS[f]):
+// each prepared copy must equal what the prep kernel makes of the kernel's own output, bit for
+// bit; with n not a multiple of 256 the kernel must leave the slots' memory untouched. `xkind`:
+// the input values (sigmoid_mul_rows with a gate of 100, sigmoid exactly 1, passes them through:
+// the preps then see every make_x extreme, NaN and inf).
+static void check_norm_prep(NormKernel k, int rows, int n, unsigned mask, int xkind) {
+    const size_t total = (size_t)rows * n;
+    const int dg = k == GATED_ROWS ? 128 : n;  // the gated norm's group (a head)
+    std::vector<float> hx = xkind < 4 ? make_x(xkind, total) : x_with(xkind, total), hz = make_x(0, total),
+                       hw = make_x(0, dg), hacc = make_x(0, total);
+    if (k != SIGMOID_ROWS)
+        for (auto& v : hx) v = std::isfinite(v) && std::fabs(v) < 1e10f && std::fabs(v) > 1e-10f ? v : 0.5f;
+    if (k == SIGMOID_ROWS)
+        for (auto& v : hz) v = 100.0f;
+    float* x = dev_alloc<float>(total);
+    float* z = dev_alloc<float>(total);
+    float* w = dev_alloc<float>(dg);
+    float* acc = dev_alloc<float>(total);
+    float* out = dev_alloc<float>(total);
+    memcpy(x, hx.data(), 4 * total), memcpy(z, hz.data(), 4 * total), memcpy(w, hw.data(), 4 * dg);
+    memcpy(acc, hacc.data(), 4 * total);
+    // Slot memory: a whole layout when n allows one, else a canary (must stay 0xff bytes).
+    const size_t units = (size_t)rows * (n / 256);
+    uint32_t* slot[3] = {nullptr, nullptr, nullptr};
+    size_t slot_words[3] = {0, 0, 0};
+    Args a;
+    memset(&a, 0, sizeof a);
+    for (int f = 0; f < 3; f++)
+        if (mask >> f & 1) {
+            slot_words[f] = n % 256 ? 1024 : units * (LAYOUTS[f].words + LAYOUTS[f].sums);
+            slot[f] = dev_alloc<uint32_t>(slot_words[f]);
+            a.p[LAYOUTS[f].slot] = (unsigned long long)slot[f];
+        }
+    const int threads = norm_threads(n);
+    const size_t smem = (mask & 2) ? (size_t)(threads / 32) * mvtc8::IMG_WORDS * 4 : 0;
+    a.f[0] = 1e-6f;
+    float* result = out;
+    switch (k) {
+        case RMS:
+            a.p[0] = (unsigned long long)x, a.p[1] = (unsigned long long)w, a.p[2] = (unsigned long long)out;
+            a.n[0] = n;
+            pf_emu::launch(dim3(rows), dim3(threads), smem, pf_emu::EARLY, [&] { rms_norm(a); });
+            break;
+        case ADD_RMS:
+            a.p[0] = (unsigned long long)acc, a.p[1] = (unsigned long long)x, a.p[2] = (unsigned long long)w;
+            a.p[3] = (unsigned long long)out;
+            a.n[0] = n;
+            pf_emu::launch(dim3(rows), dim3(threads), smem, pf_emu::EARLY, [&] { add_rms_norm(a); });
+            break;
+        case GATED_ROWS:
+            a.p[0] = (unsigned long long)x, a.p[1] = (unsigned long long)z, a.p[2] = (unsigned long long)w;
+            a.p[3] = (unsigned long long)out;
+            a.n[0] = dg, a.n[1] = n;
+            pf_emu::launch(dim3(rows), dim3(threads), smem, pf_emu::EARLY, [&] { gated_rms_norm_rows(a); });
+            break;
+        case SIGMOID_ROWS:
+            a.p[0] = (unsigned long long)x, a.p[1] = (unsigned long long)z;
+            a.n[1] = n;
+            pf_emu::launch(dim3(rows), dim3(threads), smem, pf_emu::EARLY, [&] { sigmoid_mul_rows(a); });
+            result = x;
+            break;
     }
-    dev_free(x);
+    int bad = 0;
+    for (int f = 0; f < 3; f++) {
+        if (!(mask >> f & 1)) continue;
+        const std::vector<uint32_t> got(slot[f], slot[f] + slot_words[f]);
+        if (n % 256) {
+            for (uint32_t v : got) bad += v != 0xffffffffu;
+        } else {
+            const int d = differ(got, prep_kernel(f, result, rows, n, false));
+            bad += d < 0 ? 1 : d;
+        }
+        dev_free(slot[f]);
+    }
+    dev_free(x), dev_free(z), dev_free(w), dev_free(acc), dev_free(out);
+    g_checks++;
+    if (bad) g_fail++;
+    std::string fmts;
+    for (int f = 0; f < 3; f++)
+        if (mask >> f & 1) fmts += std::string(fmts.empty() ? "" : "+") + LAYOUTS[f].name;
+    printf("%s %-19s %d rows of %5d, %4d threads, %-14s x kind %d: %d words or sums %s\n", bad ? "FAIL" : "ok  ",
+           NORM_NAMES[k], rows, n, threads, fmts.c_str(), xkind, bad,
+           n % 256 ? "written (want none: not a multiple of 256)" : "differ from the prep kernels'");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -380,10 +574,24 @@ int main() {
     check("q4k R=4 KW=4", host::Q4K, run_q4k<4, 4>, KINDS[0], 64, 4096, make_x(0, 4096), PASS_BOUND);
     check("q4k R=4 KW=2", host::Q4K, run_q4k<4, 2>, KINDS[2], 33, 2560, make_x(2, 2560), PASS_BOUND);
 
-    check_prep_row(1024, 4096, 0);  // 4 groups, 4 rounds
-    check_prep_row(1024, 2560, 2);  // 10 super-blocks: groups idle in the last round
-    check_prep_row(512, 2048, 3);
-    check_prep_row(256, 768, 1);
+    // The warp preps of the int8 layouts against the former 256-thread kernels, bit for bit.
+    for (int f = 1; f < 3; f++) {
+        for (int k = 0; k < 6; k++) check_warp_prep(f, 2, 2048, k);
+        check_warp_prep(f, 3, 768, 3);
+    }
+    // The kernels that prepare their own output rows: every layout, alone and together; rows of
+    // 4096 (one task per warp and layout at 1024 threads: two or three rounds with several
+    // layouts), 2560 (10 super-blocks), 768; rows that are not a multiple of 256 prepare nothing.
+    for (int k = RMS; k <= SIGMOID_ROWS; k++) {
+        const NormKernel nk = (NormKernel)k;
+        check_norm_prep(nk, 1, 4096, 7u, 0);
+        check_norm_prep(nk, 3, 2560, 7u, 2);
+        check_norm_prep(nk, 2, 2048 + 128, 7u, 0);
+        check_norm_prep(nk, 1, 2048 + 200, 7u, 0);
+    }
+    for (unsigned m = 1; m < 7; m++) check_norm_prep(RMS, 2, 2048, m, 1);
+    check_norm_prep(ADD_RMS, 4, 768, 3u, 0);
+    for (int k = 0; k < 6; k++) check_norm_prep(SIGMOID_ROWS, 2, 2048, 7u, k);
 
     // Q8_0 (matvec_tc8.cuh): odd row counts, 1..5 groups per warp, a tall row.
     for (int k = 0; k < 4; k++) {

@@ -38,7 +38,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
 use crate::backend::{
-    AttnDims, Backend, BackendOptions, DType, GdnDims, Pos, Precision, ReadFuture, StepMode, Tensor, WeightData,
+    AttnDims, AttnPrep, Backend, BackendOptions, DType, GdnDims, GdnGates, Pos, Precision, ReadFuture, StepMode,
+    Tensor, WeightData,
 };
 use crate::error::Result;
 use driver::{cuda_err, Device, Stream};
@@ -66,9 +67,9 @@ pub(crate) struct Inner {
     /// f16 copies of activations (`shadow.rs`) and whether any is held.
     shadows: Mutex<shadow::Shadows>,
     shadows_live: AtomicBool,
-    /// A Q4_K product has run on the tensor cores (`ops/matvec_tc.rs`): from then on the decode
-    /// RMSNorms prepare their output for it (a model without Q4_K weights never pays for that).
-    tc_q4k_seen: AtomicBool,
+    /// The layouts the tensor-core decode products have read from each kind of producer kernel's
+    /// outputs (`ops/matvec_tc.rs`): what those kernels prepare themselves from then on.
+    tc_learned: ops::matvec_tc::Learned,
     next_id: AtomicU64,
     /// Declared last: dropped (the context released) after everything above.
     dev: Device,
@@ -161,7 +162,7 @@ impl CudaBackend {
             fast: opts.precision == Precision::Fast,
             shadows: Mutex::new(shadow::Shadows::default()),
             shadows_live: AtomicBool::new(false),
-            tc_q4k_seen: AtomicBool::new(false),
+            tc_learned: ops::matvec_tc::Learned::default(),
             next_id: AtomicU64::new(1),
             dev,
         };
@@ -347,6 +348,18 @@ impl Backend for CudaBackend {
     ) -> Result<()> {
         ops::conv::conv1d_silu_l2qk(&self.inner, x, w, state, out, dims, eps)
     }
+    fn gdn_conv_gates(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        state: &Tensor,
+        out: &Tensor,
+        dims: GdnDims,
+        eps: f32,
+        gates: GdnGates<'_>,
+    ) -> Result<()> {
+        ops::conv::gdn_conv_gates(&self.inner, x, w, state, out, dims, eps, gates)
+    }
     fn gdn_gates(
         &self,
         a: &Tensor,
@@ -394,6 +407,19 @@ impl Backend for CudaBackend {
     }
     fn kv_store(&self, k: &Tensor, v: &Tensor, k_cache: &Tensor, v_cache: &Tensor, pos: Pos) -> Result<()> {
         ops::attention::kv_store(&self.inner, k, v, k_cache, v_cache, pos)
+    }
+    fn attn_qk_prep(
+        &self,
+        a: AttnPrep<'_>,
+        head_dim: usize,
+        n_rot: usize,
+        theta: f32,
+        eps: f32,
+        k_cache: &Tensor,
+        v_cache: &Tensor,
+        pos: Pos,
+    ) -> Result<()> {
+        ops::attention::attn_qk_prep(&self.inner, a, head_dim, n_rot, theta, eps, k_cache, v_cache, pos)
     }
     fn attention(
         &self,

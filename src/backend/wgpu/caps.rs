@@ -6,16 +6,23 @@
 //! | subgroup reductions (`reduce_sg.wgsl`) | `SUBGROUP` | workgroup-memory trees (`reduce_plain.wgsl`) |
 //! | tensor-core prefill (`matmul_coop.wgsl`, f16 inputs) | `EXPERIMENTAL_COOPERATIVE_MATRIX` with a 16x16x16 f16 -> f32 configuration, `SHADER_F16`, `SUBGROUP`, and `Precision::Fast` | the f32 tiled kernel |
 //! | per-dispatch GPU timestamps (`RILL_PROFILE=1`) | `TIMESTAMP_QUERY_INSIDE_PASSES` | a submit-and-wait wall clock per dispatch |
+//! | `matmul_group` of up to 4 (3) same-format products in one decode dispatch (`matvec_group.wgsl`) | 9 (7) storage buffers per stage | one dispatch per product |
+//! | `gdn_conv_gates` in one dispatch (`gdn_conv_gates.wgsl`) | 10 storage buffers per stage | `gdn_gates` + `conv1d_silu_l2qk` |
+//! | `attn_qk_prep` in one dispatch (`attn_qk_prep.wgsl`) | 11 storage buffers per stage | q and k/v halves (`attn_prep_q.wgsl`, `attn_prep_kv.wgsl`; 7), else the six separate ops |
 //!
 //! Tuning knobs, for measuring on a new GPU without a rebuild (`scripts/gpu-wgpu-mv-sweep.sh`):
 //! the matrix-vector geometry, `RILL_WGPU_MV_WG` (invocations per workgroup: 64, 128 or 256;
 //! default 128), `RILL_WGPU_MV_ROWS` (rows per invocation: 1, 2, 4 or 8; default 2) and
 //! `RILL_WGPU_MV_LANES` (invocations per row group, a power of two up to the workgroup; default
 //! 32, fewer for short rows), and `RILL_WGPU_SUBMIT_EVERY` (dispatches per submission, 1..=256;
-//! default 64). Values the kernels do not take keep the default.
+//! default 64). Values the kernels do not take keep the default. `RILL_WGPU_FUSE=0` turns the
+//! fused decode dispatches of the table above off (one dispatch per product and per step, as
+//! before them), to measure what they gain.
 //!
 //! `RILL_WGPU_PLAIN=1` forces every plain path (what the browser runs: wgpu's web backend has no
-//! subgroups), so tests cover both on one machine. `RILL_WGPU_COOP_EMULATE=1` (tests only) runs
+//! subgroups), so tests cover both on one machine; `RILL_WGPU_MAX_STORAGE=N` (at least 8, WebGPU's
+//! guarantee) pretends the adapter allows only N storage buffers per kernel, as browsers' do, so
+//! the fallbacks of the fused dispatches are tested too. `RILL_WGPU_COOP_EMULATE=1` (tests only) runs
 //! the tensor-core kernel's tiling and f16 staging with the matrix products done by plain code,
 //! so a machine without cooperative matrices (lavapipe) still checks everything but the
 //! cooperative built-ins themselves.
@@ -26,6 +33,7 @@
 //! buffer access still guards the buffers. `RILL_WGPU_SHADER_CHECKS=1` puts the checks back (to
 //! tell a kernel bug from a driver one, and so tests run both ways).
 
+use super::kernels;
 use crate::backend::Precision;
 
 /// Size of the cooperative-matrix tiles the coop kernel uses (`coop_mat16x16`).
@@ -40,6 +48,17 @@ pub(crate) enum Coop {
     On,
     /// The coop kernel's structure with plain products (f16-rounded tier; tests).
     Emulated,
+}
+
+/// How `attn_qk_prep` runs: its kernels need 11 storage buffers in one dispatch, 7 in two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Prep {
+    /// The six separate ops.
+    Separate,
+    /// The q heads and the k/v heads in a dispatch each.
+    Halves,
+    /// One dispatch.
+    One,
 }
 
 /// The adapter's features and limits that select kernels, fixed when the device is created.
@@ -58,6 +77,14 @@ pub(crate) struct Caps {
     /// Alignment of a dynamic uniform offset (the parameter slots).
     pub uniform_align: u64,
     pub max_workgroups_per_dim: u32,
+    /// Storage buffers one kernel may bind (`max_storage_buffers_per_shader_stage`).
+    pub max_storage: u32,
+    /// Most products of one input one `matmul_group` dispatch takes (1: a dispatch per product).
+    pub mv_group: u32,
+    /// `gdn_conv_gates` as one dispatch.
+    pub fused_gates: bool,
+    /// How `attn_qk_prep` runs.
+    pub prep: Prep,
     /// Invocations per matrix-vector workgroup (WGSL `MV_WG`).
     pub mv_wg: u32,
     /// Rows per matrix-vector invocation (WGSL `MV_R`).
@@ -96,7 +123,14 @@ pub(crate) struct Overrides {
     pub submit_every: Option<u32>,
     /// `RILL_WGPU_SHADER_CHECKS=1`: compile shaders with naga's runtime checks.
     pub shader_checks: bool,
+    /// `RILL_WGPU_FUSE=0`: no fused decode dispatches.
+    pub no_fuse: bool,
+    /// `RILL_WGPU_MAX_STORAGE=N`: pretend the adapter allows only N storage buffers per kernel.
+    pub max_storage: Option<u32>,
 }
+
+/// Storage buffers per kernel WebGPU guarantees (and the most an existing unfused kernel binds).
+pub(crate) const MIN_STORAGE: u32 = 8;
 
 fn env_flag(name: &str) -> bool {
     std::env::var_os(name).is_some_and(|v| v == "1")
@@ -117,6 +151,8 @@ impl Overrides {
             mv_lanes: env_num("RILL_WGPU_MV_LANES").and_then(|v| u32::try_from(v).ok()),
             submit_every: env_num("RILL_WGPU_SUBMIT_EVERY").and_then(|v| u32::try_from(v).ok()),
             shader_checks: env_flag("RILL_WGPU_SHADER_CHECKS"),
+            no_fuse: std::env::var_os("RILL_WGPU_FUSE").is_some_and(|v| v == "0"),
+            max_storage: env_num("RILL_WGPU_MAX_STORAGE").and_then(|v| u32::try_from(v).ok()),
         }
     }
 }
@@ -185,6 +221,23 @@ impl Caps {
             .mv_wg
             .filter(|n| [64, 128, 256].contains(n) && *n <= limits.max_compute_invocations_per_workgroup)
             .unwrap_or(MV_WG_DEFAULT);
+        let max_storage = match ov.max_storage {
+            Some(n) => n.max(MIN_STORAGE).min(limits.max_storage_buffers_per_shader_stage),
+            None => limits.max_storage_buffers_per_shader_stage,
+        };
+        let fuse = !ov.no_fuse;
+        let fits = |n: u32| fuse && n <= max_storage;
+        let mv_group = (2..=crate::backend::MAX_GROUP as u32)
+            .rev()
+            .find(|&n| fits(kernels::mv_group_bindings(n)))
+            .unwrap_or(1);
+        let prep = if fits(kernels::PREP_BINDINGS) {
+            Prep::One
+        } else if fits(kernels::PREP_HALF_BINDINGS) {
+            Prep::Halves
+        } else {
+            Prep::Separate
+        };
         let max_binding = match ov.max_binding {
             Some(b) => b.min(limits.max_storage_buffer_binding_size),
             None => limits.max_storage_buffer_binding_size,
@@ -199,6 +252,10 @@ impl Caps {
             binding_align: u64::from(limits.min_storage_buffer_offset_alignment.max(4)),
             uniform_align: u64::from(limits.min_uniform_buffer_offset_alignment.max(4)),
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension.max(1),
+            max_storage,
+            mv_group,
+            fused_gates: fits(kernels::GATES_BINDINGS),
+            prep,
             mv_wg,
             mv_rows: ov
                 .mv_rows
@@ -227,7 +284,7 @@ impl Caps {
     /// One line for `rill bench` and logs.
     pub fn describe(&self) -> String {
         format!(
-            "reductions {}, prefill {}, binding limit {} MiB{}{}",
+            "reductions {}, prefill {}, binding limit {} MiB, {}{}{}",
             if self.subgroups { "subgroup" } else { "workgroup-memory" },
             match self.coop {
                 Coop::Off => "f32 tiles",
@@ -235,6 +292,7 @@ impl Caps {
                 Coop::Emulated => "emulated cooperative-matrix f16",
             },
             self.max_binding >> 20,
+            self.describe_fusion(),
             // The knobs only when set away from their defaults.
             if (self.mv_wg, self.mv_rows, self.mv_lanes, self.submit_every)
                 == (MV_WG_DEFAULT, MV_ROWS_DEFAULT, MV_LANES_DEFAULT, SUBMIT_EVERY_DEFAULT)
@@ -252,6 +310,27 @@ impl Caps {
                 ""
             }
         )
+    }
+
+    /// The fused decode dispatches in use, e.g. `fused: groups of 4, gates, prep in 1`.
+    fn describe_fusion(&self) -> String {
+        let mut parts = Vec::new();
+        if self.mv_group > 1 {
+            parts.push(format!("groups of {}", self.mv_group));
+        }
+        if self.fused_gates {
+            parts.push("gates".to_string());
+        }
+        match self.prep {
+            Prep::One => parts.push("prep in 1".to_string()),
+            Prep::Halves => parts.push("prep in 2".to_string()),
+            Prep::Separate => {}
+        }
+        if parts.is_empty() {
+            "no fused decode dispatches".to_string()
+        } else {
+            format!("fused: {}", parts.join(", "))
+        }
     }
 }
 
@@ -338,6 +417,39 @@ pub(crate) mod tests {
         assert_eq!(low.max_binding, 4096);
         let high = Caps::select(wgpu::Features::empty(), &lim, Precision::Exact, false, ov(u64::MAX));
         assert_eq!(high.max_binding, lim.max_storage_buffer_binding_size);
+    }
+
+    /// The fused decode dispatches by the adapter's storage buffers per kernel: WebGPU's 8
+    /// (groups of 3, the attention preparation in halves), 10 (groups of 4, the gates), 11 and
+    /// more (everything); `RILL_WGPU_MAX_STORAGE` lowers it (never below 8), `RILL_WGPU_FUSE=0`
+    /// turns all off.
+    #[test]
+    fn fused_dispatches_follow_the_storage_buffer_limit() {
+        let pick = |adapter: u32, ov: Overrides| {
+            let lim = wgpu::Limits {
+                max_storage_buffers_per_shader_stage: adapter,
+                ..wgpu::Limits::default()
+            };
+            let c = Caps::select(wgpu::Features::empty(), &lim, Precision::Exact, false, ov);
+            (c.max_storage, c.mv_group, c.fused_gates, c.prep)
+        };
+        let none = Overrides::default();
+        assert_eq!(pick(8, none), (8, 3, false, Prep::Halves));
+        assert_eq!(pick(10, none), (10, 4, true, Prep::Halves));
+        assert_eq!(pick(11, none), (11, 4, true, Prep::One));
+        assert_eq!(pick(1 << 20, none), (1 << 20, 4, true, Prep::One));
+        let lowered = |n| Overrides {
+            max_storage: Some(n),
+            ..Default::default()
+        };
+        assert_eq!(pick(1 << 20, lowered(8)), (8, 3, false, Prep::Halves));
+        assert_eq!(pick(1 << 20, lowered(4)).0, 8, "never below WebGPU's guarantee");
+        assert_eq!(pick(10, lowered(64)).0, 10, "never above the adapter's");
+        let off = Overrides {
+            no_fuse: true,
+            ..Default::default()
+        };
+        assert_eq!(pick(1 << 20, off), (1 << 20, 1, false, Prep::Separate));
     }
 
     #[test]

@@ -78,6 +78,23 @@ pub(crate) const CONV_WG: u32 = 64;
 pub(crate) const CONV_MAX_K: u32 = 16;
 /// The fused conv + q/k L2 norm: channels per workgroup (= the largest dk it handles).
 pub(crate) const CONV_NORM_WG: u32 = 128;
+/// The attention preparation (`attn_qk_prep`): invocations per workgroup, one per element of a
+/// head (so the largest head dim it takes).
+pub(crate) const PREP_WG: u32 = ATT_MAX_D;
+// The workgroup-memory reduction (lib_reduce_plain.wgsl) takes a power of two up to 256.
+const _: () = assert!(PREP_WG.is_power_of_two() && PREP_WG <= 256);
+/// Storage buffers of the fused decode kernels (`caps` picks them only where the adapter allows
+/// as many; `fused_kernels_bind_what_caps_assumes` checks these against the shaders):
+/// `gdn_conv_gates`, `attn_qk_prep` and each of its halves.
+pub(crate) const GATES_BINDINGS: u32 = 10;
+pub(crate) const PREP_BINDINGS: u32 = 11;
+pub(crate) const PREP_HALF_BINDINGS: u32 = 7;
+
+/// Storage buffers of a `matvec_group` of `n` products: x, and a weight and an output each.
+pub(crate) const fn mv_group_bindings(n: u32) -> u32 {
+    1 + 2 * n
+}
+
 /// MoE: most experts per token, most experts in all (`moe_route` keeps them in workgroup memory).
 pub(crate) const MOE_MAX_K: u32 = 16;
 pub(crate) const MOE_MAX_E: u32 = 2048;
@@ -116,6 +133,7 @@ fn constants(caps: &Caps) -> String {
         ("CONV_WG", CONV_WG),
         ("CONV_MAX_K", CONV_MAX_K),
         ("CONV_NORM_WG", CONV_NORM_WG),
+        ("PREP_WG", PREP_WG),
         ("MOE_MAX_K", MOE_MAX_K),
         ("MOE_MAX_E", MOE_MAX_E),
     ];
@@ -149,6 +167,8 @@ enum Weights {
     One,
     /// `W` and `W2`, selected by `wsel` (`lib_w2.wgsl`).
     Two,
+    /// `W0` .. `W{n-1}`, each with its output, selected by `wsel` (`group_io`).
+    Group(u32),
 }
 
 /// Declares `Kernel` and the list of all its values (`ALL`, in discriminant order) from one list.
@@ -173,6 +193,9 @@ kernels! {
     MatmulRows,
     Matvec,
     MatvecSwiglu,
+    MatvecGroup2,
+    MatvecGroup3,
+    MatvecGroup4,
     MatmulTiled,
     MatmulCoop,
     MoeRoute,
@@ -185,6 +208,7 @@ kernels! {
     L2NormQk,
     Conv,
     ConvL2qk,
+    GdnConvGates,
     AddAssign,
     Swiglu,
     SigmoidMulAssign,
@@ -196,6 +220,9 @@ kernels! {
     GdnGates,
     Rope,
     KvStore,
+    AttnQkPrep,
+    AttnPrepQ,
+    AttnPrepKv,
     Attention,
     AttentionSplit,
     AttentionCombine,
@@ -244,12 +271,36 @@ const ATTEND: &str = wgsl!("lib_attention");
 const COOP_TILES: &str = wgsl!("lib_coop_tiles");
 const MM_IO: &str = wgsl!("lib_mm_io");
 const MV_IO: &str = wgsl!("lib_mv_io");
+const MVG_IO: &str = wgsl!("lib_mvg_io");
+const CONV_L2QK: &str = wgsl!("lib_conv_l2qk");
+const GATES: &str = wgsl!("lib_gates");
+const ROPE: &str = wgsl!("lib_rope");
+const PREP: &str = wgsl!("lib_attn_prep");
+const PREP_Q: &str = wgsl!("lib_prep_q");
+const PREP_KV: &str = wgsl!("lib_prep_kv");
 const TILE_IO: &str = wgsl!("lib_tile_io");
 const MOE_IO: &str = wgsl!("lib_moe_io");
 const DELTA_ROWS_SG: &str = wgsl!("lib_delta_rows_sg");
 const DELTA_ROWS_PLAIN: &str = wgsl!("lib_delta_rows_plain");
 
+/// `matvec_group.wgsl` for `n` products.
+const fn group_spec(name: &'static str, n: u32) -> Spec {
+    spec(name, wgsl!("matvec_group"), Weights::Group(n), false)
+        .mv()
+        .with(&[MVG_IO])
+}
+
 impl Kernel {
+    /// `matvec_group.wgsl` for `n` (2 to 4) products.
+    pub(crate) fn matvec_group(n: usize) -> Option<Kernel> {
+        match n {
+            2 => Some(Kernel::MatvecGroup2),
+            3 => Some(Kernel::MatvecGroup3),
+            4 => Some(Kernel::MatvecGroup4),
+            _ => None,
+        }
+    }
+
     fn spec(self, caps: &Caps) -> Spec {
         use Weights::*;
         match self {
@@ -261,6 +312,9 @@ impl Kernel {
             Kernel::MatvecSwiglu => spec("matvec_swiglu", wgsl!("matvec_swiglu"), Two, false)
                 .mv()
                 .with(&[MV_IO]),
+            Kernel::MatvecGroup2 => group_spec("matvec_group2", 2),
+            Kernel::MatvecGroup3 => group_spec("matvec_group3", 3),
+            Kernel::MatvecGroup4 => group_spec("matvec_group4", 4),
             Kernel::MatmulTiled => spec("matmul_tiled", wgsl!("matmul_tiled"), One, false).with(&[TILE_IO]),
             Kernel::MatmulCoop => match caps.coop {
                 Coop::Emulated => spec("matmul_coop_emu", wgsl!("matmul_coop_emu"), One, false),
@@ -276,7 +330,10 @@ impl Kernel {
             Kernel::GatedRmsNorm => spec("gated_rms_norm", wgsl!("gated_rms_norm"), None, true).with(&[NORM]),
             Kernel::L2NormQk => spec("l2_norm_qk", wgsl!("l2_norm_qk"), None, true),
             Kernel::Conv => spec("conv1d_causal_silu", wgsl!("conv1d_causal_silu"), None, false),
-            Kernel::ConvL2qk => spec("conv1d_silu_l2qk", wgsl!("conv1d_silu_l2qk"), None, true),
+            Kernel::ConvL2qk => spec("conv1d_silu_l2qk", wgsl!("conv1d_silu_l2qk"), None, true).with(&[CONV_L2QK]),
+            Kernel::GdnConvGates => {
+                spec("gdn_conv_gates", wgsl!("gdn_conv_gates"), None, true).with(&[CONV_L2QK, GATES])
+            }
             Kernel::AddAssign => spec("add_assign", wgsl!("add_assign"), None, false),
             Kernel::Swiglu => spec("swiglu", wgsl!("swiglu"), None, false),
             Kernel::SigmoidMulAssign => spec("sigmoid_mul_assign", wgsl!("sigmoid_mul_assign"), None, false),
@@ -287,9 +344,14 @@ impl Kernel {
                 spec("argmax_split", wgsl!("argmax_split"), None, false).with(&[ARGMAX, ARGMAX_SCAN])
             }
             Kernel::ArgmaxCombine => spec("argmax_combine", wgsl!("argmax_combine"), None, false).with(&[ARGMAX]),
-            Kernel::GdnGates => spec("gdn_gates", wgsl!("gdn_gates"), None, false),
-            Kernel::Rope => spec("rope_neox", wgsl!("rope_neox"), None, false),
+            Kernel::GdnGates => spec("gdn_gates", wgsl!("gdn_gates"), None, false).with(&[GATES]),
+            Kernel::Rope => spec("rope_neox", wgsl!("rope_neox"), None, false).with(&[ROPE]),
             Kernel::KvStore => spec("kv_store", wgsl!("kv_store"), None, false),
+            Kernel::AttnQkPrep => {
+                spec("attn_qk_prep", wgsl!("attn_qk_prep"), None, true).with(&[ROPE, PREP, PREP_Q, PREP_KV])
+            }
+            Kernel::AttnPrepQ => spec("attn_prep_q", wgsl!("attn_prep_q"), None, true).with(&[ROPE, PREP, PREP_Q]),
+            Kernel::AttnPrepKv => spec("attn_prep_kv", wgsl!("attn_prep_kv"), None, true).with(&[ROPE, PREP, PREP_KV]),
             Kernel::Attention => spec("attention", wgsl!("attention"), None, false).with(&[ATTEND]),
             Kernel::AttentionSplit => spec("attention_split", wgsl!("attention_split"), None, false).with(&[ATTEND]),
             Kernel::AttentionCombine => spec("attention_combine", wgsl!("attention_combine"), None, false),
@@ -400,6 +462,35 @@ const MV_TREE: &str = wgsl!("lib_mv_tree");
 const MV_REDUCE_SG: &str = wgsl!("lib_mv_reduce_sg");
 const MV_REDUCE_PLAIN: &str = wgsl!("lib_mv_reduce_plain");
 
+/// The weight and output bindings of `matvec_group.wgsl` for `n` products (weight s at binding
+/// 2 + 2s, its output at 3 + 2s; x is binding 1) and their accessors for the workgroup's segment
+/// `wsel` (lib_mvg_io.wgsl): generated, so each count binds only what it uses.
+fn group_io(n: u32) -> String {
+    let mut s = String::from("// Generated from src/backend/wgpu/kernels.rs (group_io).\n");
+    for i in 0..n {
+        s.push_str(&format!(
+            "@group(0) @binding({}) var<storage, read> W{i}: array<vec4<u32>>;\n\
+             @group(0) @binding({}) var<storage, read_write> O{i}: array<f32>;\n",
+            2 + 2 * i,
+            3 + 2 * i
+        ));
+    }
+    let last = n.saturating_sub(1);
+    s.push_str("fn wq(i: u32) -> vec4<u32> {\n");
+    for i in 0..last {
+        s.push_str(&format!("    if (wsel == {i}u) {{\n        return W{i}[i];\n    }}\n"));
+    }
+    s.push_str(&format!("    return W{last}[i];\n}}\n"));
+    s.push_str("fn mvg_store(r: u32, v: f32) {\n");
+    for i in 0..last {
+        s.push_str(&format!(
+            "    if (wsel == {i}u) {{\n        O{i}[r] = v;\n        return;\n    }}\n"
+        ));
+    }
+    s.push_str(&format!("    O{last}[r] = v;\n}}\n"));
+    s
+}
+
 /// A kernel's label (profile and debugger name), e.g. `matvec/q4_k`.
 pub(crate) fn label(kernel: Kernel, fmt: Option<GgmlType>, caps: &Caps) -> String {
     let name = kernel.spec(caps).name;
@@ -431,7 +522,11 @@ pub(crate) fn source(kernel: Kernel, fmt: Option<GgmlType>, caps: &Caps) -> Resu
         (w, Some(ty)) => {
             let f =
                 format(ty).ok_or_else(|| gpu_err(format!("weight type {ty} is not supported by the wgpu backend")))?;
-            src.push_str(if w == Weights::Two { W_TWO } else { W_ONE });
+            match w {
+                Weights::Two => src.push_str(W_TWO),
+                Weights::Group(n) => src.push_str(&group_io(n)),
+                _ => src.push_str(W_ONE),
+            }
             src.push_str(W_ACCESS);
             if f.kquant {
                 src.push_str(KQUANT);
@@ -629,8 +724,47 @@ mod tests {
                 assert!(found.is_empty(), "{what}: {found:#?}");
                 checked += 1;
             }
-            assert_eq!(checked, 3 * 16, "matvec, matvec_swiglu, moe_matvec in every format");
+            assert_eq!(
+                checked,
+                6 * 16,
+                "matvec, matvec_swiglu, the three matvec_groups, moe_matvec in every format"
+            );
         }
+    }
+
+    /// The fused decode kernels bind as many storage buffers as `caps` assumes when it picks
+    /// them for an adapter's limit.
+    #[test]
+    fn fused_kernels_bind_what_caps_assumes() {
+        use crate::backend::wgpu::caps::tests::caps;
+        use crate::backend::wgpu::caps::Overrides;
+        use crate::backend::Precision;
+        for plain in [false, true] {
+            let c = caps(
+                wgpu::Features::SUBGROUP,
+                Precision::Exact,
+                false,
+                Overrides {
+                    plain,
+                    ..Default::default()
+                },
+            );
+            let storage = |k: Kernel, fmt: Option<GgmlType>| {
+                let slots = bindings(&source(k, fmt, &c).unwrap()).unwrap();
+                assert_eq!(slots[0], Slot::Uniform);
+                slots.len() as u32 - 1
+            };
+            for n in 2..=4 {
+                let k = Kernel::matvec_group(n).unwrap();
+                assert_eq!(storage(k, Some(GgmlType::Q4K)), mv_group_bindings(n as u32), "{k:?}");
+            }
+            assert_eq!(storage(Kernel::GdnConvGates, None), GATES_BINDINGS);
+            assert_eq!(storage(Kernel::AttnQkPrep, None), PREP_BINDINGS);
+            assert_eq!(storage(Kernel::AttnPrepQ, None), 5);
+            assert_eq!(storage(Kernel::AttnPrepKv, None), PREP_HALF_BINDINGS);
+        }
+        assert_eq!(Kernel::matvec_group(1), None);
+        assert_eq!(Kernel::matvec_group(5), None);
     }
 
     /// Every kernel in every format and variant parses, validates and compiles to SPIR-V with

@@ -184,15 +184,19 @@ fn mv_overrides() -> (Option<usize>, Option<usize>) {
 /// Products with at least this many output rows in all count as tall (`mv_plan`).
 const MV_TALL_ROWS: usize = 65536;
 
-/// Plan a matvec over `rows` output rows in total (all output vectors), rows of `n_in`, with
-/// `nsum` activation vectors per block.
-fn mv_plan(inner: &Inner, rows: usize, n_in: usize, nsum: usize, glu: bool) -> MvPlan {
+/// Plan the f32 matvec `m`: rows of `n_in`, `nsum` activation vectors per block. The unit lanes
+/// (which fix each row's order of summation) follow the tallest product alone, so a product in a
+/// group gets the bits it gets launched alone; the rows per thread (which only decide which rows
+/// a thread takes) follow all the products' rows.
+fn mv_plan(inner: &Inner, m: &Mv) -> MvPlan {
+    let (n_in, nsum, glu) = (m.n_in, m.nsum, m.w2.is_some());
+    let rows = m.parts.rows() * m.vectors;
     let units = n_in.div_ceil(32).max(1);
     let (ut_override, rpt_override) = mv_overrides();
     // Very tall products (the LM head: 248K rows) have rows to spare for every SM many times
     // over: 64 unit lanes and more rows per block keep more loads in flight per thread
     // (dev/cuda/matvec_bench.cu on the H200, 4096-wide rows: Q6_K 556 -> 481 us, Q8_0 434 -> 399 us).
-    let tall = rows >= MV_TALL_ROWS && units.is_multiple_of(64);
+    let tall = m.parts.widest() * m.vectors >= MV_TALL_ROWS && units.is_multiple_of(64);
     let ut = ut_override.unwrap_or_else(|| if tall { 64 } else { unit_lanes(units) });
     let rg = MV_THREADS / ut;
     let rpt_max = if glu { MV_RPT_MAX_GLU } else { MV_RPT_MAX };
@@ -258,6 +262,12 @@ impl Parts {
     /// Output rows of all the products.
     pub(crate) fn rows(&self) -> usize {
         self.iter().map(|p| p.n_out).sum()
+    }
+
+    /// Output rows of the tallest product: what picks a kernel's shape (`matmul_group` groups
+    /// only products that pick the same one alone).
+    pub(crate) fn widest(&self) -> usize {
+        self.iter().map(|p| p.n_out).max().unwrap_or(0)
     }
 }
 
@@ -430,10 +440,7 @@ fn run_mv(inner: &Inner, op: &str, m: &Mv, reads: &[&Tensor], writes: &[&Tensor]
             return matvec_tc::run(inner, op, f, m, x, |nv| mv_flops(m, nv), reads, writes);
         }
         MvPath::Q8(plan, prefix) => (plan, prefix),
-        MvPath::F32 => (
-            mv_plan(inner, m.parts.rows() * m.vectors, m.n_in, m.nsum, glu),
-            if glu { "matvec_glu_" } else { "matvec_" },
-        ),
+        MvPath::F32 => (mv_plan(inner, m), if glu { "matvec_glu_" } else { "matvec_" }),
     };
     let rows_per_block = plan.rows_per_block();
     let gx = m.grid_x(op, rows_per_block)?;
@@ -473,6 +480,7 @@ pub(crate) fn matmul(inner: &Inner, w: &Tensor, x: &Tensor, out: &Tensor) -> Res
     let op = "matmul";
     let d = check::matmul(w, x, out)?;
     let wt = weight(op, w, d.n_out, d.n_in)?;
+    matvec_tc::read_by(inner, x, wt.ty, d.n_in);
     let op_ = ptr(out, op)?;
     if let Some(g) = (d.n_out > MATVEC_MAX_N_OUT)
         .then(|| wt.gemm(inner, d.t, d.n_in))
@@ -486,19 +494,46 @@ pub(crate) fn matmul(inner: &Inner, w: &Tensor, x: &Tensor, out: &Tensor) -> Res
     matmul_dispatch(inner, &wt, x, op_, d, &[w, x], &[out])
 }
 
+/// `RILL_CUDA_GROUP=0`: every product of a `matmul_group` in a launch of its own (the trait's
+/// default), for A/B runs of the grouped launches. Read once.
+fn group_enabled() -> bool {
+    static G: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *G.get_or_init(|| std::env::var("RILL_CUDA_GROUP").map_or(true, |v| v.trim() != "0"))
+}
+
+/// What fixes the bits of a product's rows: its kernel and shape (`kernel_key`).
+type KernelKey = (&'static str, usize);
+
+/// What fixes the bits of a product's rows in the kernels of `path` (the kernel and its shape:
+/// the tensor-core kernels' K split differs between shapes, the f32 and q8 ones' unit lanes), for
+/// the product `m` launched alone. Products that agree on it (and on format and phase) share a
+/// launch and get exactly what they would get alone; the rows per thread only decide which rows a
+/// thread takes.
+fn kernel_key(inner: &Inner, path: &MvPath, m: &Mv) -> KernelKey {
+    match path {
+        MvPath::Tc(f) => {
+            let (kernel, rows_per_block, _) = matvec_tc::kernel_of(*f, m);
+            (kernel, rows_per_block)
+        }
+        MvPath::Q8(plan, prefix) => (*prefix, plan.ut),
+        MvPath::F32 => ("matvec_", mv_plan(inner, m).ut),
+    }
+}
+
 /// `outs[i] = x · ws[i]ᵀ` for the products of one x (a layer's projections). On the decode path
-/// (every product a matvec) the products that run the same kernels (format and path: `MvPath`)
-/// and count in the same profile phase go out as one launch, its grid over all their rows (the
-/// segment table, kernels-cuda/common.cuh): one launch ramp and tail instead of one per product
-/// (where the kernels take groups: `takes_group`).
-/// A tensor-core launch reads x prepared once per format (`Inner::tc_x_of` keeps the copy).
+/// (every product a matvec) the products that run the same kernel in the same shape
+/// (`kernel_key`) and count in the same profile phase go out as one launch, its grid over all
+/// their rows (the segment table, kernels-cuda/common.cuh): one launch ramp and tail instead of
+/// one per product (where the kernels take groups: `takes_group`), the same numbers bit for bit.
+/// A tensor-core launch reads x in the prepared layout its producer wrote or, failing that, one
+/// prep per format (`Inner::tc_x_of` keeps the copy for the next launch of the format).
 /// Batches take other kernels per product (as `matmul`).
 pub(crate) fn matmul_group(inner: &Inner, ws: &[&Tensor], x: &Tensor, outs: &[&Tensor]) -> Result<()> {
     let op = "matmul_group";
     let dims = check::matmul_group(ws, x, outs)?;
     // Every pair reads the same x: one T and n_in.
     let (t, n_in) = (dims[0].t, dims[0].n_in);
-    if t > MATVEC_MAX_T || t == 0 || n_in == 0 {
+    if t > MATVEC_MAX_T || t == 0 || n_in == 0 || !group_enabled() {
         return ws.iter().zip(outs).try_for_each(|(w, out)| matmul(inner, w, x, out));
     }
     let weights = ws
@@ -506,27 +541,35 @@ pub(crate) fn matmul_group(inner: &Inner, ws: &[&Tensor], x: &Tensor, outs: &[&T
         .zip(&dims)
         .map(|(w, d)| weight(op, w, d.n_out, n_in))
         .collect::<Result<Vec<_>>>()?;
+    for w in &weights {
+        // As `matmul`: the producer of x learns the layouts its readers take.
+        matvec_tc::read_by(inner, x, w.ty, n_in);
+    }
     let outp = outs.iter().map(|o| ptr(o, op)).collect::<Result<Vec<_>>>()?;
-    // Launch families in the group's order: (first member, its path, members).
-    let mut families: Vec<(usize, MvPath, Vec<usize>)> = Vec::new();
+    // Launch families in the group's order: (kernel key of the first member, members).
+    let mut families: Vec<(Option<KernelKey>, Vec<usize>)> = Vec::new();
     for (i, d) in dims.iter().enumerate().filter(|(_, d)| d.n_out > 0) {
-        let path = mv_path(inner, &Mv::dense(&weights[i], None, x, outp[i], *d)?);
-        let joins = if takes_group(&path, weights[i].ty) {
-            families.iter().position(|(j, p, _)| {
-                weights[*j].ty == weights[i].ty
-                    && weights[*j].phase == weights[i].phase
-                    && std::mem::discriminant(p) == std::mem::discriminant(&path)
+        let solo = Mv::dense(&weights[i], None, x, outp[i], *d)?;
+        let path = mv_path(inner, &solo);
+        // None: a kernel that takes one product per launch.
+        let key = takes_group(&path, weights[i].ty).then(|| kernel_key(inner, &path, &solo));
+        let joins = key.and_then(|_| {
+            families.iter().position(|(k, members)| {
+                let j = members[0];
+                *k == key
+                    && members.len() < MV_SEGS
+                    && weights[j].ty == weights[i].ty
+                    && weights[j].phase == weights[i].phase
             })
-        } else {
-            None
-        };
+        });
         match joins {
-            Some(k) => families[k].2.push(i),
-            None => families.push((i, path, vec![i])),
+            Some(f) => families[f].1.push(i),
+            None => families.push((key, vec![i])),
         }
     }
-    for (first, _, members) in &families {
-        let mut m = Mv::dense(&weights[*first], None, x, outp[*first], dims[*first])?;
+    for (_, members) in &families {
+        let first = members[0];
+        let mut m = Mv::dense(&weights[first], None, x, outp[first], dims[first])?;
         m.parts = Parts::of(members.iter().map(|&i| Part {
             w: weights[i].ptr,
             out: outp[i],
@@ -615,6 +658,8 @@ pub(crate) fn matmul_swiglu(
     let op = "matmul_swiglu";
     let d = check::matmul_swiglu(w_gate, w_up, x, gate_tmp, up_tmp, out)?;
     let (g, u) = (weight(op, w_gate, d.n_out, d.n_in)?, weight(op, w_up, d.n_out, d.n_in)?);
+    matvec_tc::read_by(inner, x, g.ty, d.n_in);
+    matvec_tc::read_by(inner, x, u.ty, d.n_in);
     if d.t <= MATVEC_MAX_T && w_gate.dtype == w_up.dtype && d.n_in > 0 {
         let m = Mv::dense(&g, Some(&u), x, ptr(out, op)?, d)?;
         return run_mv(inner, op, &m, &[w_gate, w_up, x], &[out]);
@@ -673,6 +718,8 @@ pub(crate) fn moe_experts(
     let g = weight(op, gate_exps, e * f, d)?;
     let u = weight(op, up_exps, e * f, d)?;
     let dn = weight(op, down_exps, e * d, f)?;
+    matvec_tc::read_by(inner, x, g.ty, d);
+    matvec_tc::read_by(inner, x, u.ty, d);
     if let (Some(gg), Some(ug), Some(dg)) = (g.gemm(inner, t, d), u.gemm(inner, t, d), dn.gemm(inner, t, f)) {
         if super::moe::groups_fit(&m) {
             let _ws = inner.workspaces()?;
