@@ -15,11 +15,46 @@
 // float slots f[] (src/backend/cuda/launch.rs, `struct Args`, same layout); each kernel names its
 // slots at the top. A single layout on both sides means a kernel's arguments cannot drift out of
 // step with the Rust code that launches it.
+//
+// The matrix-vector kernels (matvec.cuh, matvec_q8.cuh, matvec_tc.cuh) also read a segment table:
+// up to MV_SEGS products of one x that run the same kernel share one launch
+// (`Backend::matmul_group`: a layer's projections), so the launch ramp and tail are paid once.
+// Segment s covers the grid's x blocks from `block0` on (segments one after another, each
+// rounded up to whole blocks: a block never mixes segments), reads rows 0..rows of the matrix at
+// `w` and writes output vector v at out + v * rows. A single product is a table of one segment;
+// `rows == 0` marks the unused ones (every other kernel leaves the table zero).
+#define MV_SEGS 4
+struct MvSeg {
+    unsigned long long w, out;
+    int rows, block0;
+};
+
 struct Args {
     unsigned long long p[8];
     long long n[12];
     float f[4];
+    MvSeg seg[MV_SEGS];
 };
+// The layout launch.rs fills (a mismatch would shift every slot).
+static_assert(sizeof(Args) == 272, "struct Args must match src/backend/cuda/launch.rs");
+
+// This block's segment: the last used one of the first SEGS whose first block is at or before
+// blockIdx.x. Constant indices only (the loop unrolls), so the table is read from the parameter
+// space. SEGS = 1 for the kernels that never run a group (the fused SwiGLU ones; those for which
+// the per-block weight and output pointers cost registers that matter: ptxas -v, see each): their
+// segment 0 is a fixed parameter, as cheap as a plain slot.
+template <int SEGS>
+__device__ __forceinline__ MvSeg mv_segment(const Args& a) {
+    static_assert(SEGS >= 1 && SEGS <= MV_SEGS, "segments of the table");
+    MvSeg s = a.seg[0];
+#pragma unroll
+    for (int i = 1; i < SEGS; i++)
+        if (a.seg[i].rows > 0 && (int)blockIdx.x >= a.seg[i].block0) s = a.seg[i];
+    // One segment starts at block 0: a constant, which spares such kernels a register or a spill
+    // (ptxas -v: mvtc_Q6_K 8 bytes of spills with block0 read, none without).
+    if (SEGS == 1) s.block0 = 0;
+    return s;
+}
 
 #define KERNEL extern "C" __global__
 

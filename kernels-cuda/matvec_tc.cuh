@@ -44,10 +44,10 @@
 // aligned (rows are 144 * n_in / 256 bytes: every super-block stays 16-byte aligned).
 #pragma once
 
-#ifndef PF_EMU
-#include "common.cuh"  // the production kernels' Args, kernel_start, prefetch_l2, siluf_
-#endif
 #include "pf_common.cuh"
+// The production kernels' Args (with the segment table), kernel_start, prefetch_l2, siluf_; after
+// pf_common.cuh, which brings the emulator's CUDA names under PF_EMU (mvtc_checks.cpp runs mv_body).
+#include "common.cuh"
 
 namespace mvtc {
 
@@ -295,11 +295,13 @@ static __device__ __forceinline__ void q4k_rows(const uint8_t* const (&rows)[2 *
 }
 
 // The format policy of the production body (mv_body, below; matvec_tc8.cuh and matvec_tc6.cuh
-// have one each): the prepared x's A/B words and f32 sums per 256 inputs, and `rows`, one weight
+// have one each): the prepared x's A/B words and f32 sums per 256 inputs, the products a plain
+// launch may hold (SEGS: the segment table, common.cuh), and `rows`, one weight
 // matrix's share of the warp: sets part[r] to the lane's partial dot product of row 8r + g (the
 // block's 2R rows, as q4k_rows takes them; the four lanes t of a row add up to the row's value).
 struct TcQ4K {
     static constexpr int WORDS = SB_WORDS, SUMS = SB_SUMS;
+    static constexpr int SEGS = MV_SEGS;  // products per launch (common.cuh's segment table)
     template <int R, int KW>
     static __device__ __forceinline__ void rows(const uint8_t* const (&w)[2 * R], const uint32_t* xa, const float* xs,
                                                 int nsb, float (&part)[2 * R]) {
@@ -368,10 +370,11 @@ static __device__ __forceinline__ void q4k_body(const Args& p) {
     bench_store<R, KW>(acc, row0, p.n_out, p.out);
 }
 
-#ifndef PF_EMU
 // ---------------------------------------------------------------------------------------------
-// The production kernels (matvec_tc.cu; launched by src/backend/cuda/ops/linear.rs), batched as
-// kernels-cuda/matvec.cuh's are (grid.y = output vectors):
+// The production kernels (matvec_tc.cu; launched by src/backend/cuda/ops/linear.rs; run on the
+// emulator by dev/cuda/emu/mvtc_checks.cpp), batched as kernels-cuda/matvec.cuh's are (grid.y =
+// output vectors) and grouped the same way (grid.x over the segment table of common.cuh: a block
+// computes rows of its segment's matrix only, exactly as in a launch of that matrix alone):
 //   - dense T tokens:   vector v reads x row v, W; writes out[v];
 //   - fused SwiGLU:     out[v] = silu(W x) * (W2 x) (GLU);
 //   - MoE gate/up:      entry b = t k + j reads x row b / k (x_group = k), expert ids[b];
@@ -381,9 +384,9 @@ static __device__ __forceinline__ void q4k_body(const Args& p) {
 // One body for every format: F is its policy (TcQ4K here, mvtc8::TcQ80, mvtc6::TcQ6K), which
 // reads one matrix's rows against one prepared x. x arrives prepared (words then sums, a row's
 // share each: F::WORDS and F::SUMS per 256 inputs; the format's prep kernel, mvtc_prep_<format>).
-// Slots: p0 W, p1 W2 (GLU) or 0, p2 xa, p3 out, p4 expert ids (u32) or 0, p5 scales or 0, p6 xs.
-//        n0 n_out, n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts, n5 x_group, n6 nsum,
-//        n7 out_stride (floats).
+// Slots: the segment table (W, out, n_out of each product; output vector v at out + v * n_out),
+//        p1 W2 (GLU) or 0, p2 xa, p4 expert ids (u32) or 0, p5 scales or 0, p6 xs.
+//        n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts, n5 x_group, n6 nsum.
 //
 // DENSE: one vector per output, no experts (slots p4, p5, n3..n6 unread). The loop over summed
 // entries then vanishes: with it, nvcc keeps the group loop's invariants live across it (Q8_0
@@ -394,20 +397,21 @@ static __device__ __forceinline__ void mv_body(const ::Args& a) {
     static_assert(32 * KW >= 16 * R, "one thread per row for the final sum");
     constexpr int NW = GLU ? 2 : 1;  // weight matrices
     __shared__ float red[NW][KW][16 * R];
-    const uint8_t* W[2] = {reinterpret_cast<const uint8_t*>(a.p[0]), reinterpret_cast<const uint8_t*>(a.p[1])};
+    const MvSeg seg = mv_segment<GLU ? 1 : F::SEGS>(a);  // this block's product
+    const uint8_t* W[2] = {reinterpret_cast<const uint8_t*>(seg.w), reinterpret_cast<const uint8_t*>(a.p[1])};
     const uint32_t* xa = reinterpret_cast<const uint32_t*>(a.p[2]);
-    float* out = reinterpret_cast<float*>(a.p[3]);
+    float* out = reinterpret_cast<float*>(seg.out);
     const uint32_t* ids = DENSE ? nullptr : reinterpret_cast<const uint32_t*>(a.p[4]);
     const float* scales = DENSE ? nullptr : reinterpret_cast<const float*>(a.p[5]);
     const float* xs = reinterpret_cast<const float*>(a.p[6]);
-    const int n_out = (int)a.n[0], nsb = (int)(a.n[1] / 256);
+    const int n_out = seg.rows, nsb = (int)(a.n[1] / 256);
     const size_t row_bytes = (size_t)a.n[2], expert_bytes = (size_t)a.n[3];
     const uint32_t n_experts = (uint32_t)a.n[4];
     const int x_group = DENSE ? 1 : (int)a.n[5], nsum = DENSE ? 1 : (int)a.n[6];
-    const size_t out_stride = (size_t)a.n[7];
+    const size_t out_stride = (size_t)n_out;
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int row0 = blockIdx.x * 16 * R, ov = blockIdx.y;
+    const int row0 = ((int)blockIdx.x - seg.block0) * 16 * R, ov = blockIdx.y;
 
     // Dense weights are written by no kernel: pull this block's rows into L2 while the previous
     // kernel finishes (programmatic dependent launch; matvec.cuh does the same).
@@ -467,7 +471,6 @@ static __device__ __forceinline__ void mv_body(const ::Args& a) {
         out[(size_t)ov * out_stride + row0 + i] = GLU ? siluf_(v[0]) * v[NW - 1] : v[0];
     }
 }
-#endif
 
 #if !defined(PF_EMU) && defined(MVTC_BENCH_KERNELS)
 // The harness's kernels (dev/cuda/matvec_bench.cu defines MVTC_BENCH_KERNELS).

@@ -249,6 +249,11 @@ static __device__ __forceinline__ void q6k_rows(const uint8_t* const (&rows)[2 *
 // scheme), one f32 (1 / 4s) per super-block.
 struct TcQ6K {
     static constexpr int WORDS = SB_WORDS, SUMS = 1;
+    // One product per launch: with a per-block weight pointer mvtc_Q6_K takes 110 registers
+    // against 80 (ptxas -v, nvcc 13.0), two blocks per SM instead of three, on every Q6_K
+    // product (the LM head, half the FFN down projections of Q4_K_M); and Q4_K_M groups hold one
+    // Q6_K product at most (qkv or v). ops/linear.rs `takes_group` says the same.
+    static constexpr int SEGS = 1;
     template <int R, int KWB>
     static __device__ __forceinline__ void rows(const uint8_t* const (&w)[2 * R], const uint32_t* xb, const float* xs,
                                                 int nsb, float (&part)[2 * R]) {

@@ -306,6 +306,7 @@ static __device__ __forceinline__ void q80_rows(const uint8_t* const (&rows)[2 *
 // The format policy of the production body (matvec_tc.cuh mv_body).
 struct TcQ80 {
     static constexpr int WORDS = G_WORDS, SUMS = G_FACT;
+    static constexpr int SEGS = MV_SEGS;
     template <int R, int KW>
     static __device__ __forceinline__ void rows(const uint8_t* const (&w)[2 * R], const uint32_t* xb, const float* xf,
                                                 int ngrp, float (&part)[2 * R]) {

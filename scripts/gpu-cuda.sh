@@ -14,7 +14,8 @@
 #   5. decode kernel variants end to end (RILL_CUDA_MATVEC=exact and q8: tg128 of each model, the
 #      q8 logits of token-by-token decode against the exact ones, a q8 decode profile; the prepared
 #      inputs written by the norms or by prep launches: tg128 with RILL_CUDA_NORM_PREP=none against
-#      the default for the 9B files, and a decode profile of q8_0);
+#      the default for the 9B files, and a decode profile of q8_0; RILL_CUDA_GROUP=0, one launch
+#      per grouped projection, against the default);
 #   6. the prefill kernel harness (dev/cuda/prefill_bench all --quick), then the decode harness
 #      (matvec_bench: every decode matvec variant checked and timed, its winner table), each in the
 #      time left;
@@ -92,7 +93,7 @@ TESTS_END=${TESTS_END:-250}
 log "tests (cuda at both tiers; RILL_TEST_REQUIRE_CUDA=1), until +${TESTS_END}s"
 export RILL_TEST_REQUIRE_CUDA=1
 # Most telling first (a run out of time skips the last ones).
-order="e2e_fixtures device_fused device_linear device_ops device_delta device_moe cuda_steps device_fast concurrency"
+order="e2e_fixtures device_fused device_group device_linear device_ops device_delta device_moe cuda_steps device_fast concurrency"
 tests=$(for n in $order; do grep "/$n-" .gpu/tests.txt; done; grep -v -E "/($(echo $order | tr ' ' '|'))-" .gpu/tests.txt)
 for t in $tests; do
     name=$(basename "$t" | sed 's/-[0-9a-f]*$//')
@@ -220,6 +221,11 @@ for q in q4_k_m q8_0; do
         RILL_CUDA_NORM_PREP=$np timeout "$(limit 60)" $rill bench -m "$(model_file qwen3.5-9b $q)" --backend cuda \
             -p "" -n 128 -r 3 --json >"$LOGS/normprep-$np-qwen3.5-9b-$q.json" 2>"$LOGS/normprep-$np-qwen3.5-9b-$q.log"
     done
+    # The projections of one input in one matvec launch per format and kernel shape (the default,
+    # `normprep-all` above) against one launch per product (RILL_CUDA_GROUP=0).
+    log "decode RILL_CUDA_GROUP=0: qwen3.5-9b $q"
+    RILL_CUDA_GROUP=0 timeout "$(limit 60)" $rill bench -m "$(model_file qwen3.5-9b $q)" --backend cuda \
+        -p "" -n 128 -r 2 --json >"$LOGS/group0-qwen3.5-9b-$q.json" 2>"$LOGS/group0-qwen3.5-9b-$q.log"
 done
 # `decode_profile QUANT SECONDS`: where a 9B decode step's time goes with the default kernels, per
 # phase and per kernel (the prep launches and the kernels that prepare their output among them),
@@ -334,6 +340,10 @@ print("prepared inputs by the producers (RILL_CUDA_NORM_PREP), tg128 tokens/s:")
 for q in ("q4_k_m", "q8_0"):
     nps = ("none", "Q4_K", "all") if q == "q4_k_m" else ("none", "all")
     cells = [tg(f"normprep-{np}-qwen3.5-9b-{q}.json", np) for np in nps]
+    print(f"  qwen3.5-9b-{q:<16} {' | '.join(cells)}")
+print("grouped projections (RILL_CUDA_GROUP), tg128 tokens/s:")
+for q in ("q4_k_m", "q8_0"):
+    cells = [tg(f"group0-qwen3.5-9b-{q}.json", "0"), tg(f"normprep-all-qwen3.5-9b-{q}.json", "default")]
     print(f"  qwen3.5-9b-{q:<16} {' | '.join(cells)}")
 for f in sorted(glob.glob(os.path.join(out, "test-*.log"))):
     res = [l.strip() for l in open(f, errors="replace") if l.startswith("test result:")]

@@ -186,17 +186,31 @@ struct Mv {
     bool x_in_smem = true;
 };
 
+// The segment table of a matvec launch (common.cuh `MvSeg`) as the Rust backend fills it
+// (ops/linear.rs `Mv::chunks`): the products (weights, output, rows) one after another, each
+// rounded up to whole blocks of rpb rows. Returns the grid's x blocks.
+struct Prod {
+    unsigned long long w, out;
+    int rows;
+};
+static unsigned set_segs(Args& a, const std::vector<Prod>& ps, int rpb) {
+    int b = 0;
+    for (size_t s = 0; s < ps.size(); ++s) {
+        a.seg[s] = MvSeg{ps[s].w, ps[s].out, ps[s].rows, b};
+        b += (ps[s].rows + rpb - 1) / rpb;
+    }
+    return (unsigned)b;
+}
+
 static void run_mv(void (*k)(const Args), const Mv& m) {
     const int units = (m.n_in + 31) / 32, ut = unit_lanes(units), rpb = (256 / ut) * m.rpt;
     Args a;
     memset(&a, 0, sizeof a);
-    a.p[0] = m.w;
+    const unsigned gx = set_segs(a, {{m.w, m.out, m.n_out}}, rpb);
     a.p[1] = m.w2;
     a.p[2] = m.x;
-    a.p[3] = m.out;
     a.p[4] = m.ids;
     a.p[5] = m.scales;
-    a.n[0] = m.n_out;
     a.n[1] = m.n_in;
     a.n[2] = (long long)m.row_bytes;
     a.n[3] = (long long)m.expert_bytes;
@@ -206,10 +220,9 @@ static void run_mv(void (*k)(const Args), const Mv& m) {
     a.n[7] = ut;
     a.n[8] = m.rpt;
     a.n[9] = m.x_in_smem;
-    a.n[10] = m.n_out;
     a.n[11] = m.n_in;
     const size_t smem = m.x_in_smem ? (size_t)m.nsum * units * MV_XPAD * 4 : 0;
-    emu_launch(k, Dim3{(unsigned)((m.n_out + rpb - 1) / rpb), (unsigned)m.vectors, 1}, 256, smem, a);
+    emu_launch(k, Dim3{gx, (unsigned)m.vectors, 1}, 256, smem, a);
 }
 
 static double silu(double v) { return v / (1 + std::exp(-v)); }
@@ -428,13 +441,12 @@ static void test_matvec_q8(const char* name, void (*kmv)(const Args), void (*kgl
                             want[(size_t)t * n_out + o] = glu ? silu(g) * u : g;
                             mag[(size_t)t * n_out + o] = glu ? mg * std::fabs(u) + mu * std::fabs(silu(g)) + 1e-30 : mg + 1e-30;
                         }
+                    const int rpb = (256 / ut) * rpt;
                     Args a;
                     memset(&a, 0, sizeof a);
-                    a.p[0] = W.addr();
+                    const unsigned gx = set_segs(a, {{W.addr(), O.addr(), n_out}}, rpb);
                     a.p[1] = glu ? U.addr() : 0;
                     a.p[2] = X.addr();
-                    a.p[3] = O.addr();
-                    a.n[0] = n_out;
                     a.n[1] = n_in;
                     a.n[2] = (long long)rb;
                     a.n[4] = 1;
@@ -442,12 +454,9 @@ static void test_matvec_q8(const char* name, void (*kmv)(const Args), void (*kgl
                     a.n[6] = 1;
                     a.n[7] = ut;
                     a.n[8] = rpt;
-                    a.n[10] = n_out;
                     a.n[11] = n_in;
-                    const int rpb = (256 / ut) * rpt;
                     memset(O.p, 0xFF, O.n);
-                    emu_launch(glu ? kglu : kmv, Dim3{(unsigned)((n_out + rpb - 1) / rpb), (unsigned)T, 1}, 256,
-                               (size_t)xq_bytes(units), a);
+                    emu_launch(glu ? kglu : kmv, Dim3{gx, (unsigned)T, 1}, 256, (size_t)xq_bytes(units), a);
                     expect(std::string(glu ? "matvec_q8_glu " : "matvec_q8 ") + name + " [" + std::to_string(n_out) + "x" +
                                std::to_string(n_in) + "] T " + std::to_string(T) + " rpt " + std::to_string(rpt),
                            O.get<float>((size_t)T * n_out), want, 1e-30, 2e-6, &mag);
@@ -475,13 +484,11 @@ static void test_moe_q8(const char* name, void (*kglu)(const Args), void (*kmv)(
         const int units = n_in / 32, ut = unit_lanes(units / Q8Dot<F>::CU), rpt = 2, rpb = (256 / ut) * rpt;
         Args a;
         memset(&a, 0, sizeof a);
-        a.p[0] = w;
+        const unsigned gx = set_segs(a, {{w, out, n_out}}, rpb);
         a.p[1] = w2;
         a.p[2] = xp;
-        a.p[3] = out;
         a.p[4] = I.addr();
         a.p[5] = sc;
-        a.n[0] = n_out;
         a.n[1] = n_in;
         a.n[2] = (long long)rb;
         a.n[3] = (long long)(n_out * rb);
@@ -490,10 +497,8 @@ static void test_moe_q8(const char* name, void (*kglu)(const Args), void (*kmv)(
         a.n[6] = nsum;
         a.n[7] = ut;
         a.n[8] = rpt;
-        a.n[10] = n_out;
         a.n[11] = n_in;
-        emu_launch(kern, Dim3{(unsigned)((n_out + rpb - 1) / rpb), (unsigned)vectors, 1}, 256,
-                   (size_t)nsum * xq_bytes(units), a);
+        emu_launch(kern, Dim3{gx, (unsigned)vectors, 1}, 256, (size_t)nsum * xq_bytes(units), a);
     };
     memset(H.p, 0, H.n);
     launch(kglu, G.addr(), U.addr(), X.addr(), H.addr(), 0, f, d, rbg, k, 1, T * k);
@@ -541,6 +546,82 @@ static void test_moe_q8(const char* name, void (*kglu)(const Args), void (*kmv)(
 }
 
 // ---------------------------------------------------------------------------------------------
+
+// Grouped launches (Backend::matmul_group; the segment table of common.cuh): several products of
+// one x in one grid, with row counts that are not a multiple of a block's rows and T vectors. Each
+// product's output must be bit for bit what it gives launched alone with the same UT and another
+// RPT (ops/linear.rs plans a product's rows per thread from its rows alone, a group's from all
+// of them: the rows a thread takes must not change a row's sum), and
+// nothing may be written outside the outputs (they lie in one buffer with NaN-filled gaps). For
+// the f32 kernel `kmv` and, where the format has one (q8_cu: its units per chunk, else 0), the
+// q8 kernel `kq8`, filled as ops/linear.rs `run_mv` fills a dense product.
+template <class F>
+static void test_matvec_group(const char* name, void (*kmv)(const Args), void (*kq8)(const Args), int q8_cu, int n_in,
+                              const std::vector<int>& rows) {
+    const int n = (int)rows.size(), units = (n_in + 31) / 32, gap = 16;
+    std::vector<Buf> W;
+    for (int r : rows) W.push_back(Buf::of(random_weight<F>(r, n_in)));
+    const size_t rb = W[0].n / rows[0];
+    for (int T : {1, 3}) {
+        auto x = normals((size_t)T * n_in);
+        Buf X = Buf::of(x);
+        // Output i at off[i] floats of one buffer, gap floats before each and after the last.
+        std::vector<size_t> off(n);
+        size_t total = gap;
+        for (int i = 0; i < n; ++i) {
+            off[i] = total;
+            total += (size_t)T * rows[i] + gap;
+        }
+        Buf Alone(4 * total), Grouped(4 * total);
+        auto out = [&](const Buf& b, int i) { return b.addr() + 4 * off[i]; };
+        for (bool q8 : {false, true}) {
+            if (q8 && q8_cu == 0) continue;
+            const int ut = q8 ? unit_lanes(units / q8_cu) : unit_lanes(units);
+            for (int rpt : {1, 3}) {
+                auto launch = [&](const std::vector<Prod>& ps, int rpt) {
+                    Args a;
+                    memset(&a, 0, sizeof a);
+                    const unsigned gx = set_segs(a, ps, (256 / ut) * rpt);
+                    a.p[2] = X.addr();
+                    a.n[1] = n_in;
+                    a.n[2] = (long long)rb;
+                    a.n[4] = 1;
+                    a.n[5] = 1;
+                    a.n[6] = 1;
+                    a.n[7] = ut;
+                    a.n[8] = rpt;
+                    a.n[9] = 1;
+                    a.n[11] = n_in;
+                    const size_t smem = q8 ? (size_t)xq_bytes(units) : (size_t)units * MV_XPAD * 4;
+                    emu_launch(q8 ? kq8 : kmv, Dim3{gx, (unsigned)T, 1}, 256, smem, a);
+                };
+                memset(Alone.p, 0xFF, Alone.n);
+                memset(Grouped.p, 0xFF, Grouped.n);
+                std::vector<Prod> all;
+                for (int i = 0; i < n; ++i) {
+                    launch({{W[i].addr(), out(Alone, i), rows[i]}}, 4 - rpt);  // 3 or 1
+                    all.push_back({W[i].addr(), out(Grouped, i), rows[i]});
+                }
+                launch(all, rpt);
+                checks++;
+                // Bit for bit, gaps included (both all 0xFF there).
+                const bool same = memcmp(Alone.p, Grouped.p, 4 * total) == 0;
+                bool gaps = true;
+                for (int i = 0; i <= n; ++i) {
+                    const size_t g0 = i == 0 ? 0 : off[i - 1] + (size_t)T * rows[i - 1];
+                    for (size_t j = 0; j < 4 * (size_t)gap; ++j) gaps &= Grouped.p[4 * g0 + j] == 0xFF && Alone.p[4 * g0 + j] == 0xFF;
+                }
+                std::string what = std::string(q8 ? "matvec_q8 " : "matvec ") + name + " group";
+                for (int r : rows) what += " " + std::to_string(r);
+                what += " x " + std::to_string(n_in) + " T " + std::to_string(T) + " rpt " + std::to_string(rpt);
+                if (!same || !gaps) {
+                    failures++;
+                    printf("FAIL %s: %s\n", what.c_str(), !gaps ? "wrote outside its outputs" : "differs from the products alone");
+                }
+            }
+        }
+    }
+}
 
 static Args args() {
     Args a;
@@ -1142,6 +1223,14 @@ int main(int argc, char** argv) {
         test_matvec<FmtQ5_0>("Q5_0", matvec_Q5_0, matvec_glu_Q5_0, matmul_tiled_Q5_0, embed_Q5_0, 4096);
         test_matvec<FmtF32>("F32", matvec_F32, matvec_glu_F32, matmul_tiled_F32, embed_F32, 37);
         test_matvec<FmtF16>("F16", matvec_F16, matvec_glu_F16, matmul_tiled_F16, embed_F16, 100);
+    }
+    if (want("group")) {
+        // The GDN projections' shape (qkv + z + beta + alpha, scaled down: 4096 + 8 rows), a
+        // block's rows (32) and one more, one row; the F32 router + shared-expert gate pair.
+        test_matvec_group<FmtQ4_K>("Q4_K", matvec_Q4_K, matvec_q8_Q4_K, 2, 256, {4104, 33, 32, 1});
+        test_matvec_group<FmtQ6_K>("Q6_K", matvec_Q6_K, matvec_q8_Q6_K, 4, 512, {33, 7, 70});
+        test_matvec_group<FmtQ8_0>("Q8_0", matvec_Q8_0, matvec_q8_Q8_0, 1, 96, {32, 33, 1, 65});
+        test_matvec_group<FmtF32>("F32", matvec_F32, nullptr, 0, 37, {64, 1});
     }
     if (want("q8")) {
         test_matvec_q8<FmtQ4_K>("Q4_K", matvec_q8_Q4_K, matvec_q8_glu_Q4_K, 512);

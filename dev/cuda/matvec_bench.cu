@@ -388,10 +388,8 @@ static void launch(const Variant& v, const uint8_t* W, const float* x, float* ou
     const int rpb = (MV_THREADS / ut) * v.rpt;
     Args a;
     memset(&a, 0, sizeof a);
-    a.p[0] = (unsigned long long)W;
+    a.seg[0] = MvSeg{(unsigned long long)W, (unsigned long long)out, n_out, 0};  // one product
     a.p[2] = (unsigned long long)x;
-    a.p[3] = (unsigned long long)out;
-    a.n[0] = n_out;
     a.n[1] = n_in;
     a.n[2] = (long long)row_bytes;
     a.n[4] = 1;
@@ -400,7 +398,6 @@ static void launch(const Variant& v, const uint8_t* W, const float* x, float* ou
     a.n[7] = ut;
     a.n[8] = v.rpt;
     a.n[9] = v.x_smem ? 1 : 0;
-    a.n[10] = n_out;
     a.n[11] = n_in;
     if constexpr (q8_cu<F>() > 0) {
         if (v.q8) {

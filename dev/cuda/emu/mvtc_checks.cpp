@@ -8,6 +8,8 @@
 // rows (kernels-cuda/norm.cu: rms_norm, add_rms_norm, gated_rms_norm_rows, sigmoid_mul_rows) write
 // exactly what each format's prep kernel writes from that output, and nothing for rows that are
 // not a multiple of 256.
+// The production body (mv_body) with grouped launches (several products in one grid, the segment
+// table of common.cuh): bit for bit what each product gives launched alone.
 // The emulator also aborts if any HFMA2 of the Q4_K decode is inexact, if any s8 MMA sum leaves
 // int32 (the designs bound them), and, under AddressSanitizer, on any read past the weights or the
 // x buffers. Also checked: NaN / inf in x give non-finite outputs, and deliberately broken prep
@@ -19,11 +21,14 @@
 #include <string>
 #include <vector>
 
+// prod_shim.h first: matvec_tc.cuh includes common.cuh (the production body, mv_body, reads its
+// Args and segment table), which needs the shim's intrinsics.
+#include <cuda_fp16.h>  // before pf_emu.h (prod_shim.h), as pf_common.cuh has it
+#include "prod_shim.h"
 #include "matvec_tc.cuh"
 #include "matvec_tc6.cuh"
 #include "matvec_tc8.cuh"
 #include "../pf_ref.h"
-#include "prod_shim.h"
 #include "norm.cu"
 
 static int g_fail = 0, g_checks = 0;
@@ -175,18 +180,13 @@ static std::vector<float> run_q6k(const std::vector<uint8_t>& hw, const std::vec
 using Runner = std::vector<float> (*)(const std::vector<uint8_t>&, const std::vector<float>&, int, int, const Mutate&);
 enum Expect { PASS_BOUND, FAIL_BOUND, NONFINITE };
 
-// One check: random weights of `fmt`, x of `xkind` (or the given x), the runner's outputs against
-// the f64 reference; `expect` says whether the bound must hold, must be broken (a mutation) or
-// every output must be non-finite (NaN / inf in x).
-static void check(const char* name, int fmt, Runner run, const char* what, int n_out, int n_in,
-                  const std::vector<float>& hx, Expect expect, const Mutate& mut = nullptr) {
-    const std::vector<uint8_t> hw = fmt == host::Q4K ? random_q4k(n_out, n_in)
-                                    : fmt == host::Q6K ? random_q6k(n_out, n_in)
-                                                       : random_q80(n_out, n_in);
-    const std::vector<float> out = run(hw, hx, n_out, n_in, mut);
+// The largest |out[r] - W[r] . x| / sum |W[r] x| over the n_out rows of weights hw in format fmt
+// (f64 dot products of the dequantized rows), its row, and how many outputs are finite.
+static double worst_err(int fmt, const std::vector<uint8_t>& hw, const float* hx, const float* out, int n_out, int n_in,
+                        int& wr, int& finite) {
     const size_t rb = hw.size() / n_out;
     double worst = 0;
-    int wr = 0, finite = 0;
+    wr = 0, finite = 0;
     std::vector<float> y(n_in);
     for (int r = 0; r < n_out; r++) {
         host::deq_row(fmt, hw.data() + r * rb, n_in, y.data());
@@ -202,6 +202,20 @@ static void check(const char* name, int fmt, Runner run, const char* what, int n
             wr = r;
         }
     }
+    return worst;
+}
+
+// One check: random weights of `fmt`, x of `xkind` (or the given x), the runner's outputs against
+// the f64 reference; `expect` says whether the bound must hold, must be broken (a mutation) or
+// every output must be non-finite (NaN / inf in x).
+static void check(const char* name, int fmt, Runner run, const char* what, int n_out, int n_in,
+                  const std::vector<float>& hx, Expect expect, const Mutate& mut = nullptr) {
+    const std::vector<uint8_t> hw = fmt == host::Q4K ? random_q4k(n_out, n_in)
+                                    : fmt == host::Q6K ? random_q6k(n_out, n_in)
+                                                       : random_q80(n_out, n_in);
+    const std::vector<float> out = run(hw, hx, n_out, n_in, mut);
+    int wr = 0, finite = 0;
+    const double worst = worst_err(fmt, hw, hx.data(), out.data(), n_out, n_in, wr, finite);
     g_checks++;
     bool ok;
     char res[96];
@@ -438,6 +452,118 @@ static void check_norm_prep(NormKernel k, int rows, int n, unsigned mask, int xk
            n % 256 ? "written (want none: not a multiple of 256)" : "differ from the prep kernels'");
 }
 
+// ---------------------------------------------------------------------------------------------
+// The production body (matvec_tc.cuh mv_body) and its segment table (common.cuh): a group of
+// products of one x in one launch (Backend::matmul_group) must give, bit for bit, what each
+// product gives launched alone with the same kernel, for row counts that are not a multiple of a
+// block's rows (a block never mixes products: each product's blocks are rounded up and its last
+// block masks the rows past its end) and several output vectors (grid.y). Each output has a
+// buffer of its exact size: AddressSanitizer catches a write past it, a wrong segment shows as a
+// difference.
+
+// x (T rows of n_in) prepared in format fmt's layout: the A/B words and the sums of every row.
+struct TcPrep {
+    uint32_t* xa;
+    float* xs;
+};
+static TcPrep prep_tc(int fmt, const float* x, int T, int n_in) {
+    const int nsb = n_in / 256;
+    TcPrep p;
+    if (fmt == host::Q4K) {
+        p = {dev_alloc<uint32_t>((size_t)T * nsb * mvtc::SB_WORDS), dev_alloc<float>((size_t)T * nsb * mvtc::SB_SUMS)};
+        pf_emu::launch(dim3(nsb, T), dim3(32), 0, pf_emu::EARLY, [&] { mvtc::prep_x_body(mvtc::PrepArgs{x, p.xa, p.xs}); });
+    } else if (fmt == host::Q80) {
+        p = {dev_alloc<uint32_t>((size_t)T * nsb * mvtc8::G_WORDS), dev_alloc<float>((size_t)T * nsb * mvtc8::G_FACT)};
+        pf_emu::launch(dim3(nsb, T), dim3(256), 0, pf_emu::EARLY,
+                       [&] { mvtc8::prep_x_body(mvtc8::PrepArgs{x, p.xa, p.xs}); });
+    } else {
+        p = {dev_alloc<uint32_t>((size_t)T * nsb * mvtc6::SB_WORDS), dev_alloc<float>((size_t)T * nsb)};
+        pf_emu::launch(dim3(nsb, T), dim3(256), 0, pf_emu::EARLY,
+                       [&] { mvtc6::prep_x_body(mvtc6::PrepArgs{x, p.xa, p.xs}); });
+    }
+    return p;
+}
+
+// One launch of mv_body<F, R, KW> over the products `idx` of (weights, outputs, rows), as
+// src/backend/cuda/ops/linear.rs fills it (Mv::chunks, matvec_tc::run) for a dense product.
+// `swap` exchanges the first two segments' weights (the mutation check; equal row counts).
+template <class F, int R, int KW, bool DENSE>
+static void launch_body(const std::vector<int>& idx, const std::vector<uint8_t*>& w, const std::vector<float*>& out,
+                        const std::vector<int>& rows, const TcPrep& x, int T, int n_in, size_t rb, bool swap = false) {
+    ::Args a;
+    memset(&a, 0, sizeof a);
+    int blocks = 0;
+    for (size_t s = 0; s < idx.size(); s++) {
+        const int i = idx[s];
+        a.seg[s] = MvSeg{(unsigned long long)w[i], (unsigned long long)out[i], rows[i], blocks};
+        blocks += (rows[i] + 16 * R - 1) / (16 * R);
+    }
+    if (swap) std::swap(a.seg[0].w, a.seg[1].w);
+    a.p[2] = (unsigned long long)x.xa;
+    a.p[6] = (unsigned long long)x.xs;
+    a.n[1] = n_in;
+    a.n[2] = (long long)rb;
+    a.n[4] = 1;  // n_experts
+    a.n[5] = 1;  // x_group
+    a.n[6] = 1;  // nsum
+    pf_emu::launch(dim3(blocks, T), dim3(32 * KW), 0, pf_emu::EARLY, [&] { mvtc::mv_body<F, R, KW, false, DENSE>(a); });
+}
+
+// `swap`: a broken segment table (two products' weights exchanged), which must be caught.
+template <class F, int R, int KW, bool DENSE>
+static void check_group(const char* name, int fmt, std::vector<int> rows, int n_in, int T, bool swap = false) {
+    const int n = (int)rows.size();
+    const std::vector<float> hx = make_x(0, T * n_in);
+    float* x = dev_alloc<float>((size_t)T * n_in);
+    memcpy(x, hx.data(), 4 * hx.size());
+    const TcPrep xp = prep_tc(fmt, x, T, n_in);
+    std::vector<std::vector<uint8_t>> hw(n);
+    std::vector<uint8_t*> w(n);
+    std::vector<float*> alone(n), grouped(n);
+    size_t rb = 0;
+    for (int i = 0; i < n; i++) {
+        hw[i] = fmt == host::Q4K ? random_q4k(rows[i], n_in) : fmt == host::Q6K ? random_q6k(rows[i], n_in)
+                                                                                : random_q80(rows[i], n_in);
+        rb = hw[i].size() / rows[i];
+        w[i] = dev_alloc<uint8_t>(hw[i].size());
+        memcpy(w[i], hw[i].data(), hw[i].size());
+        alone[i] = dev_alloc<float>((size_t)T * rows[i]);
+        grouped[i] = dev_alloc<float>((size_t)T * rows[i]);
+    }
+    std::vector<int> all;
+    for (int i = 0; i < n; i++) {
+        launch_body<F, R, KW, DENSE>({i}, w, alone, rows, xp, T, n_in, rb);
+        all.push_back(i);
+    }
+    launch_body<F, R, KW, DENSE>(all, w, grouped, rows, xp, T, n_in, rb, swap);
+    // Each product alone against the f64 reference (the production body's own check), then the
+    // group against the products alone.
+    int bad = 0, wrong = 0;
+    double worst = 0;
+    std::string desc;
+    for (int i = 0; i < n; i++) {
+        for (int t = 0; t < T; t++) {
+            int wr, finite;
+            const double e = worst_err(fmt, hw[i], hx.data() + (size_t)t * n_in, alone[i] + (size_t)t * rows[i], rows[i],
+                                       n_in, wr, finite);
+            worst = std::max(worst, e);
+            wrong += !(e <= 1e-5);
+        }
+        bad += memcmp(alone[i], grouped[i], 4 * (size_t)T * rows[i]) != 0;
+        desc += (i ? "+" : "") + std::to_string(rows[i]);
+    }
+    const bool ok = wrong == 0 && (swap ? bad > 0 : bad == 0);
+    g_checks++;
+    if (!ok) g_fail++;
+    printf("%s mvtc group %-9s%s rows %-16s n_in %5d T %d: %d of %d differ from their own launch%s; alone: worst "
+           "%.2e\n",
+           ok ? "ok  " : "FAIL", name, swap ? " MUTATION weights swapped" : "", desc.c_str(), n_in, T, bad, n,
+           swap ? " (must be > 0)" : "", worst);
+    fflush(stdout);
+    for (int i = 0; i < n; i++) dev_free(w[i]), dev_free(alone[i]), dev_free(grouped[i]);
+    dev_free(x), dev_free(xp.xa), dev_free(xp.xs);
+}
+
 int main() {
     // Q4_K (matvec_tc.cuh).
     for (int k = 0; k < 4; k++) {
@@ -508,6 +634,20 @@ int main() {
     check("q6k R=1", host::Q6K, run_q6k<1>, "MUTATION B digits swapped", 24, 2048, xu, FAIL_BOUND, q6_swap);
     check("q6k R=1", host::Q6K, run_q6k<1>, "MUTATION sb scale +1%", 24, 2048, xu, FAIL_BOUND, q6_scale);
     check("q4k R=2 KW=4", host::Q4K, run_q4k<2, 4>, "MUTATION swapped A words", 24, 2048, xu, FAIL_BOUND, swap01);
+
+    // Grouped launches of the production kernels (matvec_tc.cu, matvec_tc8.cu):
+    // the GDN projections' shape (qkv 4096 + 8 rows here, small z / alpha / beta), a block's worth
+    // of rows (32) and one more (33), one row, 1..4 products.
+    check_group<mvtc::TcQ4K, 2, 4, false>("q4k tall", host::Q4K, {4104, 32, 33}, 256, 1);
+    check_group<mvtc::TcQ4K, 2, 4, false>("q4k tall", host::Q4K, {33, 1, 64, 17}, 512, 3);
+    check_group<mvtc::TcQ4K, 1, 8, false>("q4k", host::Q4K, {32, 33, 1, 70}, 1024, 3);
+    check_group<mvtc::TcQ4K, 1, 8, false>("q4k", host::Q4K, {16}, 512, 1);
+    check_group<mvtc8::TcQ80, 2, 8, true>("q80 tall", host::Q80, {4104, 33, 32, 1}, 256, 1);
+    check_group<mvtc8::TcQ80, 1, 8, false>("q80", host::Q80, {17, 32, 33}, 512, 3);
+    // Q6_K's kernel takes one product per launch (TcQ6K::SEGS): the production body alone.
+    check_group<mvtc6::TcQ6K, 1, 8, false>("q6k", host::Q6K, {33}, 2048, 3);
+    check_group<mvtc6::TcQ6K, 1, 8, false>("q6k", host::Q6K, {7}, 4096, 1);
+    check_group<mvtc::TcQ4K, 1, 8, false>("q4k", host::Q4K, {32, 32}, 512, 1, true);
 
     printf("%s: %d of %d mvtc checks failed\n", g_fail ? "FAIL" : "PASS", g_fail, g_checks);
     return g_fail ? 1 : 0;

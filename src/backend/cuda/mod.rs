@@ -302,6 +302,9 @@ impl Backend for CudaBackend {
     fn matmul(&self, w: &Tensor, x: &Tensor, out: &Tensor) -> Result<()> {
         ops::linear::matmul(&self.inner, w, x, out)
     }
+    fn matmul_group(&self, ws: &[&Tensor], x: &Tensor, outs: &[&Tensor]) -> Result<()> {
+        ops::linear::matmul_group(&self.inner, ws, x, outs)
+    }
     fn rms_norm(&self, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
         ops::norm::rms_norm(&self.inner, x, w, eps, out)
     }

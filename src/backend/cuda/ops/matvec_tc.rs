@@ -37,8 +37,9 @@ const Q8_HEAD_ROWS: usize = 65536;
 /// What differs between the formats: the prepared copy's words and sums per unit of 256 inputs
 /// (the cuh files' `WORDS`, `SUMS`), what a row's length must be a multiple of, and how the
 /// producer kernels (kernels-cuda/norm.cu) take the layout: its bit in their records (and in
-/// `RILL_CUDA_NORM_PREP`) and the pointer slot of their `Args`. Every prep kernel is one warp per
-/// unit.
+/// `RILL_CUDA_NORM_PREP`) and the pointer slot of their `Args`, and whether a plain launch may
+/// hold several products (the policies' `SEGS`: not Q6_K, whose kernel would lose a block per SM
+/// to the per-block pointers, matvec_tc6.cuh). Every prep kernel is one warp per unit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TcFormat {
     pub(crate) ty: GgmlType,
@@ -47,6 +48,7 @@ pub(crate) struct TcFormat {
     n_in_multiple: usize,
     bit: u8,
     slot: usize,
+    pub(crate) groups: bool,
 }
 
 const Q4K: TcFormat = TcFormat {
@@ -56,6 +58,7 @@ const Q4K: TcFormat = TcFormat {
     n_in_multiple: SB,
     bit: 1,
     slot: 7,
+    groups: true,
 };
 const Q8_0: TcFormat = TcFormat {
     ty: GgmlType::Q8_0,
@@ -64,6 +67,7 @@ const Q8_0: TcFormat = TcFormat {
     n_in_multiple: SB,
     bit: 2,
     slot: 5,
+    groups: true,
 };
 /// Q6_K's loads assume 8 warps striding over the super-blocks of rows that start 16-byte
 /// aligned: 210-byte super-blocks realign every 8 (matvec_tc6.cuh).
@@ -74,6 +78,7 @@ const Q6K: TcFormat = TcFormat {
     n_in_multiple: 8 * SB,
     bit: 4,
     slot: 4,
+    groups: false,
 };
 const FORMATS: [TcFormat; 3] = [Q4K, Q8_0, Q6K];
 
@@ -255,13 +260,14 @@ impl Preps {
 
 /// The format whose kernels run the product `m`, if they do: Q4_K, Q8_0 or Q6_K weights (both
 /// of a SwiGLU, the same format), rows a multiple of the format's unit, 16-byte aligned weights
-/// and experts, and x rows within one grid.
+/// (every product's) and experts, and x rows within one grid.
 pub(crate) fn applies(m: &Mv) -> Option<TcFormat> {
     let f = TcFormat::of(m.w.ty)?;
     let ok = |w: &super::linear::Weight| w.ty == f.ty && w.ptr.is_multiple_of(16);
     (m.n_in > 0
         && m.n_in.is_multiple_of(f.n_in_multiple)
         && ok(m.w)
+        && m.parts.iter().all(|p| p.w.is_multiple_of(16))
         && m.w2.is_none_or(ok)
         && m.w.row_bytes.is_multiple_of(16)
         && m.expert_bytes.is_multiple_of(16)
@@ -303,7 +309,16 @@ pub(crate) fn prep(inner: &Inner, f: TcFormat, src: DevPtr, rows: usize, n_in: u
     Ok(x)
 }
 
-/// Launch the product `m` on its prepared x (`applies(m)` gave `f`).
+/// The kernel, rows per block and threads of the product `m` (`applies(m)` gave `f`): the shape
+/// its tallest product picks (the K split, and with it the bits of every row, differs between
+/// shapes: `matmul_group` groups only products that pick the same one alone).
+pub(crate) fn kernel_of(f: TcFormat, m: &Mv) -> (&'static str, usize, u32) {
+    let dense = m.ids == 0 && m.scales == 0 && m.nsum == 1 && m.x_group == 1;
+    f.geometry(m.parts.widest(), m.w2.is_some(), dense)
+}
+
+/// Launch the product `m` (one or a group of products: its grid spans all their rows) on its
+/// prepared x (`applies(m)` gave `f`), in the kernel `kernel_of` picks.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     inner: &Inner,
@@ -315,16 +330,13 @@ pub(crate) fn run(
     reads: &[&Tensor],
     writes: &[&Tensor],
 ) -> Result<()> {
-    let dense = m.ids == 0 && m.scales == 0 && m.nsum == 1 && m.x_group == 1;
-    let (kernel, rows_per_block, threads) = f.geometry(m.n_out, m.w2.is_some(), dense);
-    let gx = grid_u32(op, "row blocks", m.n_out.div_ceil(rows_per_block))?;
+    let (kernel, rows_per_block, threads) = kernel_of(f, m);
+    let gx = m.grid_x(op, rows_per_block)?;
     let nsb = m.n_in / SB;
-    for (mut a, nv, x_row0) in m.chunks() {
-        // Slots of its own (matvec_tc.cuh `mv_body`): p2 the prepared words, p6 the sums, n7 the
-        // output stride.
+    for (mut a, nv, x_row0) in m.chunks(rows_per_block) {
+        // Slots of its own (matvec_tc.cuh `mv_body`): p2 the prepared words, p6 the sums.
         a.p[2] = x.xa + (x_row0 * nsb * f.words * 4) as u64;
         a.p[6] = x.xs + (x_row0 * nsb * f.sums * 4) as u64;
-        a.n[7] = m.n_out as i64;
         inner.kernel_rw(
             Launch {
                 name: (kernel, m.w.suffix),
