@@ -718,6 +718,36 @@ mod tests {
         found
     }
 
+    /// The caps of an exact-tier adapter with subgroups, or its plain (browser) variant.
+    fn exact_caps(plain: bool) -> Caps {
+        use crate::backend::wgpu::caps::tests::caps;
+        use crate::backend::wgpu::caps::Overrides;
+        use crate::backend::Precision;
+        caps(
+            wgpu::Features::SUBGROUP,
+            Precision::Exact,
+            false,
+            Overrides {
+                plain,
+                ..Default::default()
+            },
+        )
+    }
+
+    /// Builds, parses and validates a kernel's WGSL and asserts that it indexes no private array
+    /// or matrix at run time (`private_dynamic_indexing`); returns the module.
+    fn check_registers(what: &str, k: Kernel, fmt: Option<GgmlType>, c: &Caps) -> wgpu::naga::Module {
+        use wgpu::naga;
+        let src = source(k, fmt, c).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let found = private_dynamic_indexing(&module, &info);
+        assert!(found.is_empty(), "{what}: {found:#?}");
+        module
+    }
+
     /// The matrix-vector kernels (decode's hot loop) index no private array or matrix at run
     /// time, in every format, both reductions and the row-count extremes.
     #[test]
@@ -725,7 +755,6 @@ mod tests {
         use crate::backend::wgpu::caps::tests::caps;
         use crate::backend::wgpu::caps::Overrides;
         use crate::backend::Precision;
-        use wgpu::naga;
         let sg = wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16;
         for (plain, rows) in [(false, 1), (false, 4), (true, 2), (true, 8)] {
             let c = caps(
@@ -745,14 +774,7 @@ mod tests {
                     continue;
                 }
                 let what = format!("plain {plain} rows {rows} {}", label(k, fmt, &c));
-                let src = source(k, fmt, &c).unwrap_or_else(|e| panic!("{what}: {e}"));
-                let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{what}: {e}"));
-                let info =
-                    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
-                        .validate(&module)
-                        .unwrap_or_else(|e| panic!("{what}: {e}"));
-                let found = private_dynamic_indexing(&module, &info);
-                assert!(found.is_empty(), "{what}: {found:#?}");
+                check_registers(&what, k, fmt, &c);
                 checked += 1;
             }
             assert_eq!(
@@ -769,30 +791,12 @@ mod tests {
     /// adapter offers, with and without subgroups.
     #[test]
     fn delta_chunk_kernels_keep_their_data_in_registers() {
-        use crate::backend::wgpu::caps::tests::caps;
-        use crate::backend::wgpu::caps::Overrides;
-        use crate::backend::Precision;
         use wgpu::naga;
         for plain in [false, true] {
-            let c = caps(
-                wgpu::Features::SUBGROUP,
-                Precision::Exact,
-                false,
-                Overrides {
-                    plain,
-                    ..Default::default()
-                },
-            );
+            let c = exact_caps(plain);
             for k in [Kernel::DeltaChunkPrep, Kernel::DeltaChunkState] {
                 let what = format!("plain {plain} {k:?}");
-                let src = source(k, None, &c).unwrap_or_else(|e| panic!("{what}: {e}"));
-                let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{what}: {e}"));
-                let info =
-                    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
-                        .validate(&module)
-                        .unwrap_or_else(|e| panic!("{what}: {e}"));
-                let found = private_dynamic_indexing(&module, &info);
-                assert!(found.is_empty(), "{what}: {found:#?}");
+                let module = check_registers(&what, k, None, &c);
                 let shared: u32 = module
                     .global_variables
                     .iter()
@@ -808,19 +812,8 @@ mod tests {
     /// them for an adapter's limit.
     #[test]
     fn fused_kernels_bind_what_caps_assumes() {
-        use crate::backend::wgpu::caps::tests::caps;
-        use crate::backend::wgpu::caps::Overrides;
-        use crate::backend::Precision;
         for plain in [false, true] {
-            let c = caps(
-                wgpu::Features::SUBGROUP,
-                Precision::Exact,
-                false,
-                Overrides {
-                    plain,
-                    ..Default::default()
-                },
-            );
+            let c = exact_caps(plain);
             let storage = |k: Kernel, fmt: Option<GgmlType>| {
                 let slots = bindings(&source(k, fmt, &c).unwrap()).unwrap();
                 assert_eq!(slots[0], Slot::Uniform);
