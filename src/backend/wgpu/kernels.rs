@@ -51,10 +51,16 @@ pub(crate) const ELT_WG: u32 = 256;
 pub(crate) const ATT_WG: u32 = 64;
 pub(crate) const ATT_MAX_D: u32 = 256;
 pub(crate) const ATT_SPLITS: u32 = 32;
-/// Delta rule: state rows per workgroup, chunk length, largest key head dim.
-pub(crate) const DELTA_ROWS: u32 = 32;
+/// The chunked delta rule: chunk length, largest key head dim, invocations per workgroup of both
+/// kernels, and state rows per workgroup of `delta_rule_chunk_state` (whose phase a gives each
+/// invocation one token and four rows: `DELTA_WG = DELTA_CHUNK · DELTA_ROWS / 4`; the prep kernel
+/// gives each invocation a quarter of a token's row of the 64 × 64 products: `4 · DELTA_CHUNK`).
 pub(crate) const DELTA_CHUNK: u32 = 64;
 pub(crate) const DELTA_MAX_DK: u32 = 128;
+pub(crate) const DELTA_WG: u32 = 256;
+pub(crate) const DELTA_ROWS: u32 = 16;
+const _: () = assert!(DELTA_WG == DELTA_CHUNK * DELTA_ROWS / 4 && DELTA_WG == 4 * DELTA_CHUNK);
+const _: () = assert!(DELTA_ROWS.is_multiple_of(4) && DELTA_MAX_DK.is_multiple_of(4));
 /// The recurrent delta rule: invocations per workgroup, and without subgroups invocations per
 /// state row (few, so that each has a share of the row worth its reduction and barriers, which CPU
 /// adapters pay for dearly).
@@ -144,6 +150,7 @@ fn constants(caps: &Caps) -> String {
         ("DELTA_ROWS", DELTA_ROWS),
         ("DELTA_CHUNK", DELTA_CHUNK),
         ("DELTA_MAX_DK", DELTA_MAX_DK),
+        ("DELTA_WG", DELTA_WG),
         ("DELTA_REC_WG", DELTA_REC_WG),
         ("DELTA_REC_ROWS", delta_rec_rows(caps)),
         ("DELTA_LANES", DELTA_LANES),
@@ -711,6 +718,36 @@ mod tests {
         found
     }
 
+    /// The caps of an exact-tier adapter with subgroups, or its plain (browser) variant.
+    fn exact_caps(plain: bool) -> Caps {
+        use crate::backend::wgpu::caps::tests::caps;
+        use crate::backend::wgpu::caps::Overrides;
+        use crate::backend::Precision;
+        caps(
+            wgpu::Features::SUBGROUP,
+            Precision::Exact,
+            false,
+            Overrides {
+                plain,
+                ..Default::default()
+            },
+        )
+    }
+
+    /// Builds, parses and validates a kernel's WGSL and asserts that it indexes no private array
+    /// or matrix at run time (`private_dynamic_indexing`); returns the module.
+    fn check_registers(what: &str, k: Kernel, fmt: Option<GgmlType>, c: &Caps) -> wgpu::naga::Module {
+        use wgpu::naga;
+        let src = source(k, fmt, c).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let found = private_dynamic_indexing(&module, &info);
+        assert!(found.is_empty(), "{what}: {found:#?}");
+        module
+    }
+
     /// The matrix-vector kernels (decode's hot loop) index no private array or matrix at run
     /// time, in every format, both reductions and the row-count extremes.
     #[test]
@@ -718,7 +755,6 @@ mod tests {
         use crate::backend::wgpu::caps::tests::caps;
         use crate::backend::wgpu::caps::Overrides;
         use crate::backend::Precision;
-        use wgpu::naga;
         let sg = wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16;
         for (plain, rows) in [(false, 1), (false, 4), (true, 2), (true, 8)] {
             let c = caps(
@@ -738,14 +774,7 @@ mod tests {
                     continue;
                 }
                 let what = format!("plain {plain} rows {rows} {}", label(k, fmt, &c));
-                let src = source(k, fmt, &c).unwrap_or_else(|e| panic!("{what}: {e}"));
-                let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{what}: {e}"));
-                let info =
-                    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
-                        .validate(&module)
-                        .unwrap_or_else(|e| panic!("{what}: {e}"));
-                let found = private_dynamic_indexing(&module, &info);
-                assert!(found.is_empty(), "{what}: {found:#?}");
+                check_registers(&what, k, fmt, &c);
                 checked += 1;
             }
             assert_eq!(
@@ -756,23 +785,35 @@ mod tests {
         }
     }
 
+    /// The chunked delta rule kernels (prefill's sequential core) keep their per-invocation data in
+    /// registers (the earlier chunk-state kernel indexed a private 128-float state row and ran
+    /// from local memory on NVIDIA) and stay within the 16 KiB of workgroup memory every WebGPU
+    /// adapter offers, with and without subgroups.
+    #[test]
+    fn delta_chunk_kernels_keep_their_data_in_registers() {
+        use wgpu::naga;
+        for plain in [false, true] {
+            let c = exact_caps(plain);
+            for k in [Kernel::DeltaChunkPrep, Kernel::DeltaChunkState] {
+                let what = format!("plain {plain} {k:?}");
+                let module = check_registers(&what, k, None, &c);
+                let shared: u32 = module
+                    .global_variables
+                    .iter()
+                    .filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup)
+                    .map(|(_, v)| module.types[v.ty].inner.size(module.to_ctx()))
+                    .sum();
+                assert!(shared <= 16 << 10, "{what}: {shared} bytes of workgroup memory");
+            }
+        }
+    }
+
     /// The fused decode kernels bind as many storage buffers as `caps` assumes when it picks
     /// them for an adapter's limit.
     #[test]
     fn fused_kernels_bind_what_caps_assumes() {
-        use crate::backend::wgpu::caps::tests::caps;
-        use crate::backend::wgpu::caps::Overrides;
-        use crate::backend::Precision;
         for plain in [false, true] {
-            let c = caps(
-                wgpu::Features::SUBGROUP,
-                Precision::Exact,
-                false,
-                Overrides {
-                    plain,
-                    ..Default::default()
-                },
-            );
+            let c = exact_caps(plain);
             let storage = |k: Kernel, fmt: Option<GgmlType>| {
                 let slots = bindings(&source(k, fmt, &c).unwrap()).unwrap();
                 assert_eq!(slots[0], Slot::Uniform);
