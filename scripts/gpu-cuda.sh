@@ -205,8 +205,8 @@ done
 
 # ---- 5. decode kernel variants end to end ---------------------------------------------------------
 # The tensor-core products' prepared inputs: written by the producer kernels themselves (norms, the
-# delta-rule output's gated norm, the attention output's gate; the default, RILL_CUDA_NORM_PREP=all)
-# or by one prep launch per product input (none): tg128 of each, then where a q8_0 decode step's
+# delta-rule output's gated norm, the attention output's gate; RILL_CUDA_NORM_PREP=all) or by one
+# prep launch per product input (none, the default): tg128 of each, then where a q8_0 decode step's
 # time goes with the default (its prep launches were 129 per token before the producers wrote the
 # Q8_0 layout).
 for q in q4_k_m q8_0; do
@@ -222,7 +222,7 @@ for q in q4_k_m q8_0; do
             -p "" -n 128 -r 3 --json >"$LOGS/normprep-$np-qwen3.5-9b-$q.json" 2>"$LOGS/normprep-$np-qwen3.5-9b-$q.log"
     done
     # The projections of one input in one matvec launch per format and kernel shape (the default,
-    # `normprep-all` above) against one launch per product (RILL_CUDA_GROUP=0).
+    # `normprep-none` above) against one launch per product (RILL_CUDA_GROUP=0).
     log "decode RILL_CUDA_GROUP=0: qwen3.5-9b $q"
     RILL_CUDA_GROUP=0 timeout "$(limit 60)" $rill bench -m "$(model_file qwen3.5-9b $q)" --backend cuda \
         -p "" -n 128 -r 2 --json >"$LOGS/group0-qwen3.5-9b-$q.json" 2>"$LOGS/group0-qwen3.5-9b-$q.log"
@@ -343,7 +343,7 @@ for q in ("q4_k_m", "q8_0"):
     print(f"  qwen3.5-9b-{q:<16} {' | '.join(cells)}")
 print("grouped projections (RILL_CUDA_GROUP), tg128 tokens/s:")
 for q in ("q4_k_m", "q8_0"):
-    cells = [tg(f"group0-qwen3.5-9b-{q}.json", "0"), tg(f"normprep-all-qwen3.5-9b-{q}.json", "default")]
+    cells = [tg(f"group0-qwen3.5-9b-{q}.json", "0"), tg(f"normprep-none-qwen3.5-9b-{q}.json", "default")]
     print(f"  qwen3.5-9b-{q:<16} {' | '.join(cells)}")
 for f in sorted(glob.glob(os.path.join(out, "test-*.log"))):
     res = [l.strip() for l in open(f, errors="replace") if l.startswith("test result:")]
