@@ -23,6 +23,8 @@
 //                        out[b] = silu(W_gate x) * (W_up x);
 //   - MoE down (nsum = k): out[t] = sum_j scales[t*k+j] * W_{ids[t*k+j]} x[t*k+j], summed in a
 //                        fixed order inside the block (no atomics: reproducible).
+//   - either with a shared expert: k + 1 entries per token, the last one the shared expert's
+//                        (common.cuh `MvShared`).
 // Expert ids at or past n_experts contribute nothing (the CPU backend rejects them).
 #pragma once
 
@@ -94,10 +96,11 @@ __device__ __forceinline__ void mv_reduce_store(const float (&acc)[RPT_MAX], con
     const int UT = (int)(a).n[7], RPT = (int)(a).n[8];                                  \
     const size_t out_stride = (size_t)(a).n[10], x_stride = (size_t)(a).n[11]
 
-// Slots: p0 W, p1 W2 (GLU up weights or 0), p2 x, p3 out, p4 expert ids (u32) or 0, p5 scales or 0.
+// Slots: p0 W, p1 W2 (GLU up weights or 0), p2 x, p3 out, p4 expert ids (u32) or 0, p5 scales or 0,
+//        p6 the shared expert's W2 (GLU) or gate logits and p7 its W (SHARED: common.cuh MvShared).
 //        n0 n_out, n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts, n5 x_group, n6 nsum,
 //        n7 UT, n8 RPT, n9 x_in_smem, n10 out_stride (floats), n11 x_stride (floats).
-template <class F, bool GLU>
+template <class F, bool GLU, bool SHARED = false>
 __device__ __forceinline__ void matvec(const Args& a) {
     constexpr int RPT_MAX = GLU ? MV_RPT_MAX_GLU : MV_RPT_MAX;
     DYNAMIC_SMEM(float4, smem4);
@@ -106,6 +109,9 @@ __device__ __forceinline__ void matvec(const Args& a) {
 
     MV_SLOTS(a);
     const bool x_in_smem = a.n[9] != 0;
+    const MvShared shx{reinterpret_cast<const uint8_t*>(a.p[7]),
+                       GLU ? reinterpret_cast<const uint8_t*>(a.p[6]) : nullptr,
+                       GLU ? nullptr : reinterpret_cast<const float*>(a.p[6]), x_group * nsum};
 
     const int t = threadIdx.x, ut = t % UT, rg = t / UT, RG = MV_THREADS / UT;
     const int rows_per_block = RG * RPT;
@@ -149,13 +155,15 @@ __device__ __forceinline__ void matvec(const Args& a) {
 
     for (int j = 0; j < nsum; ++j) {
         const int b = ov * nsum + j;
+        int tok;
+        const bool shared = mv_shared_entry<SHARED>(shx, b, tok);
         uint32_t e = 0;
-        if (ids != nullptr) {
-            e = ids[b];
+        if (ids != nullptr && !shared) {
+            e = ids[b - tok];
             if (e >= n_experts) continue;  // uniform over the block
         }
-        const uint8_t* We = W + (size_t)e * expert_bytes;
-        const uint8_t* W2e = GLU ? W2 + (size_t)e * expert_bytes : nullptr;
+        const uint8_t* We = shared ? shx.w : W + (size_t)e * expert_bytes;
+        const uint8_t* W2e = GLU ? (shared ? shx.w2 : W2 + (size_t)e * expert_bytes) : nullptr;
         const float* xg = X + (size_t)(b / x_group) * x_stride;
         const float* xsj = xs + (size_t)j * units * MV_XPAD;
         float sg[RPT_MAX], su[RPT_MAX];
@@ -196,7 +204,7 @@ __device__ __forceinline__ void matvec(const Args& a) {
                 }
             }
         }
-        const float s = scales != nullptr ? scales[b] : 1.0f;
+        const float s = shared ? mv_shared_scale(shx, tok) : scales != nullptr ? scales[b - tok] : 1.0f;
 #pragma unroll
         for (int i = 0; i < RPT_MAX; ++i) {
             acc[i] += s * sg[i];

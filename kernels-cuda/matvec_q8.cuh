@@ -199,10 +199,11 @@ struct Q8Dot<FmtQ6_K> {
     }
 };
 
-// Slots as matvec.cuh (p0 W, p1 W2, p2 x, p3 out, p4 ids, p5 scales; n0 n_out, n1 n_in,
-// n2 row_bytes, n3 expert_bytes, n4 n_experts, n5 x_group, n6 nsum, n7 UT (chunk lanes), n8 RPT,
-// n10 out_stride, n11 x_stride); n9 unused. Dynamic shared memory: nsum * xq_bytes(units).
-template <class F, bool GLU>
+// Slots as matvec.cuh (p0 W, p1 W2, p2 x, p3 out, p4 ids, p5 scales, p6 and p7 the shared expert
+// (SHARED); n0 n_out, n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts, n5 x_group, n6 nsum,
+// n7 UT (chunk lanes), n8 RPT, n10 out_stride, n11 x_stride); n9 unused. Dynamic shared memory:
+// nsum * xq_bytes(units).
+template <class F, bool GLU, bool SHARED = false>
 __device__ __forceinline__ void matvec_q8(const Args& a) {
     using D = Q8Dot<F>;
     constexpr int RPT_MAX = GLU ? MV_RPT_MAX_GLU : MV_RPT_MAX;
@@ -211,6 +212,9 @@ __device__ __forceinline__ void matvec_q8(const Args& a) {
     __shared__ float red[MV_THREADS / 32][RPT_MAX * (GLU ? 2 : 1)];
 
     MV_SLOTS(a);
+    const MvShared shx{reinterpret_cast<const uint8_t*>(a.p[7]),
+                       GLU ? reinterpret_cast<const uint8_t*>(a.p[6]) : nullptr,
+                       GLU ? nullptr : reinterpret_cast<const float*>(a.p[6]), x_group * nsum};
 
     const int t = threadIdx.x, ut = t % UT, rg = t / UT, RG = MV_THREADS / UT;
     const int rows_per_block = RG * RPT;
@@ -232,13 +236,15 @@ __device__ __forceinline__ void matvec_q8(const Args& a) {
 
     for (int j = 0; j < nsum; ++j) {
         const int b = ov * nsum + j;
+        int tok;
+        const bool shared = mv_shared_entry<SHARED>(shx, b, tok);
         uint32_t e = 0;
-        if (ids != nullptr) {
-            e = ids[b];
+        if (ids != nullptr && !shared) {
+            e = ids[b - tok];
             if (e >= n_experts) continue;  // uniform over the block
         }
-        const uint8_t* We = W + (size_t)e * expert_bytes;
-        const uint8_t* W2e = GLU ? W2 + (size_t)e * expert_bytes : nullptr;
+        const uint8_t* We = shared ? shx.w : W + (size_t)e * expert_bytes;
+        const uint8_t* W2e = GLU ? (shared ? shx.w2 : W2 + (size_t)e * expert_bytes) : nullptr;
         const XQ xq = xq_view(xs + (size_t)j * xq_bytes(units), units);
         float sg[RPT_MAX], su[RPT_MAX];
 #pragma unroll
@@ -253,7 +259,7 @@ __device__ __forceinline__ void matvec_q8(const Args& a) {
                 }
             }
         }
-        const float s = scales != nullptr ? scales[b] : 1.0f;
+        const float s = shared ? mv_shared_scale(shx, tok) : scales != nullptr ? scales[b - tok] : 1.0f;
 #pragma unroll
         for (int i = 0; i < RPT_MAX; ++i) {
             acc[i] += s * sg[i];

@@ -14,7 +14,7 @@ use crate::backend::cuda::driver::{cuda_err, DevPtr};
 use crate::backend::cuda::launch::Args;
 use crate::backend::cuda::profile::Phase;
 use crate::backend::cuda::{buffer, Inner};
-use crate::backend::{check, DType, Tensor};
+use crate::backend::{check, DType, SharedExpert, Tensor};
 use crate::error::Result;
 use crate::gguf::GgmlType;
 
@@ -233,6 +233,18 @@ pub(crate) struct Mv<'a> {
     pub(crate) nsum: usize,
     /// Output vectors.
     pub(crate) vectors: usize,
+    /// A shared expert as the last of every token's `x_group * nsum` entries.
+    pub(crate) shared: Option<MvShared>,
+}
+
+/// A shared expert run as one more expert per token (kernels-cuda/common.cuh `MvShared`): its
+/// weight `w` (the product's format and row size), and `w2` its up weight for a fused SwiGLU or
+/// `gate_logits` (`[T]`, its scale `sigmoid(logit)`) for a sum, 0 where they do not apply.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MvShared {
+    pub(crate) w: DevPtr,
+    pub(crate) w2: DevPtr,
+    pub(crate) gate_logits: DevPtr,
 }
 
 impl<'a> Mv<'a> {
@@ -259,6 +271,7 @@ impl<'a> Mv<'a> {
             x_group: 1,
             nsum: 1,
             vectors: d.t,
+            shared: None,
         })
     }
 
@@ -266,13 +279,19 @@ impl<'a> Mv<'a> {
     /// number of x groups (so a kernel's `entry / x_group` stays right), with the slots every
     /// matvec kernel shares filled for the chunk (matvec.cuh, matvec_tc.cuh): p0 W, p1 W2, p3 out,
     /// p4 ids, p5 scales; n0 n_out, n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts,
-    /// n5 x_group, n6 nsum. Also the chunk's output vectors and its first x row.
+    /// n5 x_group, n6 nsum, p7 the shared expert's weight (`shared_second` has its other
+    /// operand). Also the chunk's output vectors and its first x row.
     pub(crate) fn chunks(&self) -> impl Iterator<Item = (Args, usize, usize)> + '_ {
         let group = self.x_group.max(1);
         let chunk = (GRID_YZ_MAX / group).max(1) * group;
         (0..self.vectors).step_by(chunk).map(move |v0| {
             let nv = (self.vectors - v0).min(chunk);
-            let entries0 = v0 * self.nsum; // first ids / scales entry of this chunk
+            // First ids / scales entry of this chunk. A chunk starts at a token's first entry: with
+            // a shared expert, one of each token's `x_group * nsum` entries has none.
+            let mut entries0 = v0 * self.nsum;
+            if self.shared.is_some() {
+                entries0 -= entries0 / (group * self.nsum);
+            }
             let mut a = Args::default();
             a.p[0] = self.w.ptr;
             a.p[1] = self.w2.map_or(0, |w| w.ptr);
@@ -294,8 +313,21 @@ impl<'a> Mv<'a> {
             a.n[4] = self.n_experts as i64;
             a.n[5] = self.x_group as i64;
             a.n[6] = self.nsum as i64;
-            (a, nv, entries0 / group)
+            a.p[7] = self.shared.map_or(0, |s| s.w);
+            (a, nv, v0 * self.nsum / group)
         })
+    }
+
+    /// The shared expert's second operand for the chunk whose first x row is `x_row0`: its up
+    /// weight (a fused SwiGLU) or its gate logits from the chunk's first token on (x row `r` is
+    /// token `r / nsum`'s: a token's entries are `x_group * nsum`); 0 without. The kernels read it
+    /// at p6 (matvec.cuh, matvec_q8.cuh) or n8 (matvec_tc.cuh, whose p6 is taken).
+    pub(crate) fn shared_second(&self, x_row0: usize) -> DevPtr {
+        match self.shared {
+            Some(s) if self.w2.is_some() => s.w2,
+            Some(s) if s.gate_logits != 0 => s.gate_logits + 4 * (x_row0 / self.nsum.max(1)) as u64,
+            _ => 0,
+        }
     }
 }
 
@@ -322,12 +354,18 @@ fn run_mv(inner: &Inner, op: &str, m: &Mv, reads: &[&Tensor], writes: &[&Tensor]
         Some(q8) => q8,
         None => (
             mv_plan(inner, m.n_out * m.vectors, m.n_in, m.nsum, glu),
-            if glu { "matvec_glu_" } else { "matvec_" },
+            match (glu, m.shared.is_some()) {
+                (false, false) => "matvec_",
+                (true, false) => "matvec_glu_",
+                (false, true) => "matvec_sh_",
+                (true, true) => "matvec_glu_sh_",
+            },
         ),
     };
     let gx = grid_u32(op, "row blocks", m.n_out.div_ceil(plan.rows_per_block()))?;
     for (mut a, nv, x_row0) in m.chunks() {
         a.p[2] = m.x + 4 * (x_row0 * m.n_in) as u64;
+        a.p[6] = m.shared_second(x_row0);
         a.n[7] = plan.ut as i64;
         a.n[8] = plan.rpt as i64;
         a.n[9] = i64::from(plan.x_in_smem);
@@ -497,11 +535,10 @@ pub(crate) fn moe_experts(
     if t == 0 {
         return Ok(());
     }
-    let outp = ptr(out, op)?;
     if k == 0 || d == 0 || f == 0 {
         return inner.submit(
             crate::backend::cuda::launch::Op::Memset {
-                dst: outp,
+                dst: ptr(out, op)?,
                 bytes: t * d * 4,
             },
             &[out],
@@ -516,46 +553,133 @@ pub(crate) fn moe_experts(
             return super::moe::grouped_experts(inner, &gg, &ug, &dg, m, x, ids, weights, out);
         }
     }
-    let (xp, idp, wp) = (ptr(x, op)?, ptr(ids, op)?, ptr(weights, op)?);
-    let entries = t * k;
-    // Hidden rows h[t*k + j] = silu(gate_e x[t]) * up_e x[t], in a workspace: held until the
-    // down product is submitted, so no other thread's op writes it in between.
+    let reads = [x, gate_exps, up_exps, down_exps, ids, weights];
+    experts_mv(inner, op, m, x, [&g, &u, &dn], ids, weights, None, &reads, out)
+}
+
+/// The shared expert of `moe_experts_shared` on the matrix-vector path: its weights (the routed
+/// experts' formats) and gate logits.
+struct SharedMv {
+    gate: Weight,
+    up: Weight,
+    down: Weight,
+    gate_logits: DevPtr,
+}
+
+/// `moe_experts_shared` with the shared expert as one more expert per token, entry k of each
+/// token's k + 1, inside the experts' launches (its gate/up rows among the routed experts', its
+/// down product in each token's sum, scaled in-kernel by `sigmoid(gate logit)`): no launches of
+/// its own. Taken for a decode batch (T <= `MATVEC_MAX_T`) whose shared expert has the routed
+/// experts' hidden width and, per projection, their format; `Ok(false)` otherwise (nothing done:
+/// the caller composes the plain ops).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn moe_experts_shared(
+    inner: &Inner,
+    x: &Tensor,
+    gate_exps: &Tensor,
+    up_exps: &Tensor,
+    down_exps: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    sh: SharedExpert<'_>,
+    out: &Tensor,
+) -> Result<bool> {
+    let op = "moe_experts_shared";
+    let (m, n_ff_sh) = check::moe_experts_shared(x, gate_exps, up_exps, down_exps, ids, weights, sh, out)?;
+    let (t, d, e, f) = (m.t, m.d, m.n_exp, m.n_ff);
+    if t == 0 || t > MATVEC_MAX_T || m.k == 0 || d == 0 || f == 0 || n_ff_sh != f {
+        return Ok(false);
+    }
+    let g = weight(op, gate_exps, e * f, d)?;
+    let u = weight(op, up_exps, e * f, d)?;
+    let dn = weight(op, down_exps, e * d, f)?;
+    let shared = SharedMv {
+        gate: weight(op, sh.gate, f, d)?,
+        up: weight(op, sh.up, f, d)?,
+        down: weight(op, sh.down, d, f)?,
+        gate_logits: ptr(sh.gate_logit, op)?,
+    };
+    if (shared.gate.ty, shared.up.ty, shared.down.ty) != (g.ty, u.ty, dn.ty) {
+        return Ok(false);
+    }
+    let reads = [
+        x,
+        gate_exps,
+        up_exps,
+        down_exps,
+        ids,
+        weights,
+        sh.gate,
+        sh.up,
+        sh.down,
+        sh.gate_logit,
+    ];
+    experts_mv(inner, op, m, x, [&g, &u, &dn], ids, weights, Some(&shared), &reads, out)?;
+    Ok(true)
+}
+
+/// The expert products of a few tokens on the matrix-vector kernels: hidden rows
+/// h[b] = silu(gate_e x) * up_e x of every (token, expert) entry b, then
+/// out[t] = sum of token t's entries' weight * down_e h[b]. `w` holds the gate, up and down
+/// weights (every expert's), `reads` every tensor the products read. With a shared expert, each
+/// token has k + 1 entries, the shared expert's last (kernels-cuda/common.cuh `MvShared`).
+#[allow(clippy::too_many_arguments)]
+fn experts_mv(
+    inner: &Inner,
+    op: &str,
+    m: check::MoeDims,
+    x: &Tensor,
+    w: [&Weight; 3],
+    ids: &Tensor,
+    weights: &Tensor,
+    sh: Option<&SharedMv>,
+    reads: &[&Tensor],
+    out: &Tensor,
+) -> Result<()> {
+    let [g, u, dn] = w;
+    let (t, d, e, f) = (m.t, m.d, m.n_exp, m.n_ff);
+    let per_token = m.k + usize::from(sh.is_some());
+    let entries = t * per_token;
+    let (xp, idp, wp, outp) = (ptr(x, op)?, ptr(ids, op)?, ptr(weights, op)?, ptr(out, op)?);
+    // Hidden rows h[t*per_token + j], in a workspace: held until the down product is submitted, so
+    // no other thread's op writes it in between.
     let ws = inner.workspaces()?;
     let h = ws.get("moe_hidden", entries * f * 4)?;
-    let reads = [x, gate_exps, up_exps, down_exps, ids, weights];
-    fn gate_up<'a>(
-        w: &'a Weight,
-        w2: Option<&'a Weight>,
-        x: (DevPtr, &'a Tensor),
-        ids: DevPtr,
-        dst: DevPtr,
-        m: check::MoeDims,
-    ) -> Mv<'a> {
-        Mv {
+    // The gate/up products of every entry (x row = entry / per_token), one or both weights
+    // (`w2`: the fused SwiGLU), the shared expert's given as `shared`.
+    let gate_up = |w: &'_ Weight, w2: Option<&'_ Weight>, shared: Option<MvShared>, dst: DevPtr| -> Result<()> {
+        let mv = Mv {
             w,
             w2,
-            x: x.0,
-            x_t: Some(x.1),
+            x: xp,
+            x_t: Some(x),
             out: dst,
-            ids,
+            ids: idp,
             scales: 0,
-            n_out: m.n_ff,
-            n_in: m.d,
-            expert_bytes: m.n_ff * w.row_bytes,
-            n_experts: m.n_exp,
-            x_group: m.k,
+            n_out: f,
+            n_in: d,
+            expert_bytes: f * w.row_bytes,
+            n_experts: e,
+            x_group: per_token,
             nsum: 1,
-            vectors: m.t * m.k,
-        }
-    }
+            vectors: entries,
+            shared,
+        };
+        run_mv(inner, op, &mv, reads, &[])
+    };
+    let shared = |w: &Weight, w2: Option<&Weight>| MvShared {
+        w: w.ptr,
+        w2: w2.map_or(0, |w| w.ptr),
+        gate_logits: 0,
+    };
     if g.ty == u.ty {
-        run_mv(inner, op, &gate_up(&g, Some(&u), (xp, x), idp, h, m), &reads, &[])?;
+        gate_up(g, Some(u), sh.map(|s| shared(&s.gate, Some(&s.up))), h)?;
     } else {
         // Different formats: the two products separately, then swiglu.
         let gt = ws.get("moe_gate", entries * f * 4)?;
         let ut = ws.get("moe_up", entries * f * 4)?;
-        run_mv(inner, op, &gate_up(&g, None, (xp, x), idp, gt, m), &reads, &[])?;
-        run_mv(inner, op, &gate_up(&u, None, (xp, x), idp, ut, m), &reads, &[])?;
+        gate_up(g, None, sh.map(|s| shared(&s.gate, None)), gt)?;
+        gate_up(u, None, sh.map(|s| shared(&s.up, None)), ut)?;
         let mut a = Args::default();
         a.p[0] = gt;
         a.p[1] = ut;
@@ -571,16 +695,17 @@ pub(crate) fn moe_experts(
                 phase: Phase::FfnMoe,
             },
             0.0,
-            &reads,
+            reads,
             &[],
         )?;
     }
-    // Down: out[t] = sum_j weights[t*k + j] * down_{ids[t*k + j]} h[t*k + j].
+    // Down: out[t] = sum_j weights[t*k + j] * down_{ids[t*k + j]} h[t*per_token + j] (+ the
+    // shared expert's sigmoid(gate logit[t]) * down_sh h[t*per_token + k]).
     run_mv(
         inner,
         op,
         &Mv {
-            w: &dn,
+            w: dn,
             w2: None,
             x: h,
             x_t: None,
@@ -592,10 +717,15 @@ pub(crate) fn moe_experts(
             expert_bytes: d * dn.row_bytes,
             n_experts: e,
             x_group: 1,
-            nsum: k,
+            nsum: per_token,
             vectors: t,
+            shared: sh.map(|s| MvShared {
+                w: s.down.ptr,
+                w2: 0,
+                gate_logits: s.gate_logits,
+            }),
         },
-        &reads,
+        reads,
         &[out],
     )
 }
@@ -688,5 +818,11 @@ fn q8_plan(inner: &Inner, m: &Mv) -> Option<(MvPlan, &'static str)> {
         x_in_smem: true,
         smem: smem as u32,
     };
-    Some((plan, if glu { "matvec_q8_glu_" } else { "matvec_q8_" }))
+    let prefix = match (glu, m.shared.is_some()) {
+        (false, false) => "matvec_q8_",
+        (true, false) => "matvec_q8_glu_",
+        (false, true) => "matvec_q8_sh_",
+        (true, true) => "matvec_q8_glu_sh_",
+    };
+    Some((plan, prefix))
 }

@@ -81,9 +81,11 @@ impl TcFormat {
 
     /// The kernel, rows per block and threads for a product of `n_out` rows (`glu`: the fused
     /// SwiGLU; `dense`: no experts, one x row per output; the `_tall_` / `_head_` Q8_0 kernels
-    /// read nothing else).
-    fn geometry(&self, n_out: usize, glu: bool, dense: bool) -> (&'static str, usize, u32) {
+    /// read nothing else; `shared`: MoE experts with a shared expert, the `_sh_` kernels).
+    fn geometry(&self, n_out: usize, glu: bool, dense: bool, shared: bool) -> (&'static str, usize, u32) {
         match self.ty {
+            _ if shared && glu => ("mvtc_glu_sh_", 16, 256),
+            _ if shared => ("mvtc_sh_", 16, 256),
             GgmlType::Q8_0 if dense && !glu && n_out >= Q8_HEAD_ROWS => ("mvtc_head_", 32, 128),
             GgmlType::Q8_0 if dense && !glu && n_out >= TALL_ROWS => ("mvtc_tall_", 32, 256),
             GgmlType::Q8_0 | GgmlType::Q6K if glu => ("mvtc_glu_", 16, 256),
@@ -141,14 +143,18 @@ pub(crate) fn prep_fits(inner: &Inner, d: usize, threads: u32) -> bool {
 
 /// The format whose kernels run the product `m`, if they do: Q4_K, Q8_0 or Q6_K weights (both
 /// of a SwiGLU, the same format), rows a multiple of the format's unit, 16-byte aligned weights
-/// and experts, and x rows within one grid.
+/// (a shared expert's too) and experts, and x rows within one grid.
 pub(crate) fn applies(m: &Mv) -> Option<TcFormat> {
     let f = TcFormat::of(m.w.ty)?;
     let ok = |w: &super::linear::Weight| w.ty == f.ty && w.ptr.is_multiple_of(16);
+    let shared_ok = m
+        .shared
+        .is_none_or(|s| s.w.is_multiple_of(16) && (m.w2.is_none() || s.w2.is_multiple_of(16)));
     (m.n_in > 0
         && m.n_in.is_multiple_of(f.n_in_multiple)
         && ok(m.w)
         && m.w2.is_none_or(ok)
+        && shared_ok
         && m.w.row_bytes.is_multiple_of(16)
         && m.expert_bytes.is_multiple_of(16)
         && x_rows(m) <= GRID_YZ_MAX)
@@ -205,15 +211,16 @@ pub(crate) fn run(
         inner.tc_q4k_seen.store(true, std::sync::atomic::Ordering::Relaxed);
     }
     let dense = m.ids == 0 && m.scales == 0 && m.nsum == 1 && m.x_group == 1;
-    let (kernel, rows_per_block, threads) = f.geometry(m.n_out, m.w2.is_some(), dense);
+    let (kernel, rows_per_block, threads) = f.geometry(m.n_out, m.w2.is_some(), dense, m.shared.is_some());
     let gx = grid_u32(op, "row blocks", m.n_out.div_ceil(rows_per_block))?;
     let nsb = m.n_in / SB;
     for (mut a, nv, x_row0) in m.chunks() {
         // Slots of its own (matvec_tc.cuh `mv_body`): p2 the prepared words, p6 the sums, n7 the
-        // output stride.
+        // output stride, n8 the shared expert's second operand.
         a.p[2] = x.xa + (x_row0 * nsb * f.words * 4) as u64;
         a.p[6] = x.xs + (x_row0 * nsb * f.sums * 4) as u64;
         a.n[7] = m.n_out as i64;
+        a.n[8] = m.shared_second(x_row0) as i64;
         inner.kernel_rw(
             Launch {
                 name: (kernel, m.w.suffix),
