@@ -1,12 +1,28 @@
-// attention.cu: partial NeoX RoPE, the KV-cache append and causal GQA softmax attention
-// (spec/MODEL.md 6.3-6.5). Positions come from a device tensor so that a recorded decode step
-// (a CUDA graph) stays valid from token to token.
+// attention.cu: partial NeoX RoPE, the KV-cache append, both fused with the q/gate split and the
+// q/k norms, and causal GQA softmax attention (spec/MODEL.md 6.1-6.5). Positions come from a
+// device tensor so that a recorded decode step (a CUDA graph) stays valid from token to token.
 #include "common.cuh"
 
+// cos and sin of the RoPE angle pos * theta^(-2i/n_rot) of pair i: angle, cos and sin in f64 and
+// rounded once, as the CPU reference does.
+__device__ __forceinline__ void rope_cs(uint32_t pos, int i, int n_rot, float theta, float& cf, float& sf) {
+    const double freq = pow((double)theta, -2.0 * (double)i / (double)n_rot);
+    double s, c;
+    sincos((double)pos * freq, &s, &c);
+    cf = (float)c;
+    sf = (float)s;
+}
+
+// The pair (x0, x1) = dims (i, i + n_rot/2) rotated by the angle of rope_cs.
+__device__ __forceinline__ void rope_rotate(float& x0, float& x1, float cf, float sf) {
+    const float a = x0, b = x1;
+    x0 = __fsub_rn(__fmul_rn(a, cf), __fmul_rn(b, sf));
+    x1 = __fadd_rn(__fmul_rn(a, sf), __fmul_rn(b, cf));
+}
+
 // In place RoPE on the first n_rot dims of every head of x [T, n_head*D]: pair (i, i + n_rot/2)
-// rotated by the angle (pos + t) * theta^(-2i/n_rot). Angle, cos and sin in f64 and rounded once,
-// as the CPU reference does. Slots: p0 x, p1 pos (u32 [1]); n0 n_head, n1 D, n2 n_rot; f0 theta.
-// Grid: (n_head, T); block 32..: thread i < n_rot/2.
+// rotated by the angle (pos + t) * theta^(-2i/n_rot). Slots: p0 x, p1 pos (u32 [1]); n0 n_head,
+// n1 D, n2 n_rot; f0 theta. Grid: (n_head, T); block 32..: thread i < n_rot/2.
 KERNEL void rope_neox(const Args a) {
     kernel_start();
     float* x = reinterpret_cast<float*>(a.p[0]);
@@ -15,13 +31,9 @@ KERNEL void rope_neox(const Args a) {
     const int half = n_rot / 2, t = blockIdx.y;
     float* head = x + ((size_t)t * nh + blockIdx.x) * D;
     for (int i = threadIdx.x; i < half; i += blockDim.x) {
-        const double freq = pow((double)a.f[0], -2.0 * (double)i / (double)n_rot);
-        double s, c;
-        sincos((double)(pos + (uint32_t)t) * freq, &s, &c);
-        const float cf = (float)c, sf = (float)s;
-        const float x0 = head[i], x1 = head[i + half];
-        head[i] = __fsub_rn(__fmul_rn(x0, cf), __fmul_rn(x1, sf));
-        head[i + half] = __fadd_rn(__fmul_rn(x0, sf), __fmul_rn(x1, cf));
+        float cf, sf;
+        rope_cs(pos + (uint32_t)t, i, n_rot, a.f[0], cf, sf);
+        rope_rotate(head[i], head[i + half], cf, sf);
     }
 }
 
@@ -40,6 +52,77 @@ KERNEL void kv_store(const Args a) {
         if (row >= ctx) continue;
         kc[row * W + i % W] = k[i];
         vc[row * W + i % W] = v[i];
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The attention layer's preparation in one launch (Backend::attn_qk_prep): split_qgate, the
+// per-head RMSNorms of q and k, NeoX RoPE on both and the KV-cache append, which were six launches.
+// Block (h, t): h < H is query head h of token t: its gate half of qg copied to `gate`, its q half
+// normalised and rotated into `q_normed`; h >= H is kv head h - H: k normalised and rotated into
+// `k_normed` and into cache row pos + t, v copied into that row of the v cache (rows at or past
+// ctx are never written, as kv_store). A thread computes both values of each pair it rotates
+// straight from x, so nothing is read back after another thread wrote it. The values are those of
+// the unfused kernels: the RMSNorm scale of norm.cu (the host picks the block size rms_norm
+// would), the same roundings, the position read on the device.
+struct QkPrepParams {
+    const float* qg;       // [Tq, 2*H*D]: [q_0|gate_0|q_1|gate_1|...] per token
+    const float* k;        // [Tk, Hkv*D]
+    const float* v;        // [Tk, Hkv*D]
+    const float* q_norm;   // [D]
+    const float* k_norm;   // [D]
+    float* gate;           // [Tq, H*D]
+    float* q_normed;       // [Tq, H*D]
+    float* k_normed;       // [Tk, Hkv*D]
+    float* k_cache;        // [ctx, Hkv*D]
+    float* v_cache;        // [ctx, Hkv*D]
+    const uint32_t* pos;   // [1]: the position of token 0
+    int tq, tk, nh, nkv, d, n_rot, ctx;
+    float theta, eps;
+    int pad_;
+};
+static_assert(sizeof(QkPrepParams) == 128, "mirrored in src/backend/cuda/ops/attention.rs");
+
+// Grid: (H + Hkv, max(Tq, Tk)); block: a multiple of 32.
+KERNEL void attn_qk_prep(const QkPrepParams p) {
+    kernel_start();
+    __shared__ float sh[32];
+    const int D = p.d, t = blockIdx.y;
+    const bool is_q = (int)blockIdx.x < p.nh;
+    const int h = is_q ? (int)blockIdx.x : (int)blockIdx.x - p.nh;
+    if (t >= (is_q ? p.tq : p.tk)) return;  // the whole block, before any barrier
+    const size_t off = ((size_t)t * (is_q ? p.nh : p.nkv) + h) * D;  // this head in q/gate or k/v
+    const float* x = is_q ? p.qg + 2 * off : p.k + off;               // q is the first half of its qg head
+    const float* w = is_q ? p.q_norm : p.k_norm;
+    float* y = (is_q ? p.q_normed : p.k_normed) + off;
+    const long long pos0 = *p.pos, row = pos0 + t;
+    float* kc = nullptr;
+    if (is_q) {
+        for (int i = threadIdx.x; i < D; i += blockDim.x) p.gate[off + i] = x[D + i];
+    } else if (row < p.ctx) {
+        const size_t c = (size_t)row * p.nkv * D + (size_t)h * D;
+        kc = p.k_cache + c;
+        for (int i = threadIdx.x; i < D; i += blockDim.x) p.v_cache[c + i] = p.v[off + i];
+    }
+    const float s = rms_scale(x, D, p.eps, sh);
+    const int half = p.n_rot / 2;
+    for (int i = threadIdx.x; i < D; i += blockDim.x) {
+        if (i < half) {
+            float y0 = __fmul_rn(__fmul_rn(x[i], s), w[i]), y1 = __fmul_rn(__fmul_rn(x[i + half], s), w[i + half]);
+            float cf, sf;
+            rope_cs((uint32_t)pos0 + (uint32_t)t, i, p.n_rot, p.theta, cf, sf);
+            rope_rotate(y0, y1, cf, sf);
+            y[i] = y0;
+            y[i + half] = y1;
+            if (kc != nullptr) {
+                kc[i] = y0;
+                kc[i + half] = y1;
+            }
+        } else if (i >= 2 * half) {  // past the rotated dims (half <= i < n_rot: done with i - half)
+            const float y0 = __fmul_rn(__fmul_rn(x[i], s), w[i]);
+            y[i] = y0;
+            if (kc != nullptr) kc[i] = y0;
+        }
     }
 }
 

@@ -15,11 +15,46 @@
 // float slots f[] (src/backend/cuda/launch.rs, `struct Args`, same layout); each kernel names its
 // slots at the top. A single layout on both sides means a kernel's arguments cannot drift out of
 // step with the Rust code that launches it.
+//
+// The matrix-vector kernels (matvec.cuh, matvec_q8.cuh, matvec_tc.cuh) also read a segment table:
+// up to MV_SEGS products of one x that run the same kernel share one launch
+// (`Backend::matmul_group`: a layer's projections), so the launch ramp and tail are paid once.
+// Segment s covers the grid's x blocks from `block0` on (segments one after another, each
+// rounded up to whole blocks: a block never mixes segments), reads rows 0..rows of the matrix at
+// `w` and writes output vector v at out + v * rows. A single product is a table of one segment;
+// `rows == 0` marks the unused ones (every other kernel leaves the table zero).
+#define MV_SEGS 4
+struct MvSeg {
+    unsigned long long w, out;
+    int rows, block0;
+};
+
 struct Args {
     unsigned long long p[8];
     long long n[12];
     float f[4];
+    MvSeg seg[MV_SEGS];
 };
+// The layout launch.rs fills (a mismatch would shift every slot).
+static_assert(sizeof(Args) == 272, "struct Args must match src/backend/cuda/launch.rs");
+
+// This block's segment: the last used one of the first SEGS whose first block is at or before
+// blockIdx.x. Constant indices only (the loop unrolls), so the table is read from the parameter
+// space. SEGS = 1 for the kernels that never run a group (the fused SwiGLU ones; those for which
+// the per-block weight and output pointers cost registers that matter: ptxas -v, see each): their
+// segment 0 is a fixed parameter, as cheap as a plain slot.
+template <int SEGS>
+__device__ __forceinline__ MvSeg mv_segment(const Args& a) {
+    static_assert(SEGS >= 1 && SEGS <= MV_SEGS, "segments of the table");
+    MvSeg s = a.seg[0];
+#pragma unroll
+    for (int i = 1; i < SEGS; i++)
+        if (a.seg[i].rows > 0 && (int)blockIdx.x >= a.seg[i].block0) s = a.seg[i];
+    // One segment starts at block 0: a constant, which spares such kernels a register or a spill
+    // (ptxas -v: mvtc_Q6_K 8 bytes of spills with block0 read, none without).
+    if (SEGS == 1) s.block0 = 0;
+    return s;
+}
 
 #define KERNEL extern "C" __global__
 
@@ -58,9 +93,12 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 #endif
 }
 
-// The block's dynamic shared memory as an array of T (dev/cuda/host_shim.h provides it on the CPU).
+// The block's dynamic shared memory as an array of T (dev/cuda/host_shim.h provides it on the CPU,
+// and dev/cuda/emu/pf_emu.h on its emulator).
 #ifdef __CUDACC__
 #define DYNAMIC_SMEM(T, name) extern __shared__ T name[]
+#elif defined(PF_EMU)
+#define DYNAMIC_SMEM(T, name) T* name = reinterpret_cast<T*>(::pf_emu::dyn_smem())
 #endif
 
 // ---------------------------------------------------------------------------------------------
@@ -95,6 +133,16 @@ __device__ __forceinline__ float block_reduce(float v, float* sh, float neutral)
 __device__ __forceinline__ float block_sum(float v, float* sh) { return block_reduce<warp_sum>(v, sh, 0.0f); }
 __device__ __forceinline__ float block_max(float v, float* sh) { return block_reduce<warp_max>(v, sh, -INFINITY); }
 
+// 1 / sqrt(sum(x^2)/d + eps) over the d values at x (the RMSNorm scale): each thread strides over
+// the group, then a block reduction. Every norm that must match the RMSNorm kernels (norm.cu and
+// the fused attention prep, attention.cu) takes its scale from here.
+__device__ __forceinline__ float rms_scale(const float* x, int d, float eps, float* sh) {
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) ss = fmaf(x[i], x[i], ss);
+    ss = block_sum(ss, sh);
+    return 1.0f / sqrtf(ss / (float)d + eps);
+}
+
 // Pick the best (value, index) pair of the warp under the order BETTER (every lane gets it).
 template <class I, bool (*BETTER)(float, I, float, I)>
 __device__ __forceinline__ void warp_pick(float& v, I& i) {
@@ -122,6 +170,15 @@ __device__ __forceinline__ float siluf_(float x) { return x * sigmoidf_(x); }
 __device__ __forceinline__ float softplusf_(float x) {
     // PyTorch's threshold: above 20 softplus(x) == x in f32, and exp would overflow later.
     return x > 20.0f ? x : log1pf(expf(x));
+}
+
+// The delta-rule gates of element i of [T, Hv]: g = ssm_a * softplus(a + dt_bias), beta = sigmoid(b)
+// (gdn_gates in elementwise.cu, and the gate blocks of the fused conv in conv.cu).
+__device__ __forceinline__ void gdn_gate(const float* a, const float* b, const float* ssm_a, const float* dt_bias,
+                                         float* g, float* beta, long long i, long long hv) {
+    const long long j = i % hv;
+    g[i] = ssm_a[j] * softplusf_(a[i] + dt_bias[j]);
+    beta[i] = sigmoidf_(b[i]);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -223,6 +280,14 @@ struct MvShared {
     const float* gate_logits;
     int G;
 };
+
+// The shared expert's slots, the same in every matvec kernel (the segment table took over p0 and
+// p3): p7 its W, p3 its W2 (GLU) or its gate logits (a sum; 0: scale 1).
+template <bool GLU>
+__device__ __forceinline__ MvShared mv_shared_slots(const Args& a, int G) {
+    return MvShared{reinterpret_cast<const uint8_t*>(a.p[7]), GLU ? reinterpret_cast<const uint8_t*>(a.p[3]) : nullptr,
+                    GLU ? nullptr : reinterpret_cast<const float*>(a.p[3]), G};
+}
 
 // Whether entry b is the shared expert's (only in SHARED kernels); `tok` its token there, else 0.
 template <bool SHARED>

@@ -49,12 +49,7 @@ KERNEL void gdn_gates(const Args a) {
     const float* dt = reinterpret_cast<const float*>(a.p[3]);
     float* go = reinterpret_cast<float*>(a.p[4]);
     float* bo = reinterpret_cast<float*>(a.p[5]);
-    const long long hv = a.n[1];
-    GRID_STRIDE(i, a.n[0]) {
-        const long long j = i % hv;
-        go[i] = sa[j] * softplusf_(av[i] + dt[j]);
-        bo[i] = sigmoidf_(bv[i]);
-    }
+    GRID_STRIDE(i, a.n[0]) gdn_gate(av, bv, sa, dt, go, bo, i, a.n[1]);
 }
 
 // [q_0|gate_0|q_1|gate_1|...] -> q, gate. Slots: p0 qg, p1 q, p2 gate; n0 n (= T*H*D), n1 D.

@@ -26,6 +26,11 @@
 //   - either with a shared expert: k + 1 entries per token, the last one the shared expert's
 //                        (common.cuh `MvShared`).
 // Expert ids at or past n_experts contribute nothing (the CPU backend rejects them).
+//
+// Grouped products (dense, one weight each): the grid's x blocks span several matrices of one
+// format and x (common.cuh's segment table); a block works on its segment's matrix exactly as it
+// would in a launch of its own, so a group's outputs are bit for bit those of separate launches
+// with the same UT and RPT.
 #pragma once
 
 #include "formats.cuh"
@@ -34,6 +39,23 @@
 #define MV_RPT_MAX 8  // rows per thread, plain products
 #define MV_RPT_MAX_GLU 4  // rows per thread with two weights (gate and up)
 #define MV_XPAD 36  // floats per unit in shared memory (32 + 4 of padding)
+
+// Segments a plain kernel of format F takes (common.cuh): a group, except for F16 and BF16, whose
+// kernels sit at the 128-register bound of two blocks per SM and would spill with a per-block
+// weight and output pointer (ptxas -v: 96 bytes; their files have no grouped products worth it).
+// ops/linear.rs `takes_group` says the same.
+template <class F>
+struct MvSegs {
+    static constexpr int N = MV_SEGS;
+};
+template <>
+struct MvSegs<FmtF16> {
+    static constexpr int N = 1;
+};
+template <>
+struct MvSegs<FmtBF16> {
+    static constexpr int N = 1;
+};
 
 // Dense weights do not depend on earlier kernels: start pulling this block's rows (of W and, for
 // GLU, W2) into L2 while the previous kernel finishes (programmatic dependent launch).
@@ -81,41 +103,45 @@ __device__ __forceinline__ void mv_reduce_store(const float (&acc)[RPT_MAX], con
     }
 }
 
-// The slots every matvec kernel shares (below), as locals named after them.
-#define MV_SLOTS(a)                                                                     \
-    const uint8_t* W = reinterpret_cast<const uint8_t*>((a).p[0]);                      \
+// The slots every matvec kernel shares (below), as locals named after them: W, out and n_out are
+// this block's segment's (common.cuh `mv_segment`, of the first SEGS), `blk` the block's index
+// within it.
+#define MV_SLOTS(a, SEGS)                                                               \
+    const MvSeg seg_ = mv_segment<SEGS>(a);                                             \
+    const int blk = (int)blockIdx.x - seg_.block0;                                      \
+    const uint8_t* W = reinterpret_cast<const uint8_t*>(seg_.w);                        \
     const uint8_t* W2 = reinterpret_cast<const uint8_t*>((a).p[1]);                     \
     const float* X = reinterpret_cast<const float*>((a).p[2]);                          \
-    float* out = reinterpret_cast<float*>((a).p[3]);                                    \
+    float* out = reinterpret_cast<float*>(seg_.out);                                    \
     const uint32_t* ids = reinterpret_cast<const uint32_t*>((a).p[4]);                  \
     const float* scales = reinterpret_cast<const float*>((a).p[5]);                     \
-    const int n_out = (int)(a).n[0], n_in = (int)(a).n[1];                              \
+    const int n_out = seg_.rows, n_in = (int)(a).n[1];                                  \
     const size_t row_bytes = (size_t)(a).n[2], expert_bytes = (size_t)(a).n[3];         \
     const uint32_t n_experts = (uint32_t)(a).n[4];                                      \
     const int x_group = (int)(a).n[5], nsum = (int)(a).n[6];                            \
     const int UT = (int)(a).n[7], RPT = (int)(a).n[8];                                  \
-    const size_t out_stride = (size_t)(a).n[10], x_stride = (size_t)(a).n[11]
+    const size_t out_stride = (size_t)n_out, x_stride = (size_t)(a).n[11]
 
-// Slots: p0 W, p1 W2 (GLU up weights or 0), p2 x, p3 out, p4 expert ids (u32) or 0, p5 scales or 0,
-//        p6 the shared expert's W2 (GLU) or gate logits and p7 its W (SHARED: common.cuh MvShared).
-//        n0 n_out, n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts, n5 x_group, n6 nsum,
-//        n7 UT, n8 RPT, n9 x_in_smem, n10 out_stride (floats), n11 x_stride (floats).
+// Slots: the segment table (W, out, n_out of each product; several only for plain products of
+//        the formats of MvSegs: not GLU, no experts), p1 W2 (GLU up weights or 0), p2 x, p4 expert ids (u32) or 0,
+//        p5 scales or 0, p3 and p7 the shared expert (SHARED: common.cuh mv_shared_slots).
+//        n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts, n5 x_group, n6 nsum, n7 UT, n8 RPT,
+//        n9 x_in_smem, n11 x_stride (floats). Output vector v of a segment lies at out + v * n_out.
 template <class F, bool GLU, bool SHARED = false>
 __device__ __forceinline__ void matvec(const Args& a) {
+    constexpr int SEGS = GLU || SHARED ? 1 : MvSegs<F>::N;  // expert products run one
     constexpr int RPT_MAX = GLU ? MV_RPT_MAX_GLU : MV_RPT_MAX;
     DYNAMIC_SMEM(float4, smem4);
     float* xs = reinterpret_cast<float*>(smem4);
     __shared__ float red[MV_THREADS / 32][RPT_MAX * (GLU ? 2 : 1)];
 
-    MV_SLOTS(a);
+    MV_SLOTS(a, SEGS);
     const bool x_in_smem = a.n[9] != 0;
-    const MvShared shx{reinterpret_cast<const uint8_t*>(a.p[7]),
-                       GLU ? reinterpret_cast<const uint8_t*>(a.p[6]) : nullptr,
-                       GLU ? nullptr : reinterpret_cast<const float*>(a.p[6]), x_group * nsum};
+    const MvShared shx = mv_shared_slots<GLU>(a, x_group * nsum);
 
     const int t = threadIdx.x, ut = t % UT, rg = t / UT, RG = MV_THREADS / UT;
     const int rows_per_block = RG * RPT;
-    const int row0 = blockIdx.x * rows_per_block;
+    const int row0 = blk * rows_per_block;
     const int ov = blockIdx.y;  // output vector
     const int units = (n_in + 31) / 32;
 

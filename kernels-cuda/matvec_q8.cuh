@@ -199,10 +199,9 @@ struct Q8Dot<FmtQ6_K> {
     }
 };
 
-// Slots as matvec.cuh (p0 W, p1 W2, p2 x, p3 out, p4 ids, p5 scales, p6 and p7 the shared expert
-// (SHARED); n0 n_out, n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts, n5 x_group, n6 nsum,
-// n7 UT (chunk lanes), n8 RPT, n10 out_stride, n11 x_stride); n9 unused. Dynamic shared memory:
-// nsum * xq_bytes(units).
+// Slots as matvec.cuh (the segment table; p1 W2, p2 x, p4 ids, p5 scales, p3 and p7 the shared
+// expert (SHARED); n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts, n5 x_group, n6 nsum,
+// n7 UT (chunk lanes), n8 RPT, n11 x_stride); n9 unused. Dynamic shared memory: nsum * xq_bytes(units).
 template <class F, bool GLU, bool SHARED = false>
 __device__ __forceinline__ void matvec_q8(const Args& a) {
     using D = Q8Dot<F>;
@@ -211,14 +210,12 @@ __device__ __forceinline__ void matvec_q8(const Args& a) {
     uint8_t* xs = reinterpret_cast<uint8_t*>(smem4);
     __shared__ float red[MV_THREADS / 32][RPT_MAX * (GLU ? 2 : 1)];
 
-    MV_SLOTS(a);
-    const MvShared shx{reinterpret_cast<const uint8_t*>(a.p[7]),
-                       GLU ? reinterpret_cast<const uint8_t*>(a.p[6]) : nullptr,
-                       GLU ? nullptr : reinterpret_cast<const float*>(a.p[6]), x_group * nsum};
+    MV_SLOTS(a, GLU || SHARED ? 1 : MV_SEGS);  // expert products run one
+    const MvShared shx = mv_shared_slots<GLU>(a, x_group * nsum);
 
     const int t = threadIdx.x, ut = t % UT, rg = t / UT, RG = MV_THREADS / UT;
     const int rows_per_block = RG * RPT;
-    const int row0 = blockIdx.x * rows_per_block;
+    const int row0 = blk * rows_per_block;
     const int ov = blockIdx.y;
     const int units = (n_in + 31) / 32;
     const int chunks = units / D::CU;  // rows are whole blocks of these formats

@@ -4,8 +4,8 @@
 // matvec_tc8.cu, matvec_tc6.cu (the same body, their own policies).
 #include "matvec_tc.cuh"
 
-// Slots: p0 x (f32 rows of n_in), p1 xa, p2 xs. Grid (n_in / 256, rows of x), 256 threads.
-KERNEL void __launch_bounds__(256) mvtc_prep_Q4_K(const Args a) {
+// Slots: p0 x (f32 rows of n_in), p1 xa, p2 xs. Grid (n_in / 256, rows of x), 32 threads.
+KERNEL void __launch_bounds__(32) mvtc_prep_Q4_K(const Args a) {
     mvtc::prep_x_body(mvtc::PrepArgs{reinterpret_cast<const float*>(a.p[0]), reinterpret_cast<uint32_t*>(a.p[1]),
                                      reinterpret_cast<float*>(a.p[2])});
 }

@@ -45,8 +45,9 @@
 #pragma once
 
 #include "pf_common.cuh"
-// The production kernels' Args, kernel_start, prefetch_l2, siluf_, MvShared; after pf_common.cuh,
-// which brings the emulator's CUDA names under PF_EMU (mvtc_checks.cpp runs mv_body).
+// The production kernels' Args (with the segment table), kernel_start, prefetch_l2, siluf_,
+// MvShared; after pf_common.cuh, which brings the emulator's CUDA names under PF_EMU
+// (mvtc_checks.cpp runs mv_body).
 #include "common.cuh"
 
 namespace mvtc {
@@ -185,15 +186,6 @@ static __device__ __forceinline__ void prep_x_body(const PrepArgs& p) {
     prep_sb_warp(p.x + sb * 256, p.xa + sb * SB_WORDS, p.xs + sb * SB_SUMS);
 }
 
-// One row x of n values (n % 256 == 0) prepared by the whole block, one warp per super-block (any
-// multiple of 32 threads): into xa, xs at the row's first super-block. For kernels that produce a
-// row anyway (the RMSNorms in decode): the caller has written x and passed a barrier since.
-static __device__ __forceinline__ void prep_row(const float* x, int n, uint32_t* xa, float* xs) {
-    const int warps = blockDim.x / 32, nsb = n / 256;
-    for (int sb = threadIdx.x / 32; sb < nsb; sb += warps)
-        prep_sb_warp(x + (size_t)sb * 256, xa + (size_t)sb * SB_WORDS, xs + (size_t)sb * SB_SUMS);
-}
-
 // ---------------------------------------------------------------------------------------------
 // The product.
 struct Args {
@@ -304,11 +296,13 @@ static __device__ __forceinline__ void q4k_rows(const uint8_t* const (&rows)[2 *
 }
 
 // The format policy of the production body (mv_body, below; matvec_tc8.cuh and matvec_tc6.cuh
-// have one each): the prepared x's A/B words and f32 sums per 256 inputs, and `rows`, one weight
+// have one each): the prepared x's A/B words and f32 sums per 256 inputs, the products a plain
+// launch may hold (SEGS: the segment table, common.cuh), and `rows`, one weight
 // matrix's share of the warp: sets part[r] to the lane's partial dot product of row 8r + g (the
 // block's 2R rows, as q4k_rows takes them; the four lanes t of a row add up to the row's value).
 struct TcQ4K {
     static constexpr int WORDS = SB_WORDS, SUMS = SB_SUMS;
+    static constexpr int SEGS = MV_SEGS;  // products per launch (common.cuh's segment table)
     template <int R, int KW>
     static __device__ __forceinline__ void rows(const uint8_t* const (&w)[2 * R], const uint32_t* xa, const float* xs,
                                                 int nsb, float (&part)[2 * R]) {
@@ -380,7 +374,8 @@ static __device__ __forceinline__ void q4k_body(const Args& p) {
 // ---------------------------------------------------------------------------------------------
 // The production kernels (matvec_tc.cu; launched by src/backend/cuda/ops/linear.rs; run on the
 // emulator by dev/cuda/emu/mvtc_checks.cpp), batched as kernels-cuda/matvec.cuh's are (grid.y =
-// output vectors):
+// output vectors) and grouped the same way (grid.x over the segment table of common.cuh: a block
+// computes rows of its segment's matrix only, exactly as in a launch of that matrix alone):
 //   - dense T tokens:   vector v reads x row v, W; writes out[v];
 //   - fused SwiGLU:     out[v] = silu(W x) * (W2 x) (GLU);
 //   - MoE gate/up:      entry b = t k + j reads x row b / k (x_group = k), expert ids[b];
@@ -392,10 +387,10 @@ static __device__ __forceinline__ void q4k_body(const Args& p) {
 // One body for every format: F is its policy (TcQ4K here, mvtc8::TcQ80, mvtc6::TcQ6K), which
 // reads one matrix's rows against one prepared x. x arrives prepared (words then sums, a row's
 // share each: F::WORDS and F::SUMS per 256 inputs; the format's prep kernel, mvtc_prep_<format>).
-// Slots: p0 W, p1 W2 (GLU) or 0, p2 xa, p3 out, p4 expert ids (u32) or 0, p5 scales or 0, p6 xs,
-//        p7 the shared expert's W (SHARED; common.cuh MvShared). n0 n_out, n1 n_in, n2 row_bytes,
-//        n3 expert_bytes, n4 n_experts, n5 x_group, n6 nsum, n7 out_stride (floats), n8 the shared
-//        expert's W2 (GLU) or gate logits (an address: p6 is taken).
+// Slots: the segment table (W, out, n_out of each product; output vector v at out + v * n_out),
+//        p1 W2 (GLU) or 0, p2 xa, p4 expert ids (u32) or 0, p5 scales or 0, p6 xs, p3 and p7 the
+//        shared expert (SHARED: common.cuh mv_shared_slots).
+//        n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts, n5 x_group, n6 nsum.
 //
 // DENSE: one vector per output, no experts (slots p4, p5, n3..n6 unread). The loop over summed
 // entries then vanishes: with it, nvcc keeps the group loop's invariants live across it (Q8_0
@@ -407,23 +402,22 @@ static __device__ __forceinline__ void mv_body(const ::Args& a) {
     static_assert(!(DENSE && SHARED), "a shared expert is one of a MoE product's experts");
     constexpr int NW = GLU ? 2 : 1;  // weight matrices
     __shared__ float red[NW][KW][16 * R];
-    const uint8_t* W[2] = {reinterpret_cast<const uint8_t*>(a.p[0]), reinterpret_cast<const uint8_t*>(a.p[1])};
+    const MvSeg seg = mv_segment<GLU || SHARED ? 1 : F::SEGS>(a);  // this block's product
+    const uint8_t* W[2] = {reinterpret_cast<const uint8_t*>(seg.w), reinterpret_cast<const uint8_t*>(a.p[1])};
     const uint32_t* xa = reinterpret_cast<const uint32_t*>(a.p[2]);
-    float* out = reinterpret_cast<float*>(a.p[3]);
+    float* out = reinterpret_cast<float*>(seg.out);
     const uint32_t* ids = DENSE ? nullptr : reinterpret_cast<const uint32_t*>(a.p[4]);
     const float* scales = DENSE ? nullptr : reinterpret_cast<const float*>(a.p[5]);
     const float* xs = reinterpret_cast<const float*>(a.p[6]);
-    const int n_out = (int)a.n[0], nsb = (int)(a.n[1] / 256);
+    const int n_out = seg.rows, nsb = (int)(a.n[1] / 256);
     const size_t row_bytes = (size_t)a.n[2], expert_bytes = (size_t)a.n[3];
     const uint32_t n_experts = (uint32_t)a.n[4];
     const int x_group = DENSE ? 1 : (int)a.n[5], nsum = DENSE ? 1 : (int)a.n[6];
-    const size_t out_stride = (size_t)a.n[7];
-    const MvShared shx{reinterpret_cast<const uint8_t*>(a.p[7]),
-                       GLU ? reinterpret_cast<const uint8_t*>(a.n[8]) : nullptr,
-                       GLU ? nullptr : reinterpret_cast<const float*>(a.n[8]), x_group * nsum};
+    const size_t out_stride = (size_t)n_out;
+    const MvShared shx = mv_shared_slots<GLU>(a, x_group * nsum);
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    const int row0 = blockIdx.x * 16 * R, ov = blockIdx.y;
+    const int row0 = ((int)blockIdx.x - seg.block0) * 16 * R, ov = blockIdx.y;
 
     // Dense weights are written by no kernel: pull this block's rows into L2 while the previous
     // kernel finishes (programmatic dependent launch; matvec.cuh does the same).

@@ -3,9 +3,9 @@
 // fused-SwiGLU and MoE products through matvec_tc.cuh's body (slots documented there).
 #include "matvec_tc6.cuh"
 
-// Slots: p0 x (f32 rows of n_in), p1 xb, p2 xs. Grid (n_in / 256, rows of x), 256 threads (one per
-// element of a super-block).
-KERNEL void __launch_bounds__(256) mvtc_prep_Q6_K(const Args a) {
+// Slots: p0 x (f32 rows of n_in), p1 xb, p2 xs. Grid (n_in / 256, rows of x), 32 threads (one warp
+// per 256 inputs).
+KERNEL void __launch_bounds__(32) mvtc_prep_Q6_K(const Args a) {
     mvtc6::prep_x_body(mvtc6::PrepArgs{reinterpret_cast<const float*>(a.p[0]), reinterpret_cast<uint32_t*>(a.p[1]),
                                        reinterpret_cast<float*>(a.p[2])});
 }

@@ -38,10 +38,10 @@
 // compiles to 3 LOP3 + 2 shifts per 4 weights (mask, combine, sign flip are not fused). Left to
 // cut: A = 4q as u8 (mma .u8.s8) with the -32 q carried by the first MMA's C input (-128 x the
 // digit sums of the sub-block, from the prep kernel) saves the flip and a mask: ~1.5 per 4
-// weights, ~0.35 per weight. Registers (-Xptxas -v, no spills): R=1 96, R=2 152; prep_x 21.
+// weights, ~0.35 per weight. Registers (-Xptxas -v, no spills): R=1 96, R=2 152; prep_x 43.
 //
-// Two launches: mvtc6::prep_x (x -> B words and 1/4s per super-block) and mvtc6::q6k<R> (KW = 8
-// warps own 16R rows). Requirements: n_in % 2048 == 0, W 16-byte aligned. NaN or inf in a
+// Two launches: mvtc6::prep_x (x -> B words and 1/4s per super-block; one warp) and
+// mvtc6::q6k<R> (KW = 8 warps own 16R rows). Requirements: n_in % 2048 == 0, W 16-byte aligned. NaN or inf in a
 // super-block of x makes its scale NaN: every output that reads it is NaN.
 #pragma once
 
@@ -57,48 +57,60 @@ constexpr int KW = 8;             // warps per block (the alignment scheme needs
 constexpr int SB_WORDS = 8 * 32;  // B words per super-block: 8 active lanes x 32
 
 // ---------------------------------------------------------------------------------------------
-// Prep: one block of 256 threads per super-block of x (thread i = element i).
+// Prep (prep_sb_warp, below: one warp per super-block of x), its layout:
 //   xb[(sb * 8 + g) * 32 + ((2h + nu) * 2 + pi) * 4 + 2m + kk]: word kk (b0, b1) of the m-th MMA
 //   of half h, nibble nu (0 low, 1 high), digits 2pi, 2pi+1, for lane g (its t = g >> 1);
 //   xs[sb] = 1 / (4 s) (NaN: non-finite x).
+// Word 2m + kk = wi holds digit 2pi + (g & 1) of elements 128h + 32pt + 16(t & 1) + 4wi + b (byte
+// b), pt = (t >> 1) + 2nu: four consecutive elements, the first a multiple of 4.
 struct PrepArgs {
     const float* x;
     uint32_t* xb;
     float* xs;
 };
 
-static __device__ __forceinline__ void prep_x_body(const PrepArgs& p) {
-    __shared__ float wmax[8];
-    __shared__ uint32_t dig[256];
-    const int i = threadIdx.x;
-    const size_t sb = (size_t)blockIdx.y * gridDim.x + blockIdx.x;  // super-block index over all rows
-    pf::pdl_wait();
-    const float x = p.x[(size_t)sb * 256 + i];
-    float m = fabsf(x);
-    m = m != m ? INFINITY : m;
+// One super-block of x (256 values at x_sb, 32-byte aligned) prepared by one warp, lane l holding
+// elements 8l .. 8l+7: its B words into xb_sb, 1 / 4s into xs_sb[0]. No shared memory and no
+// barrier, so any warp of any kernel can prepare a super-block. Each lane owns two runs of four
+// elements (8l, 8l + 4): their digits, transposed to one word per digit, are exactly the words
+// the layout holds, stored where it puts them. The result is the same, bit for bit, as the former
+// 256-thread prep kernel's (dev/cuda/emu/mvtc_checks.cpp keeps it).
+static __device__ __forceinline__ void prep_sb_warp(const float* x_sb, uint32_t* xb_sb, float* xs_sb) {
+    const int l = threadIdx.x & 31;
+    float v[8];
+    mvtc8::ld8(x_sb + 8 * l, v);
+    float m = mvtc8::abs_max8(v);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if ((i & 31) == 0) wmax[i >> 5] = m;
-    __syncthreads();
-    float amax = wmax[0];
-#pragma unroll
-    for (int w = 1; w < 8; w++) amax = fmaxf(amax, wmax[w]);
     float s;
-    const float inv_s = mvtc8::digit_scale(amax, s);
-    dig[i] = mvtc8::digits(x, s, inv_s == inv_s);
-    if (i == 0) p.xs[sb] = inv_s * 0.25f;
-    __syncthreads();
-    // Thread i writes word i: lane g = i / 32 (t = g >> 1, delta = g & 1), j = i % 32.
-    const int g = i >> 5, j = i & 31, t = g >> 1, dl = g & 1;
-    const int h = j >> 4, nu = (j >> 3) & 1, pi = (j >> 2) & 1, wi = j & 3;  // wi = 2m + kk
-    const int pt = (t >> 1) + 2 * nu, dg = 2 * pi + dl;
-    uint32_t v = 0;
+    const float inv_s = mvtc8::digit_scale(m, s);
+    uint32_t dg[8];
 #pragma unroll
-    for (int b = 0; b < 4; b++) {
-        const int l = 16 * (t & 1) + 4 * wi + b;
-        v |= ((dig[128 * h + 32 * pt + l] >> (8 * dg)) & 0xffu) << (8 * b);
+    for (int k = 0; k < 8; k++) dg[k] = mvtc8::digits(v[k], s, inv_s == inv_s);
+    if (l == 0) xs_sb[0] = inv_s * 0.25f;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        // Digit words of elements e0 .. e0+3 (bytes: digits 0..3) -> one word per digit (bytes:
+        // elements e0 .. e0+3): a 4x4 byte transpose.
+        const uint32_t* q = dg + 4 * r;
+        const uint32_t lo01 = pf::prmt(q[0], q[1], 0x5140u), hi01 = pf::prmt(q[0], q[1], 0x7362u);
+        const uint32_t lo23 = pf::prmt(q[2], q[3], 0x5140u), hi23 = pf::prmt(q[2], q[3], 0x7362u);
+        const uint32_t dw[4] = {pf::prmt(lo01, lo23, 0x5410u), pf::prmt(lo01, lo23, 0x7632u),
+                                pf::prmt(hi01, hi23, 0x5410u), pf::prmt(hi01, hi23, 0x7632u)};
+        const int e0 = 8 * l + 4 * r;
+        const int h = e0 >> 7, pt = (e0 >> 5) & 3, t = 2 * (pt & 1) + ((e0 >> 4) & 1), wi = (e0 >> 2) & 3;
+        const int j0 = 16 * h + 8 * (pt >> 1) + wi;
+#pragma unroll
+        for (int d = 0; d < 4; d++) xb_sb[32 * (2 * t + (d & 1)) + j0 + 4 * (d >> 1)] = dw[d];
     }
-    p.xb[(size_t)sb * SB_WORDS + i] = v;
+}
+
+// The prep kernel: one warp per super-block (blocks of 32 threads, grid.x = n_in / 256), grid.y =
+// rows of x (row y at x + y n_in, its words and scales at y times a row's share).
+static __device__ __forceinline__ void prep_x_body(const PrepArgs& p) {
+    const size_t sb = (size_t)blockIdx.y * gridDim.x + blockIdx.x;  // super-block index over all rows
+    pf::pdl_wait();
+    prep_sb_warp(p.x + sb * 256, p.xb + sb * SB_WORDS, p.xs + sb);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -237,6 +249,11 @@ static __device__ __forceinline__ void q6k_rows(const uint8_t* const (&rows)[2 *
 // scheme), one f32 (1 / 4s) per super-block.
 struct TcQ6K {
     static constexpr int WORDS = SB_WORDS, SUMS = 1;
+    // One product per launch: with a per-block weight pointer mvtc_Q6_K takes 110 registers
+    // against 80 (ptxas -v, nvcc 13.0), two blocks per SM instead of three, on every Q6_K
+    // product (the LM head, half the FFN down projections of Q4_K_M); and Q4_K_M groups hold one
+    // Q6_K product at most (qkv or v). ops/linear.rs `takes_group` says the same.
+    static constexpr int SEGS = 1;
     template <int R, int KWB>
     static __device__ __forceinline__ void rows(const uint8_t* const (&w)[2 * R], const uint32_t* xb, const float* xs,
                                                 int nsb, float (&part)[2 * R]) {
@@ -263,7 +280,7 @@ static __device__ __forceinline__ void q6k_body(const Args& p) {
 
 #if !defined(PF_EMU) && defined(MVTC_BENCH_KERNELS)
 // The harness's kernels (dev/cuda/matvec_bench.cu defines MVTC_BENCH_KERNELS).
-static __global__ void __launch_bounds__(256) prep_x(const PrepArgs p) { prep_x_body(p); }
+static __global__ void __launch_bounds__(32) prep_x(const PrepArgs p) { prep_x_body(p); }
 template <int R>
 static __global__ void __launch_bounds__(32 * KW) q6k(const Args p) {
     q6k_body<R>(p);

@@ -41,9 +41,9 @@
 // SASS adds ~3 register moves per IMMA (A must be the quad {row g, row g+8, row g, row g+8} and
 // a 16-byte load fills four registers of one row): nvcc 13.0, sm_90, main loop per group R=1
 // KW=8 144 instructions = 1.13 per weight, R=2 KW=4/8 267-269 = 1.05 (the f32 kernels: ~4).
-// Registers (-Xptxas -v, no spills): R=1 KW=8 86, R=2 KW=4 112, R=2 KW=8 114; prep_x 23.
+// Registers (-Xptxas -v, no spills): R=1 KW=8 86, R=2 KW=4 112, R=2 KW=8 114; prep_x 47.
 //
-// Two launches: mvtc8::prep_x (x -> B words and block scales, 3 KB per 256 inputs) and
+// Two launches: mvtc8::prep_x (x -> B words and block scales, 3 KB per 256 inputs; one warp) and
 // mvtc8::q80<R, KW> (a block of KW warps owns 16R rows; warp w takes groups w, w + KW, ...; the
 // partial sums meet in shared memory in a fixed order). Requirements: n_in % 256 == 0, W 16-byte
 // aligned. NaN or inf in a block of x makes its scale NaN: every output that reads it is NaN.
@@ -107,7 +107,7 @@ static __device__ __forceinline__ uint32_t digits(float x, float s, bool finite)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Prep: one block of 256 threads per group of 8 blocks of x (thread i = element i; warp = block).
+// Prep (prep_grp_warp, below: one warp per group of 8 blocks of x), its layout:
 //   xb[(group * 32 + lane) * 24 + 6P + j]: lane's B word j of pair P (j = 0, 1: b0, b1 of the
 //   first MMA; 2, 3 of the second; 4, 5: of the third, b1 = 0), so that every (b0, b1) pair is
 //   an aligned register pair straight from the loads (IMMA takes B as a register pair);
@@ -128,41 +128,105 @@ static __host__ __device__ __forceinline__ int reg_word(int t, int r) {
     return r < 16 ? 16 * (r / 4) + 4 * t + r % 4 : 48 + r;
 }
 
-static __device__ __forceinline__ void prep_x_body(const PrepArgs& p) {
-    __shared__ uint32_t dig[256];
-    __shared__ float inv[8];
-    const int i = threadIdx.x, lane = i & 31, blk = i >> 5;
-    const size_t grp = (size_t)blockIdx.y * gridDim.x + blockIdx.x;  // group index over all rows
-    pf::pdl_wait();
-    const float x = p.x[(size_t)grp * 256 + i];
-    float m = fabsf(x);
-    m = m != m ? INFINITY : m;
+// Shared memory a warp needs for prep_grp_warp: digit plane n of the group as the weights' bytes
+// would hold it (272 bytes: 8 blocks of 34, the two d bytes of each zero).
+constexpr int IMG_WORDS = 4 * 68;
+
+// Eight consecutive floats at p (32-byte aligned) as two 16-byte loads. Plain loads, not the
+// read-only path: a norm kernel prepares the row it has just written.
+static __device__ __forceinline__ void ld8(const float* p, float (&v)[8]) {
+#ifdef PF_EMU
+    if (reinterpret_cast<uintptr_t>(p) % 32) ::pf_emu::fail("mvtc prep: misaligned x");
+    memcpy(v, p, 32);
+#else
+    const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+#endif
+}
+static __device__ __forceinline__ void st16(uint32_t* p, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+#ifdef PF_EMU
+    if (reinterpret_cast<uintptr_t>(p) % 16) ::pf_emu::fail("mvtc prep: misaligned 16-byte store");
+    const uint32_t v[4] = {a, b, c, d};
+    memcpy(p, v, 16);
+#else
+    *reinterpret_cast<uint4*>(p) = make_uint4(a, b, c, d);
+#endif
+}
+// |v| with NaN as inf (a non-finite block takes digit_scale's NaN branch), the max of the lane's 8.
+static __device__ __forceinline__ float abs_max8(const float (&v)[8]) {
+    float m = 0.0f;
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    for (int k = 0; k < 8; k++) {
+        const float a = fabsf(v[k]);
+        m = fmaxf(m, a != a ? INFINITY : a);
+    }
+    return m;
+}
+
+// One group of 256 values of x (at x_g, 32-byte aligned) prepared by one warp, lane l holding
+// elements 8l .. 8l+7 (block l / 4): its B words into xb_g, its factors into xf_g. `img`:
+// IMG_WORDS of shared memory of this warp alone. No block barrier, so any warp of any kernel can
+// prepare a group. The digits go into img as the weights' byte image (plane n: digit n of
+// element e of block b at byte 34 b + 2 + e); then every B word is one aligned word of a plane,
+// kept where its bytes belong to the lane's column block (see the top). The result is the same,
+// bit for bit, as the former 256-thread prep kernel's (dev/cuda/emu/mvtc_checks.cpp keeps it).
+static __device__ __forceinline__ void prep_grp_warp(const float* x_g, uint32_t* xb_g, float* xf_g, uint32_t* img) {
+    const int l = threadIdx.x & 31, blk = l >> 2;
+    float v[8];
+    ld8(x_g + 8 * l, v);
+    float m = abs_max8(v);
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));  // the four lanes of a block
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
     float s;
     const float inv_s = digit_scale(m, s);
-    dig[i] = digits(x, s, inv_s == inv_s);
-    if (lane == 0) inv[blk] = inv_s;
-    __syncthreads();
-    if (i < 16) {
-        const int t = i / 4, P = i % 4;
-        p.xf[(size_t)grp * G_FACT + i] = inv[2 * P + (t >> 1)] * ((t & 1) ? 65536.0f : 1.0f);
-    }
-    for (int w = i; w < G_WORDS; w += 256) {
-        const int L = w / 24, j = w % 24, P = j / 6, k = j % 6;  // k: slot (4: the third MMA's)
-        const int n = L / 4, t = L % 4;
-        const int col_blk = 2 * P + (n >> 2), dg = n & 3;
-        uint32_t v = 0;
-        if (k < 4 || (k == 4 && t == 0)) {  // the third MMA: only lane 0's word (the others' are duplicates)
-            const int gw = reg_word(t, slot_reg(t, P, k));
+    uint32_t dg[8];
 #pragma unroll
-            for (int b = 0; b < 4; b++) {
-                const int o = 4 * gw + b, blk_o = o / 34, pos = o % 34;
-                if (pos >= 2 && blk_o == col_blk) v |= ((dig[32 * blk_o + pos - 2] >> (8 * dg)) & 0xffu) << (8 * b);
-            }
-        }
-        p.xb[(size_t)grp * G_WORDS + w] = v;
+    for (int k = 0; k < 8; k++) dg[k] = digits(v[k], s, inv_s == inv_s);
+    // Elements 8l + 2i, 8l + 2i + 1 of the group at byte 34 blk + 2 + 8 (l & 3) + 2i: always even.
+    uint16_t* img16 = reinterpret_cast<uint16_t*>(img);
+    const int base = 17 * blk + 1 + 4 * (l & 3);  // in halfwords
+#pragma unroll
+    for (int n = 0; n < 4; n++) {
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+            img16[n * 136 + base + i] = (uint16_t)pf::prmt(dg[2 * i], dg[2 * i + 1], (uint32_t)(n | (n + 4) << 4));
+        if ((l & 3) == 0) img16[n * 136 + 17 * blk] = 0;  // the block's d bytes
     }
+    __syncwarp();
+    // Lane (n, t)'s 24 words: digit n & 3, column block 2P + (n >> 2).
+    const int t = l & 3, n = l >> 2;
+    const uint32_t* plane = img + (n & 3) * 68;
+    uint32_t w[24];
+#pragma unroll
+    for (int P = 0; P < 4; P++)
+#pragma unroll
+        for (int k = 0; k < 6; k++) {
+            uint32_t val = 0;
+            if (k < 4 || (k == 4 && t == 0)) {  // the third MMA: only lane 0's word (the others' are duplicates)
+                const int gw = reg_word(t, slot_reg(t, P, k));
+                // Words 0..8 of the pair hold the even block (word 8: its last two elements, then
+                // the odd block's d bytes, zero), words 9..16 the odd one.
+                if ((gw - 17 * P >= 9) == (n >= 4)) val = plane[gw];
+            }
+            w[6 * P + k] = val;
+        }
+    uint32_t* dst = xb_g + l * 24;
+#pragma unroll
+    for (int i = 0; i < 6; i++) st16(dst + 4 * i, w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+    // Factor i = 4t + P (lanes i < 16): 1/s of block 2P + (t >> 1), held by lanes 4 (2P + (t >> 1)) + 0..3.
+    const int fi = l & 15, ft = fi >> 2, fp = fi & 3;
+    const float f = pf::u2f(shfl(pf::f2u(inv_s), 4 * (2 * fp + (ft >> 1))));
+    if (l < 16) xf_g[fi] = f * ((ft & 1) ? 65536.0f : 1.0f);
+    __syncwarp();  // img is read before this warp's next group writes it
+}
+
+// The prep kernel: one warp per group (blocks of 32 threads, grid.x = n_in / 256), grid.y = rows
+// of x (row y at x + y n_in, its words and factors at y times a row's share).
+static __device__ __forceinline__ void prep_x_body(const PrepArgs& p) {
+    __shared__ uint32_t img[IMG_WORDS];
+    const size_t grp = (size_t)blockIdx.y * gridDim.x + blockIdx.x;  // group index over all rows
+    pf::pdl_wait();
+    prep_grp_warp(p.x + grp * 256, p.xb + grp * G_WORDS, p.xf + grp * G_FACT, img);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -242,6 +306,7 @@ static __device__ __forceinline__ void q80_rows(const uint8_t* const (&rows)[2 *
 // The format policy of the production body (matvec_tc.cuh mv_body).
 struct TcQ80 {
     static constexpr int WORDS = G_WORDS, SUMS = G_FACT;
+    static constexpr int SEGS = MV_SEGS;
     template <int R, int KW>
     static __device__ __forceinline__ void rows(const uint8_t* const (&w)[2 * R], const uint32_t* xb, const float* xf,
                                                 int ngrp, float (&part)[2 * R]) {
@@ -267,7 +332,7 @@ static __device__ __forceinline__ void q80_body(const Args& p) {
 
 #if !defined(PF_EMU) && defined(MVTC_BENCH_KERNELS)
 // The harness's kernels (dev/cuda/matvec_bench.cu defines MVTC_BENCH_KERNELS).
-static __global__ void __launch_bounds__(256) prep_x(const PrepArgs p) { prep_x_body(p); }
+static __global__ void __launch_bounds__(32) prep_x(const PrepArgs p) { prep_x_body(p); }
 template <int R, int KW>
 static __global__ void __launch_bounds__(32 * KW) q80(const Args p) {
     q80_body<R, KW>(p);

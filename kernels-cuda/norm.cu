@@ -1,4 +1,5 @@
-// norm.cu: RMSNorm (plain, fused with the residual add, gated) and the per-head L2 norm of q/k.
+// norm.cu: RMSNorm (plain, fused with the residual add, gated), the per-head L2 norm of q/k, and
+// the decode-shaped gate of the attention output (sigmoid_mul_rows).
 //
 // One block per group of d values (a token's hidden vector, or one head). Each thread strides
 // over the group; the sum of squares is a block reduction. Values are computed as the CPU
@@ -7,27 +8,56 @@
 // Slot p6 (all three RMSNorms): when non-zero, the same outputs rounded to f16 (round to nearest,
 // as pf_f32_to_f16 writes them) at the same index: the f16 copy a tensor-core product of the fast
 // prefill path reads next (src/backend/cuda/shadow.rs), written here instead of by one more launch.
-// Slot p7 (rms_norm, add_rms_norm; decode): when non-zero, each output row also prepared for the
-// tensor-core decode products (matvec_tc.cuh `prep_row`: A words of all rows at p7, then their
-// sums), which saves each product's input one prep launch. Needs d % 256 == 0 and whole warps (the
-// host checks both).
+//
+// Prepared copies (decode: rms_norm, add_rms_norm, gated_rms_norm_rows, sigmoid_mul_rows, one block
+// per token row): slots p7 (Q4_K layout, matvec_tc.cuh), p5 (Q8_0, matvec_tc8.cuh), p4 (Q6_K,
+// matvec_tc6.cuh), each 0 or the layout's words of all rows, then their sums or scales. The kernel
+// writes each asked-for layout of its output rows, bit for bit what that format's prep kernel
+// (mvtc_prep_<format>) would write, which saves each product input one prep launch
+// (src/backend/cuda/ops/matvec_tc.rs `Preps` says which). One warp per 256 values and layout, no
+// barrier but the one after the outputs; the Q8_0 layout needs IMG_WORDS of dynamic shared memory
+// per warp. Rows that are not a multiple of 256 are not prepared.
 #include "common.cuh"
-#ifdef __CUDACC__
-#include "matvec_tc.cuh"  // (dev/cuda/emulate.sh's host build leaves slot p7 zero: no tensor cores there)
+#if defined(__CUDACC__) || defined(PF_EMU)
+// (dev/cuda/emulate.sh's host build has no tensor-core code: it leaves the prepared slots zero;
+// dev/cuda/emu/mvtc_checks.cpp runs the preps here on its emulator.)
+#include "matvec_tc6.cuh"
 #endif
 
-// The prepared copy of this block's output row (slot p7), when asked for.
-__device__ __forceinline__ void prep_out_row(const Args& a, const float* out_row, int d) {
-    if (a.p[7] == 0) return;
-#ifdef __CUDACC__
-    const size_t nsb = (size_t)d / 256;
-    uint32_t* xa = reinterpret_cast<uint32_t*>(a.p[7]);
-    float* xs = reinterpret_cast<float*>(xa + gridDim.x * nsb * mvtc::SB_WORDS);
+// The prepared copies of this block's output row (row blockIdx.x of gridDim.x, n values at
+// out_row), in every layout asked for. Call after the outputs are written, from every thread.
+__device__ __forceinline__ void prep_out_row(const Args& a, const float* out_row, int n) {
+    // Which layouts: bit 0 Q4_K (p7), bit 1 Q8_0 (p5), bit 2 Q6_K (p4).
+    const unsigned mask = (a.p[7] ? 1u : 0u) | (a.p[5] ? 2u : 0u) | (a.p[4] ? 4u : 0u);
+    if (mask == 0 || n % 256 != 0) return;
+#if defined(__CUDACC__) || defined(PF_EMU)
+    DYNAMIC_SMEM(uint32_t, img_all);  // Q8_0: IMG_WORDS per warp
+    const size_t nsb = (size_t)n / 256, rows = gridDim.x, row = blockIdx.x;
+    const int warps = blockDim.x / 32, warp = threadIdx.x / 32;
+    const int tasks = (int)nsb * __popc(mask);
     __syncthreads();  // every thread's outputs written
-    mvtc::prep_row(out_row, d, xa + blockIdx.x * nsb * mvtc::SB_WORDS, xs + blockIdx.x * nsb * mvtc::SB_SUMS);
+    for (int task = warp; task < tasks; task += warps) {
+        unsigned m = mask;  // the (task / nsb)-th layout asked for
+        for (int k = task / (int)nsb; k > 0; k--) m &= m - 1;
+        const size_t sb = (size_t)(task % (int)nsb), u = row * nsb + sb;  // unit over all rows
+        const float* x = out_row + sb * 256;
+        if (m & 1u) {
+            uint32_t* xa = reinterpret_cast<uint32_t*>(a.p[7]);
+            mvtc::prep_sb_warp(x, xa + u * mvtc::SB_WORDS,
+                               reinterpret_cast<float*>(xa + rows * nsb * mvtc::SB_WORDS) + u * mvtc::SB_SUMS);
+        } else if (m & 2u) {
+            uint32_t* xb = reinterpret_cast<uint32_t*>(a.p[5]);
+            mvtc8::prep_grp_warp(x, xb + u * mvtc8::G_WORDS,
+                                 reinterpret_cast<float*>(xb + rows * nsb * mvtc8::G_WORDS) + u * mvtc8::G_FACT,
+                                 img_all + warp * mvtc8::IMG_WORDS);
+        } else {
+            uint32_t* xb = reinterpret_cast<uint32_t*>(a.p[4]);
+            mvtc6::prep_sb_warp(x, xb + u * mvtc6::SB_WORDS,
+                                reinterpret_cast<float*>(xb + rows * nsb * mvtc6::SB_WORDS) + u);
+        }
+    }
 #else
     (void)out_row;
-    (void)d;
 #endif
 }
 
@@ -37,17 +67,9 @@ __device__ __forceinline__ void put(float* out, __half* out16, size_t i, float v
     if (out16 != nullptr) out16[i] = __float2half_rn(v);
 }
 
-// 1 / sqrt(sum(x^2)/d + eps) over the group at x.
-__device__ __forceinline__ float rms_scale(const float* x, int d, float eps, float* sh) {
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) ss = fmaf(x[i], x[i], ss);
-    ss = block_sum(ss, sh);
-    return 1.0f / sqrtf(ss / (float)d + eps);
-}
-
-// out = rms_norm(x; w). Slots: p0 x, p1 w [d], p2 out, p6 f16 out or 0, p7 prepared out or 0; n0 d;
-// f0 eps. Grid: groups.
-KERNEL void rms_norm(const Args a) {
+// out = rms_norm(x; w). Slots: p0 x, p1 w [d], p2 out, p6 f16 out or 0, p4 p5 p7 prepared out or 0
+// (decode); n0 d; f0 eps. Grid: groups.
+KERNEL void __launch_bounds__(1024) rms_norm(const Args a) {
     kernel_start();
     __shared__ float sh[32];
     const int d = (int)a.n[0];
@@ -60,9 +82,9 @@ KERNEL void rms_norm(const Args a) {
     prep_out_row(a, out, d);
 }
 
-// acc += x; out = rms_norm(acc; w). Slots: p0 acc, p1 x, p2 w, p3 out, p6 f16 out or 0, p7 prepared
-// out or 0; n0 d; f0 eps.
-KERNEL void add_rms_norm(const Args a) {
+// acc += x; out = rms_norm(acc; w). Slots: p0 acc, p1 x, p2 w, p3 out, p6 f16 out or 0, p4 p5 p7
+// prepared out or 0 (decode); n0 d; f0 eps.
+KERNEL void __launch_bounds__(1024) add_rms_norm(const Args a) {
     kernel_start();
     __shared__ float sh[32];
     const int d = (int)a.n[0];
@@ -93,6 +115,43 @@ KERNEL void gated_rms_norm(const Args a) {
     const float s = rms_scale(x, d, a.f[0], sh);
     for (int i = threadIdx.x; i < d; i += blockDim.x)
         put(out, out16, i, __fmul_rn(__fmul_rn(__fmul_rn(x[i], s), w[i]), siluf_(z[i])));
+}
+
+// gated_rms_norm in the decode shape: one block per token row of n values (n / d groups), warp w
+// normalizing groups w, w + warps, ... (a warp's lanes stride over the group: no block reduction,
+// one barrier per row, before the prepared copies). Slots: p0 x, p1 z, p2 w [d], p3 out, p4 p5 p7
+// prepared out or 0; n0 d, n1 n; f0 eps. Grid: tokens.
+KERNEL void __launch_bounds__(1024) gated_rms_norm_rows(const Args a) {
+    kernel_start();
+    const int d = (int)a.n[0], n = (int)a.n[1];
+    const size_t o = (size_t)blockIdx.x * n;
+    const float* x = reinterpret_cast<const float*>(a.p[0]) + o;
+    const float* z = reinterpret_cast<const float*>(a.p[1]) + o;
+    const float* w = reinterpret_cast<const float*>(a.p[2]);
+    float* out = reinterpret_cast<float*>(a.p[3]) + o;
+    const int l = threadIdx.x & 31;
+    for (int g = threadIdx.x / 32; g < n / d; g += blockDim.x / 32) {
+        const float* xg = x + (size_t)g * d;
+        float ss = 0.0f;
+        for (int i = l; i < d; i += 32) ss = fmaf(xg[i], xg[i], ss);
+        const float s = 1.0f / sqrtf(warp_sum(ss) / (float)d + a.f[0]);
+        for (int i = l; i < d; i += 32)
+            out[(size_t)g * d + i] = __fmul_rn(__fmul_rn(__fmul_rn(xg[i], s), w[i]), siluf_(z[(size_t)g * d + i]));
+    }
+    prep_out_row(a, out, n);
+}
+
+// x *= sigmoid(gate) (elementwise.cu sigmoid_mul_assign, the same values) in the decode shape: one
+// block per token row of n values, so that the block can prepare the row for the attention
+// output projection; in place, so the copies are made of the final values, after the barrier.
+// Slots: p0 x, p1 gate, p4 p5 p7 prepared x or 0; n1 n. Grid: tokens.
+KERNEL void __launch_bounds__(1024) sigmoid_mul_rows(const Args a) {
+    kernel_start();
+    const int n = (int)a.n[1];
+    float* x = reinterpret_cast<float*>(a.p[0]) + (size_t)blockIdx.x * n;
+    const float* g = reinterpret_cast<const float*>(a.p[1]) + (size_t)blockIdx.x * n;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) x[i] = x[i] * sigmoidf_(g[i]);
+    prep_out_row(a, x, n);
 }
 
 // In place on u [T, conv_dim]: every q and k head (the first 2*hk groups of dk of a row) times

@@ -12,7 +12,11 @@
 #   4. fast against exact on the real shapes: the logits of a 100-token prompt on the same file
 #      (rel L2 and argmax agreement per position);
 #   5. decode kernel variants end to end (RILL_CUDA_MATVEC=exact and q8: tg128 of each model, the
-#      q8 logits of token-by-token decode against the exact ones, a q8 decode profile);
+#      q8 logits of token-by-token decode against the exact ones, a q8 decode profile; the prepared
+#      inputs written by the norms or by prep launches: tg128 with RILL_CUDA_NORM_PREP=none against
+#      the default for the 9B files, and a decode profile of q8_0; RILL_CUDA_GROUP=0, one launch
+#      per grouped projection, against the default; RILL_CUDA_MOE_SHARED=0, the MoE shared expert
+#      in launches of its own, against the default on the 35B-A3B);
 #   6. the prefill kernel harness (dev/cuda/prefill_bench all --quick), then the decode harness
 #      (matvec_bench: every decode matvec variant checked and timed, its winner table), each in the
 #      time left;
@@ -90,7 +94,7 @@ TESTS_END=${TESTS_END:-250}
 log "tests (cuda at both tiers; RILL_TEST_REQUIRE_CUDA=1), until +${TESTS_END}s"
 export RILL_TEST_REQUIRE_CUDA=1
 # Most telling first (a run out of time skips the last ones).
-order="e2e_fixtures device_linear device_ops device_delta device_moe cuda_steps device_fast concurrency"
+order="e2e_fixtures device_fused device_group device_linear device_ops device_delta device_moe cuda_steps device_fast concurrency"
 tests=$(for n in $order; do grep "/$n-" .gpu/tests.txt; done; grep -v -E "/($(echo $order | tr ' ' '|'))-" .gpu/tests.txt)
 for t in $tests; do
     name=$(basename "$t" | sed 's/-[0-9a-f]*$//')
@@ -201,6 +205,53 @@ for m in "${models[@]}"; do
 done
 
 # ---- 5. decode kernel variants end to end ---------------------------------------------------------
+# The tensor-core products' prepared inputs: written by the producer kernels themselves (norms, the
+# delta-rule output's gated norm, the attention output's gate; RILL_CUDA_NORM_PREP=all) or by one
+# prep launch per product input (none, the default): tg128 of each, then where a q8_0 decode step's
+# time goes with the default (its prep launches were 129 per token before the producers wrote the
+# Q8_0 layout).
+for q in q4_k_m q8_0; do
+    ready qwen3.5-9b $q || continue
+    [ "$(left)" -gt 100 ] || break
+    # Q4_K_M reads Q4_K and Q6_K products (Q4_K only: what the norms wrote before they learned
+    # every layout); Q8_0 only Q8_0.
+    nps="none all"
+    [ $q = q4_k_m ] && nps="none Q4_K all"
+    for np in $nps; do
+        log "decode RILL_CUDA_NORM_PREP=$np: qwen3.5-9b $q"
+        RILL_CUDA_NORM_PREP=$np timeout "$(limit 60)" $rill bench -m "$(model_file qwen3.5-9b $q)" --backend cuda \
+            -p "" -n 128 -r 3 --json >"$LOGS/normprep-$np-qwen3.5-9b-$q.json" 2>"$LOGS/normprep-$np-qwen3.5-9b-$q.log"
+    done
+    # The projections of one input in one matvec launch per format and kernel shape (the default,
+    # `normprep-none` above) against one launch per product (RILL_CUDA_GROUP=0).
+    log "decode RILL_CUDA_GROUP=0: qwen3.5-9b $q"
+    RILL_CUDA_GROUP=0 timeout "$(limit 60)" $rill bench -m "$(model_file qwen3.5-9b $q)" --backend cuda \
+        -p "" -n 128 -r 2 --json >"$LOGS/group0-qwen3.5-9b-$q.json" 2>"$LOGS/group0-qwen3.5-9b-$q.log"
+done
+# A MoE layer's shared expert as one more expert per token inside the experts' matvec launches (the
+# default) against launches of its own (RILL_CUDA_MOE_SHARED=0): tg128 of the 35B-A3B, each.
+if ready qwen3.5-35b-a3b q4_k_m && [ "$(left)" -gt 100 ]; then
+    for ms in 1 0; do
+        log "decode RILL_CUDA_MOE_SHARED=$ms: qwen3.5-35b-a3b q4_k_m"
+        RILL_CUDA_MOE_SHARED=$ms timeout "$(limit 60)" $rill bench -m "$(model_file qwen3.5-35b-a3b q4_k_m)" \
+            --backend cuda -p "" -n 128 -r 2 --json >"$LOGS/moeshared-$ms-qwen3.5-35b-a3b-q4_k_m.json" \
+            2>"$LOGS/moeshared-$ms-qwen3.5-35b-a3b-q4_k_m.log"
+    done
+fi
+# `decode_profile QUANT SECONDS`: where a 9B decode step's time goes with the default kernels, per
+# phase and per kernel (the prep launches and the kernels that prepare their output among them),
+# if at least SECONDS of the budget are left.
+decode_profile() {
+    local f="$LOGS/profile-decode-exact-qwen3.5-9b-$1.txt"
+    ready qwen3.5-9b "$1" && [ "$(left)" -gt "$2" ] || return 0
+    log "profile exact decode qwen3.5-9b $1"
+    RILL_PROFILE=1 timeout "$(limit 60)" $rill bench -m "$(model_file qwen3.5-9b "$1")" \
+        --backend cuda -p "" -n 64 -r 1 --no-warmup >"$f" 2>&1
+    grep -A 9 "by phase" "$f" | tee -a "$LOGS/summary.txt"
+    grep -E "mvtc_prep|rms_norm|sigmoid_mul|gated_rms" "$f" | head -12 | tee -a "$LOGS/summary.txt"
+}
+decode_profile q8_0 90
+
 # RILL_CUDA_MATVEC picks the decode matvec kernels (src/backend/cuda/ops/linear.rs): exact (the
 # tensor-core kernels where they apply, f32 elsewhere), f32 (the f32 kernels alone) or q8 (8-bit
 # activations, dp4a). tg128 of each, then the f32 and q8 logits of 8 tokens decoded one by one
@@ -222,13 +273,7 @@ for m in "${models[@]}"; do
     compare_logits "$LOGS/logits-decode-q8-$1-$2.safetensors" "$LOGS/logits-decode-exact-$1-$2.safetensors"
     rm -f "$LOGS"/logits-decode-*-"$1-$2".safetensors
 done
-# Where a decode step's time goes now (the default kernels), per phase and per kernel.
-if ready qwen3.5-9b q4_k_m && [ "$(left)" -gt 110 ]; then
-    log "profile exact decode qwen3.5-9b q4_k_m"
-    RILL_PROFILE=1 timeout "$(limit 60)" $rill bench -m "$(model_file qwen3.5-9b q4_k_m)" \
-        --backend cuda -p "" -n 64 -r 1 --no-warmup >"$LOGS/profile-decode-exact-qwen3.5-9b-q4_k_m.txt" 2>&1
-    grep -A 9 "by phase" "$LOGS/profile-decode-exact-qwen3.5-9b-q4_k_m.txt" | tee -a "$LOGS/summary.txt"
-fi
+decode_profile q4_k_m 110
 if ready qwen3.5-9b q4_k_m && [ "$(left)" -gt 100 ]; then
     log "profile q8 decode qwen3.5-9b q4_k_m"
     RILL_CUDA_MATVEC=q8 RILL_PROFILE=1 timeout "$(limit 60)" $rill bench -m "$(model_file qwen3.5-9b q4_k_m)" \
@@ -302,9 +347,18 @@ def tg(file, label):
         return f"{label} {j['tests'][0]['tokens_per_s_mean']:.1f}"
     except Exception as e:
         return f"{label} ({type(e).__name__})"
-for v in ("exact", "q8"):
-    cells = [tg(f"variant-{v}-rpt{r}-qwen3.5-9b-q4_k_m.json", f"rpt {r}:") for r in (2, 4, 8)]
-    print(f"  qwen3.5-9b-q4_k_m {v} with RILL_CUDA_MV_RPT  {' | '.join(cells)}")
+print("prepared inputs by the producers (RILL_CUDA_NORM_PREP), tg128 tokens/s:")
+for q in ("q4_k_m", "q8_0"):
+    nps = ("none", "Q4_K", "all") if q == "q4_k_m" else ("none", "all")
+    cells = [tg(f"normprep-{np}-qwen3.5-9b-{q}.json", np) for np in nps]
+    print(f"  qwen3.5-9b-{q:<16} {' | '.join(cells)}")
+print("grouped projections (RILL_CUDA_GROUP), tg128 tokens/s:")
+for q in ("q4_k_m", "q8_0"):
+    cells = [tg(f"group0-qwen3.5-9b-{q}.json", "0"), tg(f"normprep-none-qwen3.5-9b-{q}.json", "default")]
+    print(f"  qwen3.5-9b-{q:<16} {' | '.join(cells)}")
+print("shared expert inside the MoE expert launches (RILL_CUDA_MOE_SHARED), tg128 tokens/s:")
+cells = [tg(f"moeshared-{ms}-qwen3.5-35b-a3b-q4_k_m.json", label) for ms, label in (("0", "0"), ("1", "default"))]
+print(f"  qwen3.5-35b-a3b-q4_k_m    {' | '.join(cells)}")
 for f in sorted(glob.glob(os.path.join(out, "test-*.log"))):
     res = [l.strip() for l in open(f, errors="replace") if l.startswith("test result:")]
     print(f"{os.path.basename(f)[5:-4]:<26} {res[-1] if res else 'no result (crashed or timed out)'}")

@@ -13,7 +13,8 @@
 #   3. wgpu's logits against the CPU backend's at the real shapes (9B and 35B-A3B q4_k_m: a
 #      70-token prefill, and 8 tokens decoded through recorded steps);
 #   4. RILL_PROFILE=1 decode runs (per-kernel GPU time and GB/s) of 9B q4_k_m and 35B-A3B, a
-#      9B q4_k_m decode with the tuning knobs (RILL_WGPU_MV_WG, RILL_WGPU_SUBMIT_EVERY) moved, a
+#      9B q4_k_m decode with the tuning knobs (RILL_WGPU_FUSE, RILL_WGPU_MV_WG,
+#      RILL_WGPU_SUBMIT_EVERY) moved, a
 #      Fast prefill profile of 9B q4_k_m, and 9B q4_k_m on the plain kernels (RILL_WGPU_PLAIN=1);
 #   5. a summary, printed last.
 # Everything lands in ONE file, $OUT/wgpu.tar.gz (logs, bench JSON, profiles, summary.txt),
@@ -91,7 +92,7 @@ plain_tests() {
     done
 }
 if [ -z "${SKIP_TESTS:-}" ]; then
-    for t in device_ops device_linear device_moe device_delta device_pieces e2e_fixtures prefix_cache; do
+    for t in device_ops device_linear device_moe device_delta device_pieces device_wgpu_fused e2e_fixtures prefix_cache; do
         run_test 45 "$t" subgroup
     done
     run_test 45 device_fast fast
@@ -224,11 +225,11 @@ profile() { # SHAPE QUANT TAG CAP [rill bench args...]
 }
 profile qwen3.5-9b q4_k_m decode 40 -p "" -n 32
 profile qwen3.5-35b-a3b q4_k_m decode 40 -p "" -n 32
-# The tuning knobs (src/backend/wgpu/caps.rs) against the defaults (matvec workgroup 128, submit
-# every 64): 9B q4_k_m decode.
-RILL_WGPU_MV_WG=64 bench qwen3.5-9b q4_k_m mv64 30 -p "" -n 64 -r 1
-RILL_WGPU_MV_WG=256 bench qwen3.5-9b q4_k_m mv256 30 -p "" -n 64 -r 1
-RILL_WGPU_SUBMIT_EVERY=16 bench qwen3.5-9b q4_k_m submit16 30 -p "" -n 64 -r 1
+# The fused decode dispatches off (RILL_WGPU_FUSE=0) and shaders compiled with naga's runtime
+# checks (RILL_WGPU_SHADER_CHECKS=1) against the defaults, and the submission knob
+# (src/backend/wgpu/caps.rs; default every 64): 9B q4_k_m decode.
+RILL_WGPU_FUSE=0 bench qwen3.5-9b q4_k_m nofuse 30 -p "" -n 64 -r 1
+RILL_WGPU_SHADER_CHECKS=1 bench qwen3.5-9b q4_k_m checks 30 -p 102 -n 64 -r 1
 RILL_WGPU_SUBMIT_EVERY=256 bench qwen3.5-9b q4_k_m submit256 30 -p "" -n 64 -r 1
 save
 # After the numbers: the plain path's tests (the kernels browsers run), then its speed.

@@ -13,7 +13,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-tests=(device_ops device_linear device_moe device_delta device_pieces device_fast e2e_fixtures prefix_cache)
+tests=(device_ops device_linear device_moe device_delta device_pieces device_wgpu_fused device_fast e2e_fixtures
+    prefix_cache)
 
 echo "building rill and the wgpu test executables" >&2
 cargo build --release --bin rill
@@ -56,11 +57,18 @@ git rev-parse --short=12 HEAD >.gpu-wgpu/commit 2>/dev/null || echo unknown >.gp
 (cd "$stage" && tar -cf - .) | xz -9 -T2 >.gpu-wgpu/bundle.tar.xz
 rm -rf "$stage"
 
-if ! ls .gl/libvulkan1_*.deb >/dev/null 2>&1; then
+# The loader and the GL dispatch libraries the NVIDIA ICD (libGLX_nvidia.so.0) needs: without
+# libglvnd's, the loader finds the ICD but cannot get vkCreateInstance from it.
+gl_pkgs=(libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
+missing=()
+for p in "${gl_pkgs[@]}"; do
+    ls .gl/"${p}"_*.deb >/dev/null 2>&1 || missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
     mkdir -p .gl /tmp/amd64/partial
     o=(-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64)
     apt-get "${o[@]}" update -qq
-    (cd .gl && apt-get "${o[@]}" download libvulkan1)
+    (cd .gl && apt-get "${o[@]}" download "${missing[@]}")
 fi
 
 tree_bytes=$(git ls-files -z --cached --others --exclude-standard | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)

@@ -70,11 +70,19 @@ fi
 # 256-invocation workgroup per row group (two-level reduction) on the plain path.
 if [ "$status" -eq 0 ]; then
     RILL_TEST_BACKENDS=wgpu RILL_WGPU_MV_WG=64 RILL_WGPU_MV_ROWS=1 RILL_WGPU_MV_LANES=1 \
-        cargo test --release --features cuda --test device_linear --test device_moe "$@" 2>&1 | tee -a "$log" || status=$?
+        cargo test --release --features cuda --test device_linear --test device_moe --test device_wgpu_fused "$@" 2>&1 \
+        | tee -a "$log" || status=$?
 fi
 if [ "$status" -eq 0 ]; then
     RILL_TEST_BACKENDS=wgpu RILL_WGPU_PLAIN=1 RILL_WGPU_MV_WG=256 RILL_WGPU_MV_ROWS=8 RILL_WGPU_MV_LANES=256 \
         cargo test --release --features cuda --test device_linear --test device_moe "$@" 2>&1 | tee -a "$log" || status=$?
+fi
+# The fused decode dispatches' fallbacks where a kernel may bind only WebGPU's guaranteed 8
+# storage buffers (browsers): matrix-vector groups of 3, the attention preparation in halves, the
+# gates separate; on the subgroup path here, the plain one (with the full fused set) ran above.
+if [ "$status" -eq 0 ]; then
+    RILL_TEST_BACKENDS=wgpu RILL_WGPU_MAX_STORAGE=8 cargo test --release --features cuda --test device_wgpu_fused \
+        --test e2e_fixtures "$@" 2>&1 | tee -a "$log" || status=$?
 fi
 if [ "$status" -eq 0 ]; then
     RILL_TEST_BACKENDS=wgpu RILL_WGPU_COOP_EMULATE=1 cargo test --release --features cuda --test device_fast "$@" 2>&1 \

@@ -1,17 +1,25 @@
 // Chunked gated delta rule, part 2 (spec/DELTANET.md B.3 in the value-major layout M = Sᵀ):
 // the sequential pass over the chunks of a batch, using the scratch of delta_rule_chunk_prep.
 //
-// Row-owned like the recurrent kernel: one workgroup per (value head j, block of DELTA_ROWS state rows),
-// invocation c owns row M_c (private, loaded once, stored once). Row c of B.3 is
-//   vn[r]   = U[r][c] − W_r · M_c                          (V_newᵀ = Uᵀ − M Wᵀ, row c)
-//   O[r][c] = e^{γ_r} (q_r · M_c) + Σ_{s≤r} P[r][s] vn[s]  ((Q⊙e^γ) Mᵀ + P V_new, column c)
-//   M_c     ← e^{γ_last} M_c + Σ_r vn[r] · (k_r e^{γ_last−γ_r})
-// where M_c is the row at the chunk start in the first two lines. Everything any row needs from
-// other rows is a broadcast vector (W_r, q_r, k_r), staged in workgroup memory per token.
-// vn[r] overwrites U[r][c] in the scratch: only this invocation ever reads that element.
-// One dispatch runs chunks n_first .. n_first + n_count of the batch (the host keeps n_count
-// small: llvmpipe/lavapipe silently ends every loop of a shader invocation after 65535
-// back-edges in total, and one chunk costs ~DELTA_CHUNK·(2·dk + DELTA_CHUNK/2) of them here).
+// Row c of B.3 only ever needs row c of the state M (with M_c the row at the chunk start):
+//   vn[r][c] = U[r][c] − W_r · M_c                         (V_newᵀ = Uᵀ − M Wᵀ, row c)
+//   O[r][c]  = e^{γ_r} (q_r · M_c) + Σ_{s≤r} P[r][s] vn[s][c]   ((Q⊙e^γ) Mᵀ + P V_new, column c)
+//   M_c     ← e^{γ_last} M_c + Σ_r vn[r][c] · (k_r e^{γ_last−γ_r})
+// so one workgroup owns a block of DELTA_ROWS state rows of one value head for the whole batch,
+// with no communication between workgroups. Only the chunks are sequential: inside a chunk the
+// three lines are products over all tokens at once, each output owned by one invocation:
+// a. vn and q·M (64 tokens × DELTA_ROWS rows, reduction over dk): invocation li = r·RV + cq owns
+//    token r and rows 4cq .. 4cq + 3 of the block, a vec4 each; the block of M is in workgroup
+//    memory with the rows four to a vector, so each key element is one vector load.
+// b. O (the same outputs, reduction over the tokens s ≤ r of vn, which is in workgroup memory).
+// c. The state update (DELTA_ROWS rows × dk, reduction over the tokens): four key elements of one
+//    row per invocation and pass.
+// Two barriers per chunk: vn is complete before b and c read it; the update is complete before
+// the next chunk's a reads the state.
+//
+// Back-edges per invocation (lavapipe ends a shader invocation's loops after 65535 in total):
+// ~dk + DELTA_CHUNK + ⌈DELTA_ROWS·dk/4 / DELTA_WG⌉·(DELTA_CHUNK + 1) per chunk, ~320 at
+// dk = 128, so a batch of up to 16 chunks is one dispatch.
 
 
 struct Params {
@@ -23,8 +31,6 @@ struct Params {
     t0: u32,
     n_tok: u32,
     nb: u32,
-    n_first: u32, // chunks of the batch handled by this dispatch
-    n_count: u32,
 }
 
 @group(0) @binding(0) var<uniform> P: Params;
@@ -32,17 +38,21 @@ struct Params {
 @group(0) @binding(2) var<storage, read_write> state: array<f32>;    // [Hv, dv, dk]
 @group(0) @binding(3) var<storage, read_write> out: array<f32>;      // [T, Hv*dv]
 @group(0) @binding(4) var<storage, read> p_mat: array<f32>;          // [Hv, nb, DELTA_CHUNK, DELTA_CHUNK]
-@group(0) @binding(5) var<storage, read_write> x_mat: array<f32>;    // [Hv, nb, DELTA_CHUNK, dv + dk]
+@group(0) @binding(5) var<storage, read> x_mat: array<f32>;          // [Hv, nb, DELTA_CHUNK, dv + dk]
 @group(0) @binding(6) var<storage, read> dec: array<f32>;            // [Hv, nb, 2, DELTA_CHUNK]
 
-var<workgroup> a_sh: array<f32, DELTA_MAX_DK>; // W_r (pass 1), k_r e^{γ_last−γ_r} (pass 2)
-var<workgroup> q_sh: array<f32, DELTA_MAX_DK>;
+// vec4s per row block (its state rows, four to a vector).
+const RV: u32 = DELTA_ROWS / 4u;
 
-@compute @workgroup_size(DELTA_ROWS)
+// The block of the state, transposed: m_sh[i·RV + c/4][c%4] = M[c_first + c][i] (8 KiB).
+var<workgroup> m_sh: array<vec4<f32>, DELTA_MAX_DK * RV>;
+// The chunk's V_new for the block: vn_sh[r·RV + c/4][c%4] = vn[r][c_first + c] (4 KiB).
+var<workgroup> vn_sh: array<vec4<f32>, DELTA_CHUNK * RV>;
+
+@compute @workgroup_size(DELTA_WG)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) li: u32) {
     let j = wg.y;
-    let c = wg.x * DELTA_ROWS + li;
-    let owns_row = c < P.dv; // inactive invocations still take part in the barriers
+    let c_first = wg.x * DELTA_ROWS; // first state row of the block
     let dk = P.dk;
     let dv = P.dv;
     let kh = j % P.hk;
@@ -50,75 +60,103 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let q_off = kh * dk;
     let k_off = key_dim + kh * dk;
     let xw = dv + dk;
-    let row = (j * dv + c) * dk;
+    let head = j * dv * dk;
 
-    var m: array<f32, DELTA_MAX_DK>;
-    if (owns_row) {
-        for (var i = 0u; i < dk; i++) {
-            m[i] = state[row + i];
-        }
+    // Rows past dv (the last block of a dv that is not a multiple of DELTA_ROWS) are zero and
+    // never stored; every row is independent of the others, so they cannot disturb the rest.
+    for (var e = li; e < DELTA_ROWS * dk; e += DELTA_WG) {
+        let c = e / dk;
+        let i = e % dk;
+        m_sh[i * RV + c / 4u][c % 4u] = select(0.0, state[head + (c_first + c) * dk + i], c_first + c < dv);
     }
 
-    for (var n = P.n_first; n < P.n_first + P.n_count; n++) {
+    // Phases a and b: token r, rows c_first + 4cq .. + 3.
+    let r = li / RV;
+    let cq = li % RV;
+    let c4 = c_first + 4u * cq;
+    let c_ok = vec4<u32>(c4) + vec4<u32>(0u, 1u, 2u, 3u) < vec4<u32>(dv);
+    // Phase c: 4 key elements of one row per pass.
+    let dk4 = (dk + 3u) / 4u;
+
+    for (var n = 0u; n < P.nb; n++) {
         let tc = P.t0 + n * DELTA_CHUNK;
         let len = min(DELTA_CHUNK, P.n_tok - n * DELTA_CHUNK);
         let blk = j * P.nb + n;
         let mat = blk * DELTA_CHUNK * DELTA_CHUNK;
         let xb = blk * DELTA_CHUNK * xw;
         let db = blk * 2u * DELTA_CHUNK;
+        // The state block is loaded (first chunk) or updated (phase c of the previous one).
+        workgroupBarrier();
 
-        // Pass 1: V_new and the outputs, both from the state at the chunk start.
-        for (var r = 0u; r < len; r++) {
-            workgroupBarrier();
-            for (var i = li; i < dk; i += DELTA_ROWS) {
-                a_sh[i] = x_mat[xb + r * xw + dv + i];
-                q_sh[i] = u[(tc + r) * P.conv_dim + q_off + i];
-            }
-            workgroupBarrier();
-            if (owns_row) {
-                var wm = 0.0;
-                var qm = 0.0;
-                for (var i = 0u; i < dk; i++) {
-                    wm += a_sh[i] * m[i];
-                    qm += q_sh[i] * m[i];
-                }
-                let vn = x_mat[xb + r * xw + c] - wm;
-                x_mat[xb + r * xw + c] = vn;
-                var intra = 0.0;
-                for (var s = 0u; s < r; s++) {
-                    intra += p_mat[mat + r * DELTA_CHUNK + s] * x_mat[xb + s * xw + c];
-                }
-                intra += p_mat[mat + r * DELTA_CHUNK + r] * vn;
-                out[((tc + r) * P.hv + j) * dv + c] = dec[db + r] * qm + intra;
-            }
-        }
-
-        // Pass 2: M_c ← e^{γ_last} M_c + Σ_r vn[r] · k_r e^{γ_last−γ_r}.
-        if (owns_row) {
-            let e_last = dec[db + len - 1u];
+        // a. vn = U − W Mᵀ and Q Mᵀ for token r, from the state at the chunk start. Tokens past
+        // the chunk's end are padding: vn = 0 (β = 0), no output.
+        var wm = vec4<f32>(0.0);
+        var qm = vec4<f32>(0.0);
+        let live = r < len;
+        if (live) {
+            let w_row = xb + r * xw + dv;
+            let q_row = (tc + r) * P.conv_dim + q_off;
             for (var i = 0u; i < dk; i++) {
-                m[i] *= e_last;
+                let m = m_sh[i * RV + cq];
+                wm += x_mat[w_row + i] * m;
+                qm += u[q_row + i] * m;
             }
         }
-        for (var r = 0u; r < len; r++) {
-            workgroupBarrier();
-            let f = dec[db + DELTA_CHUNK + r];
-            for (var i = li; i < dk; i += DELTA_ROWS) {
-                a_sh[i] = f * u[(tc + r) * P.conv_dim + k_off + i];
+        let ub = xb + r * xw + c4;
+        let uu = vec4<f32>(x_mat[ub], x_mat[ub + 1u], x_mat[ub + 2u], x_mat[ub + 3u]);
+        vn_sh[r * RV + cq] = select(vec4<f32>(0.0), uu - wm, c_ok & vec4<bool>(live));
+        workgroupBarrier();
+
+        // b. O[r] = e^{γ_r} q_r·M + Σ_{s≤r} P[r][s] vn[s].
+        if (live) {
+            var intra = vec4<f32>(0.0);
+            let p_row = mat + r * DELTA_CHUNK;
+            for (var s = 0u; s <= r; s++) {
+                intra += p_mat[p_row + s] * vn_sh[s * RV + cq];
             }
-            workgroupBarrier();
-            if (owns_row) {
-                let vn = x_mat[xb + r * xw + c];
-                for (var i = 0u; i < dk; i++) {
-                    m[i] += vn * a_sh[i];
-                }
+            let o = dec[db + r] * qm + intra;
+            let ob = ((tc + r) * P.hv + j) * dv + c4;
+            if (c_ok.x) { out[ob] = o.x; }
+            if (c_ok.y) { out[ob + 1u] = o.y; }
+            if (c_ok.z) { out[ob + 2u] = o.z; }
+            if (c_ok.w) { out[ob + 3u] = o.w; }
+        }
+
+        // c. M_c ← e^{γ_last} M_c + Σ_s vn[s][c] · k_s e^{γ_last−γ_s}, elements i .. i + 3 of row c.
+        // Only this invocation touches them in this phase (phase a is behind the barrier).
+        let e_last = dec[db + len - 1u];
+        for (var e = li; e < DELTA_ROWS * dk4; e += DELTA_WG) {
+            let c = e / dk4;
+            let i = (e % dk4) * 4u;
+            let mi = i * RV + c / 4u;
+            let cc = c % 4u;
+            // Past dk (a dk that is not a multiple of 4) the lanes work on slots of m_sh that
+            // phase a never reads (dk4·4 ≤ DELTA_MAX_DK keeps them inside the array).
+            var acc = e_last * vec4<f32>(
+                m_sh[mi][cc],
+                m_sh[mi + RV][cc],
+                m_sh[mi + 2u * RV][cc],
+                m_sh[mi + 3u * RV][cc],
+            );
+            for (var s = 0u; s < len; s++) {
+                let vn = vn_sh[s * RV + c / 4u][cc];
+                let f = dec[db + DELTA_CHUNK + s];
+                let kb = (tc + s) * P.conv_dim + k_off + i;
+                acc += vn * (f * vec4<f32>(u[kb], u[kb + 1u], u[kb + 2u], u[kb + 3u]));
             }
+            m_sh[mi][cc] = acc.x;
+            m_sh[mi + RV][cc] = acc.y;
+            m_sh[mi + 2u * RV][cc] = acc.z;
+            m_sh[mi + 3u * RV][cc] = acc.w;
         }
     }
+    workgroupBarrier();
 
-    if (owns_row) {
-        for (var i = 0u; i < dk; i++) {
-            state[row + i] = m[i];
+    for (var e = li; e < DELTA_ROWS * dk; e += DELTA_WG) {
+        let c = e / dk;
+        let i = e % dk;
+        if (c_first + c < dv) {
+            state[head + (c_first + c) * dk + i] = m_sh[i * RV + c / 4u][c % 4u];
         }
     }
 }

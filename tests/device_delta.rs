@@ -121,3 +121,33 @@ fn large_key_heads_refuse_or_compute() {
         p.dev.sync().unwrap();
     }
 }
+
+/// dk != dv (the layout test covers it for one token only), with sizes that are not multiples of
+/// the kernels' blocks (4-wide vectors, 16-row state blocks), over several chunks with a short last
+/// one and over several scratch batches (16 chunks each on wgpu). A backend may refuse a shape it
+/// does not support; what it computes must match the f64 reference.
+#[test]
+fn unequal_key_and_value_dims() {
+    for p in Both::each() {
+        let gpu = p.dev.as_ref();
+        for (dk, dv) in [(64, 40), (30, 37), (128, 96)] {
+            let dims = GdnDims { hk: 2, hv: 4, dk, dv };
+            for t in [130, 64 * 17 + 5] {
+                let case = make_case(dims, t, 1.0, false, 17 + t as u64);
+                let (o_ref, s_ref) = reference(&case, |j| j % dims.hk);
+                for algo in [Algo::Recurrent, Algo::Chunked] {
+                    let Ok((o, s)) = try_run(gpu, &case, algo) else {
+                        continue;
+                    };
+                    let (eo, es) = (rel_err(&o, &o_ref), rel_err(&s, &s_ref));
+                    assert!(
+                        eo <= tol(gpu) && es <= tol(gpu),
+                        "{} {algo:?} {dims:?} T {t}: o {eo:.2e} S {es:.2e}",
+                        p.name()
+                    );
+                }
+                gpu.sync().unwrap();
+            }
+        }
+    }
+}

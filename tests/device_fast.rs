@@ -32,6 +32,15 @@ fn variant_asked_for_is_selected() {
                 be.driver_info()
             );
         }
+        // The second tensor-core kernel asked for (tensor cores or emulated) is the one running.
+        // A geometry asked for that the device cannot hold falls back to the default: said here.
+        if be.precision() == Precision::Fast && std::env::var_os("RILL_WGPU_COOP").is_some_and(|v| v == "2") {
+            let info = be.driver_info();
+            assert!(info.contains("coop2"), "{info}");
+            if let Ok(tile) = std::env::var("RILL_WGPU_COOP_TILE") {
+                assert!(info.contains(&format!("coop2 {tile}")), "{tile} asked for: {info}");
+            }
+        }
         if std::env::var_os("RILL_WGPU_PLAIN").is_some_and(|v| v == "1") {
             assert_eq!(be.precision(), Precision::Exact, "the plain path has no f16 products");
         }
@@ -71,7 +80,6 @@ fn fast_matmul_is_within_the_f16_tier() {
 
 fn fast_matmul_case(g: &dyn Backend, c: &dyn Backend) {
     let mut rng = Rng::new(53);
-    let (n_out, n_in) = (300usize, 512usize);
     for ty in [
         GgmlType::F32,
         GgmlType::F16,
@@ -82,49 +90,79 @@ fn fast_matmul_case(g: &dyn Backend, c: &dyn Backend) {
         GgmlType::Q6K,
         GgmlType::Q4_0,
     ] {
-        let bytes = random_weight(ty, n_out, n_in, 0.5, &mut rng);
-        let w = dequant(ty, &bytes, n_out * n_in);
-        let (gw, cw) = (
-            upload(g, ty, &[n_out, n_in], &bytes),
-            upload(c, ty, &[n_out, n_in], &bytes),
-        );
-        for t in [2usize, 9, 64, 65, 130] {
-            let x = rng.normals(t * n_in, 1.0);
-            let run = |be: &dyn Backend, w: &Tensor| {
-                let o = be.alloc(DType::F32, &[t, n_out]).unwrap();
-                be.matmul(w, &up(be, &x, &[t, n_in]), &o)
-                    .unwrap_or_else(|e| panic!("{} matmul {ty}: {e}", be.name()));
-                be.read_f32(&o).unwrap()
-            };
-            let (got, want) = (run(g, &gw), run(c, &cw));
-            let split = splits_exact_weights(g) && matches!(ty, GgmlType::F16 | GgmlType::Bf16);
-            if split {
-                let e = rel_l2(&got, &want);
+        fast_matmul_check(g, c, ty, 300, 512, &[2, 9, 64, 65, 130], &mut rng);
+    }
+}
+
+/// Shapes around the edges of the tensor-core kernels' tiles: rows not a multiple of a tile's
+/// (and not of 4: no straight stores), several row and token tiles, a row whose length is a
+/// multiple of 32 but not 64 (k steps of 32, or the other kernel under k steps of 64), and a long
+/// row (many k steps through the staging buffers).
+#[test]
+fn fast_matmul_tile_edges_are_within_the_f16_tier() {
+    for g in fast() {
+        let (g, c) = (g.as_ref(), cpu());
+        let mut rng = Rng::new(59);
+        fast_matmul_check(g, c.as_ref(), GgmlType::Q8_0, 130, 96, &[31, 64, 129], &mut rng);
+        fast_matmul_check(g, c.as_ref(), GgmlType::F16, 264, 160, &[3, 128, 200], &mut rng);
+        fast_matmul_check(g, c.as_ref(), GgmlType::Q4K, 392, 1024, &[70, 192], &mut rng);
+        fast_matmul_check(g, c.as_ref(), GgmlType::Q6K, 128, 256, &[64], &mut rng);
+    }
+}
+
+/// `g`'s matmul of a random `ty` weight [n_out, n_in] with `tokens` rows of x, each output within
+/// the f16 tier of the CPU's (or the split's bounds, `splits_exact_weights`).
+fn fast_matmul_check(
+    g: &dyn Backend,
+    c: &dyn Backend,
+    ty: GgmlType,
+    n_out: usize,
+    n_in: usize,
+    tokens: &[usize],
+    rng: &mut Rng,
+) {
+    let bytes = random_weight(ty, n_out, n_in, 0.5, rng);
+    let w = dequant(ty, &bytes, n_out * n_in);
+    let (gw, cw) = (
+        upload(g, ty, &[n_out, n_in], &bytes),
+        upload(c, ty, &[n_out, n_in], &bytes),
+    );
+    for &t in tokens {
+        let x = rng.normals(t * n_in, 1.0);
+        let run = |be: &dyn Backend, w: &Tensor| {
+            let o = be.alloc(DType::F32, &[t, n_out]).unwrap();
+            be.matmul(w, &up(be, &x, &[t, n_in]), &o)
+                .unwrap_or_else(|e| panic!("{} matmul {ty}: {e}", be.name()));
+            be.read_f32(&o).unwrap()
+        };
+        let (got, want) = (run(g, &gw), run(c, &cw));
+        let split = splits_exact_weights(g) && matches!(ty, GgmlType::F16 | GgmlType::Bf16);
+        if split {
+            let e = rel_l2(&got, &want);
+            assert!(
+                e <= SPLIT_REL_L2,
+                "{} fast matmul {ty} T={t}: rel L2 {e:.3e} > {SPLIT_REL_L2:.0e} (activations rounded to f16?)",
+                g.name()
+            );
+        }
+        let rel = 2f32.powi(-10) + n_in as f32 * 2f32.powi(-24);
+        for tt in 0..t {
+            let xr = &x[tt * n_in..(tt + 1) * n_in];
+            for o in 0..n_out {
+                let wr = &w[o * n_in..(o + 1) * n_in];
+                let mag: f32 = wr.iter().zip(xr).map(|(a, b)| (a * b).abs()).sum();
+                let sub: f32 = wr.iter().zip(xr).map(|(a, b)| a.abs() + b.abs()).sum();
+                let tol = if split {
+                    split_tolerance(mag, sub, n_in)
+                } else {
+                    rel * mag + 2f32.powi(-25) * sub
+                };
+                let (a, b) = (got[tt * n_out + o], want[tt * n_out + o]);
                 assert!(
-                    e <= SPLIT_REL_L2,
-                    "{} fast matmul {ty} T={t}: rel L2 {e:.3e} > {SPLIT_REL_L2:.0e} (activations rounded to f16?)",
+                    (a - b).abs() <= tol,
+                    "{} fast matmul {ty} {n_out}x{n_in} T={t} t={tt} o={o}: {a} vs {b} (tol {tol})",
                     g.name()
                 );
-            }
-            let rel = 2f32.powi(-10) + n_in as f32 * 2f32.powi(-24);
-            for tt in 0..t {
-                let xr = &x[tt * n_in..(tt + 1) * n_in];
-                for o in 0..n_out {
-                    let wr = &w[o * n_in..(o + 1) * n_in];
-                    let mag: f32 = wr.iter().zip(xr).map(|(a, b)| (a * b).abs()).sum();
-                    let sub: f32 = wr.iter().zip(xr).map(|(a, b)| a.abs() + b.abs()).sum();
-                    let tol = if split {
-                        split_tolerance(mag, sub, n_in)
-                    } else {
-                        rel * mag + 2f32.powi(-25) * sub
-                    };
-                    let (a, b) = (got[tt * n_out + o], want[tt * n_out + o]);
-                    assert!(
-                        (a - b).abs() <= tol,
-                        "{} fast matmul {ty} T={t} t={tt} o={o}: {a} vs {b} (tol {tol})",
-                        g.name()
-                    );
-                }
             }
         }
     }

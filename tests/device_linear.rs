@@ -81,6 +81,64 @@ fn matmul_tensor_core_decode_shapes_match_cpu() {
     }
 }
 
+/// Decode products whose input a producer op wrote just before: on CUDA the RMSNorms, the gated
+/// norm and the attention output's gate write the tensor-core products' prepared copies of their
+/// output themselves, in every layout the products have read from that kind of op
+/// (`ops/matvec_tc.rs`). Each producer, then Q4_K, Q8_0 and Q6_K products on its output, three
+/// rounds (the first teaches the producers the layouts, the later ones read their copies); rows
+/// of 4096 and 2048 (Q6_K's products need a multiple of 2048), 1 and 3 tokens. Judged against
+/// the dequantized weights times the device's own producer output, so that only the products'
+/// error counts.
+#[test]
+fn products_of_prepared_producer_outputs_match() {
+    use GgmlType::*;
+    for p in Both::each() {
+        let mut rng = Rng::new(53);
+        for (t, n) in [(1usize, 4096usize), (3, 2048)] {
+            let n_out = 40;
+            let weights: Vec<(GgmlType, Pt, Vec<f32>)> = [Q4K, Q8_0, Q6K]
+                .into_iter()
+                .map(|ty| {
+                    let b = random_weight(ty, n_out, n, 0.5, &mut rng);
+                    (ty, upload_both(&p, ty, &[n_out, n], &b), dequant(ty, &b, n_out * n))
+                })
+                .collect();
+            let x = p.up(&rng.normals(t * n, 1.0), &[t, n]);
+            let z = p.up(&rng.normals(t * n, 2.0), &[t, n]);
+            let acc = p.up(&rng.normals(t * n, 1.0), &[t, n]);
+            let (w, w_head) = (p.up(&rng.normals(n, 1.0), &[n]), p.up(&rng.normals(128, 1.0), &[128]));
+            let y = p.zeros(&[t, n]);
+            for round in 0..3 {
+                for producer in ["rms_norm", "add_rms_norm", "gated_rms_norm", "sigmoid_mul_assign"] {
+                    p.run(producer, |be, s| match producer {
+                        "rms_norm" => be.rms_norm(x.on(s), w.on(s), 1e-6, y.on(s)),
+                        "add_rms_norm" => be.add_rms_norm(acc.on(s), x.on(s), w.on(s), 1e-6, y.on(s)),
+                        "gated_rms_norm" => be.gated_rms_norm(x.on(s), z.on(s), w_head.on(s), 1e-6, y.on(s)),
+                        // In place on the gated norm's output.
+                        _ => be.sigmoid_mul_assign(y.on(s), z.on(s)),
+                    });
+                    let yd = p.dev.read_f32(&y.dev).expect("device read");
+                    for (ty, wt, wf) in &weights {
+                        let out = p.zeros(&[t, n_out]);
+                        let what = format!("{} {ty} product of {producer} T {t} n {n} round {round}", p.name());
+                        p.run(&what, |be, s| be.matmul(wt.on(s), y.on(s), out.on(s)));
+                        let got = p.dev.read_f32(&out.dev).expect("device read");
+                        let want: Vec<f32> = (0..t * n_out)
+                            .map(|i| {
+                                let (r, o) = (i / n_out, i % n_out);
+                                let row = &wf[o * n..(o + 1) * n];
+                                let xr = &yd[r * n..(r + 1) * n];
+                                row.iter().zip(xr).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() as f32
+                            })
+                            .collect();
+                        check_matmul(p.dev.as_ref(), &what, &got, &want, wf, &yd, n);
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// Prompt-sized batches (issue 8's T in {63, 64, 65, 200, 1000}) for the formats of the quantized
 /// model files, whose products run on the tensor cores at the fast tier (with split-K at some
 /// shapes: K = 1024 gives up to 16 steps of 64 to split), and on whole tiles and ragged ones.

@@ -623,6 +623,15 @@ fn experts_shared_f32_match_cpu() {
     shared_cases(Some(GgmlType::F32));
     // Plain F32 tensors as every weight.
     shared_cases(None);
+    // Odd sizes (no block format constrains them): rows of 37 and 45, decode and a prompt batch.
+    for p in Both::each() {
+        for ty in [Some(GgmlType::F32), None] {
+            for t in [1, 2, 5] {
+                shared_case(&p, [ty; 3], [ty; 3], 5, 3, 37, 45, 45, t);
+            }
+            shared_case(&p, [ty; 3], [ty; 3], 5, 3, 37, 45, 29, 2);
+        }
+    }
 }
 
 #[test]

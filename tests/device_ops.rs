@@ -10,7 +10,7 @@
 
 mod common;
 
-use common::device::{pos_on, Both, Side};
+use common::device::{pos_on, Both, Side, Steps, GDN_ODD, GDN_REAL};
 use common::*;
 use rill::backend::{AttnDims, DType, GdnDims, Pos, NON_FINITE};
 
@@ -69,6 +69,14 @@ fn swiglu_and_sigmoid_ops() {
             let x = p.up(&upv, &[n]);
             p.run("sigmoid_mul_assign", |be, s| be.sigmoid_mul_assign(x.on(s), g.on(s)));
             p.check(&format!("sigmoid_mul_assign n={n}"), &x, 1e-6, 1e-5);
+        }
+        // Token rows (the decode shape runs one block per row on CUDA).
+        for (t, d) in [(1usize, 4096usize), (3, 513), (4, 2048), (5, 300)] {
+            let gate = rng.normals(t * d, 4.0);
+            let g = p.up(&gate, &[t, d]);
+            let x = p.up(&rng.normals(t * d, 1.0), &[t, d]);
+            p.run("sigmoid_mul_assign", |be, s| be.sigmoid_mul_assign(x.on(s), g.on(s)));
+            p.check(&format!("sigmoid_mul_assign t={t} d={d}"), &x, 1e-6, 1e-5);
         }
         for t in TS {
             for d in [1usize, 37, 2048] {
@@ -299,19 +307,6 @@ fn rms_norms_match() {
     }
 }
 
-const GDN_REAL: GdnDims = GdnDims {
-    hk: 2,
-    hv: 4,
-    dk: 128,
-    dv: 128,
-};
-const GDN_ODD: GdnDims = GdnDims {
-    hk: 3,
-    hv: 3,
-    dk: 5,
-    dv: 7,
-};
-
 #[test]
 fn l2_norm_qk_matches() {
     for p in Both::each() {
@@ -418,37 +413,7 @@ fn conv1d_silu_l2qk_matches() {
                     be.conv1d_silu_l2qk(x.on(s), w.on(s), state.on(s), out.on(s), dims, 1e-6)
                 });
                 p.check(&format!("{what} state"), &state, 0.0, 0.0);
-                // Error model: the conv output is within 1e-6 + 1e-5 relative of the CPU's (test
-                // above); normalising a q or k head divides those errors, and the 1e-5 relative
-                // error of its norm, by the head's norm, so they are relative to the normalised
-                // head's norm |y|; the normalisation adds its own 2e-5 (l2_norm_qk test above).
-                // Hence |error| <= 4e-5 |y| per element of a q or k head; v is the plain conv.
-                let (got, want) = p.read(&out);
-                let kd2 = 2 * dims.key_dim();
-                for r in 0..t {
-                    let row = r * cd;
-                    for (h, (gh, wh)) in got[row..row + kd2]
-                        .chunks(dims.dk)
-                        .zip(want[row..row + kd2].chunks(dims.dk))
-                        .enumerate()
-                    {
-                        let norm = wh.iter().map(|v| v * v).sum::<f32>().sqrt();
-                        assert_close(
-                            &format!("{} {what} row {r} head {h}", p.name()),
-                            gh,
-                            wh,
-                            4e-5 * norm,
-                            0.0,
-                        );
-                    }
-                    assert_close(
-                        &format!("{} {what} row {r} v", p.name()),
-                        &got[row + kd2..row + cd],
-                        &want[row + kd2..row + cd],
-                        1e-6,
-                        1e-5,
-                    );
-                }
+                p.check_conv_l2qk(&what, &out, dims, t);
             }
         }
     }
@@ -848,47 +813,14 @@ fn recorded_step_replays_at_new_positions() {
             be.kv_store(kv.on(s), kv.on(s), kc.on(s), vc.on(s), at)?;
             be.attention(xn.on(s), kc.on(s), vc.on(s), at, dims, 0.125, att.on(s))
         };
-        let key = 0x5eed;
-        let (recorded, replays) = (std::cell::Cell::new(false), std::cell::Cell::new(0));
+        let (key, steps) = (0x5eed, Steps::default());
         for step in 0..ctx {
             let token = (step * 7 + 3) as u32 % vocab as u32;
-            p.run("recorded step", |be, s| {
-                be.write_u32(ids.on(s), &[token])?;
-                be.write_u32(pos.on(s), &[step as u32])?;
-                let mode = be.step_begin(key)?;
-                if s == Side::Dev {
-                    match mode {
-                        StepMode::Record => recorded.set(true),
-                        StepMode::Replayed => replays.set(replays.get() + 1),
-                        StepMode::Run => {}
-                    }
-                }
-                let r = if mode == StepMode::Replayed {
-                    Ok(())
-                } else {
-                    ops(
-                        be,
-                        s,
-                        Pos {
-                            host: step,
-                            dev: pos.on(s),
-                        },
-                    )
-                };
-                be.step_end(key, r.is_ok())?;
-                r
-            });
+            p.step(&steps, key, &ids, token, &pos, step, ops);
             p.check(&format!("step {step}: attention"), &att, 5e-6, 1e-4);
             p.check(&format!("step {step}: k cache"), &kc, 1e-6, 1e-5);
         }
-        // Later steps replay, unless a test beside this one replaced a buffer the recording
-        // binds (it is then dropped and made again): at least one of seven must.
-        assert!(
-            !recorded.get() || replays.get() >= 1,
-            "{}: recorded, but none of {} steps replayed",
-            p.name(),
-            ctx - 1
-        );
+        p.assert_replayed(&steps, ctx);
         // A step that failed is not kept: the next call with its key records again.
         let g = p.dev.as_ref();
         if g.step_begin(key + 1).expect("step_begin") == StepMode::Record {

@@ -185,23 +185,37 @@ struct Mv {
     size_t row_bytes, expert_bytes = 0;
     int n_experts = 1, x_group = 1, nsum = 1, vectors = 1, rpt = 1;
     bool x_in_smem = true;
-    // The shared expert of the `_sh_` kernels: its W (p7), its W2 or gate logits (p6).
+    // The shared expert of the `_sh_` kernels: its W (p7), its W2 or gate logits (p3).
     unsigned long long sh = 0, sh2 = 0;
 };
+
+// The segment table of a matvec launch (common.cuh `MvSeg`) as the Rust backend fills it
+// (ops/linear.rs `Mv::chunks`): the products (weights, output, rows) one after another, each
+// rounded up to whole blocks of rpb rows. Returns the grid's x blocks.
+struct Prod {
+    unsigned long long w, out;
+    int rows;
+};
+static unsigned set_segs(Args& a, const std::vector<Prod>& ps, int rpb) {
+    int b = 0;
+    for (size_t s = 0; s < ps.size(); ++s) {
+        a.seg[s] = MvSeg{ps[s].w, ps[s].out, ps[s].rows, b};
+        b += (ps[s].rows + rpb - 1) / rpb;
+    }
+    return (unsigned)b;
+}
 
 static void run_mv(void (*k)(const Args), const Mv& m) {
     const int units = (m.n_in + 31) / 32, ut = unit_lanes(units), rpb = (256 / ut) * m.rpt;
     Args a;
     memset(&a, 0, sizeof a);
-    a.p[0] = m.w;
+    const unsigned gx = set_segs(a, {{m.w, m.out, m.n_out}}, rpb);
     a.p[1] = m.w2;
     a.p[2] = m.x;
-    a.p[3] = m.out;
     a.p[4] = m.ids;
     a.p[5] = m.scales;
-    a.p[6] = m.sh2;
+    a.p[3] = m.sh2;
     a.p[7] = m.sh;
-    a.n[0] = m.n_out;
     a.n[1] = m.n_in;
     a.n[2] = (long long)m.row_bytes;
     a.n[3] = (long long)m.expert_bytes;
@@ -211,10 +225,9 @@ static void run_mv(void (*k)(const Args), const Mv& m) {
     a.n[7] = ut;
     a.n[8] = m.rpt;
     a.n[9] = m.x_in_smem;
-    a.n[10] = m.n_out;
     a.n[11] = m.n_in;
     const size_t smem = m.x_in_smem ? (size_t)m.nsum * units * MV_XPAD * 4 : 0;
-    emu_launch(k, Dim3{(unsigned)((m.n_out + rpb - 1) / rpb), (unsigned)m.vectors, 1}, 256, smem, a);
+    emu_launch(k, Dim3{gx, (unsigned)m.vectors, 1}, 256, smem, a);
 }
 
 static double silu(double v) { return v / (1 + std::exp(-v)); }
@@ -433,13 +446,12 @@ static void test_matvec_q8(const char* name, void (*kmv)(const Args), void (*kgl
                             want[(size_t)t * n_out + o] = glu ? silu(g) * u : g;
                             mag[(size_t)t * n_out + o] = glu ? mg * std::fabs(u) + mu * std::fabs(silu(g)) + 1e-30 : mg + 1e-30;
                         }
+                    const int rpb = (256 / ut) * rpt;
                     Args a;
                     memset(&a, 0, sizeof a);
-                    a.p[0] = W.addr();
+                    const unsigned gx = set_segs(a, {{W.addr(), O.addr(), n_out}}, rpb);
                     a.p[1] = glu ? U.addr() : 0;
                     a.p[2] = X.addr();
-                    a.p[3] = O.addr();
-                    a.n[0] = n_out;
                     a.n[1] = n_in;
                     a.n[2] = (long long)rb;
                     a.n[4] = 1;
@@ -447,12 +459,9 @@ static void test_matvec_q8(const char* name, void (*kmv)(const Args), void (*kgl
                     a.n[6] = 1;
                     a.n[7] = ut;
                     a.n[8] = rpt;
-                    a.n[10] = n_out;
                     a.n[11] = n_in;
-                    const int rpb = (256 / ut) * rpt;
                     memset(O.p, 0xFF, O.n);
-                    emu_launch(glu ? kglu : kmv, Dim3{(unsigned)((n_out + rpb - 1) / rpb), (unsigned)T, 1}, 256,
-                               (size_t)xq_bytes(units), a);
+                    emu_launch(glu ? kglu : kmv, Dim3{gx, (unsigned)T, 1}, 256, (size_t)xq_bytes(units), a);
                     expect(std::string(glu ? "matvec_q8_glu " : "matvec_q8 ") + name + " [" + std::to_string(n_out) + "x" +
                                std::to_string(n_in) + "] T " + std::to_string(T) + " rpt " + std::to_string(rpt),
                            O.get<float>((size_t)T * n_out), want, 1e-30, 2e-6, &mag);
@@ -480,13 +489,11 @@ static void test_moe_q8(const char* name, void (*kglu)(const Args), void (*kmv)(
         const int units = n_in / 32, ut = unit_lanes(units / Q8Dot<F>::CU), rpt = 2, rpb = (256 / ut) * rpt;
         Args a;
         memset(&a, 0, sizeof a);
-        a.p[0] = w;
+        const unsigned gx = set_segs(a, {{w, out, n_out}}, rpb);
         a.p[1] = w2;
         a.p[2] = xp;
-        a.p[3] = out;
         a.p[4] = I.addr();
         a.p[5] = sc;
-        a.n[0] = n_out;
         a.n[1] = n_in;
         a.n[2] = (long long)rb;
         a.n[3] = (long long)(n_out * rb);
@@ -495,10 +502,8 @@ static void test_moe_q8(const char* name, void (*kglu)(const Args), void (*kmv)(
         a.n[6] = nsum;
         a.n[7] = ut;
         a.n[8] = rpt;
-        a.n[10] = n_out;
         a.n[11] = n_in;
-        emu_launch(kern, Dim3{(unsigned)((n_out + rpb - 1) / rpb), (unsigned)vectors, 1}, 256,
-                   (size_t)nsum * xq_bytes(units), a);
+        emu_launch(kern, Dim3{gx, (unsigned)vectors, 1}, 256, (size_t)nsum * xq_bytes(units), a);
     };
     memset(H.p, 0, H.n);
     launch(kglu, G.addr(), U.addr(), X.addr(), H.addr(), 0, f, d, rbg, k, 1, T * k);
@@ -570,13 +575,12 @@ static void test_moe_shared(const char* name, bool q8, void (*kglu)(const Args),
         const int units = m.n_in / 32, ut = unit_lanes(units / Q8Dot<F>::CU), rpb = (256 / ut) * m.rpt;
         Args a;
         memset(&a, 0, sizeof a);
-        a.p[0] = m.w, a.p[1] = m.w2, a.p[2] = m.x, a.p[3] = m.out, a.p[4] = m.ids, a.p[5] = m.scales;
-        a.p[6] = m.sh2, a.p[7] = m.sh;
-        a.n[0] = m.n_out, a.n[1] = m.n_in, a.n[2] = (long long)m.row_bytes, a.n[3] = (long long)m.expert_bytes;
+        const unsigned gx = set_segs(a, {{m.w, m.out, m.n_out}}, rpb);
+        a.p[1] = m.w2, a.p[2] = m.x, a.p[3] = m.sh2, a.p[4] = m.ids, a.p[5] = m.scales, a.p[7] = m.sh;
+        a.n[1] = m.n_in, a.n[2] = (long long)m.row_bytes, a.n[3] = (long long)m.expert_bytes;
         a.n[4] = m.n_experts, a.n[5] = m.x_group, a.n[6] = m.nsum, a.n[7] = ut, a.n[8] = m.rpt;
-        a.n[10] = m.n_out, a.n[11] = m.n_in;
-        emu_launch(kern, Dim3{(unsigned)((m.n_out + rpb - 1) / rpb), (unsigned)m.vectors, 1}, 256,
-                   (size_t)m.nsum * xq_bytes(units), a);
+        a.n[11] = m.n_in;
+        emu_launch(kern, Dim3{gx, (unsigned)m.vectors, 1}, 256, (size_t)m.nsum * xq_bytes(units), a);
     };
     for (bool xs : {true, false}) {
         if (q8 && !xs) continue;  // the q8 kernels always quantize x into shared memory
@@ -644,6 +648,82 @@ static void test_moe_shared(const char* name, bool q8, void (*kglu)(const Args),
 }
 
 // ---------------------------------------------------------------------------------------------
+
+// Grouped launches (Backend::matmul_group; the segment table of common.cuh): several products of
+// one x in one grid, with row counts that are not a multiple of a block's rows and T vectors. Each
+// product's output must be bit for bit what it gives launched alone with the same UT and another
+// RPT (ops/linear.rs plans a product's rows per thread from its rows alone, a group's from all
+// of them: the rows a thread takes must not change a row's sum), and
+// nothing may be written outside the outputs (they lie in one buffer with NaN-filled gaps). For
+// the f32 kernel `kmv` and, where the format has one (q8_cu: its units per chunk, else 0), the
+// q8 kernel `kq8`, filled as ops/linear.rs `run_mv` fills a dense product.
+template <class F>
+static void test_matvec_group(const char* name, void (*kmv)(const Args), void (*kq8)(const Args), int q8_cu, int n_in,
+                              const std::vector<int>& rows) {
+    const int n = (int)rows.size(), units = (n_in + 31) / 32, gap = 16;
+    std::vector<Buf> W;
+    for (int r : rows) W.push_back(Buf::of(random_weight<F>(r, n_in)));
+    const size_t rb = W[0].n / rows[0];
+    for (int T : {1, 3}) {
+        auto x = normals((size_t)T * n_in);
+        Buf X = Buf::of(x);
+        // Output i at off[i] floats of one buffer, gap floats before each and after the last.
+        std::vector<size_t> off(n);
+        size_t total = gap;
+        for (int i = 0; i < n; ++i) {
+            off[i] = total;
+            total += (size_t)T * rows[i] + gap;
+        }
+        Buf Alone(4 * total), Grouped(4 * total);
+        auto out = [&](const Buf& b, int i) { return b.addr() + 4 * off[i]; };
+        for (bool q8 : {false, true}) {
+            if (q8 && q8_cu == 0) continue;
+            const int ut = q8 ? unit_lanes(units / q8_cu) : unit_lanes(units);
+            for (int rpt : {1, 3}) {
+                auto launch = [&](const std::vector<Prod>& ps, int rpt) {
+                    Args a;
+                    memset(&a, 0, sizeof a);
+                    const unsigned gx = set_segs(a, ps, (256 / ut) * rpt);
+                    a.p[2] = X.addr();
+                    a.n[1] = n_in;
+                    a.n[2] = (long long)rb;
+                    a.n[4] = 1;
+                    a.n[5] = 1;
+                    a.n[6] = 1;
+                    a.n[7] = ut;
+                    a.n[8] = rpt;
+                    a.n[9] = 1;
+                    a.n[11] = n_in;
+                    const size_t smem = q8 ? (size_t)xq_bytes(units) : (size_t)units * MV_XPAD * 4;
+                    emu_launch(q8 ? kq8 : kmv, Dim3{gx, (unsigned)T, 1}, 256, smem, a);
+                };
+                memset(Alone.p, 0xFF, Alone.n);
+                memset(Grouped.p, 0xFF, Grouped.n);
+                std::vector<Prod> all;
+                for (int i = 0; i < n; ++i) {
+                    launch({{W[i].addr(), out(Alone, i), rows[i]}}, 4 - rpt);  // 3 or 1
+                    all.push_back({W[i].addr(), out(Grouped, i), rows[i]});
+                }
+                launch(all, rpt);
+                checks++;
+                // Bit for bit, gaps included (both all 0xFF there).
+                const bool same = memcmp(Alone.p, Grouped.p, 4 * total) == 0;
+                bool gaps = true;
+                for (int i = 0; i <= n; ++i) {
+                    const size_t g0 = i == 0 ? 0 : off[i - 1] + (size_t)T * rows[i - 1];
+                    for (size_t j = 0; j < 4 * (size_t)gap; ++j) gaps &= Grouped.p[4 * g0 + j] == 0xFF && Alone.p[4 * g0 + j] == 0xFF;
+                }
+                std::string what = std::string(q8 ? "matvec_q8 " : "matvec ") + name + " group";
+                for (int r : rows) what += " " + std::to_string(r);
+                what += " x " + std::to_string(n_in) + " T " + std::to_string(T) + " rpt " + std::to_string(rpt);
+                if (!same || !gaps) {
+                    failures++;
+                    printf("FAIL %s: %s\n", what.c_str(), !gaps ? "wrote outside its outputs" : "differs from the products alone");
+                }
+            }
+        }
+    }
+}
 
 static Args args() {
     Args a;
@@ -718,12 +798,54 @@ static void test_norms() {
             if (with16) expect_f16("add_rms_norm" + tag);
         }
     }
+    // The decode shapes (src/backend/cuda/ops/norm.rs): gated_rms_norm_rows, one block per token row
+    // of heads x d values, a warp per head (d up to 1024: 1 to 32 values per lane, 1 to 32 heads
+    // per warp), and sigmoid_mul_rows (in place). Their prepared copies are checked on the other
+    // emulator (dev/cuda/emu/mvtc_checks.cpp); this host build leaves those slots zero.
+    for (auto [heads, d] : {std::pair{32, 128}, {3, 128}, {5, 257}, {2, 1024}, {40, 7}}) {
+        const int T = 3, n = heads * d;
+        const int bs = std::max(std::clamp((n + 31) / 32 * 32, 32, 256), std::clamp(((n + 3) / 4 + 31) / 32 * 32, 32, 1024));
+        auto x = normals((size_t)T * n, 2.0f), z = normals((size_t)T * n), w = normals(d), g = normals((size_t)T * n, 4.0f);
+        Buf X = Buf::of(x), Z = Buf::of(z), W = Buf::of(w), O(4 * x.size()), G = Buf::of(g);
+        std::vector<double> want(x.size()), wants(x.size());
+        for (int r = 0; r < T * heads; ++r) {
+            double ss = 0;
+            for (int i = 0; i < d; ++i) ss += (double)x[(size_t)r * d + i] * x[(size_t)r * d + i];
+            const double sc = 1 / std::sqrt(ss / d + 1e-6);
+            for (int i = 0; i < d; ++i) {
+                const size_t k = (size_t)r * d + i;
+                want[k] = x[k] * sc * w[i] * silu(z[k]);
+            }
+        }
+        for (size_t k = 0; k < x.size(); ++k) wants[k] = x[k] / (1 + std::exp(-(double)g[k]));
+        const std::string tag = " heads " + std::to_string(heads) + " d " + std::to_string(d) + " threads " + std::to_string(bs);
+        Args a = args();
+        a.p[0] = X.addr();
+        a.p[1] = Z.addr();
+        a.p[2] = W.addr();
+        a.p[3] = O.addr();
+        a.n[0] = d;
+        a.n[1] = n;
+        a.f[0] = 1e-6f;
+        emu_launch(gated_rms_norm_rows, Dim3{(unsigned)T, 1, 1}, bs, 0, a);
+        expect("gated_rms_norm_rows" + tag, O.get<float>(x.size()), want, 1e-6, 1e-5);
+        Args b = args();
+        b.p[0] = X.addr();
+        b.p[1] = G.addr();
+        b.n[1] = n;
+        emu_launch(sigmoid_mul_rows, Dim3{(unsigned)T, 1, 1}, bs, 0, b);
+        expect("sigmoid_mul_rows" + tag, X.get<float>(x.size()), wants, 1e-7, 1e-6);
+    }
 }
 
-// conv1d + SiLU, alone and fused with the q/k L2 norm, continuing from a state.
+// conv1d + SiLU, alone and fused with the q/k L2 norm (and with the delta-rule gates, which must
+// equal the gdn_gates kernel's bit for bit), continuing from a state.
 static void test_conv() {
-    for (int dk : {128, 5}) {
-        const int hk = 2, hv = 3, dv = dk == 5 ? 7 : 128, K = 4;
+    struct G {
+        int hk, dk, hv, dv;
+    };
+    for (G gd : {G{2, 128, 3, 128}, G{3, 5, 5, 7}, G{1, 37, 3, 33}}) {
+        const int hk = gd.hk, dk = gd.dk, hv = gd.hv, dv = gd.dv, K = 4;
         const int kd = hk * dk, C = 2 * kd + hv * dv;
         for (int T : {1, 3, 65}) {
             auto x = normals((size_t)T * C), w = normals((size_t)C * K, 0.5f), st = normals((size_t)(K - 1) * C);
@@ -749,33 +871,82 @@ static void test_conv() {
                     if (h < hk) s /= std::sqrt((double)dk);
                     for (int i = 0; i < dk; ++i) normed[(size_t)t * C + h * dk + i] *= s;
                 }
-            for (int fused = 0; fused < 2; ++fused) {
-                Buf X = Buf::of(x), W = Buf::of(w), S = Buf::of(st), O(4 * (size_t)T * C);
+            // The gates' inputs, and their outputs from the gdn_gates kernel (grid-stride, 256).
+            const int ng = T * hv;
+            auto ga = normals(ng, 6.0f), gb = normals(ng, 4.0f), gsa = normals(hv), gdt = normals(hv);
+            ga[0] = -100.0f;  // softplus' underflow and threshold branches
+            if (ng > 1) ga[1] = 20.01f;
+            for (auto& v : gsa) v = -std::fabs(v) - 0.01f;
+            Buf GA = Buf::of(ga), GB = Buf::of(gb), GSA = Buf::of(gsa), GDT = Buf::of(gdt), GG(4 * (size_t)ng), GBE(4 * (size_t)ng);
+            {
                 Args a = args();
-                a.p[0] = X.addr();
-                a.p[1] = W.addr();
-                a.p[2] = S.addr();
-                a.p[3] = O.addr();
-                a.n[0] = T;
-                a.n[1] = C;
-                a.n[2] = K;
-                // Tiles of 16 tokens, as the backend launches them (T 65: five block rows).
-                const int tt = 16;
-                const unsigned tiles = (unsigned)std::max(1, (T + tt - 1) / tt);
-                a.n[5] = tt;
-                const std::string what = " dk " + std::to_string(dk) + " T " + std::to_string(T);
-                if (fused) {
-                    a.n[3] = hk;
-                    a.n[4] = dk;
-                    a.f[0] = 1e-6f;
-                    const int bs = (dk + 31) / 32 * 32;
-                    emu_launch(conv1d_silu_l2qk, Dim3{(unsigned)(2 * hk + (hv * dv + bs - 1) / bs), tiles, 1}, bs, 0, a);
-                    expect("conv1d_silu_l2qk out" + what, O.get<float>((size_t)T * C), normed, 1e-6, 1e-5);
+                a.p[0] = GA.addr();
+                a.p[1] = GB.addr();
+                a.p[2] = GSA.addr();
+                a.p[3] = GDT.addr();
+                a.p[4] = GG.addr();
+                a.p[5] = GBE.addr();
+                a.n[0] = ng;
+                a.n[1] = hv;
+                emu_launch(gdn_gates, Dim3{1, 1, 1}, 256, 0, a);
+            }
+            const auto g_old = GG.get<float>(ng), beta_old = GBE.get<float>(ng);
+            // Tiles of 16 tokens, as the backend launches them (T 65: five block rows).
+            const int tt = 16;
+            const unsigned tiles = (unsigned)std::max(1, (T + tt - 1) / tt);
+            for (int mode = 0; mode < 3; ++mode) {  // conv1d_silu; fused with the norm; and the gates
+                Buf X = Buf::of(x), W = Buf::of(w), S = Buf::of(st), O(4 * (size_t)T * C), FG(4 * (size_t)ng), FB(4 * (size_t)ng);
+                const std::string what = " hk " + std::to_string(hk) + " dk " + std::to_string(dk) + " hv " +
+                                         std::to_string(hv) + " T " + std::to_string(T);
+                if (mode > 0) {
+                    const int bs = (dk + 31) / 32 * 32, conv_blocks = 2 * hk + (hv * dv + bs - 1) / bs;
+                    ConvL2qkParams p{};
+                    p.x = reinterpret_cast<const float*>(X.p);
+                    p.w = reinterpret_cast<const float*>(W.p);
+                    p.state = reinterpret_cast<float*>(S.p);
+                    p.out = reinterpret_cast<float*>(O.p);
+                    p.T = T;
+                    p.C = C;
+                    p.K = K;
+                    p.tt = tt;
+                    p.hk = hk;
+                    p.dk = dk;
+                    p.conv_blocks = conv_blocks;
+                    p.eps = 1e-6f;
+                    unsigned blocks = conv_blocks;
+                    if (mode == 2) {
+                        p.a = reinterpret_cast<const float*>(GA.p);
+                        p.b = reinterpret_cast<const float*>(GB.p);
+                        p.ssm_a = reinterpret_cast<const float*>(GSA.p);
+                        p.dt_bias = reinterpret_cast<const float*>(GDT.p);
+                        p.g = reinterpret_cast<float*>(FG.p);
+                        p.beta = reinterpret_cast<float*>(FB.p);
+                        p.n_gates = ng;
+                        p.hv = hv;
+                        p.gate_chunk = (ng + (int)tiles - 1) / (int)tiles;
+                        blocks += 1;
+                    }
+                    emu_launch(conv1d_silu_l2qk, Dim3{blocks, tiles, 1}, bs, 0, p);
+                    expect(std::string(mode == 2 ? "gdn_conv_gates" : "conv1d_silu_l2qk") + " out" + what,
+                           O.get<float>((size_t)T * C), normed, 1e-6, 1e-5);
+                    if (mode == 2) {
+                        expect("gdn_conv_gates g" + what, FG.get<float>(ng), std::vector<double>(g_old.begin(), g_old.end()), 0, 0);
+                        expect("gdn_conv_gates beta" + what, FB.get<float>(ng), std::vector<double>(beta_old.begin(), beta_old.end()), 0, 0);
+                    }
                 } else {
+                    Args a = args();
+                    a.p[0] = X.addr();
+                    a.p[1] = W.addr();
+                    a.p[2] = S.addr();
+                    a.p[3] = O.addr();
+                    a.n[0] = T;
+                    a.n[1] = C;
+                    a.n[2] = K;
+                    a.n[5] = tt;
                     emu_launch(conv1d_silu, Dim3{(unsigned)((C + 255) / 256), tiles, 1}, 256, 0, a);
                     expect("conv1d_silu out" + what, O.get<float>((size_t)T * C), out, 1e-6, 1e-5);
                 }
-                expect("conv state" + what + (fused ? " fused" : ""), S.get<float>((size_t)(K - 1) * C), state, 0, 0);
+                expect("conv state" + what + " mode " + std::to_string(mode), S.get<float>((size_t)(K - 1) * C), state, 0, 0);
             }
         }
     }
@@ -838,6 +1009,33 @@ static void test_delta() {
     }
 }
 
+// kv_store of T rows of width W into caches of ctx rows at the position in P, as the backend
+// launches it (one block suffices for a grid-stride loop).
+static void run_kv_store(const Buf& k, const Buf& v, const Buf& kc, const Buf& vc, const Buf& P, int T, int W, int ctx) {
+    Args s = args();
+    s.p[0] = k.addr();
+    s.p[1] = v.addr();
+    s.p[2] = kc.addr();
+    s.p[3] = vc.addr();
+    s.p[4] = P.addr();
+    s.n[0] = (long long)T * W;
+    s.n[1] = W;
+    s.n[2] = ctx;
+    emu_launch(kv_store, Dim3{1, 1, 1}, 256, 0, s);
+}
+
+// rope_neox in place on x [T, heads*D] at the position in P, with the backend's launch geometry.
+static void run_rope(const Buf& x, const Buf& P, int heads, int T, int D, int n_rot, float theta) {
+    Args r = args();
+    r.p[0] = x.addr();
+    r.p[1] = P.addr();
+    r.n[0] = heads;
+    r.n[1] = D;
+    r.n[2] = n_rot;
+    r.f[0] = theta;
+    if (n_rot >= 2) emu_launch(rope_neox, Dim3{(unsigned)heads, (unsigned)T, 1}, std::clamp((n_rot / 2 + 31) / 32 * 32, 32, 256), 0, r);
+}
+
 // RoPE, the KV store and split attention with its merge, positions read from device memory.
 static void test_attention() {
     struct D {
@@ -852,16 +1050,7 @@ static void test_attention() {
                 std::vector<uint32_t> pv = {(uint32_t)pos};
                 Buf P = Buf::of(pv), K = Buf::of(kc), V = Buf::of(vc), KN = Buf::of(knew), VN = Buf::of(vnew);
                 // KV store of the T new rows.
-                Args s = args();
-                s.p[0] = KN.addr();
-                s.p[1] = VN.addr();
-                s.p[2] = K.addr();
-                s.p[3] = V.addr();
-                s.p[4] = P.addr();
-                s.n[0] = (long long)T * W;
-                s.n[1] = W;
-                s.n[2] = ctx;
-                emu_launch(kv_store, Dim3{1, 1, 1}, 256, 0, s);
+                run_kv_store(KN, VN, K, V, P, T, W, ctx);
                 for (int t = 0; t < T; ++t)
                     for (int i = 0; i < W; ++i) {
                         kc[(size_t)(pos + t) * W + i] = knew[(size_t)t * W + i];
@@ -885,14 +1074,7 @@ static void test_attention() {
                             a1 = x0 * sn + x1 * c;
                         }
                 Buf Q = Buf::of(q);
-                Args r = args();
-                r.p[0] = Q.addr();
-                r.p[1] = P.addr();
-                r.n[0] = dm.h;
-                r.n[1] = dm.dh;
-                r.n[2] = n_rot;
-                r.f[0] = 1e7f;
-                if (n_rot >= 2) emu_launch(rope_neox, Dim3{(unsigned)dm.h, (unsigned)T, 1}, std::clamp((n_rot / 2 + 31) / 32 * 32, 32, 256), 0, r);
+                run_rope(Q, P, dm.h, T, dm.dh, n_rot, 1e7f);
                 auto qg = Q.get<float>(q.size());
                 expect("rope" + what, qg, qr, 1e-5, 1e-5);
                 // Attention over rows 0..pos+t of the caches.
@@ -941,6 +1123,91 @@ static void test_attention() {
                         emu_launch(attn_combine, Dim3{(unsigned)dm.h, (unsigned)T, 1}, 128, 0, c);
                     }
                     expect("attention S " + std::to_string(S) + what, O.get<float>(want.size()), want, 5e-6, 1e-4);
+                }
+            }
+        }
+    }
+}
+
+// attn_qk_prep (one launch) against the six launches it replaces (split_qgate, rms_norm of q and
+// of k, rope_neox of both, kv_store), each with the backend's launch geometry: bit for bit, on
+// random data with odd head counts and sizes, partial and no rotation, and a cache too short for
+// the last rows (kv_store skips them; so must the fused kernel).
+static void test_attn_prep() {
+    struct D {
+        int h, hkv, dh, n_rot;
+    };
+    const float theta = 1e7f, eps = 1e-6f;
+    for (D dm : {D{4, 2, 64, 16}, D{3, 1, 5, 4}, D{8, 2, 256, 64}, D{2, 2, 37, 0}, D{3, 3, 40, 40}, D{2, 1, 300, 62}}) {
+        const int bs = std::clamp((dm.dh + 31) / 32 * 32, 32, 256);  // group_threads(D)
+        for (int T : {1, 3}) {
+            for (int pos : {0, 1000}) {
+                for (int short_cache = 0; short_cache < 2; ++short_cache) {
+                    if (short_cache && (T == 1 || pos == 0)) continue;
+                    const int ctx = short_cache ? pos + T - 1 : pos + T + 2, W = dm.hkv * dm.dh, QW = dm.h * dm.dh;
+                    auto qg = normals((size_t)T * 2 * QW, 2.0f), k = normals((size_t)T * W, 2.0f), v = normals((size_t)T * W);
+                    auto qn = normals(dm.dh), kn = normals(dm.dh);
+                    auto kc0 = normals((size_t)ctx * W), vc0 = normals((size_t)ctx * W);
+                    std::vector<uint32_t> pv = {(uint32_t)pos};
+                    Buf P = Buf::of(pv), QG = Buf::of(qg), Kb = Buf::of(k), Vb = Buf::of(v), QN = Buf::of(qn), KN = Buf::of(kn);
+                    // The composition.
+                    Buf Q(4 * (size_t)T * QW), G1(4 * (size_t)T * QW), QO1(4 * (size_t)T * QW), KO1(4 * (size_t)T * W);
+                    Buf KC1 = Buf::of(kc0), VC1 = Buf::of(vc0);
+                    Args s = args();
+                    s.p[0] = QG.addr();
+                    s.p[1] = Q.addr();
+                    s.p[2] = G1.addr();
+                    s.n[0] = (long long)T * QW;
+                    s.n[1] = dm.dh;
+                    emu_launch(split_qgate, Dim3{1, 1, 1}, 256, 0, s);
+                    for (int side = 0; side < 2; ++side) {
+                        Args n = args();
+                        n.p[0] = side ? Kb.addr() : Q.addr();
+                        n.p[1] = side ? KN.addr() : QN.addr();
+                        n.p[2] = side ? KO1.addr() : QO1.addr();
+                        n.n[0] = dm.dh;
+                        n.f[0] = eps;
+                        const int heads = side ? dm.hkv : dm.h;
+                        emu_launch(rms_norm, Dim3{(unsigned)(T * heads), 1, 1}, bs, 0, n);
+                        run_rope(side ? KO1 : QO1, P, heads, T, dm.dh, dm.n_rot, theta);
+                    }
+                    run_kv_store(KO1, Vb, KC1, VC1, P, T, W, ctx);
+                    // The fused kernel.
+                    Buf G2(4 * (size_t)T * QW), QO2(4 * (size_t)T * QW), KO2(4 * (size_t)T * W);
+                    Buf KC2 = Buf::of(kc0), VC2 = Buf::of(vc0);
+                    QkPrepParams p{};
+                    p.qg = reinterpret_cast<const float*>(QG.p);
+                    p.k = reinterpret_cast<const float*>(Kb.p);
+                    p.v = reinterpret_cast<const float*>(Vb.p);
+                    p.q_norm = reinterpret_cast<const float*>(QN.p);
+                    p.k_norm = reinterpret_cast<const float*>(KN.p);
+                    p.gate = reinterpret_cast<float*>(G2.p);
+                    p.q_normed = reinterpret_cast<float*>(QO2.p);
+                    p.k_normed = reinterpret_cast<float*>(KO2.p);
+                    p.k_cache = reinterpret_cast<float*>(KC2.p);
+                    p.v_cache = reinterpret_cast<float*>(VC2.p);
+                    p.pos = reinterpret_cast<const uint32_t*>(P.p);
+                    p.tq = p.tk = T;
+                    p.nh = dm.h;
+                    p.nkv = dm.hkv;
+                    p.d = dm.dh;
+                    p.n_rot = dm.n_rot;
+                    p.ctx = ctx;
+                    p.theta = theta;
+                    p.eps = eps;
+                    emu_launch(attn_qk_prep, Dim3{(unsigned)(dm.h + dm.hkv), (unsigned)T, 1}, bs, 0, p);
+                    const std::string what = " h " + std::to_string(dm.h) + "/" + std::to_string(dm.hkv) + " D " +
+                                             std::to_string(dm.dh) + " n_rot " + std::to_string(dm.n_rot) + " T " +
+                                             std::to_string(T) + " pos " + std::to_string(pos) + " ctx " + std::to_string(ctx);
+                    auto same = [&](const char* name, const Buf& got, const Buf& want, size_t n) {
+                        const auto w = want.get<float>(n);
+                        expect(std::string("attn_qk_prep ") + name + what, got.get<float>(n), std::vector<double>(w.begin(), w.end()), 0, 0);
+                    };
+                    same("gate", G2, G1, (size_t)T * QW);
+                    same("q", QO2, QO1, (size_t)T * QW);
+                    same("k", KO2, KO1, (size_t)T * W);
+                    same("k cache", KC2, KC1, (size_t)ctx * W);
+                    same("v cache", VC2, VC1, (size_t)ctx * W);
                 }
             }
         }
@@ -1059,6 +1326,14 @@ int main(int argc, char** argv) {
         test_matvec<FmtF32>("F32", matvec_F32, matvec_glu_F32, matmul_tiled_F32, embed_F32, 37);
         test_matvec<FmtF16>("F16", matvec_F16, matvec_glu_F16, matmul_tiled_F16, embed_F16, 100);
     }
+    if (want("group")) {
+        // The GDN projections' shape (qkv + z + beta + alpha, scaled down: 4096 + 8 rows), a
+        // block's rows (32) and one more, one row; the F32 router + shared-expert gate pair.
+        test_matvec_group<FmtQ4_K>("Q4_K", matvec_Q4_K, matvec_q8_Q4_K, 2, 256, {4104, 33, 32, 1});
+        test_matvec_group<FmtQ6_K>("Q6_K", matvec_Q6_K, matvec_q8_Q6_K, 4, 512, {33, 7, 70});
+        test_matvec_group<FmtQ8_0>("Q8_0", matvec_Q8_0, matvec_q8_Q8_0, 1, 96, {32, 33, 1, 65});
+        test_matvec_group<FmtF32>("F32", matvec_F32, nullptr, 0, 37, {64, 1});
+    }
     if (want("q8")) {
         test_matvec_q8<FmtQ4_K>("Q4_K", matvec_q8_Q4_K, matvec_q8_glu_Q4_K, 512);
         test_matvec_q8<FmtQ5_K>("Q5_K", matvec_q8_Q5_K, matvec_q8_glu_Q5_K, 256);
@@ -1086,6 +1361,7 @@ int main(int argc, char** argv) {
     if (want("conv")) test_conv();
     if (want("delta")) test_delta();
     if (want("attention")) test_attention();
+    if (want("attn_prep")) test_attn_prep();
     if (want("route")) test_route_argmax_elementwise();
     printf("%d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;

@@ -61,32 +61,12 @@ inline float __ldg(const float* p) {
     return v;
 }
 
-// Byte n of the result is byte (selector nibble n & 7) of the 8 bytes {x, y}.
-inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
-    const uint64_t v = ((uint64_t)y << 32) | x;
-    uint32_t r = 0;
-    for (int n = 0; n < 4; ++n) r |= (uint32_t)((v >> (8 * ((s >> (4 * n)) & 7))) & 0xFF) << (8 * n);
-    return r;
-}
-inline uint32_t __funnelshift_r(uint32_t lo, uint32_t hi, uint32_t sh) {
-    return (uint32_t)(((((uint64_t)hi) << 32) | lo) >> (sh & 31));
-}
-inline float __int_as_float(int i) {
-    float f;
-    memcpy(&f, &i, 4);
-    return f;
-}
-inline float __uint_as_float(uint32_t i) {
-    float f;
-    memcpy(&f, &i, 4);
-    return f;
-}
+#include "host_intrinsics.h"  // __byte_perm, __funnelshift_r, __int_as_float, __uint_as_float, __fmul_rn
 inline uint32_t __float_as_uint(float f) {
     uint32_t i;
     memcpy(&i, &f, 4);
     return i;
 }
-inline float __fmul_rn(float a, float b) { return a * b; }
 inline int __float2int_rn(float f) { return (int)std::nearbyint(f); }
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }

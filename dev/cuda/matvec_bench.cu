@@ -300,9 +300,9 @@ static void tc_prep(const float* x, int n_in, cudaStream_t st) {
     if constexpr (std::is_same_v<F, FmtQ4_K>)
         launch_k(mvtc::prep_x, dim3(n_in / 256), dim3(32), 0, st, mvtc::PrepArgs{x, g_tc_xa, g_tc_xs});
     else if constexpr (std::is_same_v<F, FmtQ6_K>)
-        launch_k(mvtc6::prep_x, dim3(n_in / 256), dim3(256), 0, st, mvtc6::PrepArgs{x, g_tc_xa, g_tc_xs});
+        launch_k(mvtc6::prep_x, dim3(n_in / 256), dim3(32), 0, st, mvtc6::PrepArgs{x, g_tc_xa, g_tc_xs});
     else
-        launch_k(mvtc8::prep_x, dim3(n_in / 256), dim3(256), 0, st, mvtc8::PrepArgs{x, g_tc_xa, g_tc_xs});
+        launch_k(mvtc8::prep_x, dim3(n_in / 256), dim3(32), 0, st, mvtc8::PrepArgs{x, g_tc_xa, g_tc_xs});
 }
 template <int R, int KW>
 static void tc_launch(const uint8_t* W, float* out, int n_out, int n_in, size_t row_bytes, cudaStream_t st) {
@@ -388,10 +388,8 @@ static void launch(const Variant& v, const uint8_t* W, const float* x, float* ou
     const int rpb = (MV_THREADS / ut) * v.rpt;
     Args a;
     memset(&a, 0, sizeof a);
-    a.p[0] = (unsigned long long)W;
+    a.seg[0] = MvSeg{(unsigned long long)W, (unsigned long long)out, n_out, 0};  // one product
     a.p[2] = (unsigned long long)x;
-    a.p[3] = (unsigned long long)out;
-    a.n[0] = n_out;
     a.n[1] = n_in;
     a.n[2] = (long long)row_bytes;
     a.n[4] = 1;
@@ -400,7 +398,6 @@ static void launch(const Variant& v, const uint8_t* W, const float* x, float* ou
     a.n[7] = ut;
     a.n[8] = v.rpt;
     a.n[9] = v.x_smem ? 1 : 0;
-    a.n[10] = n_out;
     a.n[11] = n_in;
     if constexpr (q8_cu<F>() > 0) {
         if (v.q8) {

@@ -2,9 +2,10 @@
 //! into this build, at every precision tier it has, and compares it with the CPU reference backend
 //! on the same inputs (ops a fast tier changes are judged at that tier: `Both::fast`).
 
+use std::cell::Cell;
 use std::sync::Arc;
 
-use rill::backend::{Backend, DType, Pos, Tensor};
+use rill::backend::{Backend, DType, GdnDims, Pos, StepMode, Tensor};
 
 use super::{assert_close, cpu, device_backends_every_tier, is_fast, rel_l2, tagged, FAST_REL_L2};
 
@@ -134,6 +135,58 @@ impl Both {
     }
 }
 
+/// Gated DeltaNet dims of the op tests: Qwen3.5's heads (q/k head dim 128), and odd ones.
+pub const GDN_REAL: GdnDims = GdnDims {
+    hk: 2,
+    hv: 4,
+    dk: 128,
+    dv: 128,
+};
+pub const GDN_ODD: GdnDims = GdnDims {
+    hk: 3,
+    hv: 3,
+    dk: 5,
+    dv: 7,
+};
+
+impl Both {
+    /// The output `[t, conv_dim]` of the fused conv + q/k L2 norm (`conv1d_silu_l2qk`,
+    /// `gdn_conv_gates`) against the CPU's. Error model: the conv output is within 1e-6 + 1e-5
+    /// relative of the CPU's (tests/device_ops.rs conv1d_matches_and_carries_state); normalising
+    /// a q or k head divides those errors, and the 1e-5 relative error of its norm, by the head's
+    /// norm, so they are relative to the normalised head's norm |y|; the normalisation adds its
+    /// own 2e-5 (l2_norm_qk_matches). Hence |error| <= 4e-5 |y| per element of a q or k head; v
+    /// is the plain conv.
+    pub fn check_conv_l2qk(&self, what: &str, out: &Pt, dims: GdnDims, t: usize) {
+        let (got, want) = self.read(out);
+        let (cd, kd2) = (dims.conv_dim(), 2 * dims.key_dim());
+        for r in 0..t {
+            let row = r * cd;
+            for (h, (gh, wh)) in got[row..row + kd2]
+                .chunks(dims.dk)
+                .zip(want[row..row + kd2].chunks(dims.dk))
+                .enumerate()
+            {
+                let norm = wh.iter().map(|v| v * v).sum::<f32>().sqrt();
+                assert_close(
+                    &format!("{} {what} row {r} head {h}", self.name()),
+                    gh,
+                    wh,
+                    4e-5 * norm,
+                    0.0,
+                );
+            }
+            assert_close(
+                &format!("{} {what} row {r} v", self.name()),
+                &got[row + kd2..row + cd],
+                &want[row + kd2..row + cd],
+                1e-6,
+                1e-5,
+            );
+        }
+    }
+}
+
 /// A `Pos` at `host` on `side`, with its device tensor from `pt` (made by `Both::pos(host)`).
 pub fn pos_on(host: usize, pt: &Pt, side: Side) -> Pos<'_> {
     Pos { host, dev: pt.on(side) }
@@ -149,5 +202,62 @@ impl Both {
         }
         op(self.cpu.as_ref(), Side::Cpu).unwrap_or_else(|e| panic!("cpu {what}: {e}"));
         true
+    }
+}
+
+/// What a device backend did with a sequence of `Both::step`s.
+#[derive(Default)]
+pub struct Steps {
+    recorded: Cell<bool>,
+    replays: Cell<usize>,
+}
+
+impl Both {
+    /// One decode-like step on both backends: `token` written to `ids` and `step` to the position
+    /// tensor `pos`, then `ops` at that position between `step_begin(key)` and `step_end`, unless
+    /// the backend replays its recording of the step, which must then read the token and the
+    /// position from their device tensors, as the executor's steps do.
+    #[allow(clippy::too_many_arguments)]
+    pub fn step(
+        &self,
+        steps: &Steps,
+        key: u64,
+        ids: &Pt,
+        token: u32,
+        pos: &Pt,
+        step: usize,
+        ops: impl Fn(&dyn Backend, Side, Pos) -> rill::Result<()>,
+    ) {
+        self.run("recorded step", |be, s| {
+            be.write_u32(ids.on(s), &[token])?;
+            be.write_u32(pos.on(s), &[u32::try_from(step).expect("position fits u32")])?;
+            let mode = be.step_begin(key)?;
+            if s == Side::Dev {
+                match mode {
+                    StepMode::Record => steps.recorded.set(true),
+                    StepMode::Replayed => steps.replays.set(steps.replays.get() + 1),
+                    StepMode::Run => {}
+                }
+            }
+            let r = if mode == StepMode::Replayed {
+                Ok(())
+            } else {
+                ops(be, s, pos_on(step, pos, s))
+            };
+            be.step_end(key, r.is_ok())?;
+            r
+        });
+    }
+
+    /// After `n` steps: a backend that recorded must have replayed later steps, unless a test
+    /// beside this one replaced a buffer the recording binds (it is then dropped and made again):
+    /// at least one of the `n - 1` must.
+    pub fn assert_replayed(&self, steps: &Steps, n: usize) {
+        assert!(
+            !steps.recorded.get() || steps.replays.get() >= 1,
+            "{}: recorded, but none of {} steps replayed",
+            self.name(),
+            n - 1
+        );
     }
 }

@@ -2,8 +2,15 @@
 // (pf_emu.h: every CUDA thread a coroutine, mma.sync / shuffles as warp collectives per the PTX
 // fragment layouts) against a double-precision dot product of the dequantized rows, at the bound
 // matvec_bench.cu applies to every exact kernel: |got - want| <= 1e-5 * sum |w x| per row.
-//   Q4_K: kernels-cuda/matvec_tc.cuh (f16 MMA, production; also its prep_row against prep_x); Q6_K: matvec_tc6.cuh and Q8_0: matvec_tc8.cuh (s8 MMA).
-// The production body (mv_body) with a MoE layer's shared expert (its `_sh_` kernels) against the
+//   Q4_K: kernels-cuda/matvec_tc.cuh (f16 MMA, production); Q6_K: matvec_tc6.cuh and Q8_0: matvec_tc8.cuh (s8 MMA).
+// The prepared x: the warp preps of Q8_0 and Q6_K write, bit for bit, what the former 256-thread
+// prep kernels wrote (kept below as the reference), and the kernels that prepare their own output
+// rows (kernels-cuda/norm.cu: rms_norm, add_rms_norm, gated_rms_norm_rows, sigmoid_mul_rows) write
+// exactly what each format's prep kernel writes from that output, and nothing for rows that are
+// not a multiple of 256.
+// The production body (mv_body) with grouped launches (several products in one grid, the segment
+// table of common.cuh): bit for bit what each product gives launched alone.
+// The production body with a MoE layer's shared expert (its `_sh_` kernels) against the
 // composition without it: gate/up rows bit for bit, down sums within the bound.
 // The emulator also aborts if any HFMA2 of the Q4_K decode is inexact, if any s8 MMA sum leaves
 // int32 (the designs bound them), and, under AddressSanitizer, on any read past the weights or the
@@ -16,10 +23,15 @@
 #include <string>
 #include <vector>
 
+// prod_shim.h first: matvec_tc.cuh includes common.cuh (the production body, mv_body, reads its
+// Args and segment table), which needs the shim's intrinsics.
+#include <cuda_fp16.h>  // before pf_emu.h (prod_shim.h), as pf_common.cuh has it
+#include "prod_shim.h"
 #include "matvec_tc.cuh"
 #include "matvec_tc6.cuh"
 #include "matvec_tc8.cuh"
 #include "../pf_ref.h"
+#include "norm.cu"
 
 static int g_fail = 0, g_checks = 0;
 
@@ -137,7 +149,7 @@ static std::vector<float> run_q80(const std::vector<uint8_t>& hw, const std::vec
     uint32_t* xb = dev_alloc<uint32_t>(ng * mvtc8::G_WORDS);
     float* xf = dev_alloc<float>(ng * mvtc8::G_FACT);
     float* out = dev_alloc<float>(n_out);
-    pf_emu::launch(dim3(ng), dim3(256), 0, pf_emu::EARLY, [&] { mvtc8::prep_x_body(mvtc8::PrepArgs{x, xb, xf}); });
+    pf_emu::launch(dim3(ng), dim3(32), 0, pf_emu::EARLY, [&] { mvtc8::prep_x_body(mvtc8::PrepArgs{x, xb, xf}); });
     if (mut) mut(xb, ng * mvtc8::G_WORDS, xf, ng * mvtc8::G_FACT);
     const mvtc8::Args a{w, xb, xf, out, n_out, n_in, rb};
     pf_emu::launch(dim3((n_out + 16 * R - 1) / (16 * R)), dim3(32 * KW), 0, pf_emu::EARLY,
@@ -157,7 +169,7 @@ static std::vector<float> run_q6k(const std::vector<uint8_t>& hw, const std::vec
     uint32_t* xb = dev_alloc<uint32_t>(nsb * mvtc6::SB_WORDS);
     float* xs = dev_alloc<float>(nsb);
     float* out = dev_alloc<float>(n_out);
-    pf_emu::launch(dim3(nsb), dim3(256), 0, pf_emu::EARLY, [&] { mvtc6::prep_x_body(mvtc6::PrepArgs{x, xb, xs}); });
+    pf_emu::launch(dim3(nsb), dim3(32), 0, pf_emu::EARLY, [&] { mvtc6::prep_x_body(mvtc6::PrepArgs{x, xb, xs}); });
     if (mut) mut(xb, nsb * mvtc6::SB_WORDS, xs, nsb);
     const mvtc6::Args a{w, xb, xs, out, n_out, n_in, rb};
     pf_emu::launch(dim3((n_out + 16 * R - 1) / (16 * R)), dim3(32 * mvtc6::KW), 0, pf_emu::EARLY,
@@ -170,18 +182,13 @@ static std::vector<float> run_q6k(const std::vector<uint8_t>& hw, const std::vec
 using Runner = std::vector<float> (*)(const std::vector<uint8_t>&, const std::vector<float>&, int, int, const Mutate&);
 enum Expect { PASS_BOUND, FAIL_BOUND, NONFINITE };
 
-// One check: random weights of `fmt`, x of `xkind` (or the given x), the runner's outputs against
-// the f64 reference; `expect` says whether the bound must hold, must be broken (a mutation) or
-// every output must be non-finite (NaN / inf in x).
-static void check(const char* name, int fmt, Runner run, const char* what, int n_out, int n_in,
-                  const std::vector<float>& hx, Expect expect, const Mutate& mut = nullptr) {
-    const std::vector<uint8_t> hw = fmt == host::Q4K ? random_q4k(n_out, n_in)
-                                    : fmt == host::Q6K ? random_q6k(n_out, n_in)
-                                                       : random_q80(n_out, n_in);
-    const std::vector<float> out = run(hw, hx, n_out, n_in, mut);
+// The largest |out[r] - W[r] . x| / sum |W[r] x| over the n_out rows of weights hw in format fmt
+// (f64 dot products of the dequantized rows), its row, and how many outputs are finite.
+static double worst_err(int fmt, const std::vector<uint8_t>& hw, const float* hx, const float* out, int n_out, int n_in,
+                        int& wr, int& finite) {
     const size_t rb = hw.size() / n_out;
     double worst = 0;
-    int wr = 0, finite = 0;
+    wr = 0, finite = 0;
     std::vector<float> y(n_in);
     for (int r = 0; r < n_out; r++) {
         host::deq_row(fmt, hw.data() + r * rb, n_in, y.data());
@@ -197,6 +204,20 @@ static void check(const char* name, int fmt, Runner run, const char* what, int n
             wr = r;
         }
     }
+    return worst;
+}
+
+// One check: random weights of `fmt`, x of `xkind` (or the given x), the runner's outputs against
+// the f64 reference; `expect` says whether the bound must hold, must be broken (a mutation) or
+// every output must be non-finite (NaN / inf in x).
+static void check(const char* name, int fmt, Runner run, const char* what, int n_out, int n_in,
+                  const std::vector<float>& hx, Expect expect, const Mutate& mut = nullptr) {
+    const std::vector<uint8_t> hw = fmt == host::Q4K ? random_q4k(n_out, n_in)
+                                    : fmt == host::Q6K ? random_q6k(n_out, n_in)
+                                                       : random_q80(n_out, n_in);
+    const std::vector<float> out = run(hw, hx, n_out, n_in, mut);
+    int wr = 0, finite = 0;
+    const double worst = worst_err(fmt, hw, hx.data(), out.data(), n_out, n_in, wr, finite);
     g_checks++;
     bool ok;
     char res[96];
@@ -223,30 +244,326 @@ static std::vector<float> x_with(int kind, int n) {
     return x;
 }
 
-// prep_row (the RMSNorms' in-kernel prep: one block of `threads` per row, 256 per super-block)
-// writes the same words and sums as prep_x_body (one block of one warp per super-block), bit for bit.
-static void check_prep_row(int threads, int n_in, int xkind) {
-    const std::vector<float> hx = make_x(xkind, n_in);
-    const size_t nsb = n_in / 256;
-    float* x = dev_alloc<float>(n_in);
-    memcpy(x, hx.data(), 4 * n_in);
-    uint32_t* xa[2] = {dev_alloc<uint32_t>(nsb * mvtc::SB_WORDS), dev_alloc<uint32_t>(nsb * mvtc::SB_WORDS)};
-    float* xs[2] = {dev_alloc<float>(nsb * mvtc::SB_SUMS), dev_alloc<float>(nsb * mvtc::SB_SUMS)};
-    pf_emu::launch(dim3(nsb), dim3(32), 0, pf_emu::EARLY, [&] { mvtc::prep_x_body(mvtc::PrepArgs{x, xa[0], xs[0]}); });
-    pf_emu::launch(dim3(1), dim3(threads), 0, pf_emu::EARLY, [&] { mvtc::prep_row(x, n_in, xa[1], xs[1]); });
+// The former prep kernels of Q8_0 and Q6_K (one block of 256 threads per 256 inputs, one thread
+// per element), verbatim: the reference the warp preps must equal bit for bit.
+namespace ref_prep {
+static void q80(const mvtc8::PrepArgs& p) {
+    using namespace mvtc8;
+    __shared__ uint32_t dig[256];
+    __shared__ float inv[8];
+    const int i = threadIdx.x, lane = i & 31, blk = i >> 5;
+    const size_t grp = (size_t)blockIdx.y * gridDim.x + blockIdx.x;  // group index over all rows
+    const float x = p.x[(size_t)grp * 256 + i];
+    float m = fabsf(x);
+    m = m != m ? INFINITY : m;
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float s;
+    const float inv_s = digit_scale(m, s);
+    dig[i] = digits(x, s, inv_s == inv_s);
+    if (lane == 0) inv[blk] = inv_s;
+    __syncthreads();
+    if (i < 16) {
+        const int t = i / 4, P = i % 4;
+        p.xf[(size_t)grp * G_FACT + i] = inv[2 * P + (t >> 1)] * ((t & 1) ? 65536.0f : 1.0f);
+    }
+    for (int w = i; w < G_WORDS; w += 256) {
+        const int L = w / 24, j = w % 24, P = j / 6, k = j % 6;  // k: slot (4: the third MMA's)
+        const int n = L / 4, t = L % 4;
+        const int col_blk = 2 * P + (n >> 2), dg = n & 3;
+        uint32_t v = 0;
+        if (k < 4 || (k == 4 && t == 0)) {
+            const int gw = reg_word(t, slot_reg(t, P, k));
+            for (int b = 0; b < 4; b++) {
+                const int o = 4 * gw + b, blk_o = o / 34, pos = o % 34;
+                if (pos >= 2 && blk_o == col_blk) v |= ((dig[32 * blk_o + pos - 2] >> (8 * dg)) & 0xffu) << (8 * b);
+            }
+        }
+        p.xb[(size_t)grp * G_WORDS + w] = v;
+    }
+}
+static void q6k(const mvtc6::PrepArgs& p) {
+    __shared__ float wmax[8];
+    __shared__ uint32_t dig[256];
+    const int i = threadIdx.x;
+    const size_t sb = (size_t)blockIdx.y * gridDim.x + blockIdx.x;  // super-block index over all rows
+    const float x = p.x[(size_t)sb * 256 + i];
+    float m = fabsf(x);
+    m = m != m ? INFINITY : m;
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if ((i & 31) == 0) wmax[i >> 5] = m;
+    __syncthreads();
+    float amax = wmax[0];
+    for (int w = 1; w < 8; w++) amax = fmaxf(amax, wmax[w]);
+    float s;
+    const float inv_s = mvtc8::digit_scale(amax, s);
+    dig[i] = mvtc8::digits(x, s, inv_s == inv_s);
+    if (i == 0) p.xs[sb] = inv_s * 0.25f;
+    __syncthreads();
+    const int g = i >> 5, j = i & 31, t = g >> 1, dl = g & 1;
+    const int h = j >> 4, nu = (j >> 3) & 1, pi = (j >> 2) & 1, wi = j & 3;  // wi = 2m + kk
+    const int pt = (t >> 1) + 2 * nu, dg = 2 * pi + dl;
+    uint32_t v = 0;
+    for (int b = 0; b < 4; b++) {
+        const int l = 16 * (t & 1) + 4 * wi + b;
+        v |= ((dig[128 * h + 32 * pt + l] >> (8 * dg)) & 0xffu) << (8 * b);
+    }
+    p.xb[(size_t)sb * mvtc6::SB_WORDS + i] = v;
+}
+}  // namespace ref_prep
+
+// The three layouts: words and sums (or scales) per 256 inputs, the norm kernels' slot.
+struct Layout {
+    const char* name;
+    int words, sums, slot;
+};
+static const Layout LAYOUTS[3] = {{"Q4_K", mvtc::SB_WORDS, mvtc::SB_SUMS, 7},
+                                  {"Q8_0", mvtc8::G_WORDS, mvtc8::G_FACT, 5},
+                                  {"Q6_K", mvtc6::SB_WORDS, 1, 4}};
+
+// The production prep kernel of layout f over `rows` rows of n at x (grid (n / 256, rows), one
+// warp per block), or with ref, the former 256-thread kernel: words then sums of all rows.
+static std::vector<uint32_t> prep_kernel(int f, const float* x, int rows, int n, bool ref) {
+    const size_t units = (size_t)rows * (n / 256), nw = units * LAYOUTS[f].words, ns = units * LAYOUTS[f].sums;
+    uint32_t* buf = dev_alloc<uint32_t>(nw + ns);
+    float* sums = reinterpret_cast<float*>(buf + nw);
+    const dim3 grid(n / 256, rows), block(ref ? 256 : 32);
+    pf_emu::launch(grid, block, 0, pf_emu::EARLY, [&] {
+        if (f == 0) mvtc::prep_x_body(mvtc::PrepArgs{x, buf, sums});
+        else if (f == 1 && ref) ref_prep::q80(mvtc8::PrepArgs{x, buf, sums});
+        else if (f == 1) mvtc8::prep_x_body(mvtc8::PrepArgs{x, buf, sums});
+        else if (ref) ref_prep::q6k(mvtc6::PrepArgs{x, buf, sums});
+        else mvtc6::prep_x_body(mvtc6::PrepArgs{x, buf, sums});
+    });
+    std::vector<uint32_t> v(buf, buf + nw + ns);
+    dev_free(buf);
+    return v;
+}
+
+static int differ(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
+    if (a.size() != b.size()) return -1;
     int bad = 0;
-    for (size_t i = 0; i < nsb * mvtc::SB_WORDS; i++) bad += xa[0][i] != xa[1][i];
-    for (size_t b = 0; b < nsb; b++)
-        for (int j = 0; j < 9; j++) bad += memcmp(&xs[0][b * mvtc::SB_SUMS + j], &xs[1][b * mvtc::SB_SUMS + j], 4) != 0;
+    for (size_t i = 0; i < a.size(); i++) bad += a[i] != b[i];
+    return bad;
+}
+
+// The warp prep kernel of an int8 layout against the former one: rows of n of x kind `xkind`
+// (4: a NaN, 5: an inf in the first row), bit for bit.
+static void check_warp_prep(int f, int rows, int n, int xkind) {
+    std::vector<float> hx = xkind < 4 ? make_x(xkind, rows * n) : x_with(xkind, rows * n);
+    float* x = dev_alloc<float>(hx.size());
+    memcpy(x, hx.data(), 4 * hx.size());
+    const int bad = differ(prep_kernel(f, x, rows, n, false), prep_kernel(f, x, rows, n, true));
+    dev_free(x);
     g_checks++;
     if (bad) g_fail++;
-    printf("%s mvtc prep_row %4d threads, n %5d, x kind %d: %d words or sums differ from prep_x\n", bad ? "FAIL" : "ok  ",
-           threads, n_in, xkind, bad);
-    for (int k = 0; k < 2; k++) {
-        dev_free(xa[k]);
-        dev_free(xs[k]);
+    printf("%s %s warp prep, %d rows of %5d, x kind %d: %d words or scales differ from the 256-thread prep\n",
+           bad ? "FAIL" : "ok  ", LAYOUTS[f].name, rows, n, xkind, bad);
+}
+
+// Threads per row of a decode-shaped norm (src/backend/cuda/ops/norm.rs norm_threads, few groups).
+static int norm_threads(int n) {
+    const int base = std::min(std::max((n + 31) / 32 * 32, 32), 256);
+    return std::max(base, std::min(std::max(((n + 3) / 4 + 31) / 32 * 32, 32), 1024));
+}
+
+enum NormKernel { RMS, ADD_RMS, GATED_ROWS, SIGMOID_ROWS };
+static const char* NORM_NAMES[] = {"rms_norm", "add_rms_norm", "gated_rms_norm_rows", "sigmoid_mul_rows"};
+
+// Kernel k over `rows` token rows of n values, asked for the layouts in `mask` (bit f: LAYOUTS[f]):
+// each prepared copy must equal what the prep kernel makes of the kernel's own output, bit for
+// bit; with n not a multiple of 256 the kernel must leave the slots' memory untouched. `xkind`:
+// the input values (sigmoid_mul_rows with a gate of 100, sigmoid exactly 1, passes them through:
+// the preps then see every make_x extreme, NaN and inf).
+static void check_norm_prep(NormKernel k, int rows, int n, unsigned mask, int xkind) {
+    const size_t total = (size_t)rows * n;
+    const int dg = k == GATED_ROWS ? 128 : n;  // the gated norm's group (a head)
+    std::vector<float> hx = xkind < 4 ? make_x(xkind, total) : x_with(xkind, total), hz = make_x(0, total),
+                       hw = make_x(0, dg), hacc = make_x(0, total);
+    if (k != SIGMOID_ROWS)
+        for (auto& v : hx) v = std::isfinite(v) && std::fabs(v) < 1e10f && std::fabs(v) > 1e-10f ? v : 0.5f;
+    if (k == SIGMOID_ROWS)
+        for (auto& v : hz) v = 100.0f;
+    float* x = dev_alloc<float>(total);
+    float* z = dev_alloc<float>(total);
+    float* w = dev_alloc<float>(dg);
+    float* acc = dev_alloc<float>(total);
+    float* out = dev_alloc<float>(total);
+    memcpy(x, hx.data(), 4 * total), memcpy(z, hz.data(), 4 * total), memcpy(w, hw.data(), 4 * dg);
+    memcpy(acc, hacc.data(), 4 * total);
+    // Slot memory: a whole layout when n allows one, else a canary (must stay 0xff bytes).
+    const size_t units = (size_t)rows * (n / 256);
+    uint32_t* slot[3] = {nullptr, nullptr, nullptr};
+    size_t slot_words[3] = {0, 0, 0};
+    Args a;
+    memset(&a, 0, sizeof a);
+    for (int f = 0; f < 3; f++)
+        if (mask >> f & 1) {
+            slot_words[f] = n % 256 ? 1024 : units * (LAYOUTS[f].words + LAYOUTS[f].sums);
+            slot[f] = dev_alloc<uint32_t>(slot_words[f]);
+            a.p[LAYOUTS[f].slot] = (unsigned long long)slot[f];
+        }
+    const int threads = norm_threads(n);
+    const size_t smem = (mask & 2) ? (size_t)(threads / 32) * mvtc8::IMG_WORDS * 4 : 0;
+    a.f[0] = 1e-6f;
+    float* result = out;
+    switch (k) {
+        case RMS:
+            a.p[0] = (unsigned long long)x, a.p[1] = (unsigned long long)w, a.p[2] = (unsigned long long)out;
+            a.n[0] = n;
+            pf_emu::launch(dim3(rows), dim3(threads), smem, pf_emu::EARLY, [&] { rms_norm(a); });
+            break;
+        case ADD_RMS:
+            a.p[0] = (unsigned long long)acc, a.p[1] = (unsigned long long)x, a.p[2] = (unsigned long long)w;
+            a.p[3] = (unsigned long long)out;
+            a.n[0] = n;
+            pf_emu::launch(dim3(rows), dim3(threads), smem, pf_emu::EARLY, [&] { add_rms_norm(a); });
+            break;
+        case GATED_ROWS:
+            a.p[0] = (unsigned long long)x, a.p[1] = (unsigned long long)z, a.p[2] = (unsigned long long)w;
+            a.p[3] = (unsigned long long)out;
+            a.n[0] = dg, a.n[1] = n;
+            pf_emu::launch(dim3(rows), dim3(threads), smem, pf_emu::EARLY, [&] { gated_rms_norm_rows(a); });
+            break;
+        case SIGMOID_ROWS:
+            a.p[0] = (unsigned long long)x, a.p[1] = (unsigned long long)z;
+            a.n[1] = n;
+            pf_emu::launch(dim3(rows), dim3(threads), smem, pf_emu::EARLY, [&] { sigmoid_mul_rows(a); });
+            result = x;
+            break;
     }
-    dev_free(x);
+    int bad = 0;
+    for (int f = 0; f < 3; f++) {
+        if (!(mask >> f & 1)) continue;
+        const std::vector<uint32_t> got(slot[f], slot[f] + slot_words[f]);
+        if (n % 256) {
+            for (uint32_t v : got) bad += v != 0xffffffffu;
+        } else {
+            const int d = differ(got, prep_kernel(f, result, rows, n, false));
+            bad += d < 0 ? 1 : d;
+        }
+        dev_free(slot[f]);
+    }
+    dev_free(x), dev_free(z), dev_free(w), dev_free(acc), dev_free(out);
+    g_checks++;
+    if (bad) g_fail++;
+    std::string fmts;
+    for (int f = 0; f < 3; f++)
+        if (mask >> f & 1) fmts += std::string(fmts.empty() ? "" : "+") + LAYOUTS[f].name;
+    printf("%s %-19s %d rows of %5d, %4d threads, %-14s x kind %d: %d words or sums %s\n", bad ? "FAIL" : "ok  ",
+           NORM_NAMES[k], rows, n, threads, fmts.c_str(), xkind, bad,
+           n % 256 ? "written (want none: not a multiple of 256)" : "differ from the prep kernels'");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The production body (matvec_tc.cuh mv_body) and its segment table (common.cuh): a group of
+// products of one x in one launch (Backend::matmul_group) must give, bit for bit, what each
+// product gives launched alone with the same kernel, for row counts that are not a multiple of a
+// block's rows (a block never mixes products: each product's blocks are rounded up and its last
+// block masks the rows past its end) and several output vectors (grid.y). Each output has a
+// buffer of its exact size: AddressSanitizer catches a write past it, a wrong segment shows as a
+// difference.
+
+// x (T rows of n_in) prepared in format fmt's layout: the A/B words and the sums of every row.
+struct TcPrep {
+    uint32_t* xa;
+    float* xs;
+};
+static TcPrep prep_tc(int fmt, const float* x, int T, int n_in) {
+    const int nsb = n_in / 256;
+    TcPrep p;
+    if (fmt == host::Q4K) {
+        p = {dev_alloc<uint32_t>((size_t)T * nsb * mvtc::SB_WORDS), dev_alloc<float>((size_t)T * nsb * mvtc::SB_SUMS)};
+        pf_emu::launch(dim3(nsb, T), dim3(32), 0, pf_emu::EARLY, [&] { mvtc::prep_x_body(mvtc::PrepArgs{x, p.xa, p.xs}); });
+    } else if (fmt == host::Q80) {
+        p = {dev_alloc<uint32_t>((size_t)T * nsb * mvtc8::G_WORDS), dev_alloc<float>((size_t)T * nsb * mvtc8::G_FACT)};
+        pf_emu::launch(dim3(nsb, T), dim3(256), 0, pf_emu::EARLY,
+                       [&] { mvtc8::prep_x_body(mvtc8::PrepArgs{x, p.xa, p.xs}); });
+    } else {
+        p = {dev_alloc<uint32_t>((size_t)T * nsb * mvtc6::SB_WORDS), dev_alloc<float>((size_t)T * nsb)};
+        pf_emu::launch(dim3(nsb, T), dim3(256), 0, pf_emu::EARLY,
+                       [&] { mvtc6::prep_x_body(mvtc6::PrepArgs{x, p.xa, p.xs}); });
+    }
+    return p;
+}
+
+// One launch of mv_body<F, R, KW> over the products `idx` of (weights, outputs, rows), as
+// src/backend/cuda/ops/linear.rs fills it (Mv::chunks, matvec_tc::run) for a dense product.
+// `swap` exchanges the first two segments' weights (the mutation check; equal row counts).
+template <class F, int R, int KW, bool DENSE>
+static void launch_body(const std::vector<int>& idx, const std::vector<uint8_t*>& w, const std::vector<float*>& out,
+                        const std::vector<int>& rows, const TcPrep& x, int T, int n_in, size_t rb, bool swap = false) {
+    ::Args a;
+    memset(&a, 0, sizeof a);
+    int blocks = 0;
+    for (size_t s = 0; s < idx.size(); s++) {
+        const int i = idx[s];
+        a.seg[s] = MvSeg{(unsigned long long)w[i], (unsigned long long)out[i], rows[i], blocks};
+        blocks += (rows[i] + 16 * R - 1) / (16 * R);
+    }
+    if (swap) std::swap(a.seg[0].w, a.seg[1].w);
+    a.p[2] = (unsigned long long)x.xa;
+    a.p[6] = (unsigned long long)x.xs;
+    a.n[1] = n_in;
+    a.n[2] = (long long)rb;
+    a.n[4] = 1;  // n_experts
+    a.n[5] = 1;  // x_group
+    a.n[6] = 1;  // nsum
+    pf_emu::launch(dim3(blocks, T), dim3(32 * KW), 0, pf_emu::EARLY, [&] { mvtc::mv_body<F, R, KW, false, DENSE>(a); });
+}
+
+// `swap`: a broken segment table (two products' weights exchanged), which must be caught.
+template <class F, int R, int KW, bool DENSE>
+static void check_group(const char* name, int fmt, std::vector<int> rows, int n_in, int T, bool swap = false) {
+    const int n = (int)rows.size();
+    const std::vector<float> hx = make_x(0, T * n_in);
+    float* x = dev_alloc<float>((size_t)T * n_in);
+    memcpy(x, hx.data(), 4 * hx.size());
+    const TcPrep xp = prep_tc(fmt, x, T, n_in);
+    std::vector<std::vector<uint8_t>> hw(n);
+    std::vector<uint8_t*> w(n);
+    std::vector<float*> alone(n), grouped(n);
+    size_t rb = 0;
+    for (int i = 0; i < n; i++) {
+        hw[i] = fmt == host::Q4K ? random_q4k(rows[i], n_in) : fmt == host::Q6K ? random_q6k(rows[i], n_in)
+                                                                                : random_q80(rows[i], n_in);
+        rb = hw[i].size() / rows[i];
+        w[i] = dev_alloc<uint8_t>(hw[i].size());
+        memcpy(w[i], hw[i].data(), hw[i].size());
+        alone[i] = dev_alloc<float>((size_t)T * rows[i]);
+        grouped[i] = dev_alloc<float>((size_t)T * rows[i]);
+    }
+    std::vector<int> all;
+    for (int i = 0; i < n; i++) {
+        launch_body<F, R, KW, DENSE>({i}, w, alone, rows, xp, T, n_in, rb);
+        all.push_back(i);
+    }
+    launch_body<F, R, KW, DENSE>(all, w, grouped, rows, xp, T, n_in, rb, swap);
+    // Each product alone against the f64 reference (the production body's own check), then the
+    // group against the products alone.
+    int bad = 0, wrong = 0;
+    double worst = 0;
+    std::string desc;
+    for (int i = 0; i < n; i++) {
+        for (int t = 0; t < T; t++) {
+            int wr, finite;
+            const double e = worst_err(fmt, hw[i], hx.data() + (size_t)t * n_in, alone[i] + (size_t)t * rows[i], rows[i],
+                                       n_in, wr, finite);
+            worst = std::max(worst, e);
+            wrong += !(e <= 1e-5);
+        }
+        bad += memcmp(alone[i], grouped[i], 4 * (size_t)T * rows[i]) != 0;
+        desc += (i ? "+" : "") + std::to_string(rows[i]);
+    }
+    const bool ok = wrong == 0 && (swap ? bad > 0 : bad == 0);
+    g_checks++;
+    if (!ok) g_fail++;
+    printf("%s mvtc group %-9s%s rows %-16s n_in %5d T %d: %d of %d differ from their own launch%s; alone: worst "
+           "%.2e\n",
+           ok ? "ok  " : "FAIL", name, swap ? " MUTATION weights swapped" : "", desc.c_str(), n_in, T, bad, n,
+           swap ? " (must be > 0)" : "", worst);
+    fflush(stdout);
+    for (int i = 0; i < n; i++) dev_free(w[i]), dev_free(alone[i]), dev_free(grouped[i]);
+    dev_free(x), dev_free(xp.xa), dev_free(xp.xs);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -258,31 +575,11 @@ static void check_prep_row(int threads, int n_in, int xkind) {
 // term inside the sum (other rounding): within the bound of the composition and of the f64
 // reference (|err| <= 1e-5 sum |w h| per output).
 
-// `rows` rows of n_in f32 values at x prepared in format F's layout.
-struct XPrep {
-    uint32_t* xa;
-    float* xs;
-};
-template <class F>
-static XPrep prep_rows(int fmt, const float* x, int rows, int n_in) {
-    const int nsb = n_in / 256;
-    XPrep p{dev_alloc<uint32_t>((size_t)rows * nsb * F::WORDS), dev_alloc<float>((size_t)rows * nsb * F::SUMS)};
-    if (fmt == host::Q4K)
-        pf_emu::launch(dim3(nsb, rows), dim3(32), 0, pf_emu::EARLY, [&] { mvtc::prep_x_body(mvtc::PrepArgs{x, p.xa, p.xs}); });
-    else if (fmt == host::Q80)
-        pf_emu::launch(dim3(nsb, rows), dim3(256), 0, pf_emu::EARLY,
-                       [&] { mvtc8::prep_x_body(mvtc8::PrepArgs{x, p.xa, p.xs}); });
-    else
-        pf_emu::launch(dim3(nsb, rows), dim3(256), 0, pf_emu::EARLY,
-                       [&] { mvtc6::prep_x_body(mvtc6::PrepArgs{x, p.xa, p.xs}); });
-    return p;
-}
-
 // One launch of the production kernels' body (R = 1, KW = 8: mvtc_, mvtc_glu_ and their `_sh_`
 // forms), the slots as src/backend/cuda/ops/matvec_tc.rs fills them.
 struct MoeLaunch {
     const uint8_t *w, *w2 = nullptr;
-    XPrep x;
+    TcPrep x;
     float* out;
     const uint32_t* ids = nullptr;
     const float* scales = nullptr;
@@ -290,18 +587,18 @@ struct MoeLaunch {
     size_t rb, expert_bytes = 0;
     int n_experts = 1, x_group = 1, nsum = 1, vectors;
     const uint8_t* sh = nullptr;  // p7
-    const void* sh2 = nullptr;    // n8
+    const void* sh2 = nullptr;    // p3
 };
 template <class F, bool GLU, bool SHARED>
 static void launch_moe(const MoeLaunch& m) {
     ::Args a;
     memset(&a, 0, sizeof a);
-    a.p[0] = (unsigned long long)m.w, a.p[1] = (unsigned long long)m.w2, a.p[2] = (unsigned long long)m.x.xa;
-    a.p[3] = (unsigned long long)m.out, a.p[4] = (unsigned long long)m.ids, a.p[5] = (unsigned long long)m.scales;
+    a.seg[0] = MvSeg{(unsigned long long)m.w, (unsigned long long)m.out, m.n_out, 0};
+    a.p[1] = (unsigned long long)m.w2, a.p[2] = (unsigned long long)m.x.xa;
+    a.p[3] = (unsigned long long)m.sh2, a.p[4] = (unsigned long long)m.ids, a.p[5] = (unsigned long long)m.scales;
     a.p[6] = (unsigned long long)m.x.xs, a.p[7] = (unsigned long long)m.sh;
-    a.n[0] = m.n_out, a.n[1] = m.n_in, a.n[2] = (long long)m.rb, a.n[3] = (long long)m.expert_bytes;
-    a.n[4] = m.n_experts, a.n[5] = m.x_group, a.n[6] = m.nsum, a.n[7] = m.n_out;
-    a.n[8] = (long long)(uintptr_t)m.sh2;
+    a.n[1] = m.n_in, a.n[2] = (long long)m.rb, a.n[3] = (long long)m.expert_bytes;
+    a.n[4] = m.n_experts, a.n[5] = m.x_group, a.n[6] = m.nsum;
     pf_emu::launch(dim3((m.n_out + 15) / 16, m.vectors), dim3(256), 0, pf_emu::EARLY,
                    [&] { mvtc::mv_body<F, 1, 8, GLU, false, SHARED>(a); });
 }
@@ -333,11 +630,11 @@ static void check_shared(const char* name, int fmt, int E, int k, int T, int d, 
     float *hr = dev_alloc<float>((size_t)T * k * f), *hs = dev_alloc<float>((size_t)T * f);
     float* hf = dev_alloc<float>((size_t)T * (k + 1) * f);
     float *orr = dev_alloc<float>((size_t)T * d), *os = dev_alloc<float>((size_t)T * d), *of = dev_alloc<float>((size_t)T * d);
-    const XPrep xp = prep_rows<F>(fmt, x, T, d);
+    const TcPrep xp = prep_tc(fmt, x, T, d);
     // The composition.
     launch_moe<F, true, false>({g, u, xp, hr, ids, nullptr, f, d, rbg, f * rbg, E, k, 1, T * k});
     launch_moe<F, true, false>({gs, us, xp, hs, nullptr, nullptr, f, d, rbg, 0, 1, 1, 1, T});
-    const XPrep hrp = prep_rows<F>(fmt, hr, T * k, f), hsp = prep_rows<F>(fmt, hs, T, f);
+    const TcPrep hrp = prep_tc(fmt, hr, T * k, f), hsp = prep_tc(fmt, hs, T, f);
     launch_moe<F, false, false>({dn, nullptr, hrp, orr, ids, ws, d, f, rbd, d * rbd, E, 1, k, T});
     launch_moe<F, false, false>({ds, nullptr, hsp, os, nullptr, nullptr, d, f, rbd, 0, 1, 1, 1, T});
     // Fused: k + 1 entries per token.
@@ -349,7 +646,7 @@ static void check_shared(const char* name, int fmt, int E, int k, int T, int d, 
                 const float* want = j < k ? &hr[((size_t)t * k + j) * f + o] : &hs[(size_t)t * f + o];
                 differ += memcmp(&hf[((size_t)t * (k + 1) + j) * f + o], want, 4) != 0;
             }
-    const XPrep hfp = prep_rows<F>(fmt, hf, T * (k + 1), f);
+    const TcPrep hfp = prep_tc(fmt, hf, T * (k + 1), f);
     launch_moe<F, false, true>({dn, nullptr, hfp, of, ids, ws, d, f, rbd, d * rbd, E, 1, k + 1, T, ds, mutate ? ws : sg});
     // The composition's sum (sigmoid_scale_add) and the f64 reference on the hidden rows.
     std::vector<float> y(f);
@@ -393,7 +690,7 @@ static void check_shared(const char* name, int fmt, int E, int k, int T, int d, 
     for (void* p : {(void*)g, (void*)u, (void*)dn, (void*)gs, (void*)us, (void*)ds, (void*)x, (void*)ws, (void*)sg,
                     (void*)ids, (void*)hr, (void*)hs, (void*)hf, (void*)orr, (void*)os, (void*)of})
         dev_free(p);
-    for (const XPrep& p : {xp, hrp, hsp, hfp}) dev_free(p.xa), dev_free(p.xs);
+    for (const TcPrep& p : {xp, hrp, hsp, hfp}) dev_free(p.xa), dev_free(p.xs);
 }
 
 int main() {
@@ -406,10 +703,24 @@ int main() {
     check("q4k R=4 KW=4", host::Q4K, run_q4k<4, 4>, KINDS[0], 64, 4096, make_x(0, 4096), PASS_BOUND);
     check("q4k R=4 KW=2", host::Q4K, run_q4k<4, 2>, KINDS[2], 33, 2560, make_x(2, 2560), PASS_BOUND);
 
-    check_prep_row(1024, 4096, 0);  // 4 groups, 4 rounds
-    check_prep_row(1024, 2560, 2);  // 10 super-blocks: groups idle in the last round
-    check_prep_row(512, 2048, 3);
-    check_prep_row(256, 768, 1);
+    // The warp preps of the int8 layouts against the former 256-thread kernels, bit for bit.
+    for (int f = 1; f < 3; f++) {
+        for (int k = 0; k < 6; k++) check_warp_prep(f, 2, 2048, k);
+        check_warp_prep(f, 3, 768, 3);
+    }
+    // The kernels that prepare their own output rows: every layout, alone and together; rows of
+    // 4096 (one task per warp and layout at 1024 threads: two or three rounds with several
+    // layouts), 2560 (10 super-blocks), 768; rows that are not a multiple of 256 prepare nothing.
+    for (int k = RMS; k <= SIGMOID_ROWS; k++) {
+        const NormKernel nk = (NormKernel)k;
+        check_norm_prep(nk, 1, 4096, 7u, 0);
+        check_norm_prep(nk, 3, 2560, 7u, 2);
+        check_norm_prep(nk, 2, 2048 + 128, 7u, 0);
+        check_norm_prep(nk, 1, 2048 + 200, 7u, 0);
+    }
+    for (unsigned m = 1; m < 7; m++) check_norm_prep(RMS, 2, 2048, m, 1);
+    check_norm_prep(ADD_RMS, 4, 768, 3u, 0);
+    for (int k = 0; k < 6; k++) check_norm_prep(SIGMOID_ROWS, 2, 2048, 7u, k);
 
     // Q8_0 (matvec_tc8.cuh): odd row counts, 1..5 groups per warp, a tall row.
     for (int k = 0; k < 4; k++) {
@@ -452,6 +763,20 @@ int main() {
     check("q6k R=1", host::Q6K, run_q6k<1>, "MUTATION B digits swapped", 24, 2048, xu, FAIL_BOUND, q6_swap);
     check("q6k R=1", host::Q6K, run_q6k<1>, "MUTATION sb scale +1%", 24, 2048, xu, FAIL_BOUND, q6_scale);
     check("q4k R=2 KW=4", host::Q4K, run_q4k<2, 4>, "MUTATION swapped A words", 24, 2048, xu, FAIL_BOUND, swap01);
+
+    // Grouped launches of the production kernels (matvec_tc.cu, matvec_tc8.cu):
+    // the GDN projections' shape (qkv 4096 + 8 rows here, small z / alpha / beta), a block's worth
+    // of rows (32) and one more (33), one row, 1..4 products.
+    check_group<mvtc::TcQ4K, 2, 4, false>("q4k tall", host::Q4K, {4104, 32, 33}, 256, 1);
+    check_group<mvtc::TcQ4K, 2, 4, false>("q4k tall", host::Q4K, {33, 1, 64, 17}, 512, 3);
+    check_group<mvtc::TcQ4K, 1, 8, false>("q4k", host::Q4K, {32, 33, 1, 70}, 1024, 3);
+    check_group<mvtc::TcQ4K, 1, 8, false>("q4k", host::Q4K, {16}, 512, 1);
+    check_group<mvtc8::TcQ80, 2, 8, true>("q80 tall", host::Q80, {4104, 33, 32, 1}, 256, 1);
+    check_group<mvtc8::TcQ80, 1, 8, false>("q80", host::Q80, {17, 32, 33}, 512, 3);
+    // Q6_K's kernel takes one product per launch (TcQ6K::SEGS): the production body alone.
+    check_group<mvtc6::TcQ6K, 1, 8, false>("q6k", host::Q6K, {33}, 2048, 3);
+    check_group<mvtc6::TcQ6K, 1, 8, false>("q6k", host::Q6K, {7}, 4096, 1);
+    check_group<mvtc::TcQ4K, 1, 8, false>("q4k", host::Q4K, {32, 32}, 512, 1, true);
 
     // The shared expert in the production kernels: several tokens, the 35B-A3B's k = 8.
     check_shared<mvtc::TcQ4K>("q4k", host::Q4K, 6, 3, 3, 512, 256);

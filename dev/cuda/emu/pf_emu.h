@@ -442,34 +442,9 @@ static void dev_free(T* p) {
 #define gridDim (::pf_emu::g.grid_dim)
 
 inline void __syncthreads() { ::pf_emu::syncthreads(); }
+// All 32 lanes of the warp meet (a warp barrier; the kernels here call it with the full mask).
+inline void __syncwarp(unsigned = 0xffffffffu) { ::pf_emu::warp_barrier(); }
 inline float __expf(float x) { return expf(x); }
-// The bit-level intrinsics kernels-cuda/common.cuh uses (the production matvec body includes it).
-inline float __int_as_float(int v) {
-    float f;
-    memcpy(&f, &v, 4);
-    return f;
-}
-inline float __uint_as_float(unsigned v) {
-    float f;
-    memcpy(&f, &v, 4);
-    return f;
-}
-inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
-    const uint64_t v = (static_cast<uint64_t>(y) << 32) | x;
-    unsigned r = 0;
-    for (int i = 0; i < 4; i++) r |= static_cast<unsigned>((v >> (8 * ((s >> (4 * i)) & 7))) & 0xff) << (8 * i);
-    return r;
-}
-inline unsigned __funnelshift_r(unsigned lo, unsigned hi, unsigned sh) {
-    const uint64_t v = (static_cast<uint64_t>(hi) << 32) | lo;
-    return static_cast<unsigned>(v >> (sh & 31));
-}
-inline uint4 __ldg(const uint4* p) {
-    if (reinterpret_cast<uintptr_t>(p) % 16) ::pf_emu::fail("misaligned 16-byte load");
-    uint4 v;
-    memcpy(&v, p, 16);
-    return v;
-}
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
 inline int atomicAdd(int* p, int v) {
     const int o = *p;

@@ -24,13 +24,33 @@ use crate::backend::{DeviceBuffer, StepMode, Tensor};
 use crate::error::Result;
 
 /// The parameter block of every kernel (kernels-cuda/common.cuh, `struct Args`, same layout):
-/// pointer slots, integer slots, float slots. Each kernel documents its slots.
+/// pointer slots, integer slots, float slots, and the matrix-vector kernels' segment table. Each
+/// kernel documents its slots.
 #[repr(C)]
 #[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
 pub(crate) struct Args {
     pub p: [u64; 8],
     pub n: [i64; 12],
     pub f: [f32; 4],
+    pub seg: [MvSeg; MV_SEGS],
+}
+
+/// Products one matrix-vector launch can hold (common.cuh `MV_SEGS`): a whole `matmul_group`.
+pub(crate) const MV_SEGS: usize = crate::backend::MAX_GROUP;
+const _: () = assert!(
+    MV_SEGS == 4 && std::mem::size_of::<Args>() == 272,
+    "common.cuh `struct Args`"
+);
+
+/// One product of a matrix-vector launch (common.cuh `struct MvSeg`): its weight rows, its output,
+/// its row count (0: unused entry) and its first block of the grid's x blocks.
+#[repr(C)]
+#[derive(Clone, Copy, Default, Debug, bytemuck::Pod, bytemuck::Zeroable)]
+pub(crate) struct MvSeg {
+    pub w: u64,
+    pub out: u64,
+    pub rows: i32,
+    pub block0: i32,
 }
 
 impl Args {

@@ -38,8 +38,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
 use crate::backend::{
-    AttnDims, Backend, BackendOptions, DType, GdnDims, Pos, Precision, ReadFuture, SharedExpert, StepMode, Tensor,
-    WeightData,
+    AttnDims, AttnPrep, Backend, BackendOptions, DType, GdnDims, GdnGates, Pos, Precision, ReadFuture, SharedExpert,
+    StepMode, Tensor, WeightData,
 };
 use crate::error::Result;
 use driver::{cuda_err, Device, Stream};
@@ -67,9 +67,9 @@ pub(crate) struct Inner {
     /// f16 copies of activations (`shadow.rs`) and whether any is held.
     shadows: Mutex<shadow::Shadows>,
     shadows_live: AtomicBool,
-    /// A Q4_K product has run on the tensor cores (`ops/matvec_tc.rs`): from then on the decode
-    /// RMSNorms prepare their output for it (a model without Q4_K weights never pays for that).
-    tc_q4k_seen: AtomicBool,
+    /// The layouts the tensor-core decode products have read from each kind of producer kernel's
+    /// outputs (`ops/matvec_tc.rs`): what those kernels prepare themselves from then on.
+    tc_learned: ops::matvec_tc::Learned,
     next_id: AtomicU64,
     /// Declared last: dropped (the context released) after everything above.
     dev: Device,
@@ -162,7 +162,7 @@ impl CudaBackend {
             fast: opts.precision == Precision::Fast,
             shadows: Mutex::new(shadow::Shadows::default()),
             shadows_live: AtomicBool::new(false),
-            tc_q4k_seen: AtomicBool::new(false),
+            tc_learned: ops::matvec_tc::Learned::default(),
             next_id: AtomicU64::new(1),
             dev,
         };
@@ -302,6 +302,9 @@ impl Backend for CudaBackend {
     fn matmul(&self, w: &Tensor, x: &Tensor, out: &Tensor) -> Result<()> {
         ops::linear::matmul(&self.inner, w, x, out)
     }
+    fn matmul_group(&self, ws: &[&Tensor], x: &Tensor, outs: &[&Tensor]) -> Result<()> {
+        ops::linear::matmul_group(&self.inner, ws, x, outs)
+    }
     fn rms_norm(&self, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
         ops::norm::rms_norm(&self.inner, x, w, eps, out)
     }
@@ -344,6 +347,18 @@ impl Backend for CudaBackend {
         eps: f32,
     ) -> Result<()> {
         ops::conv::conv1d_silu_l2qk(&self.inner, x, w, state, out, dims, eps)
+    }
+    fn gdn_conv_gates(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        state: &Tensor,
+        out: &Tensor,
+        dims: GdnDims,
+        eps: f32,
+        gates: GdnGates<'_>,
+    ) -> Result<()> {
+        ops::conv::gdn_conv_gates(&self.inner, x, w, state, out, dims, eps, gates)
     }
     fn gdn_gates(
         &self,
@@ -392,6 +407,19 @@ impl Backend for CudaBackend {
     }
     fn kv_store(&self, k: &Tensor, v: &Tensor, k_cache: &Tensor, v_cache: &Tensor, pos: Pos) -> Result<()> {
         ops::attention::kv_store(&self.inner, k, v, k_cache, v_cache, pos)
+    }
+    fn attn_qk_prep(
+        &self,
+        a: AttnPrep<'_>,
+        head_dim: usize,
+        n_rot: usize,
+        theta: f32,
+        eps: f32,
+        k_cache: &Tensor,
+        v_cache: &Tensor,
+        pos: Pos,
+    ) -> Result<()> {
+        ops::attention::attn_qk_prep(&self.inner, a, head_dim, n_rot, theta, eps, k_cache, v_cache, pos)
     }
     fn attention(
         &self,

@@ -13,6 +13,10 @@
 //! reused until the f32 tensor is written again. Kernels that produce an activation for a product
 //! anyway (the SwiGLU of the FFN) write the copy themselves and register it.
 //!
+//! The same table remembers which producer kernel (`ops/matvec_tc.rs` `Producer`: the decode
+//! norms and the like, which can prepare their output for the tensor-core decode products) wrote
+//! an activation, so that the products reading it teach that kind of kernel their layouts.
+//!
 //! Validity is tracked on the host, in stream order: every op submitted with a tensor among the
 //! ones it may write (`Inner::submit_rw`; plain `submit` counts every tensor it names) drops that
 //! tensor's copy, and so does every recorded or replayed step (`step_begin`), whose ops do not
@@ -25,7 +29,7 @@ use std::sync::atomic::Ordering;
 use super::buffer::get;
 use super::driver::{cuda_err, DevPtr};
 use super::launch::Args;
-use super::ops::matvec_tc::{TcFormat, TcX};
+use super::ops::matvec_tc::{Producer, TcFormat, TcX};
 use super::ops::Launch;
 use super::profile::Phase;
 use super::Inner;
@@ -77,11 +81,21 @@ struct Slot {
     used: u64,
 }
 
+/// Writers remembered at once (`Inner::produced_by`): a layer has at most two producer outputs
+/// live (the normed hidden state, the mixer's output before its projection).
+const MADE_BY: usize = 4;
+
 #[derive(Default)]
 pub(crate) struct Shadows {
     slots: [Slot; SLOTS],
     /// The prepared copies (`tc_x_of`).
     tc: [Slot; TC_SLOTS],
+    /// Which producer kernel wrote a tensor's current values (by buffer id), by the same
+    /// validity rules, oldest replaced first: a product that reads the tensor teaches the
+    /// producer its layout (`matvec_tc::read_by`).
+    made_by: [Option<(u64, Producer)>; MADE_BY],
+    /// The next `made_by` entry to replace.
+    made_next: usize,
     tick: u64,
 }
 
@@ -121,11 +135,17 @@ impl Shadows {
         Some(i)
     }
 
-    /// The least recently used slot of `kind`, emptied for a new copy.
+    /// The least recently used slot of `kind`, emptied for a new copy (and marked used now, so
+    /// that a kernel writing several copies claims a different slot for each).
     fn claim(&mut self, kind: Kind) -> usize {
+        self.tick += 1;
+        let used = self.tick;
         let slots = self.of(kind);
         let i = (0..slots.len()).min_by_key(|&i| slots[i].used).unwrap_or(0);
-        slots[i] = Slot::default();
+        slots[i] = Slot {
+            used,
+            ..Slot::default()
+        };
         i
     }
 
@@ -154,6 +174,9 @@ impl Inner {
                     for slot in s.slots.iter_mut().chain(s.tc.iter_mut()).filter(|sl| sl.owner == id) {
                         slot.owner = 0;
                     }
+                    for m in s.made_by.iter_mut().filter(|m| m.is_some_and(|(o, _)| o == id)) {
+                        *m = None;
+                    }
                 }
             }
         }
@@ -169,6 +192,7 @@ impl Inner {
             for slot in s.slots.iter_mut().chain(s.tc.iter_mut()) {
                 slot.owner = 0;
             }
+            s.made_by = Default::default();
         }
     }
 
@@ -301,5 +325,33 @@ impl Inner {
     /// the stream).
     pub(crate) fn tc_made(&self, slot: usize, x: &Tensor, f: TcFormat) -> Result<()> {
         self.copy_made(Kind::Tc, slot, x, false, Some(f))
+    }
+
+    /// The producer kernel that wrote the current values of `x`, if one did (`produced_by`).
+    pub(crate) fn writer_of(&self, x: &Tensor) -> Option<Producer> {
+        if !self.shadows_live.load(Ordering::Acquire) {
+            return None;
+        }
+        let id = buffer_id(x)?;
+        let s = self.shadows.lock().ok()?;
+        s.made_by.iter().flatten().find(|m| m.0 == id).map(|m| m.1)
+    }
+
+    /// `who` has written the current values of `x` (its kernel is on the stream).
+    pub(crate) fn produced_by(&self, x: &Tensor, who: Producer) -> Result<()> {
+        let id = get(x, "mvtc copy", 0)?.id;
+        let mut s = self.shadows()?;
+        let i = match s.made_by.iter().position(|m| m.is_some_and(|(o, _)| o == id)) {
+            Some(i) => i,
+            None => {
+                let i = s.made_next;
+                s.made_next = (i + 1) % MADE_BY;
+                i
+            }
+        };
+        s.made_by[i] = Some((id, who));
+        drop(s);
+        self.shadows_live.store(true, Ordering::Release);
+        Ok(())
     }
 }

@@ -4,18 +4,34 @@
 //! | path | needs | else |
 //! |---|---|---|
 //! | subgroup reductions (`reduce_sg.wgsl`) | `SUBGROUP` | workgroup-memory trees (`reduce_plain.wgsl`) |
-//! | tensor-core prefill (`matmul_coop.wgsl`, f16 inputs) | `EXPERIMENTAL_COOPERATIVE_MATRIX` with a 16x16x16 f16 -> f32 configuration, `SHADER_F16`, `SUBGROUP`, and `Precision::Fast` | the f32 tiled kernel |
+//! | tensor-core prefill (`matmul_coop.wgsl`, or `matmul_coop2.wgsl` with `RILL_WGPU_COOP=2`; f16 inputs) | `EXPERIMENTAL_COOPERATIVE_MATRIX` with a 16x16x16 f16 -> f32 configuration, `SHADER_F16`, `SUBGROUP`, and `Precision::Fast` | the f32 tiled kernel |
 //! | per-dispatch GPU timestamps (`RILL_PROFILE=1`) | `TIMESTAMP_QUERY_INSIDE_PASSES` | a submit-and-wait wall clock per dispatch |
+//! | `matmul_group` of up to 4 (3) same-format products in one decode dispatch (`matvec_group.wgsl`) | 9 (7) storage buffers per stage | one dispatch per product |
+//! | `gdn_conv_gates` in one dispatch (`gdn_conv_gates.wgsl`) | 10 storage buffers per stage | `gdn_gates` + `conv1d_silu_l2qk` |
+//! | `attn_qk_prep` in one dispatch (`attn_qk_prep.wgsl`) | 11 storage buffers per stage | q and k/v halves (`attn_prep_q.wgsl`, `attn_prep_kv.wgsl`; 7), else the six separate ops |
 //!
 //! Tuning knobs, for measuring on a new GPU without a rebuild (`scripts/gpu-wgpu-mv-sweep.sh`):
 //! the matrix-vector geometry, `RILL_WGPU_MV_WG` (invocations per workgroup: 64, 128 or 256;
 //! default 128), `RILL_WGPU_MV_ROWS` (rows per invocation: 1, 2, 4 or 8; default 2) and
 //! `RILL_WGPU_MV_LANES` (invocations per row group, a power of two up to the workgroup; default
 //! 32, fewer for short rows), and `RILL_WGPU_SUBMIT_EVERY` (dispatches per submission, 1..=256;
-//! default 64). Values the kernels do not take keep the default.
+//! default 64). Values the kernels do not take keep the default. `RILL_WGPU_FUSE=0` turns the
+//! fused decode dispatches of the table above off (one dispatch per product and per step, as
+//! before them), to measure what they gain.
+//!
+//! The tensor-core prefill kernel (`scripts/gpu-wgpu-prefill-sweep.sh`): `RILL_WGPU_COOP` picks
+//! it (1: `matmul_coop.wgsl`, 64 x 64 tiles; 2: `matmul_coop2.wgsl`; default `COOP_KERNEL_DEFAULT`),
+//! and for the second `RILL_WGPU_COOP_TILE=RxTxK[/SRxST]` its geometry (output rows x tokens per
+//! workgroup, k step, and optionally each subgroup's piece, 64x32 or 32x64: see `CoopTile`;
+//! default 128x128x32, or 128x64x32 where workgroup memory is short), `RILL_WGPU_COOP_BUF` its staging buffers (2: double-buffered k steps, one
+//! barrier each; 1: one buffer, two barriers; default 2) and `RILL_WGPU_COOP_DIRECT=0` stores full
+//! tiles through workgroup memory like the edges instead of straight from the accumulators. A
+//! geometry the kernel or the device does not take keeps the default.
 //!
 //! `RILL_WGPU_PLAIN=1` forces every plain path (what the browser runs: wgpu's web backend has no
-//! subgroups), so tests cover both on one machine. `RILL_WGPU_COOP_EMULATE=1` (tests only) runs
+//! subgroups), so tests cover both on one machine; `RILL_WGPU_MAX_STORAGE=N` (at least 8, WebGPU's
+//! guarantee) pretends the adapter allows only N storage buffers per kernel, as browsers' do, so
+//! the fallbacks of the fused dispatches are tested too. `RILL_WGPU_COOP_EMULATE=1` (tests only) runs
 //! the tensor-core kernel's tiling and f16 staging with the matrix products done by plain code,
 //! so a machine without cooperative matrices (lavapipe) still checks everything but the
 //! cooperative built-ins themselves.
@@ -26,6 +42,7 @@
 //! buffer access still guards the buffers. `RILL_WGPU_SHADER_CHECKS=1` puts the checks back (to
 //! tell a kernel bug from a driver one, and so tests run both ways).
 
+use super::kernels;
 use crate::backend::Precision;
 
 /// Size of the cooperative-matrix tiles the coop kernel uses (`coop_mat16x16`).
@@ -42,12 +59,162 @@ pub(crate) enum Coop {
     Emulated,
 }
 
+/// How `attn_qk_prep` runs: its kernels need 11 storage buffers in one dispatch, 7 in two.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Prep {
+    /// The six separate ops.
+    Separate,
+    /// The q heads and the k/v heads in a dispatch each.
+    Halves,
+    /// One dispatch.
+    One,
+}
+
+/// Which tensor-core prefill kernel `RILL_WGPU_COOP` picks when unset: 2 (`matmul_coop2.wgsl`),
+/// 2.6x faster than `matmul_coop.wgsl` end to end on the H200 (9B Q4_K_M pp512 651 -> 1,664 t/s,
+/// scripts/gpu-wgpu-prefill-sweep.sh, BENCHMARKS.md).
+pub(crate) const COOP_KERNEL_DEFAULT: u32 = 2;
+
+/// The geometry of `matmul_coop2.wgsl` (WGSL `C2_*`, generated in kernels.rs): each workgroup
+/// computes `rows` x `toks` outputs in k steps of `k`, as subgroups of 32 invocations that each
+/// own a `sg_rows` x `sg_toks` piece, eight 16 x 16 accumulators (64 x 32 or 32 x 64).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CoopTile {
+    pub rows: u32,
+    pub toks: u32,
+    pub k: u32,
+    pub sg_rows: u32,
+    pub sg_toks: u32,
+    /// Staging buffers: 2 overlaps one k step's products with the next step's staging (one
+    /// barrier per step), 1 stages in place (two barriers per step).
+    pub bufs: u32,
+    /// Full tiles are stored straight from the accumulators to the output (else through
+    /// workgroup memory, as the edges always are).
+    pub direct: bool,
+}
+
+/// Invocations of a subgroup in `matmul_coop2.wgsl` (NVIDIA's; the cooperative-matrix kernels
+/// assume it).
+const COOP_SUBGROUP: u32 = 32;
+
+impl CoopTile {
+    /// The H200's best of the sweep (128 x 128 x 32, two buffers: 48 KiB of workgroup memory).
+    pub const DEFAULT: CoopTile = CoopTile {
+        rows: 128,
+        toks: 128,
+        k: 32,
+        sg_rows: 64,
+        sg_toks: 32,
+        bufs: 2,
+        direct: true,
+    };
+
+    /// For devices with less workgroup memory than the default needs (28 KiB).
+    pub const SMALL: CoopTile = CoopTile {
+        toks: 64,
+        ..CoopTile::DEFAULT
+    };
+
+    /// `RxTxK` or `RxTxK/SRxST` (the `RILL_WGPU_COOP_TILE` knob; the piece defaults to 64 x 32
+    /// rows x tokens). Not checked against what the kernel takes (`valid`).
+    pub fn parse(s: &str) -> Option<CoopTile> {
+        let nums = |s: &str| -> Option<Vec<u32>> { s.split('x').map(|n| n.trim().parse().ok()).collect() };
+        let (tile, piece) = match s.split_once('/') {
+            Some((t, p)) => (t, Some(p)),
+            None => (s, None),
+        };
+        let (rows, toks, k) = match nums(tile)?[..] {
+            [r, t, k] => (r, t, k),
+            _ => return None,
+        };
+        let (sg_rows, sg_toks) = match piece.map(nums) {
+            None => (64, 32),
+            Some(Some(p)) if p.len() == 2 => (p[0], p[1]),
+            Some(_) => return None,
+        };
+        Some(CoopTile {
+            rows,
+            toks,
+            k,
+            sg_rows,
+            sg_toks,
+            ..CoopTile::DEFAULT
+        })
+    }
+
+    pub fn subgroups(&self) -> u32 {
+        (self.rows / self.sg_rows) * (self.toks / self.sg_toks)
+    }
+
+    /// Invocations per workgroup (WGSL `C2_WG`).
+    pub fn invocations(&self) -> u32 {
+        COOP_SUBGROUP * self.subgroups()
+    }
+
+    /// Units of 8 weights (`C2_WU`) and of 8 x values (`C2_XU`) each invocation stages per k step.
+    pub fn w_units(&self) -> u32 {
+        self.rows * self.k / 8 / self.invocations()
+    }
+
+    pub fn x_units(&self) -> u32 {
+        self.toks * self.k / 8 / self.invocations()
+    }
+
+    /// Row strides (in f16) of the staged x tile (tokens x k) and weight tile (k x rows): 16
+    /// bytes of padding put the 8 row segments of 16 bytes a cooperative load reads at once in
+    /// different banks, and keep the strides whole 16 bytes (cooperative loads need that).
+    pub fn a_stride(&self) -> u32 {
+        self.k + 8
+    }
+
+    pub fn b_stride(&self) -> u32 {
+        self.rows + 8
+    }
+
+    /// Workgroup memory: the staging buffers, and a 16 x `COOP_SCRATCH_STRIDE` f32 scratch per
+    /// subgroup (zeros for the accumulators, the edges' write-out).
+    pub fn workgroup_bytes(&self) -> u32 {
+        2 * self.bufs * (self.toks * self.a_stride() + self.k * self.b_stride())
+            + 4 * self.subgroups() * 16 * COOP_SCRATCH_STRIDE
+    }
+
+    /// What `matmul_coop2.wgsl` takes: whole 16 x 16 accumulators, eight per subgroup (a 64 x 32
+    /// or 32 x 64 piece), 2, 4 or 8 subgroups, whole units of staging per invocation (1, 2, 4 or
+    /// 8 of each: the kernel keeps them in named registers), one or two buffers.
+    pub fn valid(&self) -> bool {
+        let piece = matches!((self.sg_rows, self.sg_toks), (64, 32) | (32, 64));
+        let dims =
+            [64, 128, 256].contains(&self.rows) && [32, 64, 128].contains(&self.toks) && [32, 64].contains(&self.k);
+        if !(piece && dims && self.rows.is_multiple_of(self.sg_rows) && self.toks.is_multiple_of(self.sg_toks)) {
+            return false;
+        }
+        let wg = self.invocations();
+        let units = |n: u32| n.is_multiple_of(8 * wg) && [1, 2, 4, 8].contains(&(n / 8 / wg));
+        [2, 4, 8].contains(&self.subgroups())
+            && units(self.rows * self.k)
+            && units(self.toks * self.k)
+            && [1, 2].contains(&self.bufs)
+    }
+
+    /// `valid`, and the device holds its workgroup.
+    fn fits(&self, limits: &wgpu::Limits) -> bool {
+        self.valid()
+            && self.workgroup_bytes() <= limits.max_compute_workgroup_storage_size
+            && self.invocations() <= limits.max_compute_invocations_per_workgroup
+    }
+}
+
+/// Row stride (f32) of a subgroup's scratch in `matmul_coop2.wgsl`: 80 bytes, whole 16 bytes.
+pub(crate) const COOP_SCRATCH_STRIDE: u32 = 20;
+
 /// The adapter's features and limits that select kernels, fixed when the device is created.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Caps {
     /// Subgroup operations in compute shaders.
     pub subgroups: bool,
     pub coop: Coop,
+    /// With `coop` on (or emulated): `matmul_coop2.wgsl` and its geometry, else `matmul_coop.wgsl`.
+    pub coop2: Option<CoopTile>,
     /// `ComputePass::write_timestamp` (profiling inside one pass).
     pub timestamps_in_passes: bool,
     /// Largest storage binding in bytes (weights larger than this are bound in pieces).
@@ -58,6 +225,14 @@ pub(crate) struct Caps {
     /// Alignment of a dynamic uniform offset (the parameter slots).
     pub uniform_align: u64,
     pub max_workgroups_per_dim: u32,
+    /// Storage buffers one kernel may bind (`max_storage_buffers_per_shader_stage`).
+    pub max_storage: u32,
+    /// Most products of one input one `matmul_group` dispatch takes (1: a dispatch per product).
+    pub mv_group: u32,
+    /// `gdn_conv_gates` as one dispatch.
+    pub fused_gates: bool,
+    /// How `attn_qk_prep` runs.
+    pub prep: Prep,
     /// Invocations per matrix-vector workgroup (WGSL `MV_WG`).
     pub mv_wg: u32,
     /// Rows per matrix-vector invocation (WGSL `MV_R`).
@@ -96,7 +271,20 @@ pub(crate) struct Overrides {
     pub submit_every: Option<u32>,
     /// `RILL_WGPU_SHADER_CHECKS=1`: compile shaders with naga's runtime checks.
     pub shader_checks: bool,
+    /// `RILL_WGPU_FUSE=0`: no fused decode dispatches.
+    pub no_fuse: bool,
+    /// `RILL_WGPU_MAX_STORAGE=N`: pretend the adapter allows only N storage buffers per kernel.
+    pub max_storage: Option<u32>,
+    /// `RILL_WGPU_COOP`, `RILL_WGPU_COOP_TILE`, `RILL_WGPU_COOP_BUF`, `RILL_WGPU_COOP_DIRECT`
+    /// (see the module comment; a tile that does not parse is None).
+    pub coop_kernel: Option<u32>,
+    pub coop_tile: Option<CoopTile>,
+    pub coop_bufs: Option<u32>,
+    pub coop_staged: bool,
 }
+
+/// Storage buffers per kernel WebGPU guarantees (and the most an existing unfused kernel binds).
+pub(crate) const MIN_STORAGE: u32 = 8;
 
 fn env_flag(name: &str) -> bool {
     std::env::var_os(name).is_some_and(|v| v == "1")
@@ -117,6 +305,14 @@ impl Overrides {
             mv_lanes: env_num("RILL_WGPU_MV_LANES").and_then(|v| u32::try_from(v).ok()),
             submit_every: env_num("RILL_WGPU_SUBMIT_EVERY").and_then(|v| u32::try_from(v).ok()),
             shader_checks: env_flag("RILL_WGPU_SHADER_CHECKS"),
+            no_fuse: std::env::var_os("RILL_WGPU_FUSE").is_some_and(|v| v == "0"),
+            max_storage: env_num("RILL_WGPU_MAX_STORAGE").and_then(|v| u32::try_from(v).ok()),
+            coop_kernel: env_num("RILL_WGPU_COOP").and_then(|v| u32::try_from(v).ok()),
+            coop_tile: std::env::var("RILL_WGPU_COOP_TILE")
+                .ok()
+                .and_then(|v| CoopTile::parse(&v)),
+            coop_bufs: env_num("RILL_WGPU_COOP_BUF").and_then(|v| u32::try_from(v).ok()),
+            coop_staged: std::env::var_os("RILL_WGPU_COOP_DIRECT").is_some_and(|v| v == "0"),
         }
     }
 }
@@ -179,12 +375,47 @@ impl Caps {
         } else {
             Coop::Off
         };
+        let coop2 = (coop != Coop::Off && ov.coop_kernel.unwrap_or(COOP_KERNEL_DEFAULT) == 2)
+            .then(|| {
+                let asked = CoopTile {
+                    bufs: ov.coop_bufs.unwrap_or(CoopTile::DEFAULT.bufs),
+                    direct: !ov.coop_staged,
+                    ..ov.coop_tile.unwrap_or(CoopTile::DEFAULT)
+                };
+                // A geometry the kernel or the device does not take keeps the default, or the
+                // smaller one where the device's workgroup memory is short.
+                let keep = |t: CoopTile| CoopTile {
+                    direct: asked.direct,
+                    ..t
+                };
+                [asked, keep(CoopTile::DEFAULT), keep(CoopTile::SMALL)]
+                    .into_iter()
+                    .find(|t| t.fits(limits))
+            })
+            .flatten();
         // A power of two the plain reduction takes (<= 256) and the device allows; anything
         // else keeps the default.
         let mv_wg = ov
             .mv_wg
             .filter(|n| [64, 128, 256].contains(n) && *n <= limits.max_compute_invocations_per_workgroup)
             .unwrap_or(MV_WG_DEFAULT);
+        let max_storage = match ov.max_storage {
+            Some(n) => n.max(MIN_STORAGE).min(limits.max_storage_buffers_per_shader_stage),
+            None => limits.max_storage_buffers_per_shader_stage,
+        };
+        let fuse = !ov.no_fuse;
+        let fits = |n: u32| fuse && n <= max_storage;
+        let mv_group = (2..=crate::backend::MAX_GROUP as u32)
+            .rev()
+            .find(|&n| fits(kernels::mv_group_bindings(n)))
+            .unwrap_or(1);
+        let prep = if fits(kernels::PREP_BINDINGS) {
+            Prep::One
+        } else if fits(kernels::PREP_HALF_BINDINGS) {
+            Prep::Halves
+        } else {
+            Prep::Separate
+        };
         let max_binding = match ov.max_binding {
             Some(b) => b.min(limits.max_storage_buffer_binding_size),
             None => limits.max_storage_buffer_binding_size,
@@ -192,6 +423,7 @@ impl Caps {
         Caps {
             subgroups: !ov.plain && features.contains(wgpu::Features::SUBGROUP),
             coop,
+            coop2,
             timestamps_in_passes: features
                 .contains(wgpu::Features::TIMESTAMP_QUERY | wgpu::Features::TIMESTAMP_QUERY_INSIDE_PASSES),
             max_binding,
@@ -199,6 +431,10 @@ impl Caps {
             binding_align: u64::from(limits.min_storage_buffer_offset_alignment.max(4)),
             uniform_align: u64::from(limits.min_uniform_buffer_offset_alignment.max(4)),
             max_workgroups_per_dim: limits.max_compute_workgroups_per_dimension.max(1),
+            max_storage,
+            mv_group,
+            fused_gates: fits(kernels::GATES_BINDINGS),
+            prep,
             mv_wg,
             mv_rows: ov
                 .mv_rows
@@ -227,14 +463,29 @@ impl Caps {
     /// One line for `rill bench` and logs.
     pub fn describe(&self) -> String {
         format!(
-            "reductions {}, prefill {}, binding limit {} MiB{}{}",
+            "reductions {}, prefill {}{}, binding limit {} MiB, {}{}{}",
             if self.subgroups { "subgroup" } else { "workgroup-memory" },
             match self.coop {
                 Coop::Off => "f32 tiles",
                 Coop::On => "cooperative-matrix f16",
                 Coop::Emulated => "emulated cooperative-matrix f16",
             },
+            match self.coop2 {
+                Some(t) => format!(
+                    " (coop2 {}x{}x{}/{}x{}, {} buffer{}{})",
+                    t.rows,
+                    t.toks,
+                    t.k,
+                    t.sg_rows,
+                    t.sg_toks,
+                    t.bufs,
+                    if t.bufs == 1 { "" } else { "s" },
+                    if t.direct { "" } else { ", staged stores" }
+                ),
+                None => String::new(),
+            },
             self.max_binding >> 20,
+            self.describe_fusion(),
             // The knobs only when set away from their defaults.
             if (self.mv_wg, self.mv_rows, self.mv_lanes, self.submit_every)
                 == (MV_WG_DEFAULT, MV_ROWS_DEFAULT, MV_LANES_DEFAULT, SUBMIT_EVERY_DEFAULT)
@@ -252,6 +503,27 @@ impl Caps {
                 ""
             }
         )
+    }
+
+    /// The fused decode dispatches in use, e.g. `fused: groups of 4, gates, prep in 1`.
+    fn describe_fusion(&self) -> String {
+        let mut parts = Vec::new();
+        if self.mv_group > 1 {
+            parts.push(format!("groups of {}", self.mv_group));
+        }
+        if self.fused_gates {
+            parts.push("gates".to_string());
+        }
+        match self.prep {
+            Prep::One => parts.push("prep in 1".to_string()),
+            Prep::Halves => parts.push("prep in 2".to_string()),
+            Prep::Separate => {}
+        }
+        if parts.is_empty() {
+            "no fused decode dispatches".to_string()
+        } else {
+            format!("fused: {}", parts.join(", "))
+        }
     }
 }
 
@@ -328,6 +600,81 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn second_coop_kernel_takes_only_geometries_it_and_the_device_hold() {
+        let all = wgpu::Features::SUBGROUP | coop_features();
+        let pick = |kernel: Option<u32>, tile: &str, bufs: Option<u32>, staged: bool, precision| {
+            caps(
+                all,
+                precision,
+                true,
+                Overrides {
+                    coop_kernel: kernel,
+                    coop_tile: CoopTile::parse(tile),
+                    coop_bufs: bufs,
+                    coop_staged: staged,
+                    ..Default::default()
+                },
+            )
+            .coop2
+        };
+        let d = CoopTile::DEFAULT;
+        let fast = Precision::Fast;
+        assert_eq!(pick(None, "", None, false, fast).is_some(), COOP_KERNEL_DEFAULT == 2);
+        assert_eq!(pick(Some(1), "", None, false, fast), None);
+        assert_eq!(pick(Some(2), "", None, false, Precision::Exact), None);
+        assert_eq!(pick(Some(2), "", None, false, fast), Some(d));
+        assert_eq!((d.invocations(), d.w_units(), d.x_units()), (256, 2, 2));
+        assert_eq!(
+            (
+                CoopTile::SMALL.invocations(),
+                CoopTile::SMALL.w_units(),
+                CoopTile::SMALL.x_units()
+            ),
+            (128, 4, 2)
+        );
+        let t = pick(Some(2), "64x128x32/32x64", Some(1), true, fast).unwrap();
+        assert_eq!(
+            (t.rows, t.toks, t.k, t.sg_rows, t.sg_toks, t.bufs, t.direct),
+            (64, 128, 32, 32, 64, 1, false)
+        );
+        assert_eq!(t.subgroups(), 4);
+        // 128 x 128 x 32 double-buffered just fits 48 KiB; with k 64 only single-buffered.
+        assert_eq!(
+            pick(Some(2), "128x128x32", Some(2), false, fast).map(|t| t.rows),
+            Some(128)
+        );
+        assert_eq!(
+            pick(Some(2), "128x128x64", Some(2), false, fast),
+            Some(d),
+            "too big: the default"
+        );
+        assert_eq!(pick(Some(2), "128x128x64", Some(1), false, fast).map(|t| t.k), Some(64));
+        for bad in [
+            "128x64",
+            "128x64x48",
+            "96x64x32",
+            "128x64x32/16x16",
+            "256x128x32",
+            "64x32x32",
+            "axbxc",
+        ] {
+            assert_eq!(pick(Some(2), bad, None, false, fast), Some(d), "{bad}");
+        }
+        assert_eq!(pick(Some(2), "", Some(3), false, fast), Some(d), "three buffers");
+        // Too little workgroup memory for any geometry: the first kernel.
+        let small = wgpu::Limits {
+            max_compute_workgroup_storage_size: 28 << 10,
+            ..wgpu::Limits::default()
+        };
+        let ov = Overrides {
+            coop_kernel: Some(2),
+            ..Default::default()
+        };
+        let c = Caps::select(all, &small, fast, true, ov);
+        assert_eq!((c.coop, c.coop2), (Coop::On, None));
+    }
+
+    #[test]
     fn binding_limit_can_only_be_lowered() {
         let lim = wgpu::Limits::default();
         let ov = |b| Overrides {
@@ -338,6 +685,39 @@ pub(crate) mod tests {
         assert_eq!(low.max_binding, 4096);
         let high = Caps::select(wgpu::Features::empty(), &lim, Precision::Exact, false, ov(u64::MAX));
         assert_eq!(high.max_binding, lim.max_storage_buffer_binding_size);
+    }
+
+    /// The fused decode dispatches by the adapter's storage buffers per kernel: WebGPU's 8
+    /// (groups of 3, the attention preparation in halves), 10 (groups of 4, the gates), 11 and
+    /// more (everything); `RILL_WGPU_MAX_STORAGE` lowers it (never below 8), `RILL_WGPU_FUSE=0`
+    /// turns all off.
+    #[test]
+    fn fused_dispatches_follow_the_storage_buffer_limit() {
+        let pick = |adapter: u32, ov: Overrides| {
+            let lim = wgpu::Limits {
+                max_storage_buffers_per_shader_stage: adapter,
+                ..wgpu::Limits::default()
+            };
+            let c = Caps::select(wgpu::Features::empty(), &lim, Precision::Exact, false, ov);
+            (c.max_storage, c.mv_group, c.fused_gates, c.prep)
+        };
+        let none = Overrides::default();
+        assert_eq!(pick(8, none), (8, 3, false, Prep::Halves));
+        assert_eq!(pick(10, none), (10, 4, true, Prep::Halves));
+        assert_eq!(pick(11, none), (11, 4, true, Prep::One));
+        assert_eq!(pick(1 << 20, none), (1 << 20, 4, true, Prep::One));
+        let lowered = |n| Overrides {
+            max_storage: Some(n),
+            ..Default::default()
+        };
+        assert_eq!(pick(1 << 20, lowered(8)), (8, 3, false, Prep::Halves));
+        assert_eq!(pick(1 << 20, lowered(4)).0, 8, "never below WebGPU's guarantee");
+        assert_eq!(pick(10, lowered(64)).0, 10, "never above the adapter's");
+        let off = Overrides {
+            no_fuse: true,
+            ..Default::default()
+        };
+        assert_eq!(pick(1 << 20, off), (1 << 20, 1, false, Prep::Separate));
     }
 
     #[test]

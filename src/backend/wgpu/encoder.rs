@@ -29,8 +29,9 @@ use crate::gguf::GgmlType;
 
 /// Parameter slots in the arena: a submission holds at most `Caps::submit_every` dispatches.
 const PARAM_SLOTS: u64 = super::caps::SUBMIT_EVERY_MAX as u64;
-/// Most storage bindings of one kernel.
-const MAX_BINDS: usize = 8;
+/// Most storage bindings of one kernel (`attn_qk_prep`'s; `caps` runs a kernel only where the
+/// adapter allows its count).
+const MAX_BINDS: usize = kernels::PREP_BINDINGS as usize;
 /// Recorded steps kept (a few sessions x head variants).
 const MAX_STEPS: usize = 16;
 /// Most timestamps per submission when profiling.
@@ -391,8 +392,9 @@ impl<'a> Encoder<'a> {
         if slots.first() != Some(&Slot::Uniform) || slots[1..].contains(&Slot::Uniform) {
             return Err(gpu_err(format!("{label}: binding 0 must be the only uniform")));
         }
-        if slots.len() - 1 > MAX_BINDS {
-            return Err(gpu_err(format!("{label}: more than {MAX_BINDS} storage bindings")));
+        let most = MAX_BINDS.min(caps.max_storage as usize);
+        if slots.len() - 1 > most {
+            return Err(gpu_err(format!("{label}: more than {most} storage bindings")));
         }
         let entries: Vec<wgpu::BindGroupLayoutEntry> = slots
             .iter()
@@ -570,6 +572,10 @@ impl<'a> Encoder<'a> {
         let weight_bytes = match kernel {
             Kernel::Matvec => key.b[0][2],
             Kernel::MatvecSwiglu => key.b[0][2] + key.b[3][2],
+            // x, then a weight and an output per product.
+            Kernel::MatvecGroup2 | Kernel::MatvecGroup3 | Kernel::MatvecGroup4 => {
+                key.b[1..binds.len()].iter().step_by(2).map(|b| b[2]).sum()
+            }
             _ => 0,
         };
         if let Some(Active { step, .. }) = self.st.steps.active.as_mut().and_then(Active::mine) {

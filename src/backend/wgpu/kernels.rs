@@ -7,7 +7,7 @@
 //! (`dequant_<type>.wgsl` plus the shared snippets it needs), for a reducing kernel the reduction
 //! of the selected variant (`lib_reduce_sg.wgsl` or `lib_reduce_plain.wgsl`), then the op's file.
 
-use super::caps::{Caps, Coop};
+use super::caps::{Caps, Coop, CoopTile, COOP_SCRATCH_STRIDE};
 use crate::backend::wgpu::gpu_err;
 use crate::error::Result;
 use crate::gguf::GgmlType;
@@ -51,10 +51,16 @@ pub(crate) const ELT_WG: u32 = 256;
 pub(crate) const ATT_WG: u32 = 64;
 pub(crate) const ATT_MAX_D: u32 = 256;
 pub(crate) const ATT_SPLITS: u32 = 32;
-/// Delta rule: state rows per workgroup, chunk length, largest key head dim.
-pub(crate) const DELTA_ROWS: u32 = 32;
+/// The chunked delta rule: chunk length, largest key head dim, invocations per workgroup of both
+/// kernels, and state rows per workgroup of `delta_rule_chunk_state` (whose phase a gives each
+/// invocation one token and four rows: `DELTA_WG = DELTA_CHUNK · DELTA_ROWS / 4`; the prep kernel
+/// gives each invocation a quarter of a token's row of the 64 × 64 products: `4 · DELTA_CHUNK`).
 pub(crate) const DELTA_CHUNK: u32 = 64;
 pub(crate) const DELTA_MAX_DK: u32 = 128;
+pub(crate) const DELTA_WG: u32 = 256;
+pub(crate) const DELTA_ROWS: u32 = 16;
+const _: () = assert!(DELTA_WG == DELTA_CHUNK * DELTA_ROWS / 4 && DELTA_WG == 4 * DELTA_CHUNK);
+const _: () = assert!(DELTA_ROWS.is_multiple_of(4) && DELTA_MAX_DK.is_multiple_of(4));
 /// The recurrent delta rule: invocations per workgroup, and without subgroups invocations per
 /// state row (few, so that each has a share of the row worth its reduction and barriers, which CPU
 /// adapters pay for dearly).
@@ -78,6 +84,23 @@ pub(crate) const CONV_WG: u32 = 64;
 pub(crate) const CONV_MAX_K: u32 = 16;
 /// The fused conv + q/k L2 norm: channels per workgroup (= the largest dk it handles).
 pub(crate) const CONV_NORM_WG: u32 = 128;
+/// The attention preparation (`attn_qk_prep`): invocations per workgroup, one per element of a
+/// head (so the largest head dim it takes).
+pub(crate) const PREP_WG: u32 = ATT_MAX_D;
+// The workgroup-memory reduction (lib_reduce_plain.wgsl) takes a power of two up to 256.
+const _: () = assert!(PREP_WG.is_power_of_two() && PREP_WG <= 256);
+/// Storage buffers of the fused decode kernels (`caps` picks them only where the adapter allows
+/// as many; `fused_kernels_bind_what_caps_assumes` checks these against the shaders):
+/// `gdn_conv_gates`, `attn_qk_prep` and each of its halves.
+pub(crate) const GATES_BINDINGS: u32 = 10;
+pub(crate) const PREP_BINDINGS: u32 = 11;
+pub(crate) const PREP_HALF_BINDINGS: u32 = 7;
+
+/// Storage buffers of a `matvec_group` of `n` products: x, and a weight and an output each.
+pub(crate) const fn mv_group_bindings(n: u32) -> u32 {
+    1 + 2 * n
+}
+
 /// MoE: most experts per token, most experts in all (`moe_route` keeps them in workgroup memory).
 pub(crate) const MOE_MAX_K: u32 = 16;
 pub(crate) const MOE_MAX_E: u32 = 2048;
@@ -89,6 +112,8 @@ pub(crate) const PARAM_BYTES: u64 = 64;
 /// `MV_WG` invocations per workgroup, `MV_R` rows per invocation (the lanes per row group are a
 /// per-dispatch parameter, `mv_lanes`).
 fn constants(caps: &Caps) -> String {
+    // matmul_coop2's geometry (the default's where the kernel is not selected: unused there).
+    let c2 = caps.coop2.unwrap_or(CoopTile::DEFAULT);
     let list: &[(&str, u32)] = &[
         ("MV_WG", caps.mv_wg),
         ("MV_R", caps.mv_rows),
@@ -101,6 +126,21 @@ fn constants(caps: &Caps) -> String {
         ("TILE_WG", TILE_WG),
         ("COOP_WG", COOP_WG),
         ("COOP_CS", COOP_CS),
+        ("C2_R", c2.rows),
+        ("C2_T", c2.toks),
+        ("C2_K", c2.k),
+        ("C2_SR", c2.sg_rows),
+        ("C2_ST", c2.sg_toks),
+        ("C2_NB", c2.sg_rows / 16),
+        ("C2_BUF", c2.bufs),
+        ("C2_WG", c2.invocations()),
+        ("C2_WU", c2.w_units()),
+        ("C2_XU", c2.x_units()),
+        ("C2_SA", c2.a_stride()),
+        ("C2_SB", c2.b_stride()),
+        ("C2_XS", c2.toks * c2.a_stride()),
+        ("C2_WS", c2.k * c2.b_stride()),
+        ("C2_SCS", COOP_SCRATCH_STRIDE),
         ("ROW_WG", ROW_WG),
         ("ARGMAX_CHUNK", ARGMAX_CHUNK),
         ("ELT_WG", ELT_WG),
@@ -110,12 +150,14 @@ fn constants(caps: &Caps) -> String {
         ("DELTA_ROWS", DELTA_ROWS),
         ("DELTA_CHUNK", DELTA_CHUNK),
         ("DELTA_MAX_DK", DELTA_MAX_DK),
+        ("DELTA_WG", DELTA_WG),
         ("DELTA_REC_WG", DELTA_REC_WG),
         ("DELTA_REC_ROWS", delta_rec_rows(caps)),
         ("DELTA_LANES", DELTA_LANES),
         ("CONV_WG", CONV_WG),
         ("CONV_MAX_K", CONV_MAX_K),
         ("CONV_NORM_WG", CONV_NORM_WG),
+        ("PREP_WG", PREP_WG),
         ("MOE_MAX_K", MOE_MAX_K),
         ("MOE_MAX_E", MOE_MAX_E),
     ];
@@ -149,6 +191,8 @@ enum Weights {
     One,
     /// `W` and `W2`, selected by `wsel` (`lib_w2.wgsl`).
     Two,
+    /// `W0` .. `W{n-1}`, each with its output, selected by `wsel` (`group_io`).
+    Group(u32),
 }
 
 /// Declares `Kernel` and the list of all its values (`ALL`, in discriminant order) from one list.
@@ -173,8 +217,12 @@ kernels! {
     MatmulRows,
     Matvec,
     MatvecSwiglu,
+    MatvecGroup2,
+    MatvecGroup3,
+    MatvecGroup4,
     MatmulTiled,
     MatmulCoop,
+    MatmulCoop2,
     MoeRoute,
     MoeMatvec,
     MoeRows,
@@ -185,6 +233,7 @@ kernels! {
     L2NormQk,
     Conv,
     ConvL2qk,
+    GdnConvGates,
     AddAssign,
     Swiglu,
     SigmoidMulAssign,
@@ -196,6 +245,9 @@ kernels! {
     GdnGates,
     Rope,
     KvStore,
+    AttnQkPrep,
+    AttnPrepQ,
+    AttnPrepKv,
     Attention,
     AttentionSplit,
     AttentionCombine,
@@ -242,14 +294,39 @@ const ARGMAX: &str = wgsl!("lib_argmax");
 const ARGMAX_SCAN: &str = wgsl!("lib_argmax_scan");
 const ATTEND: &str = wgsl!("lib_attention");
 const COOP_TILES: &str = wgsl!("lib_coop_tiles");
+const COOP2_TILES: &str = wgsl!("lib_coop2_tiles");
 const MM_IO: &str = wgsl!("lib_mm_io");
 const MV_IO: &str = wgsl!("lib_mv_io");
+const MVG_IO: &str = wgsl!("lib_mvg_io");
+const CONV_L2QK: &str = wgsl!("lib_conv_l2qk");
+const GATES: &str = wgsl!("lib_gates");
+const ROPE: &str = wgsl!("lib_rope");
+const PREP: &str = wgsl!("lib_attn_prep");
+const PREP_Q: &str = wgsl!("lib_prep_q");
+const PREP_KV: &str = wgsl!("lib_prep_kv");
 const TILE_IO: &str = wgsl!("lib_tile_io");
 const MOE_IO: &str = wgsl!("lib_moe_io");
 const DELTA_ROWS_SG: &str = wgsl!("lib_delta_rows_sg");
 const DELTA_ROWS_PLAIN: &str = wgsl!("lib_delta_rows_plain");
 
+/// `matvec_group.wgsl` for `n` products.
+const fn group_spec(name: &'static str, n: u32) -> Spec {
+    spec(name, wgsl!("matvec_group"), Weights::Group(n), false)
+        .mv()
+        .with(&[MVG_IO])
+}
+
 impl Kernel {
+    /// `matvec_group.wgsl` for `n` (2 to 4) products.
+    pub(crate) fn matvec_group(n: usize) -> Option<Kernel> {
+        match n {
+            2 => Some(Kernel::MatvecGroup2),
+            3 => Some(Kernel::MatvecGroup3),
+            4 => Some(Kernel::MatvecGroup4),
+            _ => None,
+        }
+    }
+
     fn spec(self, caps: &Caps) -> Spec {
         use Weights::*;
         match self {
@@ -261,12 +338,20 @@ impl Kernel {
             Kernel::MatvecSwiglu => spec("matvec_swiglu", wgsl!("matvec_swiglu"), Two, false)
                 .mv()
                 .with(&[MV_IO]),
+            Kernel::MatvecGroup2 => group_spec("matvec_group2", 2),
+            Kernel::MatvecGroup3 => group_spec("matvec_group3", 3),
+            Kernel::MatvecGroup4 => group_spec("matvec_group4", 4),
             Kernel::MatmulTiled => spec("matmul_tiled", wgsl!("matmul_tiled"), One, false).with(&[TILE_IO]),
             Kernel::MatmulCoop => match caps.coop {
                 Coop::Emulated => spec("matmul_coop_emu", wgsl!("matmul_coop_emu"), One, false),
                 _ => spec("matmul_coop", wgsl!("matmul_coop"), One, false),
             }
             .with(&[TILE_IO, COOP_TILES]),
+            Kernel::MatmulCoop2 => match caps.coop {
+                Coop::Emulated => spec("matmul_coop2_emu", wgsl!("matmul_coop2_emu"), One, false),
+                _ => spec("matmul_coop2", wgsl!("matmul_coop2"), One, false),
+            }
+            .with(&[TILE_IO, COOP2_TILES]),
             Kernel::MoeRoute => spec("moe_route", wgsl!("moe_route"), None, false),
             Kernel::MoeMatvec => spec("moe_matvec", wgsl!("moe_matvec"), One, false).mv().with(&[MOE_IO]),
             Kernel::MoeRows => spec("moe_rows", wgsl!("moe_rows"), One, false).with(&[MOE_IO]),
@@ -276,7 +361,10 @@ impl Kernel {
             Kernel::GatedRmsNorm => spec("gated_rms_norm", wgsl!("gated_rms_norm"), None, true).with(&[NORM]),
             Kernel::L2NormQk => spec("l2_norm_qk", wgsl!("l2_norm_qk"), None, true),
             Kernel::Conv => spec("conv1d_causal_silu", wgsl!("conv1d_causal_silu"), None, false),
-            Kernel::ConvL2qk => spec("conv1d_silu_l2qk", wgsl!("conv1d_silu_l2qk"), None, true),
+            Kernel::ConvL2qk => spec("conv1d_silu_l2qk", wgsl!("conv1d_silu_l2qk"), None, true).with(&[CONV_L2QK]),
+            Kernel::GdnConvGates => {
+                spec("gdn_conv_gates", wgsl!("gdn_conv_gates"), None, true).with(&[CONV_L2QK, GATES])
+            }
             Kernel::AddAssign => spec("add_assign", wgsl!("add_assign"), None, false),
             Kernel::Swiglu => spec("swiglu", wgsl!("swiglu"), None, false),
             Kernel::SigmoidMulAssign => spec("sigmoid_mul_assign", wgsl!("sigmoid_mul_assign"), None, false),
@@ -287,9 +375,14 @@ impl Kernel {
                 spec("argmax_split", wgsl!("argmax_split"), None, false).with(&[ARGMAX, ARGMAX_SCAN])
             }
             Kernel::ArgmaxCombine => spec("argmax_combine", wgsl!("argmax_combine"), None, false).with(&[ARGMAX]),
-            Kernel::GdnGates => spec("gdn_gates", wgsl!("gdn_gates"), None, false),
-            Kernel::Rope => spec("rope_neox", wgsl!("rope_neox"), None, false),
+            Kernel::GdnGates => spec("gdn_gates", wgsl!("gdn_gates"), None, false).with(&[GATES]),
+            Kernel::Rope => spec("rope_neox", wgsl!("rope_neox"), None, false).with(&[ROPE]),
             Kernel::KvStore => spec("kv_store", wgsl!("kv_store"), None, false),
+            Kernel::AttnQkPrep => {
+                spec("attn_qk_prep", wgsl!("attn_qk_prep"), None, true).with(&[ROPE, PREP, PREP_Q, PREP_KV])
+            }
+            Kernel::AttnPrepQ => spec("attn_prep_q", wgsl!("attn_prep_q"), None, true).with(&[ROPE, PREP, PREP_Q]),
+            Kernel::AttnPrepKv => spec("attn_prep_kv", wgsl!("attn_prep_kv"), None, true).with(&[ROPE, PREP, PREP_KV]),
             Kernel::Attention => spec("attention", wgsl!("attention"), None, false).with(&[ATTEND]),
             Kernel::AttentionSplit => spec("attention_split", wgsl!("attention_split"), None, false).with(&[ATTEND]),
             Kernel::AttentionCombine => spec("attention_combine", wgsl!("attention_combine"), None, false),
@@ -400,6 +493,35 @@ const MV_TREE: &str = wgsl!("lib_mv_tree");
 const MV_REDUCE_SG: &str = wgsl!("lib_mv_reduce_sg");
 const MV_REDUCE_PLAIN: &str = wgsl!("lib_mv_reduce_plain");
 
+/// The weight and output bindings of `matvec_group.wgsl` for `n` products (weight s at binding
+/// 2 + 2s, its output at 3 + 2s; x is binding 1) and their accessors for the workgroup's segment
+/// `wsel` (lib_mvg_io.wgsl): generated, so each count binds only what it uses.
+fn group_io(n: u32) -> String {
+    let mut s = String::from("// Generated from src/backend/wgpu/kernels.rs (group_io).\n");
+    for i in 0..n {
+        s.push_str(&format!(
+            "@group(0) @binding({}) var<storage, read> W{i}: array<vec4<u32>>;\n\
+             @group(0) @binding({}) var<storage, read_write> O{i}: array<f32>;\n",
+            2 + 2 * i,
+            3 + 2 * i
+        ));
+    }
+    let last = n.saturating_sub(1);
+    s.push_str("fn wq(i: u32) -> vec4<u32> {\n");
+    for i in 0..last {
+        s.push_str(&format!("    if (wsel == {i}u) {{\n        return W{i}[i];\n    }}\n"));
+    }
+    s.push_str(&format!("    return W{last}[i];\n}}\n"));
+    s.push_str("fn mvg_store(r: u32, v: f32) {\n");
+    for i in 0..last {
+        s.push_str(&format!(
+            "    if (wsel == {i}u) {{\n        O{i}[r] = v;\n        return;\n    }}\n"
+        ));
+    }
+    s.push_str(&format!("    O{last}[r] = v;\n}}\n"));
+    s
+}
+
 /// A kernel's label (profile and debugger name), e.g. `matvec/q4_k`.
 pub(crate) fn label(kernel: Kernel, fmt: Option<GgmlType>, caps: &Caps) -> String {
     let name = kernel.spec(caps).name;
@@ -413,8 +535,8 @@ pub(crate) fn label(kernel: Kernel, fmt: Option<GgmlType>, caps: &Caps) -> Strin
 pub(crate) fn source(kernel: Kernel, fmt: Option<GgmlType>, caps: &Caps) -> Result<String> {
     let sp = kernel.spec(caps);
     let mut src = String::new();
-    if kernel == Kernel::MatmulCoop {
-        if caps.coop == Coop::Off {
+    if matches!(kernel, Kernel::MatmulCoop | Kernel::MatmulCoop2) {
+        if caps.coop == Coop::Off || (kernel == Kernel::MatmulCoop2 && caps.coop2.is_none()) {
             return Err(gpu_err("the cooperative-matrix kernel is not enabled on this device"));
         }
         src.push_str("enable f16;\n");
@@ -431,7 +553,11 @@ pub(crate) fn source(kernel: Kernel, fmt: Option<GgmlType>, caps: &Caps) -> Resu
         (w, Some(ty)) => {
             let f =
                 format(ty).ok_or_else(|| gpu_err(format!("weight type {ty} is not supported by the wgpu backend")))?;
-            src.push_str(if w == Weights::Two { W_TWO } else { W_ONE });
+            match w {
+                Weights::Two => src.push_str(W_TWO),
+                Weights::Group(n) => src.push_str(&group_io(n)),
+                _ => src.push_str(W_ONE),
+            }
             src.push_str(W_ACCESS);
             if f.kquant {
                 src.push_str(KQUANT);
@@ -524,7 +650,7 @@ fn all_keys(caps: &Caps) -> Vec<(Kernel, Option<GgmlType>)> {
     ];
     let mut v = Vec::new();
     for &k in ALL {
-        if k == Kernel::MatmulCoop && caps.coop == Coop::Off {
+        if (k == Kernel::MatmulCoop && caps.coop == Coop::Off) || (k == Kernel::MatmulCoop2 && caps.coop2.is_none()) {
             continue;
         }
         if k.has_weights(caps) {
@@ -592,6 +718,36 @@ mod tests {
         found
     }
 
+    /// The caps of an exact-tier adapter with subgroups, or its plain (browser) variant.
+    fn exact_caps(plain: bool) -> Caps {
+        use crate::backend::wgpu::caps::tests::caps;
+        use crate::backend::wgpu::caps::Overrides;
+        use crate::backend::Precision;
+        caps(
+            wgpu::Features::SUBGROUP,
+            Precision::Exact,
+            false,
+            Overrides {
+                plain,
+                ..Default::default()
+            },
+        )
+    }
+
+    /// Builds, parses and validates a kernel's WGSL and asserts that it indexes no private array
+    /// or matrix at run time (`private_dynamic_indexing`); returns the module.
+    fn check_registers(what: &str, k: Kernel, fmt: Option<GgmlType>, c: &Caps) -> wgpu::naga::Module {
+        use wgpu::naga;
+        let src = source(k, fmt, c).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+            .validate(&module)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        let found = private_dynamic_indexing(&module, &info);
+        assert!(found.is_empty(), "{what}: {found:#?}");
+        module
+    }
+
     /// The matrix-vector kernels (decode's hot loop) index no private array or matrix at run
     /// time, in every format, both reductions and the row-count extremes.
     #[test]
@@ -599,7 +755,6 @@ mod tests {
         use crate::backend::wgpu::caps::tests::caps;
         use crate::backend::wgpu::caps::Overrides;
         use crate::backend::Precision;
-        use wgpu::naga;
         let sg = wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16;
         for (plain, rows) in [(false, 1), (false, 4), (true, 2), (true, 8)] {
             let c = caps(
@@ -619,18 +774,62 @@ mod tests {
                     continue;
                 }
                 let what = format!("plain {plain} rows {rows} {}", label(k, fmt, &c));
-                let src = source(k, fmt, &c).unwrap_or_else(|e| panic!("{what}: {e}"));
-                let module = naga::front::wgsl::parse_str(&src).unwrap_or_else(|e| panic!("{what}: {e}"));
-                let info =
-                    naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
-                        .validate(&module)
-                        .unwrap_or_else(|e| panic!("{what}: {e}"));
-                let found = private_dynamic_indexing(&module, &info);
-                assert!(found.is_empty(), "{what}: {found:#?}");
+                check_registers(&what, k, fmt, &c);
                 checked += 1;
             }
-            assert_eq!(checked, 3 * 16, "matvec, matvec_swiglu, moe_matvec in every format");
+            assert_eq!(
+                checked,
+                6 * 16,
+                "matvec, matvec_swiglu, the three matvec_groups, moe_matvec in every format"
+            );
         }
+    }
+
+    /// The chunked delta rule kernels (prefill's sequential core) keep their per-invocation data in
+    /// registers (the earlier chunk-state kernel indexed a private 128-float state row and ran
+    /// from local memory on NVIDIA) and stay within the 16 KiB of workgroup memory every WebGPU
+    /// adapter offers, with and without subgroups.
+    #[test]
+    fn delta_chunk_kernels_keep_their_data_in_registers() {
+        use wgpu::naga;
+        for plain in [false, true] {
+            let c = exact_caps(plain);
+            for k in [Kernel::DeltaChunkPrep, Kernel::DeltaChunkState] {
+                let what = format!("plain {plain} {k:?}");
+                let module = check_registers(&what, k, None, &c);
+                let shared: u32 = module
+                    .global_variables
+                    .iter()
+                    .filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup)
+                    .map(|(_, v)| module.types[v.ty].inner.size(module.to_ctx()))
+                    .sum();
+                assert!(shared <= 16 << 10, "{what}: {shared} bytes of workgroup memory");
+            }
+        }
+    }
+
+    /// The fused decode kernels bind as many storage buffers as `caps` assumes when it picks
+    /// them for an adapter's limit.
+    #[test]
+    fn fused_kernels_bind_what_caps_assumes() {
+        for plain in [false, true] {
+            let c = exact_caps(plain);
+            let storage = |k: Kernel, fmt: Option<GgmlType>| {
+                let slots = bindings(&source(k, fmt, &c).unwrap()).unwrap();
+                assert_eq!(slots[0], Slot::Uniform);
+                slots.len() as u32 - 1
+            };
+            for n in 2..=4 {
+                let k = Kernel::matvec_group(n).unwrap();
+                assert_eq!(storage(k, Some(GgmlType::Q4K)), mv_group_bindings(n as u32), "{k:?}");
+            }
+            assert_eq!(storage(Kernel::GdnConvGates, None), GATES_BINDINGS);
+            assert_eq!(storage(Kernel::AttnQkPrep, None), PREP_BINDINGS);
+            assert_eq!(storage(Kernel::AttnPrepQ, None), 5);
+            assert_eq!(storage(Kernel::AttnPrepKv, None), PREP_HALF_BINDINGS);
+        }
+        assert_eq!(Kernel::matvec_group(1), None);
+        assert_eq!(Kernel::matvec_group(5), None);
     }
 
     /// Every kernel in every format and variant parses, validates and compiles to SPIR-V with
@@ -731,6 +930,43 @@ mod tests {
         assert_eq!(variants[2].1.coop, Coop::On);
         assert_eq!((variants[4].1.mv_wg, variants[5].1.mv_wg), (256, 64));
         assert_eq!(variants[3].1.coop, Coop::Emulated);
+        // matmul_coop2 in every geometry the kernel takes (every count of staging units, both
+        // pieces, one and two buffers), on tensor cores and emulated.
+        let mut variants: Vec<(String, Caps)> = variants.into_iter().map(|(n, c)| (n.to_string(), c)).collect();
+        for (tile, bufs) in [
+            ("128x64x32", 2),
+            ("128x64x32/32x64", 2),
+            ("64x128x32", 2),
+            ("128x128x32", 2),
+            ("64x64x32", 2),
+            ("128x64x32", 1),
+            ("256x64x32", 1),
+            ("128x64x64", 1),
+            ("128x128x64", 1),
+            ("64x64x64", 1),
+        ] {
+            for emulate in [false, true] {
+                let want = CoopTile {
+                    bufs,
+                    ..CoopTile::parse(tile).unwrap()
+                };
+                let c = caps(
+                    if emulate { sg } else { sg | coop_features() },
+                    Precision::Fast,
+                    !emulate,
+                    Overrides {
+                        coop_emulate: emulate,
+                        coop_kernel: Some(2),
+                        coop_tile: Some(want),
+                        coop_bufs: Some(bufs),
+                        ..Default::default()
+                    },
+                );
+                assert_eq!(c.coop2, Some(want), "{tile}, {bufs} buffers");
+                let name = format!("coop2 {tile} {bufs}{}", if emulate { " emulated" } else { "" });
+                variants.push((name, c));
+            }
+        }
         for (name, caps) in variants {
             for (k, fmt) in all_keys(&caps) {
                 let what = format!("{name} {}", label(k, fmt, &caps));

@@ -17,8 +17,8 @@ mod web;
 use std::sync::{Arc, Mutex};
 
 use crate::backend::{
-    check, AttnDims, Backend, BackendOptions, DType, GdnDims, Pos, Precision, StepMode, Tensor, WeightData,
-    WeightUpload,
+    check, AttnDims, AttnPrep, Backend, BackendOptions, DType, GdnDims, GdnGates, Pos, Precision, StepMode, Tensor,
+    WeightData, WeightUpload,
 };
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
@@ -101,8 +101,9 @@ impl WgpuBackend {
         let coop16 = caps::has_coop16(&adapter);
         let mut limits = adapter.limits();
         let caps = Caps::select(features, &limits, opts.precision, coop16, ov);
-        // A lowered binding limit (tests) is enforced by wgpu's validation too.
+        // Lowered binding limits (tests) are enforced by wgpu's validation too.
         limits.max_storage_buffer_binding_size = caps.max_binding;
+        limits.max_storage_buffers_per_shader_stage = caps.max_storage;
         let experimental = if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
             // SAFETY: the cooperative-matrix feature is experimental in wgpu 30; rill uses only the
             // 16x16 f16 -> f32 configuration the adapter lists, with the load/store forms
@@ -339,6 +340,9 @@ impl Backend for WgpuBackend {
     fn matmul(&self, w: &Tensor, x: &Tensor, out: &Tensor) -> Result<()> {
         ops::matmul(self, w, x, out)
     }
+    fn matmul_group(&self, ws: &[&Tensor], x: &Tensor, outs: &[&Tensor]) -> Result<()> {
+        ops::matmul_group(self, ws, x, outs)
+    }
     fn rms_norm(&self, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
         ops::rms_norm(self, x, w, eps, out)
     }
@@ -381,6 +385,18 @@ impl Backend for WgpuBackend {
         eps: f32,
     ) -> Result<()> {
         ops::conv1d_silu_l2qk(self, x, w, state, out, dims, eps)
+    }
+    fn gdn_conv_gates(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        state: &Tensor,
+        out: &Tensor,
+        dims: GdnDims,
+        eps: f32,
+        gates: GdnGates<'_>,
+    ) -> Result<()> {
+        ops::gdn_conv_gates(self, x, w, state, out, dims, eps, gates)
     }
     fn gdn_gates(
         &self,
@@ -429,6 +445,19 @@ impl Backend for WgpuBackend {
     }
     fn kv_store(&self, k: &Tensor, v: &Tensor, k_cache: &Tensor, v_cache: &Tensor, pos: Pos) -> Result<()> {
         ops::kv_store(self, k, v, k_cache, v_cache, pos)
+    }
+    fn attn_qk_prep(
+        &self,
+        a: AttnPrep<'_>,
+        head_dim: usize,
+        n_rot: usize,
+        theta: f32,
+        eps: f32,
+        k_cache: &Tensor,
+        v_cache: &Tensor,
+        pos: Pos,
+    ) -> Result<()> {
+        ops::attn_qk_prep(self, a, head_dim, n_rot, theta, eps, k_cache, v_cache, pos)
     }
     fn attention(
         &self,

@@ -1,15 +1,16 @@
-//! RoPE, the KV-cache append and attention (kernels-cuda/attention.cu). Positions are read on the
+//! RoPE, the KV-cache append, both fused with the q/gate split and the q/k norms
+//! (`attn_qk_prep`), and attention (kernels-cuda/attention.cu). Positions are read on the
 //! device (`Pos::dev`), so a recorded decode step stays valid from token to token. A prompt batch
 //! under `Precision::Fast` with head dim 256 runs flash attention on the tensor cores instead
 //! (kernels-cuda/flash_attn.cu; f16 q, k, v and probabilities, f32 scores and sums).
 
-use super::{grid_u32, stride_blocks, Launch};
+use super::{grid_u32, group_threads, stride_blocks, Launch};
 use crate::backend::cuda::buffer::ptr;
 use crate::backend::cuda::driver::cuda_err;
 use crate::backend::cuda::launch::Args;
 use crate::backend::cuda::profile::Phase;
 use crate::backend::cuda::Inner;
-use crate::backend::{check, AttnDims, Pos, Tensor};
+use crate::backend::{check, AttnDims, AttnPrep, Pos, Tensor};
 use crate::error::Result;
 
 pub(crate) fn rope_neox(inner: &Inner, x: &Tensor, head_dim: usize, n_rot: usize, theta: f32, pos: Pos) -> Result<()> {
@@ -71,6 +72,95 @@ pub(crate) fn kv_store(
             phase: Phase::Attention,
         },
         &[k, v, k_cache, v_cache, pos.dev],
+    )
+}
+
+/// `QkPrepParams` (attention.cu).
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct QkPrepParams {
+    qg: u64,
+    k: u64,
+    v: u64,
+    q_norm: u64,
+    k_norm: u64,
+    gate: u64,
+    q_normed: u64,
+    k_normed: u64,
+    k_cache: u64,
+    v_cache: u64,
+    pos: u64,
+    tq: i32,
+    tk: i32,
+    nh: i32,
+    nkv: i32,
+    d: i32,
+    n_rot: i32,
+    ctx: i32,
+    theta: f32,
+    eps: f32,
+    _pad: i32,
+}
+
+/// `attn_qk_prep` in one launch (attention.cu), where it was six: one block per (head, token) over
+/// the query heads and then the kv heads. The block size is the one `rms_norm` picks for one head
+/// (`group_threads`), so the norms' sums are those of the unfused kernels.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attn_qk_prep(
+    inner: &Inner,
+    a: AttnPrep<'_>,
+    head_dim: usize,
+    n_rot: usize,
+    theta: f32,
+    eps: f32,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    pos: Pos,
+) -> Result<()> {
+    let op = "attn_qk_prep";
+    let (rq, rk, _) = check::attn_qk_prep(a, head_dim, n_rot, theta, k_cache, v_cache, pos)?;
+    let i32_of =
+        |what: &str, v: usize| i32::try_from(v).map_err(|_| cuda_err(format!("{op}: {what} ({v}) exceeds i32")));
+    let ctx = k_cache.rows().min(v_cache.rows());
+    let p = QkPrepParams {
+        qg: ptr(a.qg, op)?,
+        k: ptr(a.k, op)?,
+        v: ptr(a.v, op)?,
+        q_norm: ptr(a.q_norm, op)?,
+        k_norm: ptr(a.k_norm, op)?,
+        gate: ptr(a.gate, op)?,
+        q_normed: ptr(a.q_normed, op)?,
+        k_normed: ptr(a.k_normed, op)?,
+        k_cache: ptr(k_cache, op)?,
+        v_cache: ptr(v_cache, op)?,
+        pos: ptr(pos.dev, op)?,
+        tq: i32_of("tokens", rq.t)?,
+        tk: i32_of("tokens", rk.t)?,
+        nh: i32_of("heads", rq.n_head)?,
+        nkv: i32_of("kv heads", rk.n_head)?,
+        d: i32_of("head dim", head_dim)?,
+        n_rot: i32_of("rotated dims", n_rot)?,
+        ctx: i32_of("cache rows", ctx)?,
+        theta,
+        eps,
+        _pad: 0,
+    };
+    inner.kernel(
+        Launch {
+            name: ("attn_qk_prep", ""),
+            grid: [
+                grid_u32(op, "heads", rq.n_head + rk.n_head)?,
+                grid_u32(op, "tokens", rq.t.max(rk.t))?,
+                1,
+            ],
+            block: group_threads(head_dim),
+            smem: 0,
+            args: Args::from_pod(&p),
+            phase: Phase::Attention,
+        },
+        &[
+            a.qg, a.k, a.v, a.q_norm, a.k_norm, a.gate, a.q_normed, a.k_normed, k_cache, v_cache, pos.dev,
+        ],
     )
 }
 
@@ -263,5 +353,6 @@ mod tests {
     #[test]
     fn params_layout() {
         assert_eq!(std::mem::size_of::<super::FlashParams>(), 56);
+        assert_eq!(std::mem::size_of::<super::QkPrepParams>(), 128);
     }
 }

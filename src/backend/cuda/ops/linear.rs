@@ -11,7 +11,7 @@ use super::matvec_tc;
 use super::{grid_u32, Launch, GRID_YZ_MAX};
 use crate::backend::cuda::buffer::{get, ptr};
 use crate::backend::cuda::driver::{cuda_err, DevPtr};
-use crate::backend::cuda::launch::Args;
+use crate::backend::cuda::launch::{Args, MvSeg, MV_SEGS};
 use crate::backend::cuda::profile::Phase;
 use crate::backend::cuda::{buffer, Inner};
 use crate::backend::{check, DType, SharedExpert, Tensor};
@@ -184,15 +184,19 @@ fn mv_overrides() -> (Option<usize>, Option<usize>) {
 /// Products with at least this many output rows in all count as tall (`mv_plan`).
 const MV_TALL_ROWS: usize = 65536;
 
-/// Plan a matvec over `rows` output rows in total (all output vectors), rows of `n_in`, with
-/// `nsum` activation vectors per block.
-fn mv_plan(inner: &Inner, rows: usize, n_in: usize, nsum: usize, glu: bool) -> MvPlan {
+/// Plan the f32 matvec `m`: rows of `n_in`, `nsum` activation vectors per block. The unit lanes
+/// (which fix each row's order of summation) follow the tallest product alone, so a product in a
+/// group gets the bits it gets launched alone; the rows per thread (which only decide which rows
+/// a thread takes) follow all the products' rows.
+fn mv_plan(inner: &Inner, m: &Mv) -> MvPlan {
+    let (n_in, nsum, glu) = (m.n_in, m.nsum, m.w2.is_some());
+    let rows = m.parts.rows() * m.vectors;
     let units = n_in.div_ceil(32).max(1);
     let (ut_override, rpt_override) = mv_overrides();
     // Very tall products (the LM head: 248K rows) have rows to spare for every SM many times
     // over: 64 unit lanes and more rows per block keep more loads in flight per thread
     // (dev/cuda/matvec_bench.cu on the H200, 4096-wide rows: Q6_K 556 -> 481 us, Q8_0 434 -> 399 us).
-    let tall = rows >= MV_TALL_ROWS && units.is_multiple_of(64);
+    let tall = m.parts.widest() * m.vectors >= MV_TALL_ROWS && units.is_multiple_of(64);
     let ut = ut_override.unwrap_or_else(|| if tall { 64 } else { unit_lanes(units) });
     let rg = MV_THREADS / ut;
     let rpt_max = if glu { MV_RPT_MAX_GLU } else { MV_RPT_MAX };
@@ -212,18 +216,75 @@ fn mv_plan(inner: &Inner, rows: usize, n_in: usize, nsum: usize, glu: bool) -> M
     }
 }
 
+/// One product of a matvec launch: its weight rows (in the launch's format), output and row count.
+#[derive(Clone, Copy, Default, Debug)]
+pub(crate) struct Part {
+    pub(crate) w: DevPtr,
+    pub(crate) out: DevPtr,
+    pub(crate) n_out: usize,
+}
+
+/// The products of one matvec launch (the kernels' segment table, kernels-cuda/common.cuh): one,
+/// or up to `MV_SEGS` plain products of one x (`matmul_group`).
+#[derive(Clone, Copy, Default, Debug)]
+pub(crate) struct Parts {
+    p: [Part; MV_SEGS],
+    n: usize,
+}
+
+impl Parts {
+    pub(crate) fn one(w: DevPtr, out: DevPtr, n_out: usize) -> Parts {
+        let mut p = Parts::default();
+        p.p[0] = Part { w, out, n_out };
+        p.n = 1;
+        p
+    }
+
+    /// The products `parts` (at most `MV_SEGS`).
+    fn of(parts: impl IntoIterator<Item = Part>) -> Result<Parts> {
+        let mut p = Parts::default();
+        for part in parts {
+            let slot = p.p.get_mut(p.n);
+            *slot.ok_or_else(|| cuda_err(format!("matvec: more than {MV_SEGS} products in one launch")))? = part;
+            p.n += 1;
+        }
+        Ok(p)
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &Part> {
+        self.p[..self.n].iter()
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.n
+    }
+
+    /// Output rows of all the products.
+    pub(crate) fn rows(&self) -> usize {
+        self.iter().map(|p| p.n_out).sum()
+    }
+
+    /// Output rows of the tallest product: what picks a kernel's shape (`matmul_group` groups
+    /// only products that pick the same one alone).
+    pub(crate) fn widest(&self) -> usize {
+        self.iter().map(|p| p.n_out).max().unwrap_or(0)
+    }
+}
+
 /// One matvec launch family: everything but the output-vector range.
 pub(crate) struct Mv<'a> {
+    /// The weights' format, row size and phase (every product's; the first product's weight).
     pub(crate) w: &'a Weight,
     pub(crate) w2: Option<&'a Weight>,
     pub(crate) x: DevPtr,
     /// The tensor at `x`, when it is one (its prepared copy for the tensor-core kernels is then
     /// kept for the other products that read it).
     pub(crate) x_t: Option<&'a Tensor>,
-    pub(crate) out: DevPtr,
+    /// The products: weight rows, output, row count each. Several only for plain products (no
+    /// `w2`, no experts).
+    pub(crate) parts: Parts,
     pub(crate) ids: DevPtr,
     pub(crate) scales: DevPtr,
-    pub(crate) n_out: usize,
     pub(crate) n_in: usize,
     pub(crate) expert_bytes: usize,
     pub(crate) n_experts: usize,
@@ -261,10 +322,9 @@ impl<'a> Mv<'a> {
             w2,
             x: ptr(x, "matmul")?,
             x_t: Some(x),
-            out,
+            parts: Parts::one(w.ptr, out, d.n_out),
             ids: 0,
             scales: 0,
-            n_out: d.n_out,
             n_in: d.n_in,
             expert_bytes: 0,
             n_experts: 1,
@@ -275,13 +335,28 @@ impl<'a> Mv<'a> {
         })
     }
 
+    /// The grid's x blocks at `rows_per_block` rows per block: each product's rows rounded up to
+    /// whole blocks (a block never mixes products). Checks that the counts fit the kernels' ints
+    /// (`chunks` relies on it).
+    pub(crate) fn grid_x(&self, op: &str, rows_per_block: usize) -> Result<u32> {
+        let blocks: usize = self.parts.iter().map(|p| p.n_out.div_ceil(rows_per_block)).sum();
+        if i32::try_from(blocks).is_err() || self.parts.iter().any(|p| i32::try_from(p.n_out).is_err()) {
+            return Err(cuda_err(format!(
+                "{op}: {} rows in {blocks} blocks exceed the matvec kernels' limits",
+                self.parts.rows()
+            )));
+        }
+        grid_u32(op, "row blocks", blocks)
+    }
+
     /// The launches of this product: output vectors in chunks of the grid's y limit, each a whole
     /// number of x groups (so a kernel's `entry / x_group` stays right), with the slots every
-    /// matvec kernel shares filled for the chunk (matvec.cuh, matvec_tc.cuh): p0 W, p1 W2, p3 out,
-    /// p4 ids, p5 scales; n0 n_out, n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts,
-    /// n5 x_group, n6 nsum, p7 the shared expert's weight (`shared_second` has its other
-    /// operand). Also the chunk's output vectors and its first x row.
-    pub(crate) fn chunks(&self) -> impl Iterator<Item = (Args, usize, usize)> + '_ {
+    /// matvec kernel shares filled for the chunk (matvec.cuh, matvec_tc.cuh): the segment table
+    /// (each product's W, out at the chunk's first vector, n_out, first block at `rows_per_block`
+    /// rows per block, as `grid_x` counts them), p1 W2, p4 ids, p5 scales, p7 and p3 the shared
+    /// expert (common.cuh `mv_shared_slots`); n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts,
+    /// n5 x_group, n6 nsum. Also the chunk's output vectors and its first x row.
+    pub(crate) fn chunks(&self, rows_per_block: usize) -> impl Iterator<Item = (Args, usize, usize)> + '_ {
         let group = self.x_group.max(1);
         let chunk = (GRID_YZ_MAX / group).max(1) * group;
         (0..self.vectors).step_by(chunk).map(move |v0| {
@@ -293,9 +368,17 @@ impl<'a> Mv<'a> {
                 entries0 -= entries0 / (group * self.nsum);
             }
             let mut a = Args::default();
-            a.p[0] = self.w.ptr;
+            let mut block0 = 0;
+            for (seg, part) in a.seg.iter_mut().zip(self.parts.iter()) {
+                *seg = MvSeg {
+                    w: part.w,
+                    out: part.out + 4 * (v0 * part.n_out) as u64,
+                    rows: part.n_out as i32,
+                    block0: block0 as i32,
+                };
+                block0 += part.n_out.div_ceil(rows_per_block);
+            }
             a.p[1] = self.w2.map_or(0, |w| w.ptr);
-            a.p[3] = self.out + 4 * (v0 * self.n_out) as u64;
             a.p[4] = if self.ids == 0 {
                 0
             } else {
@@ -306,54 +389,87 @@ impl<'a> Mv<'a> {
             } else {
                 self.scales + 4 * entries0 as u64
             };
-            a.n[0] = self.n_out as i64;
             a.n[1] = self.n_in as i64;
             a.n[2] = self.w.row_bytes as i64;
             a.n[3] = self.expert_bytes as i64;
             a.n[4] = self.n_experts as i64;
             a.n[5] = self.x_group as i64;
             a.n[6] = self.nsum as i64;
-            a.p[7] = self.shared.map_or(0, |s| s.w);
+            // The shared expert's weight, and its up weight (a fused SwiGLU) or its gate logits
+            // from the chunk's first token on.
+            if let Some(sh) = self.shared {
+                a.p[7] = sh.w;
+                a.p[3] = match self.w2 {
+                    Some(_) => sh.w2,
+                    None if sh.gate_logits != 0 => sh.gate_logits + 4 * (v0 / group) as u64,
+                    None => 0,
+                };
+            }
             (a, nv, v0 * self.nsum / group)
         })
     }
+}
 
-    /// The shared expert's second operand for the chunk whose first x row is `x_row0`: its up
-    /// weight (a fused SwiGLU) or its gate logits from the chunk's first token on (x row `r` is
-    /// token `r / nsum`'s: a token's entries are `x_group * nsum`); 0 without. The kernels read it
-    /// at p6 (matvec.cuh, matvec_q8.cuh) or n8 (matvec_tc.cuh, whose p6 is taken).
-    pub(crate) fn shared_second(&self, x_row0: usize) -> DevPtr {
-        match self.shared {
-            Some(s) if self.w2.is_some() => s.w2,
-            Some(s) if s.gate_logits != 0 => s.gate_logits + 4 * (x_row0 / self.nsum.max(1)) as u64,
-            _ => 0,
-        }
+/// The kernels that run a matvec: the tensor-core ones of a format (`matvec_tc.rs`), the q8 ones
+/// (with their plan and kernel prefix) or the f32 ones.
+enum MvPath {
+    Tc(matvec_tc::TcFormat),
+    Q8(MvPlan, &'static str),
+    F32,
+}
+
+/// Whether the plain kernels of `path` for weights of `ty` take several products per launch: the
+/// segments they read (kernels-cuda/matvec.cuh `MvSegs`, the `SEGS` of matvec_tc*.cuh's format
+/// policies; the fused SwiGLU and expert products always run one).
+fn takes_group(path: &MvPath, ty: GgmlType) -> bool {
+    match path {
+        MvPath::Tc(f) => f.groups,
+        MvPath::Q8(..) => true,
+        MvPath::F32 => !matches!(ty, GgmlType::F16 | GgmlType::Bf16),
+    }
+}
+
+fn mv_path(inner: &Inner, m: &Mv) -> MvPath {
+    if let Some(f) = matvec_tc::applies(m).filter(|_| tc_enabled(inner)) {
+        return MvPath::Tc(f);
+    }
+    match q8_plan(inner, m) {
+        Some((plan, prefix)) => MvPath::Q8(plan, prefix),
+        None => MvPath::F32,
     }
 }
 
 /// `reads` / `writes`: the tensors the product reads and writes (`Inner::submit_rw`).
 fn run_mv(inner: &Inner, op: &str, m: &Mv, reads: &[&Tensor], writes: &[&Tensor]) -> Result<()> {
-    if m.vectors == 0 || m.n_out == 0 {
+    if m.vectors == 0 || m.parts.rows() == 0 {
         return Ok(());
     }
-    if let Some(f) = matvec_tc::applies(m).filter(|_| tc_enabled(inner)) {
-        // The prepared x is a workspace: held until the product is submitted.
-        let ws = inner.workspaces()?;
-        let x = match m.x_t {
-            Some(t) => inner.tc_x_of(t, m.n_in, f)?,
-            None => {
-                let rows = matvec_tc::x_rows(m);
-                let dst = ws.get("mvtc x", f.prep_bytes(rows, m.n_in))?;
-                matvec_tc::prep(inner, f, m.x, rows, m.n_in, dst)?
-            }
-        };
-        return matvec_tc::run(inner, op, f, m, x, |nv| mv_flops(m, nv), reads, writes);
-    }
     let glu = m.w2.is_some();
-    let (plan, prefix) = match q8_plan(inner, m) {
-        Some(q8) => q8,
-        None => (
-            mv_plan(inner, m.n_out * m.vectors, m.n_in, m.nsum, glu),
+    let path = mv_path(inner, m);
+    if m.parts.len() > 1 && (glu || m.ids != 0 || m.shared.is_some() || !takes_group(&path, m.w.ty)) {
+        // The kernel would read the first product's table entry only.
+        return Err(cuda_err(format!(
+            "{op}: the {} kernels run one product per launch",
+            m.w.suffix
+        )));
+    }
+    let (plan, prefix) = match path {
+        MvPath::Tc(f) => {
+            // The prepared x is a workspace: held until the product is submitted.
+            let ws = inner.workspaces()?;
+            let x = match m.x_t {
+                Some(t) => inner.tc_x_of(t, m.n_in, f)?,
+                None => {
+                    let rows = matvec_tc::x_rows(m);
+                    let dst = ws.get("mvtc x", f.prep_bytes(rows, m.n_in))?;
+                    matvec_tc::prep(inner, f, m.x, rows, m.n_in, dst)?
+                }
+            };
+            return matvec_tc::run(inner, op, f, m, x, |nv| mv_flops(m, nv), reads, writes);
+        }
+        MvPath::Q8(plan, prefix) => (plan, prefix),
+        MvPath::F32 => (
+            mv_plan(inner, m),
             match (glu, m.shared.is_some()) {
                 (false, false) => "matvec_",
                 (true, false) => "matvec_glu_",
@@ -362,14 +478,13 @@ fn run_mv(inner: &Inner, op: &str, m: &Mv, reads: &[&Tensor], writes: &[&Tensor]
             },
         ),
     };
-    let gx = grid_u32(op, "row blocks", m.n_out.div_ceil(plan.rows_per_block()))?;
-    for (mut a, nv, x_row0) in m.chunks() {
+    let rows_per_block = plan.rows_per_block();
+    let gx = m.grid_x(op, rows_per_block)?;
+    for (mut a, nv, x_row0) in m.chunks(rows_per_block) {
         a.p[2] = m.x + 4 * (x_row0 * m.n_in) as u64;
-        a.p[6] = m.shared_second(x_row0);
         a.n[7] = plan.ut as i64;
         a.n[8] = plan.rpt as i64;
         a.n[9] = i64::from(plan.x_in_smem);
-        a.n[10] = m.n_out as i64;
         a.n[11] = m.n_in as i64;
         inner.kernel_rw(
             Launch {
@@ -394,13 +509,14 @@ fn run_mv(inner: &Inner, op: &str, m: &Mv, reads: &[&Tensor], writes: &[&Tensor]
 /// a fused SwiGLU does two products).
 fn mv_flops(m: &Mv, nv: usize) -> f64 {
     let products = if m.w2.is_some() { 2.0 } else { 1.0 };
-    products * 2.0 * (nv * m.nsum) as f64 * m.n_out as f64 * m.n_in as f64
+    products * 2.0 * (nv * m.nsum) as f64 * m.parts.rows() as f64 * m.n_in as f64
 }
 
 pub(crate) fn matmul(inner: &Inner, w: &Tensor, x: &Tensor, out: &Tensor) -> Result<()> {
     let op = "matmul";
     let d = check::matmul(w, x, out)?;
     let wt = weight(op, w, d.n_out, d.n_in)?;
+    matvec_tc::read_by(inner, x, wt.ty, d.n_in);
     let op_ = ptr(out, op)?;
     if let Some(g) = (d.n_out > MATVEC_MAX_N_OUT)
         .then(|| wt.gemm(inner, d.t, d.n_in))
@@ -412,6 +528,94 @@ pub(crate) fn matmul(inner: &Inner, w: &Tensor, x: &Tensor, out: &Tensor) -> Res
         return gemm::dense(inner, &g, x16, op_, d.t, d.n_out, d.n_in, &[w], &[out]);
     }
     matmul_dispatch(inner, &wt, x, op_, d, &[w, x], &[out])
+}
+
+/// `RILL_CUDA_GROUP=0`: every product of a `matmul_group` in a launch of its own (the trait's
+/// default), for A/B runs of the grouped launches. Read once.
+fn group_enabled() -> bool {
+    static G: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *G.get_or_init(|| std::env::var("RILL_CUDA_GROUP").map_or(true, |v| v.trim() != "0"))
+}
+
+/// What fixes the bits of a product's rows: its kernel and shape (`kernel_key`).
+type KernelKey = (&'static str, usize);
+
+/// What fixes the bits of a product's rows in the kernels of `path` (the kernel and its shape:
+/// the tensor-core kernels' K split differs between shapes, the f32 and q8 ones' unit lanes), for
+/// the product `m` launched alone. Products that agree on it (and on format and phase) share a
+/// launch and get exactly what they would get alone; the rows per thread only decide which rows a
+/// thread takes.
+fn kernel_key(inner: &Inner, path: &MvPath, m: &Mv) -> KernelKey {
+    match path {
+        MvPath::Tc(f) => {
+            let (kernel, rows_per_block, _) = matvec_tc::kernel_of(*f, m);
+            (kernel, rows_per_block)
+        }
+        MvPath::Q8(plan, prefix) => (*prefix, plan.ut),
+        MvPath::F32 => ("matvec_", mv_plan(inner, m).ut),
+    }
+}
+
+/// `outs[i] = x · ws[i]ᵀ` for the products of one x (a layer's projections). On the decode path
+/// (every product a matvec) the products that run the same kernel in the same shape
+/// (`kernel_key`) and count in the same profile phase go out as one launch, its grid over all
+/// their rows (the segment table, kernels-cuda/common.cuh): one launch ramp and tail instead of
+/// one per product (where the kernels take groups: `takes_group`), the same numbers bit for bit.
+/// A tensor-core launch reads x in the prepared layout its producer wrote or, failing that, one
+/// prep per format (`Inner::tc_x_of` keeps the copy for the next launch of the format).
+/// Batches take other kernels per product (as `matmul`).
+pub(crate) fn matmul_group(inner: &Inner, ws: &[&Tensor], x: &Tensor, outs: &[&Tensor]) -> Result<()> {
+    let op = "matmul_group";
+    let dims = check::matmul_group(ws, x, outs)?;
+    // Every pair reads the same x: one T and n_in.
+    let (t, n_in) = (dims[0].t, dims[0].n_in);
+    if t > MATVEC_MAX_T || t == 0 || n_in == 0 || !group_enabled() {
+        return ws.iter().zip(outs).try_for_each(|(w, out)| matmul(inner, w, x, out));
+    }
+    let weights = ws
+        .iter()
+        .zip(&dims)
+        .map(|(w, d)| weight(op, w, d.n_out, n_in))
+        .collect::<Result<Vec<_>>>()?;
+    for w in &weights {
+        // As `matmul`: the producer of x learns the layouts its readers take.
+        matvec_tc::read_by(inner, x, w.ty, n_in);
+    }
+    let outp = outs.iter().map(|o| ptr(o, op)).collect::<Result<Vec<_>>>()?;
+    // Launch families in the group's order: (kernel key of the first member, members).
+    let mut families: Vec<(Option<KernelKey>, Vec<usize>)> = Vec::new();
+    for (i, d) in dims.iter().enumerate().filter(|(_, d)| d.n_out > 0) {
+        let solo = Mv::dense(&weights[i], None, x, outp[i], *d)?;
+        let path = mv_path(inner, &solo);
+        // None: a kernel that takes one product per launch.
+        let key = takes_group(&path, weights[i].ty).then(|| kernel_key(inner, &path, &solo));
+        let joins = key.and_then(|_| {
+            families.iter().position(|(k, members)| {
+                let j = members[0];
+                *k == key
+                    && members.len() < MV_SEGS
+                    && weights[j].ty == weights[i].ty
+                    && weights[j].phase == weights[i].phase
+            })
+        });
+        match joins {
+            Some(f) => families[f].1.push(i),
+            None => families.push((key, vec![i])),
+        }
+    }
+    for (_, members) in &families {
+        let first = members[0];
+        let mut m = Mv::dense(&weights[first], None, x, outp[first], dims[first])?;
+        m.parts = Parts::of(members.iter().map(|&i| Part {
+            w: weights[i].ptr,
+            out: outp[i],
+            n_out: dims[i].n_out,
+        }))?;
+        let reads: Vec<&Tensor> = members.iter().map(|&i| ws[i]).chain([x]).collect();
+        let writes: Vec<&Tensor> = members.iter().map(|&i| outs[i]).collect();
+        run_mv(inner, op, &m, &reads, &writes)?;
+    }
+    Ok(())
 }
 
 /// The exact kernel for `out [T, n_out] = x [T, n_in] · Wᵀ` by batch size.
@@ -490,6 +694,8 @@ pub(crate) fn matmul_swiglu(
     let op = "matmul_swiglu";
     let d = check::matmul_swiglu(w_gate, w_up, x, gate_tmp, up_tmp, out)?;
     let (g, u) = (weight(op, w_gate, d.n_out, d.n_in)?, weight(op, w_up, d.n_out, d.n_in)?);
+    matvec_tc::read_by(inner, x, g.ty, d.n_in);
+    matvec_tc::read_by(inner, x, u.ty, d.n_in);
     if d.t <= MATVEC_MAX_T && w_gate.dtype == w_up.dtype && d.n_in > 0 {
         let m = Mv::dense(&g, Some(&u), x, ptr(out, op)?, d)?;
         return run_mv(inner, op, &m, &[w_gate, w_up, x], &[out]);
@@ -547,6 +753,8 @@ pub(crate) fn moe_experts(
     let g = weight(op, gate_exps, e * f, d)?;
     let u = weight(op, up_exps, e * f, d)?;
     let dn = weight(op, down_exps, e * d, f)?;
+    matvec_tc::read_by(inner, x, g.ty, d);
+    matvec_tc::read_by(inner, x, u.ty, d);
     if let (Some(gg), Some(ug), Some(dg)) = (g.gemm(inner, t, d), u.gemm(inner, t, d), dn.gemm(inner, t, f)) {
         if super::moe::groups_fit(&m) {
             let _ws = inner.workspaces()?;
@@ -555,6 +763,13 @@ pub(crate) fn moe_experts(
     }
     let reads = [x, gate_exps, up_exps, down_exps, ids, weights];
     experts_mv(inner, op, m, x, [&g, &u, &dn], ids, weights, None, &reads, out)
+}
+
+/// `RILL_CUDA_MOE_SHARED=0`: a MoE layer's shared expert in launches of its own (the trait's
+/// default composition), for A/B runs of `moe_experts_shared`. Read once.
+fn moe_shared_enabled() -> bool {
+    static S: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *S.get_or_init(|| std::env::var("RILL_CUDA_MOE_SHARED").map_or(true, |v| v.trim() != "0"))
 }
 
 /// The shared expert of `moe_experts_shared` on the matrix-vector path: its weights (the routed
@@ -587,7 +802,7 @@ pub(crate) fn moe_experts_shared(
     let op = "moe_experts_shared";
     let (m, n_ff_sh) = check::moe_experts_shared(x, gate_exps, up_exps, down_exps, ids, weights, sh, out)?;
     let (t, d, e, f) = (m.t, m.d, m.n_exp, m.n_ff);
-    if t == 0 || t > MATVEC_MAX_T || m.k == 0 || d == 0 || f == 0 || n_ff_sh != f {
+    if t == 0 || t > MATVEC_MAX_T || m.k == 0 || d == 0 || f == 0 || n_ff_sh != f || !moe_shared_enabled() {
         return Ok(false);
     }
     let g = weight(op, gate_exps, e * f, d)?;
@@ -602,6 +817,9 @@ pub(crate) fn moe_experts_shared(
     if (shared.gate.ty, shared.up.ty, shared.down.ty) != (g.ty, u.ty, dn.ty) {
         return Ok(false);
     }
+    // As `moe_experts`: the producer of x learns the layouts its readers take.
+    matvec_tc::read_by(inner, x, g.ty, d);
+    matvec_tc::read_by(inner, x, u.ty, d);
     let reads = [
         x,
         gate_exps,
@@ -653,10 +871,9 @@ fn experts_mv(
             w2,
             x: xp,
             x_t: Some(x),
-            out: dst,
+            parts: Parts::one(w.ptr, dst, f),
             ids: idp,
             scales: 0,
-            n_out: f,
             n_in: d,
             expert_bytes: f * w.row_bytes,
             n_experts: e,
@@ -709,10 +926,9 @@ fn experts_mv(
             w2: None,
             x: h,
             x_t: None,
-            out: outp,
+            parts: Parts::one(dn.ptr, outp, d),
             ids: idp,
             scales: wp,
-            n_out: d,
             n_in: f,
             expert_bytes: d * dn.row_bytes,
             n_experts: e,
@@ -810,7 +1026,7 @@ fn q8_plan(inner: &Inner, m: &Mv) -> Option<(MvPlan, &'static str)> {
     let ut = ut_override.unwrap_or_else(|| unit_lanes(units / cu));
     let rpt_max = if glu { MV_RPT_MAX_GLU } else { MV_RPT_MAX };
     let rpt = rpt_override
-        .unwrap_or_else(|| (m.n_out * m.vectors).div_ceil((MV_THREADS / ut) * 2 * inner.sms()))
+        .unwrap_or_else(|| (m.parts.rows() * m.vectors).div_ceil((MV_THREADS / ut) * 2 * inner.sms()))
         .clamp(1, rpt_max);
     let plan = MvPlan {
         ut,

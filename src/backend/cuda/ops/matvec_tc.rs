@@ -7,8 +7,15 @@
 //!
 //! A prepared x is a copy of the f32 activations like the f16 ones of `shadow.rs`, and kept the
 //! same way (per format): the projections that read one normed hidden state share one prep.
+//! Each prep is a launch on the critical path (~2 us of a decode step under dependent launch), so
+//! the kernels that write a product's input row by row in decode (the RMSNorms, the gated norm of
+//! the delta-rule output, the gate of the attention output: `Producer`) prepare their output
+//! themselves in every layout the products have read from that kind of output (`Preps`).
 
-use super::linear::Mv;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::OnceLock;
+
+use super::linear::{Mv, MATVEC_MAX_T};
 use super::{grid_u32, Launch, GRID_YZ_MAX};
 use crate::backend::cuda::driver::DevPtr;
 use crate::backend::cuda::launch::Args;
@@ -28,15 +35,20 @@ const TALL_ROWS: usize = 8192;
 const Q8_HEAD_ROWS: usize = 65536;
 
 /// What differs between the formats: the prepared copy's words and sums per unit of 256 inputs
-/// (the cuh files' `WORDS`, `SUMS`), what a row's length must be a multiple of, and the prep
-/// kernel's threads per unit (Q4_K one warp, the int8 formats one thread per element).
+/// (the cuh files' `WORDS`, `SUMS`), what a row's length must be a multiple of, and how the
+/// producer kernels (kernels-cuda/norm.cu) take the layout: its bit in their records (and in
+/// `RILL_CUDA_NORM_PREP`) and the pointer slot of their `Args`, and whether a plain launch may
+/// hold several products (the policies' `SEGS`: not Q6_K, whose kernel would lose a block per SM
+/// to the per-block pointers, matvec_tc6.cuh). Every prep kernel is one warp per unit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TcFormat {
     pub(crate) ty: GgmlType,
     words: usize,
     sums: usize,
     n_in_multiple: usize,
-    prep_threads: u32,
+    bit: u8,
+    slot: usize,
+    pub(crate) groups: bool,
 }
 
 const Q4K: TcFormat = TcFormat {
@@ -44,14 +56,18 @@ const Q4K: TcFormat = TcFormat {
     words: 4 * 3 * 32,
     sums: 16,
     n_in_multiple: SB,
-    prep_threads: 32,
+    bit: 1,
+    slot: 7,
+    groups: true,
 };
 const Q8_0: TcFormat = TcFormat {
     ty: GgmlType::Q8_0,
     words: 32 * 24,
     sums: 16,
     n_in_multiple: SB,
-    prep_threads: 256,
+    bit: 2,
+    slot: 5,
+    groups: true,
 };
 /// Q6_K's loads assume 8 warps striding over the super-blocks of rows that start 16-byte
 /// aligned: 210-byte super-blocks realign every 8 (matvec_tc6.cuh).
@@ -60,8 +76,14 @@ const Q6K: TcFormat = TcFormat {
     words: 8 * 32,
     sums: 1,
     n_in_multiple: 8 * SB,
-    prep_threads: 256,
+    bit: 4,
+    slot: 4,
+    groups: false,
 };
+const FORMATS: [TcFormat; 3] = [Q4K, Q8_0, Q6K];
+
+/// Shared memory per warp of the Q8_0 prep inside a producer kernel (matvec_tc8.cuh `IMG_WORDS`).
+const Q8_0_IMG_BYTES: u32 = 4 * 68 * 4;
 
 impl TcFormat {
     /// The tensor-core kernels of weight format `ty`, if it has them.
@@ -72,11 +94,6 @@ impl TcFormat {
             GgmlType::Q6K => Some(Q6K),
             _ => None,
         }
-    }
-
-    /// The layout the decode RMSNorms write themselves (matvec_tc.cuh `prep_row`).
-    pub(crate) fn norm() -> TcFormat {
-        Q4K
     }
 
     /// The kernel, rows per block and threads for a product of `n_out` rows (`glu`: the fused
@@ -129,21 +146,126 @@ pub(crate) struct TcX {
     pub xs: DevPtr,
 }
 
-/// Whether a kernel with `threads` threads per row can prepare rows of `d` itself in the norms'
-/// layout (matvec_tc.cuh `prep_row`: one warp per super-block, whole warps), and the products
-/// that would read the copy run here; and should: a Q4_K product has run before (the first
-/// token's norms leave it to the prep kernel; a model without Q4_K weights never pays for it).
-pub(crate) fn prep_fits(inner: &Inner, d: usize, threads: u32) -> bool {
-    inner.tc_q4k_seen.load(std::sync::atomic::Ordering::Relaxed)
-        && super::linear::tc_enabled(inner)
-        && d > 0
-        && d.is_multiple_of(SB)
-        && threads.is_multiple_of(32)
+/// The kernels that write a product's input row by row in decode (kernels-cuda/norm.cu) and can
+/// prepare it on the way: the RMSNorms (the layers' input and the head's), the gated norm of the
+/// delta-rule output (-> ssm_out), the gate of the attention output (-> attn_output).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Producer {
+    Norm = 0,
+    GatedNorm = 1,
+    SigmoidMul = 2,
+}
+
+/// Which layouts the products have read from each producer's outputs (bit `TcFormat::bit`), per
+/// kind of producer rather than per tensor: a kind learns from its first output whichever buffer
+/// it writes (the head's norm from the layers' norms), and a layer that reads one tensor in two
+/// formats (Q4_K_M: some Q6_K projections) teaches both. A model without tensor-core products, or
+/// a product that never reads a producer's output, costs the producers nothing.
+#[derive(Default)]
+pub(crate) struct Learned([AtomicU8; 3]);
+
+/// `RILL_CUDA_NORM_PREP`: the layouts the producers may write (`none`, the default; `all`; or a
+/// comma-separated list of formats, e.g. `Q4_K,Q6_K`). Read once. Without a layout, every product
+/// input in it is prepared by a prep launch. `none` is the default because it measured fastest on
+/// the H200 (97274be, tg128: 9B Q4_K_M none 252.6, Q4_K 252.8, all 247.8 t/s; Q8_0 none 211.4, all
+/// 202.5): at decode a norm is one block on one SM, and the preparation it takes on costs more
+/// there than the prep launches it saves, which run across the whole GPU.
+fn allowed() -> u8 {
+    static A: OnceLock<u8> = OnceLock::new();
+    *A.get_or_init(|| match std::env::var("RILL_CUDA_NORM_PREP") {
+        Err(_) => 0,
+        Ok(v) => v
+            .split(',')
+            .map(str::trim)
+            .map(|name| match name {
+                "all" => 7,
+                _ => FORMATS
+                    .iter()
+                    .find(|f| f.ty.name().eq_ignore_ascii_case(name))
+                    .map_or(0, |f| f.bit),
+            })
+            .fold(0, |m, b| m | b),
+    })
+}
+
+/// A product of `ty` weights reads `x` (rows of `n_in`), on whichever path: where a producer
+/// wrote `x` and the decode products of `ty` would read it prepared, that producer writes the
+/// layout from now on. Called for a prompt's batched products too, so that the first decode step,
+/// recorded and replayed as a CUDA graph ever after, already has every layout. (A decode step
+/// without a prompt before it learns as it goes: its graph keeps the few prep launches of the
+/// producer outputs that came before their first reader.)
+pub(crate) fn read_by(inner: &Inner, x: &Tensor, ty: GgmlType, n_in: usize) {
+    let Some(f) = TcFormat::of(ty) else { return };
+    if !n_in.is_multiple_of(f.n_in_multiple) || !super::linear::tc_enabled(inner) {
+        return;
+    }
+    if let Some(who) = inner.writer_of(x) {
+        inner.tc_learned.0[who as usize].fetch_or(f.bit, Ordering::Relaxed);
+    }
+}
+
+/// The prepared copies a producer kernel writes of its output, claimed (`shadow.rs`) before its
+/// launch and registered after it (`made`).
+pub(crate) struct Preps {
+    copies: [Option<(usize, TcFormat)>; 3],
+    /// The kernel's dynamic shared memory (the Q8_0 prep's, per warp).
+    pub(crate) smem: u32,
+}
+
+impl Preps {
+    /// Ask the kernel of producer `who` to prepare its output `out` (`rows` rows of `n`, one
+    /// block of `threads` per row): in every layout the products have read from `who`'s outputs,
+    /// the env switch allows and a product could read at this `n`, each into a claimed slot named
+    /// in `args`. None where it cannot (not a decode shape, rows not whole units, the tensor-core
+    /// products off). The caller holds the workspace lock until `made`.
+    pub(crate) fn ask(
+        inner: &Inner,
+        who: Producer,
+        out: &Tensor,
+        rows: usize,
+        n: usize,
+        threads: u32,
+        args: &mut Args,
+    ) -> Result<Option<Preps>> {
+        if !(1..=MATVEC_MAX_T).contains(&rows)
+            || n == 0
+            || !n.is_multiple_of(SB)
+            || !threads.is_multiple_of(32)
+            || !super::linear::tc_enabled(inner)
+        {
+            return Ok(None);
+        }
+        let want = inner.tc_learned.0[who as usize].load(Ordering::Relaxed) & allowed();
+        let mut p = Preps {
+            copies: [None; 3],
+            smem: 0,
+        };
+        for (copy, f) in p.copies.iter_mut().zip(FORMATS) {
+            if want & f.bit == 0 || !n.is_multiple_of(f.n_in_multiple) {
+                continue;
+            }
+            let (slot, base) = inner.tc_slot(out, n, f)?;
+            args.p[f.slot] = base;
+            *copy = Some((slot, f));
+            if f.ty == GgmlType::Q8_0 {
+                p.smem = threads / 32 * Q8_0_IMG_BYTES;
+            }
+        }
+        Ok(Some(p))
+    }
+
+    /// The kernel is submitted: its copies of `out` are kept for the products.
+    pub(crate) fn made(self, inner: &Inner, out: &Tensor) -> Result<()> {
+        for &(slot, f) in self.copies.iter().flatten() {
+            inner.tc_made(slot, out, f)?;
+        }
+        Ok(())
+    }
 }
 
 /// The format whose kernels run the product `m`, if they do: Q4_K, Q8_0 or Q6_K weights (both
 /// of a SwiGLU, the same format), rows a multiple of the format's unit, 16-byte aligned weights
-/// (a shared expert's too) and experts, and x rows within one grid.
+/// (every product's, a shared expert's too) and experts, and x rows within one grid.
 pub(crate) fn applies(m: &Mv) -> Option<TcFormat> {
     let f = TcFormat::of(m.w.ty)?;
     let ok = |w: &super::linear::Weight| w.ty == f.ty && w.ptr.is_multiple_of(16);
@@ -153,6 +275,7 @@ pub(crate) fn applies(m: &Mv) -> Option<TcFormat> {
     (m.n_in > 0
         && m.n_in.is_multiple_of(f.n_in_multiple)
         && ok(m.w)
+        && m.parts.iter().all(|p| p.w.is_multiple_of(16))
         && m.w2.is_none_or(ok)
         && shared_ok
         && m.w.row_bytes.is_multiple_of(16)
@@ -167,8 +290,8 @@ pub(crate) fn x_rows(m: &Mv) -> usize {
 }
 
 /// Prepare `rows` rows of `n_in` f32 values at `src` into `dst` (`f.prep_bytes` of them) in
-/// format `f`'s layout. Reads nothing that an op writes later in the stream than this launch:
-/// submitted without tensors.
+/// format `f`'s layout (one warp per 256 values). Reads nothing that an op writes later in the
+/// stream than this launch: submitted without tensors.
 pub(crate) fn prep(inner: &Inner, f: TcFormat, src: DevPtr, rows: usize, n_in: usize, dst: DevPtr) -> Result<TcX> {
     let x = f.planes(dst, rows, n_in);
     let mut a = Args::default();
@@ -183,7 +306,7 @@ pub(crate) fn prep(inner: &Inner, f: TcFormat, src: DevPtr, rows: usize, n_in: u
                 grid_u32("matvec", "rows", rows)?,
                 1,
             ],
-            block: f.prep_threads,
+            block: 32,
             smem: 0,
             args: a,
             phase: Phase::Norms,
@@ -195,7 +318,16 @@ pub(crate) fn prep(inner: &Inner, f: TcFormat, src: DevPtr, rows: usize, n_in: u
     Ok(x)
 }
 
-/// Launch the product `m` on its prepared x (`applies(m)` gave `f`).
+/// The kernel, rows per block and threads of the product `m` (`applies(m)` gave `f`): the shape
+/// its tallest product picks (the K split, and with it the bits of every row, differs between
+/// shapes: `matmul_group` groups only products that pick the same one alone).
+pub(crate) fn kernel_of(f: TcFormat, m: &Mv) -> (&'static str, usize, u32) {
+    let dense = m.ids == 0 && m.scales == 0 && m.nsum == 1 && m.x_group == 1;
+    f.geometry(m.parts.widest(), m.w2.is_some(), dense, m.shared.is_some())
+}
+
+/// Launch the product `m` (one or a group of products: its grid spans all their rows) on its
+/// prepared x (`applies(m)` gave `f`), in the kernel `kernel_of` picks.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     inner: &Inner,
@@ -207,20 +339,13 @@ pub(crate) fn run(
     reads: &[&Tensor],
     writes: &[&Tensor],
 ) -> Result<()> {
-    if f.ty == GgmlType::Q4K {
-        inner.tc_q4k_seen.store(true, std::sync::atomic::Ordering::Relaxed);
-    }
-    let dense = m.ids == 0 && m.scales == 0 && m.nsum == 1 && m.x_group == 1;
-    let (kernel, rows_per_block, threads) = f.geometry(m.n_out, m.w2.is_some(), dense, m.shared.is_some());
-    let gx = grid_u32(op, "row blocks", m.n_out.div_ceil(rows_per_block))?;
+    let (kernel, rows_per_block, threads) = kernel_of(f, m);
+    let gx = m.grid_x(op, rows_per_block)?;
     let nsb = m.n_in / SB;
-    for (mut a, nv, x_row0) in m.chunks() {
-        // Slots of its own (matvec_tc.cuh `mv_body`): p2 the prepared words, p6 the sums, n7 the
-        // output stride, n8 the shared expert's second operand.
+    for (mut a, nv, x_row0) in m.chunks(rows_per_block) {
+        // Slots of its own (matvec_tc.cuh `mv_body`): p2 the prepared words, p6 the sums.
         a.p[2] = x.xa + (x_row0 * nsb * f.words * 4) as u64;
         a.p[6] = x.xs + (x_row0 * nsb * f.sums * 4) as u64;
-        a.n[7] = m.n_out as i64;
-        a.n[8] = m.shared_second(x_row0) as i64;
         inner.kernel_rw(
             Launch {
                 name: (kernel, m.w.suffix),

@@ -1,7 +1,10 @@
-//! RMSNorm (plain, fused with the residual add, gated) and the q/k L2 norm
-//! (kernels-cuda/norm.cu). One block per group of values (`norm_threads` sizes it).
+//! RMSNorm (plain, fused with the residual add, gated), the q/k L2 norm, and the decode-shaped
+//! gate of the attention output (kernels-cuda/norm.cu). One block per group of values
+//! (`norm_threads` sizes it), or in decode one per token row for the kernels that prepare their
+//! output for the tensor-core products (`matvec_tc::Preps`).
 
-use super::{gemm, grid_u32, group_threads, linear, matvec_tc, Launch};
+use super::matvec_tc::{Preps, Producer};
+use super::{gemm, grid_u32, group_threads, linear, Launch};
 use crate::backend::cuda::buffer::ptr;
 use crate::backend::cuda::launch::Args;
 use crate::backend::cuda::profile::Phase;
@@ -21,62 +24,121 @@ fn norm_threads(inner: &Inner, g: usize, d: usize) -> u32 {
     ((d.div_ceil(4).div_ceil(32) * 32).clamp(32, 1024) as u32).max(base)
 }
 
-/// Launch RMSNorm kernel `name` over the groups of `out` (`d` values each). When the batch takes
-/// the tensor-core path (`gemm::fast_batch`: the norm's output is the next product's input), the
-/// kernel also writes `out`'s f16 copy (slot p6) and registers it (`shadow.rs`), which saves the
-/// product a conversion launch. `prep`: the kernel can also write the copy the tensor-core decode
-/// products read (slot p7, `matvec_tc.rs`), which it does for a few tokens' rows.
-fn norm_groups(
+/// Token rows of `out` when they are few enough for the decode products (`linear::MATVEC_MAX_T`):
+/// the decode shape, in which a kernel can prepare its rows for them.
+fn decode_rows(out: &Tensor) -> Option<usize> {
+    let t = out.shape.first().copied().unwrap_or(0);
+    (1..=linear::MATVEC_MAX_T).contains(&t).then_some(t)
+}
+
+/// What a launch of norm.cu writes besides `out`, and who it is.
+#[derive(Clone, Copy)]
+struct Extra {
+    /// `out`'s f16 copy (slot p6), registered (`shadow.rs`): saves the fast path's next product a
+    /// conversion launch.
+    f16: bool,
+    /// The producer kind the products learn from (`matvec_tc::read_by`).
+    who: Option<Producer>,
+    /// `out` is `rows` rows of `n`, one block each: the kernel can prepare them for the
+    /// tensor-core decode products (slots p4, p5, p7; `matvec_tc::Preps` says which layouts).
+    rows: Option<(usize, usize)>,
+}
+
+impl Extra {
+    /// A decode-shaped kernel of producer `who`: one block per row of `out` (`t` rows of `n`).
+    fn rows(who: Producer, t: usize, n: usize) -> Extra {
+        Extra {
+            f16: false,
+            who: Some(who),
+            rows: Some((t, n)),
+        }
+    }
+}
+
+/// One launch of a kernel of norm.cu: `blocks` blocks of `threads`, with `extra`.
+#[allow(clippy::too_many_arguments)]
+fn launch(
     inner: &Inner,
     name: &'static str,
     out: &Tensor,
-    d: usize,
+    blocks: usize,
+    threads: u32,
     mut args: Args,
     uses: &[&Tensor],
-    prep: bool,
+    extra: Extra,
+    phase: Phase,
 ) -> Result<()> {
-    let g = out.numel() / d;
-    if g == 0 {
-        return Ok(());
-    }
-    let tokens = out.shape.first().copied().unwrap_or(0);
-    let threads = norm_threads(inner, g, d);
     // The copies' memory is a workspace, held until the kernel is submitted.
     let ws = inner.workspaces()?;
-    let copy = if gemm::fast_batch(inner, tokens) {
+    let copy = if extra.f16 {
         let (slot, planes) = inner.shadow_slot(out, false)?;
         args.p[6] = planes.hi;
         Some(slot)
     } else {
         None
     };
-    // One row per token, a whole number of super-blocks, 256 threads per super-block.
-    let tc = if prep && g == tokens && tokens <= linear::MATVEC_MAX_T && matvec_tc::prep_fits(inner, d, threads) {
-        let (slot, base) = inner.tc_slot(out, d, matvec_tc::TcFormat::norm())?;
-        args.p[7] = base;
-        Some(slot)
-    } else {
-        None
+    let preps = match (extra.who, extra.rows) {
+        (Some(who), Some((rows, n))) => Preps::ask(inner, who, out, rows, n, threads, &mut args)?,
+        _ => None,
     };
     inner.kernel(
         Launch {
             name: (name, ""),
-            grid: [grid_u32(name, "groups", g)?, 1, 1],
+            grid: [grid_u32(name, "blocks", blocks)?, 1, 1],
             block: threads,
-            smem: 0,
+            smem: preps.as_ref().map_or(0, |p| p.smem),
             args,
-            phase: Phase::Norms,
+            phase,
         },
         uses,
     )?;
     if let Some(slot) = copy {
         inner.shadow_made(slot, out, false)?;
     }
-    if let Some(slot) = tc {
-        inner.tc_made(slot, out, matvec_tc::TcFormat::norm())?;
+    if let Some(p) = preps {
+        p.made(inner, out)?;
+    }
+    if let Some(who) = extra.who {
+        inner.produced_by(out, who)?;
     }
     drop(ws);
     Ok(())
+}
+
+/// Launch RMSNorm kernel `name` over the groups of `out` (`d` values each), with the f16 copy of
+/// `out` when the batch takes the tensor-core path (`gemm::fast_batch`: the norm's output is the
+/// next product's input). `who`: the producer kind of `out` (`matvec_tc::read_by`); a kernel of
+/// one group per token row (rms_norm, add_rms_norm) also prepares its rows in decode.
+fn norm_groups(
+    inner: &Inner,
+    name: &'static str,
+    out: &Tensor,
+    d: usize,
+    args: Args,
+    uses: &[&Tensor],
+    who: Option<Producer>,
+) -> Result<()> {
+    let g = out.numel() / d;
+    if g == 0 {
+        return Ok(());
+    }
+    let tokens = out.shape.first().copied().unwrap_or(0);
+    let extra = Extra {
+        f16: gemm::fast_batch(inner, tokens),
+        who,
+        rows: decode_rows(out).filter(|&t| t == g).map(|t| (t, d)),
+    };
+    launch(
+        inner,
+        name,
+        out,
+        g,
+        norm_threads(inner, g, d),
+        args,
+        uses,
+        extra,
+        Phase::Norms,
+    )
 }
 
 pub(crate) fn rms_norm(inner: &Inner, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
@@ -88,7 +150,7 @@ pub(crate) fn rms_norm(inner: &Inner, x: &Tensor, w: &Tensor, eps: f32, out: &Te
     a.p[2] = ptr(out, op)?;
     a.n[0] = d as i64;
     a.f[0] = eps;
-    norm_groups(inner, "rms_norm", out, d, a, &[x, w, out], true)
+    norm_groups(inner, "rms_norm", out, d, a, &[x, w, out], Some(Producer::Norm))
 }
 
 pub(crate) fn add_rms_norm(inner: &Inner, acc: &Tensor, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
@@ -101,7 +163,15 @@ pub(crate) fn add_rms_norm(inner: &Inner, acc: &Tensor, x: &Tensor, w: &Tensor, 
     a.p[3] = ptr(out, op)?;
     a.n[0] = d as i64;
     a.f[0] = eps;
-    norm_groups(inner, "add_rms_norm", out, d, a, &[acc, x, w, out], true)
+    norm_groups(
+        inner,
+        "add_rms_norm",
+        out,
+        d,
+        a,
+        &[acc, x, w, out],
+        Some(Producer::Norm),
+    )
 }
 
 pub(crate) fn gated_rms_norm(inner: &Inner, x: &Tensor, z: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
@@ -114,7 +184,56 @@ pub(crate) fn gated_rms_norm(inner: &Inner, x: &Tensor, z: &Tensor, w: &Tensor, 
     a.p[3] = ptr(out, op)?;
     a.n[0] = d as i64;
     a.f[0] = eps;
-    norm_groups(inner, "gated_rms_norm", out, d, a, &[x, z, w, out], false)
+    let uses = [x, z, w, out];
+    match decode_rows(out) {
+        // A warp per group of d: up to 32 values per lane.
+        Some(t) if d <= 1024 && out.numel().is_multiple_of(t * d) => {
+            let n = out.numel() / t;
+            a.n[1] = n as i64;
+            let extra = Extra::rows(Producer::GatedNorm, t, n);
+            launch(
+                inner,
+                "gated_rms_norm_rows",
+                out,
+                t,
+                norm_threads(inner, t, n),
+                a,
+                &uses,
+                extra,
+                Phase::Norms,
+            )
+        }
+        _ => norm_groups(inner, "gated_rms_norm", out, d, a, &uses, Some(Producer::GatedNorm)),
+    }
+}
+
+/// `x *= sigmoid(gate)` on a few token rows (`decode_rows(x)` is `Some(t)`), one block per row
+/// (kernels-cuda/norm.cu `sigmoid_mul_rows`, the same values as elementwise.cu's kernel), which
+/// prepares the gated attention output for its projection.
+pub(crate) fn sigmoid_mul_rows(inner: &Inner, x: &Tensor, gate: &Tensor, t: usize) -> Result<()> {
+    let op = "sigmoid_mul_assign";
+    let n = x.numel() / t;
+    let mut a = Args::default();
+    a.p[0] = ptr(x, op)?;
+    a.p[1] = ptr(gate, op)?;
+    a.n[1] = n as i64;
+    let extra = Extra::rows(Producer::SigmoidMul, t, n);
+    launch(
+        inner,
+        "sigmoid_mul_rows",
+        x,
+        t,
+        norm_threads(inner, t, n),
+        a,
+        &[x, gate],
+        extra,
+        Phase::Attention,
+    )
+}
+
+/// The decode shape of `x` for `sigmoid_mul_rows`: its token rows, when few.
+pub(crate) fn sigmoid_mul_rows_fit(x: &Tensor) -> Option<usize> {
+    decode_rows(x)
 }
 
 pub(crate) fn l2_norm_qk(inner: &Inner, u: &Tensor, dims: GdnDims, eps: f32) -> Result<()> {

@@ -1,11 +1,14 @@
-//! Partial NeoX RoPE, the KV-cache append and causal GQA softmax attention (spec/MODEL.md §6).
-//! All three read the position from the device (`Pos::dev`), so a recorded decode step replays
-//! correctly at every later position.
+//! Partial NeoX RoPE, the KV-cache append, the steps before the attention fused
+//! (`attn_qk_prep`) and causal GQA softmax attention (spec/MODEL.md §6). All of them read the
+//! position from the device (`Pos::dev`), so a recorded decode step replays correctly at every
+//! later position.
 
 use super::u32_of;
-use crate::backend::wgpu::kernels::{Kernel, ATT_MAX_D, ATT_SPLITS, ELT_WG};
+use crate::backend::wgpu::caps::Prep;
+use crate::backend::wgpu::encoder::Bind;
+use crate::backend::wgpu::kernels::{Kernel, ATT_MAX_D, ATT_SPLITS, ELT_WG, PREP_WG};
 use crate::backend::wgpu::{gpu_err, WgpuBackend};
-use crate::backend::{check, AttnDims, DType, Pos, Tensor};
+use crate::backend::{check, AttnDims, AttnPrep, DType, Pos, Tensor};
 use crate::error::Result;
 
 /// Query rows (tokens x heads) up to which attention splits each row's key range over
@@ -14,11 +17,12 @@ const SPLIT_MAX_ROWS: usize = 256;
 
 /// In place NeoX RoPE on the first `n_rot` dims of every head of x `[T, nh*D]`.
 ///
-/// The angle is computed in f32 on the device (the CPU reference uses f64, llama.cpp's GPU
-/// kernels use f32 too): its error is a few ulp of the position, measured 1.8-2.5 * pos * 2^-24
-/// rad, so a rotated pair (a, b) differs from the reference by about `pos * 2^-23 * |(a, b)|`:
-/// within 1e-5 of |(a, b)| up to pos ≈ 80, 1e-4 up to pos ≈ 800, 5e-4 at pos 4096, 4e-2 at
-/// pos 250k (tests/device_ops.rs checks a 4 * pos * 2^-24 bound up to pos 4096).
+/// The angle is computed in f32 on the device (lib_rope.wgsl; the CPU reference uses f64,
+/// llama.cpp's GPU kernels use f32 too): its error is a few ulp of the position, measured
+/// 1.8-2.5 * pos * 2^-24 rad, so a rotated pair (a, b) differs from the reference by about
+/// `pos * 2^-23 * |(a, b)|`: within 1e-5 of |(a, b)| up to pos ≈ 80, 1e-4 up to pos ≈ 800, 5e-4
+/// at pos 4096, 4e-2 at pos 250k (tests/device_ops.rs checks a 4 * pos * 2^-24 bound up to pos
+/// 4096).
 pub(crate) fn rope_neox(
     be: &WgpuBackend,
     x: &Tensor,
@@ -132,4 +136,85 @@ pub(crate) fn attention(
         &[(&part).into(), out.into()],
         [gx, gy, 1],
     )
+}
+
+/// `split_qgate`, the q and k RMSNorms, RoPE of both and `kv_store` (lib_attn_prep.wgsl): one
+/// dispatch of a workgroup per (token, head) over the query heads and then the kv heads
+/// (`Prep::One`), or a dispatch per half (`Prep::Halves`, adapters that allow 7 storage buffers
+/// per kernel but not 11), else the six ops. `a.q` (scratch) is not written by the fused kernels.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attn_qk_prep(
+    be: &WgpuBackend,
+    a: AttnPrep<'_>,
+    head_dim: usize,
+    n_rot: usize,
+    theta: f32,
+    eps: f32,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    pos: Pos,
+) -> Result<()> {
+    let op = "attn_qk_prep";
+    let (rq, rk, t_len) = check::attn_qk_prep(a, head_dim, n_rot, theta, k_cache, v_cache, pos)?;
+    // One invocation per element of a head; a v row as wide as a k row (one index for both).
+    let fits = head_dim <= PREP_WG as usize && a.v.cols() == a.k.cols();
+    if be.caps.prep == Prep::Separate || !fits {
+        super::split_qgate(be, a.qg, head_dim, a.q, a.gate)?;
+        super::rms_norm(be, a.q, a.q_norm, eps, a.q_normed)?;
+        super::rms_norm(be, a.k, a.k_norm, eps, a.k_normed)?;
+        rope_neox(be, a.q_normed, head_dim, n_rot, theta, pos)?;
+        rope_neox(be, a.k_normed, head_dim, n_rot, theta, pos)?;
+        return kv_store(be, a.k_normed, a.v, k_cache, v_cache, pos);
+    }
+    // Positions are converted to f32 for the rotation: exact below 2^24 (as rope_neox).
+    if pos.host + t_len > 1 << 24 {
+        return Err(gpu_err(format!("{op}: position {} is out of range", pos.host + t_len)));
+    }
+    for t in [a.qg, k_cache, v_cache] {
+        u32_of(op, "elements", t.numel())?;
+    }
+    let q_rows = u32_of(op, "query heads", t_len * rq.n_head)?;
+    let kv_rows = u32_of(op, "kv heads", t_len * rk.n_head)?;
+    let log2_theta = (theta as f64).log2() as f32;
+    let params = [
+        head_dim as u32,
+        (n_rot / 2) as u32,
+        rq.n_head as u32,
+        rk.n_head as u32,
+        q_rows,
+        u32_of(op, "cache rows", k_cache.rows())?,
+        eps.to_bits(),
+        log2_theta.to_bits(),
+    ];
+    let kv: [Bind<'_>; 7] = [
+        pos.dev.into(),
+        a.k.into(),
+        a.v.into(),
+        a.k_norm.into(),
+        a.k_normed.into(),
+        k_cache.into(),
+        v_cache.into(),
+    ];
+    let q: [Bind<'_>; 4] = [a.qg.into(), a.q_norm.into(), a.gate.into(), a.q_normed.into()];
+    let mut enc = be.encoder()?;
+    if be.caps.prep == Prep::One {
+        let total = q_rows
+            .checked_add(kv_rows)
+            .ok_or_else(|| gpu_err(format!("{op}: too many heads")))?;
+        let mut binds = [kv[0]; 11];
+        binds[..7].copy_from_slice(&kv);
+        binds[7..].copy_from_slice(&q);
+        let [gx, gy] = enc.grid(total);
+        return enc.run(Kernel::AttnQkPrep, None, &params, &binds, [gx, gy, 1]);
+    }
+    let [gx, gy] = enc.grid(q_rows);
+    enc.run(
+        Kernel::AttnPrepQ,
+        None,
+        &params,
+        &[kv[0], q[0], q[1], q[2], q[3]],
+        [gx, gy, 1],
+    )?;
+    let [gx, gy] = enc.grid(kv_rows);
+    enc.run(Kernel::AttnPrepKv, None, &params, &kv, [gx, gy, 1])
 }

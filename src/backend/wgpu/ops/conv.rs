@@ -4,7 +4,7 @@
 use super::u32_of;
 use crate::backend::wgpu::kernels::{Kernel, CONV_MAX_K, CONV_NORM_WG, CONV_WG};
 use crate::backend::wgpu::{gpu_err, WgpuBackend};
-use crate::backend::{check, GdnDims, Tensor};
+use crate::backend::{check, GdnDims, GdnGates, Tensor};
 use crate::error::Result;
 
 fn conv_check(op: &str, x: &Tensor, w: &Tensor, state: &Tensor, out: &Tensor) -> Result<check::ConvDims> {
@@ -36,23 +36,23 @@ pub(crate) fn conv1d_causal_silu(be: &WgpuBackend, x: &Tensor, w: &Tensor, state
 /// serial loop for a prompt).
 const FUSED_MAX_T: usize = 8;
 
-/// `conv1d_causal_silu` then `l2_norm_qk` in one dispatch: a workgroup per q/k head (dk channels)
-/// and per CONV_NORM_WG channels of v.
-pub(crate) fn conv1d_silu_l2qk(
-    be: &WgpuBackend,
+/// The fused conv + q/k norm's parameters (conv1d_silu_l2qk.wgsl, lib_conv_l2qk.wgsl) and its
+/// workgroup count: a workgroup per q/k head (dk channels) and per CONV_NORM_WG channels of v.
+/// `None` for batches longer than FUSED_MAX_T (the two separate kernels run those).
+#[allow(clippy::too_many_arguments)]
+fn conv_l2qk_plan(
+    op: &str,
     x: &Tensor,
     w: &Tensor,
     state: &Tensor,
     out: &Tensor,
     dims: GdnDims,
     eps: f32,
-) -> Result<()> {
-    let op = "conv1d_silu_l2qk";
+) -> Result<Option<([u32; 7], u32)>> {
     let check::ConvDims { t, c, k } = conv_check(op, x, w, state, out)?;
     check::l2_norm_qk(out, dims)?;
     if t > FUSED_MAX_T {
-        conv1d_causal_silu(be, x, w, state, out)?;
-        return super::l2_norm_qk(be, out, dims, eps);
+        return Ok(None);
     }
     if dims.dk > CONV_NORM_WG as usize {
         return Err(gpu_err(format!("{op}: dk {} exceeds {CONV_NORM_WG}", dims.dk)));
@@ -68,13 +68,85 @@ pub(crate) fn conv1d_silu_l2qk(
         eps.to_bits(),
         super::norm::q_scale(dims).to_bits(),
     ];
+    Ok(Some((params, u32_of(op, "groups", heads + v_groups)?)))
+}
+
+/// `conv1d_causal_silu` then `l2_norm_qk` in one dispatch (`conv_l2qk_plan`).
+pub(crate) fn conv1d_silu_l2qk(
+    be: &WgpuBackend,
+    x: &Tensor,
+    w: &Tensor,
+    state: &Tensor,
+    out: &Tensor,
+    dims: GdnDims,
+    eps: f32,
+) -> Result<()> {
+    let Some((params, groups)) = conv_l2qk_plan("conv1d_silu_l2qk", x, w, state, out, dims, eps)? else {
+        conv1d_causal_silu(be, x, w, state, out)?;
+        return super::l2_norm_qk(be, out, dims, eps);
+    };
     let mut enc = be.encoder()?;
-    let [gx, gy] = enc.grid(u32_of(op, "groups", heads + v_groups)?);
+    let [gx, gy] = enc.grid(groups);
     enc.run(
         Kernel::ConvL2qk,
         None,
         &params,
         &[x.into(), w.into(), state.into(), out.into()],
+        [gx, gy, 1],
+    )
+}
+
+/// `gdn_gates` and `conv1d_silu_l2qk` in one dispatch (gdn_conv_gates.wgsl): the conv's
+/// workgroups, then CONV_NORM_WG gates per workgroup. The two ops where the adapter does not
+/// allow the kernel's 10 storage buffers (`Caps::fused_gates`) or the batch takes the separate
+/// conv kernels.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn gdn_conv_gates(
+    be: &WgpuBackend,
+    x: &Tensor,
+    w: &Tensor,
+    state: &Tensor,
+    out: &Tensor,
+    dims: GdnDims,
+    eps: f32,
+    g: GdnGates<'_>,
+) -> Result<()> {
+    let op = "gdn_conv_gates";
+    let (_, (n_gates, hv)) = check::gdn_conv_gates(x, w, state, out, dims, g)?;
+    let plan = if be.caps.fused_gates {
+        conv_l2qk_plan(op, x, w, state, out, dims, eps)?
+    } else {
+        None
+    };
+    let Some((conv, groups)) = plan else {
+        super::gdn_gates(be, g.a, g.b, g.ssm_a, g.dt_bias, g.g, g.beta)?;
+        return conv1d_silu_l2qk(be, x, w, state, out, dims, eps);
+    };
+    let n = u32_of(op, "gates", n_gates)?;
+    let total = groups
+        .checked_add(n.div_ceil(CONV_NORM_WG))
+        .ok_or_else(|| gpu_err(format!("{op}: too many workgroups")))?;
+    let mut params = [0u32; 10];
+    params[..7].copy_from_slice(&conv);
+    params[7..].copy_from_slice(&[groups, n, hv as u32]);
+    let mut enc = be.encoder()?;
+    let [gx, gy] = enc.grid(total);
+    enc.run(
+        Kernel::GdnConvGates,
+        None,
+        &params,
+        &[
+            x.into(),
+            w.into(),
+            state.into(),
+            out.into(),
+            g.a.into(),
+            g.b.into(),
+            g.ssm_a.into(),
+            g.dt_bias.into(),
+            g.g.into(),
+            g.beta.into(),
+        ],
         [gx, gy, 1],
     )
 }

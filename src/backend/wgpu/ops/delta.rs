@@ -4,9 +4,10 @@
 //!   group of invocations without subgroups, owns one state row; a workgroup a block of rows), so
 //!   that a decode token spreads over ceil(dv / rows) × Hv workgroups (rows: 8 with subgroups).
 //! * `delta_rule_chunked`: C = 64 (B). Per batch of chunks, `delta_rule_chunk_prep.wgsl`
-//!   (parallel over heads × chunks: decays, A, P, the triangular solve for U and W) then
-//!   `delta_rule_chunk_state.wgsl` (parallel over heads × state rows, sequential over the
-//!   chunks, a few per dispatch: V_new, outputs, state update). Chunk intermediates live in scratch tensors sized for
+//!   (parallel over heads × chunks: decays, A and P as tiled products, the triangular solve for
+//!   U and W) then `delta_rule_chunk_state.wgsl` (parallel over heads × blocks of state rows,
+//!   sequential over the chunks of the batch, each chunk's V_new, outputs and state update as
+//!   products over all its tokens at once). Chunk intermediates live in scratch tensors sized for
 //!   one batch, so any T fits the device's storage binding limit.
 
 use crate::backend::wgpu::kernels::{delta_rec_rows, Kernel, DELTA_CHUNK, DELTA_MAX_DK, DELTA_ROWS};
@@ -18,7 +19,8 @@ use crate::error::Result;
 const CHUNK: usize = DELTA_CHUNK as usize;
 /// State rows per workgroup of the chunk-state kernel.
 const ROWS: usize = DELTA_ROWS as usize;
-/// Largest key head dim: the chunk-state shader keeps a state row in a private array of this size.
+/// Largest key head dim: the chunk-state shader keeps its block of state rows in workgroup memory
+/// sized for this.
 const MAX_DK: usize = DELTA_MAX_DK as usize;
 /// llvmpipe/lavapipe (our CI device) silently ends all loops of a shader invocation after 65535
 /// back-edges in total (`LP_MAX_TGSI_LOOP_ITERATIONS`, shared by every loop of the shader), so a
@@ -27,12 +29,10 @@ const MAX_DK: usize = DELTA_MAX_DK as usize;
 /// of w invocations (w = 8 without subgroups, lavapipe's subgroup size 4..16 with), i.e. at most
 /// ~9K for 128 tokens with dk = 128.
 const RECURRENT_TOKENS_PER_DISPATCH: usize = 128;
-/// The same budget for the chunk-state kernel: ~C·(2·dk + C/2 + 3) ≈ 18.6K back-edges per chunk
-/// with dk = 128, so two chunks per dispatch (~37K).
-const STATE_CHUNKS_PER_DISPATCH: usize = 2;
 /// Upper bound on the chunks per scratch batch (bounds the scratch memory: with Hv = 32 and
-/// dk = dv = 128, X is 32 MiB and A, P are 8 MiB each at 16 chunks; 16 × Hv prep workgroups
-/// are still plenty of parallelism).
+/// dk = dv = 128, X is 32 MiB and P 8 MiB at 16 chunks; 16 × Hv prep workgroups are still plenty
+/// of parallelism). The chunk-state kernel runs a whole batch in one dispatch: the same lavapipe
+/// budget as above allows it, at ~dk + 3·C ≈ 320 back-edges per chunk (see the shader).
 const MAX_BATCH_CHUNKS: usize = 16;
 
 /// The contract's checks plus this backend's limits; returns the token count T.
@@ -56,7 +56,7 @@ fn check(
     Ok(t)
 }
 
-/// Up to 10 shader parameters from usizes (no allocation).
+/// Shader parameters from usizes (no allocation).
 fn u32s<const N: usize>(xs: [usize; N]) -> [u32; N] {
     xs.map(|x| x as u32)
 }
@@ -107,7 +107,7 @@ pub(crate) fn delta_rule_chunked(
     }
     let GdnDims { hk, hv, dk, dv } = dims;
     let xw = dv + dk;
-    // Chunks per batch: the largest scratch tensor (A/P [Hv, nb, C, C] or X [Hv, nb, C, dv+dk])
+    // Chunks per batch: the largest scratch tensor (P [Hv, nb, C, C] or X [Hv, nb, C, dv+dk])
     // must fit one storage binding.
     let per_chunk = hv * CHUNK * CHUNK.max(xw) * 4;
     let limit = be.caps.max_binding as usize;
@@ -121,7 +121,6 @@ pub(crate) fn delta_rule_chunked(
     // Chunk intermediates persist in the backend's scratch pool (no allocation per call); the
     // dispatches that share them are recorded under one hold of the encoder.
     let mut enc = be.encoder()?;
-    let a = enc.scratch("delta_a", DType::F32, &[hv, nb_max, CHUNK, CHUNK])?;
     let p = enc.scratch("delta_p", DType::F32, &[hv, nb_max, CHUNK, CHUNK])?;
     let x = enc.scratch("delta_x", DType::F32, &[hv, nb_max, CHUNK, xw])?;
     let dec = enc.scratch("delta_dec", DType::F32, &[hv, nb_max, 2, CHUNK])?;
@@ -134,35 +133,23 @@ pub(crate) fn delta_rule_chunked(
             Kernel::DeltaChunkPrep,
             None,
             &params,
+            &[u.into(), g.into(), beta.into(), (&p).into(), (&x).into(), (&dec).into()],
+            [nb as u32, hv as u32, 1],
+        )?;
+        enc.run(
+            Kernel::DeltaChunkState,
+            None,
+            &params,
             &[
                 u.into(),
-                g.into(),
-                beta.into(),
-                (&a).into(),
+                state.into(),
+                out.into(),
                 (&p).into(),
                 (&x).into(),
                 (&dec).into(),
             ],
-            [nb as u32, hv as u32, 1],
+            [dv.div_ceil(ROWS) as u32, hv as u32, 1],
         )?;
-        for n_first in (0..nb).step_by(STATE_CHUNKS_PER_DISPATCH) {
-            let n_count = STATE_CHUNKS_PER_DISPATCH.min(nb - n_first);
-            let sp = u32s([hk, hv, dk, dv, dims.conv_dim(), t0, n_tok, nb, n_first, n_count]);
-            enc.run(
-                Kernel::DeltaChunkState,
-                None,
-                &sp,
-                &[
-                    u.into(),
-                    state.into(),
-                    out.into(),
-                    (&p).into(),
-                    (&x).into(),
-                    (&dec).into(),
-                ],
-                [dv.div_ceil(ROWS) as u32, hv as u32, 1],
-            )?;
-        }
         t0 += n_tok;
     }
     Ok(())

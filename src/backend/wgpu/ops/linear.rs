@@ -1,18 +1,20 @@
 //! `embed`, `matmul` and `matmul_swiglu` over weights in their GGUF block formats.
 //!
 //! Kernel choice, by shape only (so lavapipe tests exercise every kernel):
-//! * one token (decode): `matvec.wgsl` (each weight byte read once, whole-word decoding);
+//! * one token (decode): `matvec.wgsl` (each weight byte read once, whole-word decoding), and
+//!   `matvec_group.wgsl` for several products of that token sharing a format (`matmul_group`);
 //! * several tokens (prefill): `matmul_tiled.wgsl` (64 x 64 tiles, weights dequantized once per
-//!   tile), or its cooperative-matrix version at `Precision::Fast` (`caps`);
+//!   tile), or its cooperative-matrix versions at `Precision::Fast` (`matmul_coop.wgsl`,
+//!   `matmul_coop2.wgsl`; `caps`);
 //! * rows that are not a multiple of the fast kernels' units (small F32/F16 tensors):
 //!   `matmul_rows.wgsl` (short rows) or `matmul.wgsl`.
 
 use super::{pieces, row_bytes, u32_of, weight_type, MATMUL_ROWS_MAX_IN};
 use crate::backend::wgpu::caps::Coop;
-use crate::backend::wgpu::encoder::Encoder;
+use crate::backend::wgpu::encoder::{Bind, Encoder};
 use crate::backend::wgpu::kernels::{self, Kernel, MM_ROWS_WG, MM_TILE, TILE_K, TILE_M, TILE_N};
 use crate::backend::wgpu::{gpu_err, WgpuBackend};
-use crate::backend::{check, Tensor};
+use crate::backend::{check, Tensor, MAX_GROUP};
 use crate::error::Result;
 
 /// `out[t] = dequant(table[ids[t]])`. Ids >= vocab give a zero row (checked in the shader; the
@@ -55,6 +57,7 @@ pub(crate) fn embed(be: &WgpuBackend, table: &Tensor, ids: &Tensor, out: &Tensor
 }
 
 /// The checked shape of a matmul and its weight's format.
+#[derive(Clone, Copy)]
 struct Mm {
     t: usize,
     n_in: usize,
@@ -105,6 +108,125 @@ pub(crate) fn matmul(be: &WgpuBackend, w: &Tensor, x: &Tensor, out: &Tensor) -> 
     generic(&mut enc, &m, w, x, out)
 }
 
+/// `outs[i] = matmul(ws[i], x)`: for one token, the products that take the matrix-vector kernel
+/// in one binding each are launched by format, up to `Caps::mv_group` of a format in one
+/// `matvec_group` dispatch (a Q4_K_M Gated DeltaNet layer: qkv, z, beta and alpha in one, or its
+/// Q6_K qkv alone and the other three in one); every other product as `matmul`.
+pub(crate) fn matmul_group(be: &WgpuBackend, ws: &[&Tensor], x: &Tensor, outs: &[&Tensor]) -> Result<()> {
+    let op = "matmul_group";
+    check::matmul_group(ws, x, outs)?;
+    let caps = &be.caps;
+    let n = ws.len();
+    // Which products join a group: one token on the matrix-vector kernel, one binding each.
+    let mut ms: [Option<Mm>; MAX_GROUP] = [None; MAX_GROUP];
+    if caps.mv_group > 1 {
+        for (i, (w, out)) in ws.iter().zip(outs).enumerate() {
+            let m = mm_dims(op, w, x, out)?;
+            if m.t == 1
+                && !short_rows(caps, &m, w)?
+                && matvec_fits(m.ty, m.n_in)
+                && pieces(caps, op, w, m.n_out, m.rb)?.count() == 1
+            {
+                ms[i] = Some(m);
+            }
+        }
+    }
+    let mut done = [false; MAX_GROUP];
+    for i in 0..n {
+        let Some(m) = ms[i].filter(|_| !done[i]) else {
+            continue;
+        };
+        // Product i and those after it in its format (one x: the same row length), at most
+        // `mv_group` of them.
+        let mut seg = [0usize; MAX_GROUP];
+        let mut k = 0;
+        for j in i..n {
+            if k < caps.mv_group as usize && !done[j] && ms[j].is_some_and(|mj| mj.ty == m.ty) {
+                seg[k] = j;
+                k += 1;
+            }
+        }
+        if k >= 2 {
+            matvec_group(be, &seg[..k], &ms, ws, x, outs)?;
+            for &j in &seg[..k] {
+                done[j] = true;
+            }
+        }
+    }
+    for (i, (w, out)) in ws.iter().zip(outs).enumerate() {
+        if !done[i] {
+            matmul(be, w, x, out)?;
+        }
+    }
+    Ok(())
+}
+
+// matvec_group.wgsl's segment table is a vec4 per field.
+const _: () = assert!(MAX_GROUP == 4);
+
+/// One `matvec_group` dispatch of the products `seg` (2 to 4 indices into `ws`/`outs`, each with
+/// its shape in `ms`, all of one format and row length), each weight in one binding: their
+/// workgroups one product after the other.
+fn matvec_group(
+    be: &WgpuBackend,
+    seg: &[usize],
+    ms: &[Option<Mm>; MAX_GROUP],
+    ws: &[&Tensor],
+    x: &Tensor,
+    outs: &[&Tensor],
+) -> Result<()> {
+    let op = "matmul_group";
+    let m = seg
+        .first()
+        .and_then(|&j| ms[j])
+        .ok_or_else(|| gpu_err(format!("{op}: an empty group")))?;
+    let kernel = Kernel::matvec_group(seg.len())
+        .ok_or_else(|| gpu_err(format!("{op}: {} products in one dispatch", seg.len())))?;
+    let units = m.n_in / kernels::mv_unit(m.ty);
+    let caps = &be.caps;
+    let lanes = kernels::mv_lanes(caps, units);
+    let per_wg = kernels::mv_rows_per_wg(caps, lanes);
+    // Rows and first workgroup per product; past the last product the first workgroup is the
+    // total, which no workgroup reaches.
+    let mut rows = [0u32; MAX_GROUP];
+    let mut start = [0u32; MAX_GROUP];
+    let mut total = 0u32;
+    for (s, &j) in seg.iter().enumerate() {
+        let mj = ms[j].ok_or_else(|| gpu_err(format!("{op}: product {j} is not grouped")))?;
+        rows[s] = mj.n_out as u32;
+        start[s] = total;
+        total = total
+            .checked_add(rows[s].div_ceil(per_wg))
+            .ok_or_else(|| gpu_err(format!("{op}: too many workgroups")))?;
+    }
+    for s in start.iter_mut().skip(seg.len()) {
+        *s = total;
+    }
+    let params = [
+        m.n_in as u32,
+        m.rb as u32,
+        units as u32,
+        lanes,
+        rows[0],
+        rows[1],
+        rows[2],
+        rows[3],
+        start[0],
+        start[1],
+        start[2],
+        start[3],
+    ];
+    // x, then each product's weight and output (matvec_group.wgsl).
+    let mut binds = [Bind::from(x); 1 + 2 * MAX_GROUP];
+    for (s, &j) in seg.iter().enumerate() {
+        binds[1 + 2 * s] = ws[j].into();
+        binds[2 + 2 * s] = outs[j].into();
+    }
+    let mut enc = be.encoder()?;
+    let [gx, gy] = enc.grid(total);
+    enc.run(kernel, Some(m.ty), &params, &binds[..1 + 2 * seg.len()], [gx, gy, 1])
+}
+
 /// One token through `kernel` (`Matvec`, or `MatvecSwiglu` with `ws` = [gate, up]), piece by piece.
 fn matvec(enc: &mut Encoder<'_>, kernel: Kernel, m: &Mm, ws: &[&Tensor], x: &Tensor, out: &Tensor) -> Result<()> {
     let units = m.n_in / kernels::mv_unit(m.ty);
@@ -138,23 +260,29 @@ fn matvec(enc: &mut Encoder<'_>, kernel: Kernel, m: &Mm, ws: &[&Tensor], x: &Ten
     Ok(())
 }
 
-/// Several tokens through 64 x 64 tiles (f32, or f16 cooperative matrices at Precision::Fast).
+/// Several tokens through tiles of (rows, tokens): 64 x 64 in f32, or f16 cooperative matrices at
+/// Precision::Fast (`matmul_coop`, or `matmul_coop2` in its geometry where the k step divides the
+/// row; caps.rs chooses).
 fn tiled(enc: &mut Encoder<'_>, m: &Mm, w: &Tensor, x: &Tensor, out: &Tensor) -> Result<()> {
     let caps = enc.be.caps;
     // F32 weights (the MoE router, the shared expert's gate) stay exact: a rounded router logit
     // can flip an expert choice, which moves the output far more than any f16 product.
-    let kernel = if caps.coop == Coop::Off || m.ty == crate::gguf::GgmlType::F32 {
-        Kernel::MatmulTiled
-    } else {
-        Kernel::MatmulCoop
+    let (kernel, coop2) = match caps.coop2 {
+        _ if caps.coop == Coop::Off || m.ty == crate::gguf::GgmlType::F32 => (Kernel::MatmulTiled, None),
+        Some(c) if m.n_in.is_multiple_of(c.k as usize) => (Kernel::MatmulCoop2, Some(c)),
+        _ => (Kernel::MatmulCoop, None),
     };
+    let (tile_rows, tile_toks) = coop2.map_or((TILE_M, TILE_N), |c| (c.rows, c.toks));
     let t32 = u32_of("matmul", "T", m.t)?;
-    let tok_tiles = t32.div_ceil(TILE_N);
+    let tok_tiles = t32.div_ceil(tile_toks);
     for p in pieces(&caps, "matmul", w, m.n_out, m.rb)? {
-        let row_tiles = (p.rows as u32).div_ceil(TILE_M);
+        let row_tiles = (p.rows as u32).div_ceil(tile_rows);
         let n = row_tiles
             .checked_mul(tok_tiles)
             .ok_or_else(|| gpu_err("matmul: too many tiles"))?;
+        // A cooperative store needs 16-byte aligned rows: whole 4 floats in out's row stride and
+        // at the piece's first row.
+        let direct = coop2.is_some_and(|c| c.direct) && m.n_out.is_multiple_of(4) && p.row0.is_multiple_of(4);
         let params = [
             m.n_in as u32,
             m.n_out as u32,
@@ -163,6 +291,7 @@ fn tiled(enc: &mut Encoder<'_>, m: &Mm, w: &Tensor, x: &Tensor, out: &Tensor) ->
             p.row0 as u32,
             t32,
             row_tiles,
+            u32::from(direct),
         ];
         let [gx, gy] = enc.grid(n);
         enc.run(

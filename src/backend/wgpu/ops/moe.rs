@@ -1,7 +1,7 @@
 //! MoE routing and the routed experts (spec/MODEL.md §7.2).
 //!
-//! `moe_route` is one dispatch, one workgroup per token (softmax, then k rounds of an argmax
-//! reduction). `moe_experts` is four dispatches (per piece of the expert weights): gate projection
+//! `moe_route` is one dispatch, one workgroup per token (softmax, then each expert's rank among
+//! the others: the top k are those of rank < k). `moe_experts` is four dispatches (per piece of the expert weights): gate projection
 //! of every (token, slot) into a scratch `h [T·k, n_ff]`, up projection combined in place into
 //! `h = silu(gate) · up`, down projection into `y [T·k, d]`, and the weighted sum over each
 //! token's slots into `out`. The projections of long rows use the matrix-vector units of

@@ -1,0 +1,339 @@
+//! The executor's fused ops (`gdn_conv_gates`, `attn_qk_prep`) on every device backend against
+//! the CPU reference, whose default implementations compose the unfused ops: random inputs, token
+//! counts 1 to 65 (decode and prefill), several positions, partial and no RoPE, GQA ratios, odd
+//! head counts and sizes, a key head too wide for the CUDA fused conv (its fallback), and the ops
+//! recorded into a step that is then replayed at new positions (the position is read on the device).
+//!
+//! Tolerances are those of the unfused ops' tests (tests/device_ops.rs), which these ops compose:
+//! copies (the gate half of q, v into its cache, the conv state) are bit-exact.
+
+mod common;
+
+use common::device::{pos_on, Both, Pt, Side, Steps};
+use common::*;
+use rill::backend::{AttnPrep, Backend, GdnDims, GdnGates, Pos};
+
+const TS: [usize; 4] = [1, 3, 64, 65];
+
+/// Qwen3.5 9B's Gated DeltaNet heads; odd counts and sizes (hv a multiple of hk, as the delta rule
+/// needs); a key head wider than one CUDA block (its unfused fallback; past wgpu's limit).
+const GDN_SHAPES: [GdnDims; 3] = [
+    GdnDims {
+        hk: 16,
+        hv: 32,
+        dk: 128,
+        dv: 128,
+    },
+    GdnDims {
+        hk: 3,
+        hv: 6,
+        dk: 5,
+        dv: 7,
+    },
+    GdnDims {
+        hk: 1,
+        hv: 1,
+        dk: 1030,
+        dv: 3,
+    },
+];
+
+/// The gates' inputs and outputs for `t` tokens of `hv` value heads.
+struct Gates {
+    a: Pt,
+    b: Pt,
+    ssm_a: Pt,
+    dt_bias: Pt,
+    g: Pt,
+    beta: Pt,
+}
+
+impl Gates {
+    fn new(p: &Both, rng: &mut Rng, t: usize, hv: usize) -> Gates {
+        let mut a = rng.normals(t * hv, 6.0);
+        // softplus' branches: e^x underflowing, and both sides of its x > 20 switch.
+        for (i, v) in [-100.0f32, 19.99, 20.01].iter().enumerate() {
+            if i < a.len() {
+                a[i] = *v;
+            }
+        }
+        let ssm_a: Vec<f32> = (0..hv).map(|_| -rng.uniform() as f32 * 8.0 - 0.01).collect();
+        Gates {
+            a: p.up(&a, &[t, hv]),
+            b: p.up(&rng.normals(t * hv, 4.0), &[t, hv]),
+            ssm_a: p.up(&ssm_a, &[hv]),
+            dt_bias: p.up(&rng.normals(hv, 1.0), &[hv]),
+            g: p.zeros(&[t, hv]),
+            beta: p.zeros(&[t, hv]),
+        }
+    }
+    fn on(&self, s: Side) -> GdnGates<'_> {
+        GdnGates {
+            a: self.a.on(s),
+            b: self.b.on(s),
+            ssm_a: self.ssm_a.on(s),
+            dt_bias: self.dt_bias.on(s),
+            g: self.g.on(s),
+            beta: self.beta.on(s),
+        }
+    }
+    /// The gdn_gates test's tolerances: relative, down to the tiny softplus of very negative a.
+    fn check(&self, p: &Both, what: &str) {
+        p.check(&format!("{what} g"), &self.g, 1e-30, 1e-5);
+        p.check(&format!("{what} beta"), &self.beta, 1e-7, 1e-5);
+    }
+}
+
+#[test]
+fn gdn_conv_gates_matches() {
+    for p in Both::each() {
+        let mut rng = Rng::new(41);
+        for (dims, k) in [
+            (GDN_SHAPES[0], 4usize),
+            (GDN_SHAPES[1], 4),
+            (GDN_SHAPES[1], 1),
+            (GDN_SHAPES[2], 4),
+        ] {
+            let cd = dims.conv_dim();
+            let w = p.up(&rng.normals(cd * k, 0.5), &[cd, k]);
+            let state = p.up(&rng.normals((k - 1) * cd, 1.0), &[k - 1, cd]);
+            // The state carries from call to call: decode steps after prefills.
+            for t in [1usize, 3, 64, 65, 1] {
+                let what = format!("gdn_conv_gates t={t} k={k} {dims:?}");
+                let x = p.up(&rng.normals(t * cd, 1.0), &[t, cd]);
+                let out = p.zeros(&[t, cd]);
+                let gates = Gates::new(&p, &mut rng, t, dims.hv);
+                let op = |be: &dyn Backend, s: Side| {
+                    be.gdn_conv_gates(x.on(s), w.on(s), state.on(s), out.on(s), dims, 1e-6, gates.on(s))
+                };
+                // The wide key head is past some backends' limit (wgpu: 128): refused, or right.
+                if dims.dk > 128 {
+                    if !p.runs_or_refuses(&what, op) {
+                        break;
+                    }
+                } else {
+                    p.run(&what, op);
+                }
+                p.check(&format!("{what} state"), &state, 0.0, 0.0);
+                p.check_conv_l2qk(&what, &out, dims, t);
+                gates.check(&p, &what);
+            }
+        }
+    }
+}
+
+/// The tensors of one `attn_qk_prep` call for `t` tokens into caches of `ctx` rows (filled with
+/// old rows that must survive).
+struct Prep {
+    qg: Pt,
+    k: Pt,
+    v: Pt,
+    q_norm: Pt,
+    k_norm: Pt,
+    q: Pt,
+    gate: Pt,
+    q_normed: Pt,
+    k_normed: Pt,
+    k_cache: Pt,
+    v_cache: Pt,
+    /// The caches' contents before the call.
+    old: (Vec<f32>, Vec<f32>),
+}
+
+/// Heads, kv heads, head dim, rotated dims.
+type AttnShape = (usize, usize, usize, usize);
+
+impl Prep {
+    fn new(p: &Both, rng: &mut Rng, (nh, nkv, d, _): AttnShape, t: usize, ctx: usize) -> Prep {
+        let (qw, kw) = (nh * d, nkv * d);
+        let old = (rng.normals(ctx * kw, 1.0), rng.normals(ctx * kw, 1.0));
+        Prep {
+            qg: p.up(&rng.normals(t * 2 * qw, 2.0), &[t, 2 * qw]),
+            k: p.up(&rng.normals(t * kw, 2.0), &[t, kw]),
+            v: p.up(&rng.normals(t * kw, 1.0), &[t, kw]),
+            q_norm: p.up(&rng.normals(d, 1.0), &[d]),
+            k_norm: p.up(&rng.normals(d, 1.0), &[d]),
+            q: p.zeros(&[t, qw]),
+            gate: p.zeros(&[t, qw]),
+            q_normed: p.zeros(&[t, qw]),
+            k_normed: p.zeros(&[t, kw]),
+            k_cache: p.up(&old.0, &[ctx, kw]),
+            v_cache: p.up(&old.1, &[ctx, kw]),
+            old,
+        }
+    }
+    fn on(&self, s: Side) -> AttnPrep<'_> {
+        AttnPrep {
+            qg: self.qg.on(s),
+            k: self.k.on(s),
+            v: self.v.on(s),
+            q_norm: self.q_norm.on(s),
+            k_norm: self.k_norm.on(s),
+            q: self.q.on(s),
+            gate: self.gate.on(s),
+            q_normed: self.q_normed.on(s),
+            k_normed: self.k_normed.on(s),
+        }
+    }
+    fn run(&self, p: &Both, (_, _, d, n_rot): AttnShape, theta: f32, pos: usize, pos_t: &Pt) {
+        p.run("attn_qk_prep", |be, s| {
+            let at = pos_on(pos, pos_t, s);
+            be.attn_qk_prep(
+                self.on(s),
+                d,
+                n_rot,
+                theta,
+                1e-6,
+                self.k_cache.on(s),
+                self.v_cache.on(s),
+                at,
+            )
+        });
+    }
+
+    /// Every output against the CPU's, and on each backend its own T new k rows and the v rows at
+    /// rows `pos..pos+T` of the caches, the other rows untouched.
+    fn check(&self, p: &Both, what: &str, (_, nkv, d, n_rot): AttnShape, pos: usize) {
+        p.check(&format!("{what} gate"), &self.gate, 0.0, 0.0);
+        check_normed_rotated(p, &format!("{what} q"), &self.q_normed, d, n_rot, pos);
+        check_normed_rotated(p, &format!("{what} k"), &self.k_normed, d, n_rot, pos);
+        let (k, v) = (p.read(&self.k_normed), p.read(&self.v));
+        let rows = pos * nkv * d..pos * nkv * d + k.0.len();
+        for (name, cache, old, new) in [
+            ("k", &self.k_cache, &self.old.0, &k),
+            ("v", &self.v_cache, &self.old.1, &v),
+        ] {
+            let (got, cpu) = p.read(cache);
+            for (side, have, rows_new) in [(p.name(), got, &new.0), ("cpu".to_string(), cpu, &new.1)] {
+                let mut want = old.clone();
+                want[rows.clone()].copy_from_slice(rows_new);
+                assert_eq!(have, want, "{side} {what} {name} cache");
+            }
+        }
+    }
+}
+
+/// A per-head RMSNorm followed by NeoX RoPE, device against CPU; returns the device's values.
+/// Error model: the norm's 1e-6 + 1e-5 relative (rms_norm test) is carried unchanged in size by
+/// the rotation, which adds rope's own (rope test): 2e-6 of the pair's norm, and the f32 angle's
+/// error of a few ulp of the position (4 pos 2^-24 rad) times the pair's norm, for a backend that
+/// computes its angle in f32. Pair norms are taken from the CPU's output (rotation keeps them).
+fn check_normed_rotated(p: &Both, what: &str, x: &Pt, d: usize, n_rot: usize, pos0: usize) -> Vec<f32> {
+    let (got, want) = p.read(x);
+    let cols = x.cpu.cols();
+    let half = n_rot / 2;
+    for (j, (&g, &w)) in got.iter().zip(&want).enumerate() {
+        let (r, i) = (j / cols, j % d);
+        let mate = if i < half {
+            j + half
+        } else if i < n_rot {
+            j - half
+        } else {
+            j
+        };
+        let norm = (w * w + want[mate] * want[mate]).sqrt();
+        let pos = (pos0 + r) as f32;
+        let tol = 1e-6 + 1e-5 * w.abs() + 2e-6 * norm + 1e-5 * norm + 4.0 * pos * norm / (1u32 << 24) as f32;
+        assert!(
+            (g - w).abs() <= tol,
+            "{} {what} [{j}] (row {r}, dim {i}, n_rot {n_rot}): {g} vs {w} (tol {tol})",
+            p.name()
+        );
+    }
+    got
+}
+
+/// (heads, kv heads, head dim, rotated dims): Qwen3.5 9B's full attention (16/4, 256, partial
+/// rotary 64), GQA 3:1 at an odd head dim, full rotation without GQA, no rotation at 2:1, one pair
+/// of 130 dims at 5:1, a head dim past one block of 256 threads.
+const ATTN_SHAPES: [AttnShape; 6] = [
+    (16, 4, 256, 64),
+    (6, 2, 37, 10),
+    (3, 3, 8, 8),
+    (2, 1, 6, 0),
+    (5, 1, 130, 2),
+    (2, 2, 300, 64),
+];
+
+#[test]
+fn attn_qk_prep_matches() {
+    for p in Both::each() {
+        let mut rng = Rng::new(42);
+        for shape in ATTN_SHAPES {
+            for t in TS {
+                for (pos, spare, theta) in [(0usize, 0usize, 1e7f32), (7, 2, 1e4), (1000, 1, 1e7)] {
+                    let ctx = pos + t + spare;
+                    let prep = Prep::new(&p, &mut rng, shape, t, ctx);
+                    let pt = p.pos(pos);
+                    prep.run(&p, shape, theta, pos, &pt);
+                    let what = format!("attn_qk_prep {shape:?} t={t} pos={pos} ctx={ctx} theta={theta}");
+                    prep.check(&p, &what, shape, pos);
+                }
+            }
+        }
+    }
+}
+
+/// Both fused ops recorded into one step (a CUDA graph on that backend) and replayed token after
+/// token: each step's inputs come through `embed` of device-side ids and the position from the
+/// device tensor, so a replay that kept the recorded position, or skipped an op, shows.
+#[test]
+fn recorded_fused_step_replays_at_new_positions() {
+    for p in Both::each() {
+        let mut rng = Rng::new(43);
+        let (vocab, steps) = (7usize, 6usize);
+        let shape @ (nh, nkv, d, n_rot) = (4usize, 2usize, 64usize, 16usize);
+        let dims = GdnDims {
+            hk: 2,
+            hv: 4,
+            dk: 32,
+            dv: 16,
+        };
+        let (cd, k) = (dims.conv_dim(), 4usize);
+        let table = |rng: &mut Rng, width: usize| p.up(&rng.normals(vocab * width, 1.5), &[vocab, width]);
+        let (t_qg, t_k, t_v) = (
+            table(&mut rng, 2 * nh * d),
+            table(&mut rng, nkv * d),
+            table(&mut rng, nkv * d),
+        );
+        let (t_x, t_a, t_b) = (table(&mut rng, cd), table(&mut rng, dims.hv), table(&mut rng, dims.hv));
+        let prep = Prep::new(&p, &mut rng, shape, 1, steps);
+        let (kc, vc) = (&prep.k_cache, &prep.v_cache);
+        let gates = Gates::new(&p, &mut rng, 1, dims.hv);
+        let w = p.up(&rng.normals(cd * k, 0.5), &[cd, k]);
+        let state = p.up(&rng.normals((k - 1) * cd, 1.0), &[k - 1, cd]);
+        let (x, out) = (p.zeros(&[1, cd]), p.zeros(&[1, cd]));
+        let (ids, pos) = (p.zeros_u32(&[1]), p.zeros_u32(&[1]));
+        let ops = |be: &dyn Backend, s: Side, at: Pos| -> rill::Result<()> {
+            for (tab, dst) in [
+                (&t_qg, &prep.qg),
+                (&t_k, &prep.k),
+                (&t_v, &prep.v),
+                (&t_x, &x),
+                (&t_a, &gates.a),
+                (&t_b, &gates.b),
+            ] {
+                be.embed(tab.on(s), ids.on(s), dst.on(s))?;
+            }
+            be.gdn_conv_gates(x.on(s), w.on(s), state.on(s), out.on(s), dims, 1e-6, gates.on(s))?;
+            be.attn_qk_prep(prep.on(s), d, n_rot, 1e7, 1e-6, kc.on(s), vc.on(s), at)
+        };
+        let (key, record) = (0xf05e, Steps::default());
+        for step in 0..steps {
+            let token = (step * 5 + 2) as u32 % vocab as u32;
+            p.step(&record, key, &ids, token, &pos, step, ops);
+            let what = format!("step {step}");
+            p.check(&format!("{what} conv state"), &state, 0.0, 0.0);
+            p.check_conv_l2qk(&what, &out, dims, 1);
+            gates.check(&p, &what);
+            p.check(&format!("{what} gate"), &prep.gate, 0.0, 0.0);
+            check_normed_rotated(&p, &format!("{what} q"), &prep.q_normed, d, n_rot, step);
+            check_normed_rotated(&p, &format!("{what} k"), &prep.k_normed, d, n_rot, step);
+            // The cache rows written so far: the CPU's are the reference (rows past `step` keep
+            // their old contents on both).
+            check_normed_rotated(&p, &format!("{what} k cache"), kc, d, n_rot, 0);
+            p.check(&format!("{what} v cache"), vc, 0.0, 0.0);
+        }
+        p.assert_replayed(&record, steps);
+    }
+}

@@ -1,0 +1,158 @@
+//! Every device backend's `matmul_group` (several products of one input: a layer's projections,
+//! which the CUDA decode path launches as one kernel per weight format and kernel shape) against
+//! the CPU backend, and bit for bit against the same device's `matmul` of each product: groups of 1 to 4 products with row counts that are not a multiple of any block's
+//! rows, one format or mixed ones (Q4_K, Q6_K, Q8_0, F32 tensors), at decode and batch sizes.
+//! Also its contract errors on every backend.
+
+mod common;
+
+use common::device::{Both, Pt};
+use common::weights::{check_matmul, dequant, random_weight, upload};
+use common::*;
+use rill::backend::{Backend, DType, Tensor, MAX_GROUP};
+use rill::gguf::GgmlType;
+
+/// One product of a group: its weight on both backends and the values the kernels see.
+struct Product {
+    w: Pt,
+    deq: Vec<f32>,
+    n_out: usize,
+    name: String,
+}
+
+/// A weight of `n_out` rows of `n_in` in format `ty` (`None`: an F32 tensor, as the MoE router and
+/// the shared expert's gate are).
+fn product(p: &Both, ty: Option<GgmlType>, n_out: usize, n_in: usize, rng: &mut Rng) -> Product {
+    match ty {
+        Some(ty) => {
+            let bytes = random_weight(ty, n_out, n_in, 0.5, rng);
+            Product {
+                w: Pt {
+                    dev: upload(p.dev.as_ref(), ty, &[n_out, n_in], &bytes),
+                    cpu: upload(p.cpu.as_ref(), ty, &[n_out, n_in], &bytes),
+                },
+                deq: dequant(ty, &bytes, n_out * n_in),
+                n_out,
+                name: format!("{ty} {n_out}"),
+            }
+        }
+        None => {
+            let w = rng.normals(n_out * n_in, 0.3);
+            Product {
+                w: p.up(&w, &[n_out, n_in]),
+                deq: w,
+                n_out,
+                name: format!("F32 tensor {n_out}"),
+            }
+        }
+    }
+}
+
+/// `matmul_group` of `group` ((format, rows) each) on rows of `n_in`, for each token count in
+/// `tokens`: every output against the CPU's within `matmul`'s tolerance, and on the device bit for
+/// bit what one `matmul` per product gives (a grouped launch runs each product's rows in the
+/// kernel and shape it gets alone).
+fn group_case(p: &Both, group: &[(Option<GgmlType>, usize)], n_in: usize, tokens: &[usize], rng: &mut Rng) {
+    let prods: Vec<Product> = group.iter().map(|&(ty, n)| product(p, ty, n, n_in, rng)).collect();
+    let names: Vec<&str> = prods.iter().map(|q| q.name.as_str()).collect();
+    for &t in tokens {
+        let x = rng.normals(t * n_in, 1.0);
+        let xt = p.up(&x, &[t, n_in]);
+        let outs: Vec<Pt> = prods.iter().map(|q| p.zeros(&[t, q.n_out])).collect();
+        let what = format!("{} matmul_group [{}] x {n_in} T {t}", p.name(), names.join(", "));
+        p.run(&what, |be, s| {
+            let ws: Vec<&Tensor> = prods.iter().map(|q| q.w.on(s)).collect();
+            let os: Vec<&Tensor> = outs.iter().map(|o| o.on(s)).collect();
+            be.matmul_group(&ws, xt.on(s), &os)
+        });
+        let alone: Vec<Pt> = prods.iter().map(|q| p.zeros(&[t, q.n_out])).collect();
+        p.run(&format!("{what}: one matmul each"), |be, s| {
+            prods
+                .iter()
+                .zip(&alone)
+                .try_for_each(|(q, o)| be.matmul(q.w.on(s), xt.on(s), o.on(s)))
+        });
+        for ((q, out), single) in prods.iter().zip(&outs).zip(&alone) {
+            let (got, want) = p.read(out);
+            let what = format!("{what}: {}", q.name);
+            check_matmul(p.dev.as_ref(), &what, &got, &want, &q.deq, &x, n_in);
+            let (single, _) = p.read(single);
+            if let Some(i) = (0..got.len()).find(|&i| got[i].to_bits() != single[i].to_bits()) {
+                panic!("{what}: element {i} is {} grouped, {} alone", got[i], single[i]);
+            }
+        }
+    }
+}
+
+#[test]
+fn matmul_group_matches_cpu() {
+    use GgmlType::*;
+    for p in Both::each() {
+        let mut rng = Rng::new(53);
+        let tokens = [1usize, 3, 64];
+        // Rows of 2048: every tensor-core decode kernel applies (Q6_K needs n_in % 2048 == 0).
+        let cases: [&[(Option<GgmlType>, usize)]; 7] = [
+            &[(Some(Q4K), 33)],
+            &[(Some(Q4K), 264), (Some(Q4K), 32)],
+            // Mixed formats: one launch each.
+            &[(Some(Q4K), 33), (Some(Q6K), 40), (Some(Q8_0), 17), (None, 7)],
+            // Two formats interleaved: two launches of two products.
+            &[(Some(Q4K), 33), (Some(Q6K), 32), (Some(Q4K), 1), (Some(Q6K), 65)],
+            &[(Some(Q8_0), 32), (Some(Q8_0), 33), (Some(Q8_0), 1)],
+            // The MoE router and shared-expert gate.
+            &[(None, 65), (None, 1)],
+            // Formats whose CUDA kernels take one product per launch (F16, BF16; Q6_K above).
+            &[(Some(F16), 33), (Some(Bf16), 7), (Some(F16), 1)],
+        ];
+        for group in cases {
+            group_case(&p, group, 2048, &tokens, &mut rng);
+        }
+        // The GDN projections' shape (a tall qkv, z, beta, alpha), short rows: the tall kernel
+        // for qkv, one launch of the small kernel for the other three.
+        for ty in [Q4K, Q8_0] {
+            let group = [(Some(ty), 8200), (Some(ty), 33), (Some(ty), 32), (Some(ty), 32)];
+            group_case(&p, &group, 256, &tokens, &mut rng);
+        }
+        // Two products below the tall kernels' 8192 rows, above it together: they share a launch
+        // in the kernel each takes alone (the K split of the tall one would change their bits).
+        let group = [(Some(Q4K), 4100), (Some(Q4K), 4100), (Some(Q4K), 8192)];
+        group_case(&p, &group, 256, &[1, 2], &mut rng);
+        // Rows of 256: Q6_K on the f32 kernels, Q4_K on the tensor cores, in one group.
+        let group = [(Some(Q6K), 33), (Some(Q4K), 7), (Some(Q6K), 1)];
+        group_case(&p, &group, 256, &tokens, &mut rng);
+    }
+}
+
+/// The contract (`check::matmul_group`): 1 to `MAX_GROUP` pairs, as many outputs as weights,
+/// every pair a valid `matmul`, no output sharing a buffer with another.
+#[test]
+fn matmul_group_contract_errors() {
+    for be in common::backends() {
+        let g: &dyn Backend = be.as_ref();
+        let name = g.name();
+        let mut rng = Rng::new(59);
+        let w = upload(
+            g,
+            GgmlType::Q8_0,
+            &[4, 64],
+            &random_weight(GgmlType::Q8_0, 4, 64, 0.5, &mut rng),
+        );
+        let x = up(g, &rng.normals(2 * 64, 1.0), &[2, 64]);
+        let f = |shape: &[usize]| g.alloc(DType::F32, shape).expect("alloc");
+        let (o1, o2) = (f(&[2, 4]), f(&[2, 4]));
+        g.matmul_group(&[&w, &w], &x, &[&o1, &o2]).expect("valid group");
+        let refused = |r: rill::Result<()>, what: &str| assert!(r.is_err(), "{name}: {what} must be refused");
+        refused(g.matmul_group(&[], &x, &[]), "an empty group");
+        let many: Vec<Tensor> = (0..=MAX_GROUP).map(|_| f(&[2, 4])).collect();
+        let many_refs: Vec<&Tensor> = many.iter().collect();
+        refused(
+            g.matmul_group(&[&w; MAX_GROUP + 1], &x, &many_refs),
+            "more than MAX_GROUP pairs",
+        );
+        refused(g.matmul_group(&[&w, &w], &x, &[&o1]), "fewer outputs than weights");
+        refused(g.matmul_group(&[&w, &w], &x, &[&o1, &o1]), "an output twice");
+        refused(g.matmul_group(&[&w], &x, &[&x]), "the input as an output");
+        refused(g.matmul_group(&[&w, &w], &x, &[&o1, &f(&[2, 5])]), "an n_out mismatch");
+        refused(g.matmul_group(&[&w], &f(&[2, 32]), &[&o1]), "an n_in mismatch");
+    }
+}
