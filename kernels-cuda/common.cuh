@@ -263,3 +263,40 @@ __device__ __forceinline__ void ld_aligned(const uint8_t* p, uint32_t (&out)[NW]
         out[4 * i + 3] = v.w;
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// A MoE layer's shared expert in the matrix-vector kernels (matvec.cuh, matvec_q8.cuh,
+// matvec_tc.cuh; Backend::moe_experts_shared). Their `_sh_` kernels (SHARED) run it as one more
+// expert per token: every token has G = x_group * nsum entries, its k routed ones and then the
+// shared one (gate/up: x_group = k + 1 entries read one x row; down: nsum = k + 1 entries sum into
+// one output; the other factor is 1). The routed entries read ids and scales at b - b / G (the
+// routing's [T, k] layout); the shared one reads its own matrices (`w`, and `w2` for GLU) and is
+// scaled by sigmoid(gate_logit[b / G]) (`gate_logits` of a sum; 1 without). The other kernels
+// compile to what they were without it: a weight pointer chosen at run time costs the Q6_K
+// tensor-core kernel 32 registers (a third of its blocks per SM).
+struct MvShared {
+    const uint8_t* w;
+    const uint8_t* w2;
+    const float* gate_logits;
+    int G;
+};
+
+// The shared expert's slots, the same in every matvec kernel (the segment table took over p0 and
+// p3): p7 its W, p3 its W2 (GLU) or its gate logits (a sum; 0: scale 1).
+template <bool GLU>
+__device__ __forceinline__ MvShared mv_shared_slots(const Args& a, int G) {
+    return MvShared{reinterpret_cast<const uint8_t*>(a.p[7]), GLU ? reinterpret_cast<const uint8_t*>(a.p[3]) : nullptr,
+                    GLU ? nullptr : reinterpret_cast<const float*>(a.p[3]), G};
+}
+
+// Whether entry b is the shared expert's (only in SHARED kernels); `tok` its token there, else 0.
+template <bool SHARED>
+__device__ __forceinline__ bool mv_shared_entry(const MvShared& sh, int b, int& tok) {
+    tok = SHARED ? b / sh.G : 0;
+    return SHARED && b - tok * sh.G == sh.G - 1;
+}
+
+// The shared expert's scale in token tok's sum.
+__device__ __forceinline__ float mv_shared_scale(const MvShared& sh, int tok) {
+    return sh.gate_logits != nullptr ? sigmoidf_(sh.gate_logits[tok]) : 1.0f;
+}

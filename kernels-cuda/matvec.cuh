@@ -23,6 +23,8 @@
 //                        out[b] = silu(W_gate x) * (W_up x);
 //   - MoE down (nsum = k): out[t] = sum_j scales[t*k+j] * W_{ids[t*k+j]} x[t*k+j], summed in a
 //                        fixed order inside the block (no atomics: reproducible).
+//   - either with a shared expert: k + 1 entries per token, the last one the shared expert's
+//                        (common.cuh `MvShared`).
 // Expert ids at or past n_experts contribute nothing (the CPU backend rejects them).
 //
 // Grouped products (dense, one weight each): the grid's x blocks span several matrices of one
@@ -122,12 +124,12 @@ __device__ __forceinline__ void mv_reduce_store(const float (&acc)[RPT_MAX], con
 
 // Slots: the segment table (W, out, n_out of each product; several only for plain products of
 //        the formats of MvSegs: not GLU, no experts), p1 W2 (GLU up weights or 0), p2 x, p4 expert ids (u32) or 0,
-//        p5 scales or 0. n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts, n5 x_group,
-//        n6 nsum, n7 UT, n8 RPT, n9 x_in_smem, n11 x_stride (floats). Output vector v of a
-//        segment lies at out + v * n_out.
-template <class F, bool GLU>
+//        p5 scales or 0, p3 and p7 the shared expert (SHARED: common.cuh mv_shared_slots).
+//        n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts, n5 x_group, n6 nsum, n7 UT, n8 RPT,
+//        n9 x_in_smem, n11 x_stride (floats). Output vector v of a segment lies at out + v * n_out.
+template <class F, bool GLU, bool SHARED = false>
 __device__ __forceinline__ void matvec(const Args& a) {
-    constexpr int SEGS = GLU ? 1 : MvSegs<F>::N;
+    constexpr int SEGS = GLU || SHARED ? 1 : MvSegs<F>::N;  // expert products run one
     constexpr int RPT_MAX = GLU ? MV_RPT_MAX_GLU : MV_RPT_MAX;
     DYNAMIC_SMEM(float4, smem4);
     float* xs = reinterpret_cast<float*>(smem4);
@@ -135,6 +137,7 @@ __device__ __forceinline__ void matvec(const Args& a) {
 
     MV_SLOTS(a, SEGS);
     const bool x_in_smem = a.n[9] != 0;
+    const MvShared shx = mv_shared_slots<GLU>(a, x_group * nsum);
 
     const int t = threadIdx.x, ut = t % UT, rg = t / UT, RG = MV_THREADS / UT;
     const int rows_per_block = RG * RPT;
@@ -178,13 +181,15 @@ __device__ __forceinline__ void matvec(const Args& a) {
 
     for (int j = 0; j < nsum; ++j) {
         const int b = ov * nsum + j;
+        int tok;
+        const bool shared = mv_shared_entry<SHARED>(shx, b, tok);
         uint32_t e = 0;
-        if (ids != nullptr) {
-            e = ids[b];
+        if (ids != nullptr && !shared) {
+            e = ids[b - tok];
             if (e >= n_experts) continue;  // uniform over the block
         }
-        const uint8_t* We = W + (size_t)e * expert_bytes;
-        const uint8_t* W2e = GLU ? W2 + (size_t)e * expert_bytes : nullptr;
+        const uint8_t* We = shared ? shx.w : W + (size_t)e * expert_bytes;
+        const uint8_t* W2e = GLU ? (shared ? shx.w2 : W2 + (size_t)e * expert_bytes) : nullptr;
         const float* xg = X + (size_t)(b / x_group) * x_stride;
         const float* xsj = xs + (size_t)j * units * MV_XPAD;
         float sg[RPT_MAX], su[RPT_MAX];
@@ -225,7 +230,7 @@ __device__ __forceinline__ void matvec(const Args& a) {
                 }
             }
         }
-        const float s = scales != nullptr ? scales[b] : 1.0f;
+        const float s = shared ? mv_shared_scale(shx, tok) : scales != nullptr ? scales[b - tok] : 1.0f;
 #pragma unroll
         for (int i = 0; i < RPT_MAX; ++i) {
             acc[i] += s * sg[i];

@@ -199,10 +199,10 @@ struct Q8Dot<FmtQ6_K> {
     }
 };
 
-// Slots as matvec.cuh (the segment table; p1 W2, p2 x, p4 ids, p5 scales; n1 n_in, n2 row_bytes,
-// n3 expert_bytes, n4 n_experts, n5 x_group, n6 nsum, n7 UT (chunk lanes), n8 RPT, n11 x_stride);
-// n9 unused. Dynamic shared memory: nsum * xq_bytes(units).
-template <class F, bool GLU>
+// Slots as matvec.cuh (the segment table; p1 W2, p2 x, p4 ids, p5 scales, p3 and p7 the shared
+// expert (SHARED); n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts, n5 x_group, n6 nsum,
+// n7 UT (chunk lanes), n8 RPT, n11 x_stride); n9 unused. Dynamic shared memory: nsum * xq_bytes(units).
+template <class F, bool GLU, bool SHARED = false>
 __device__ __forceinline__ void matvec_q8(const Args& a) {
     using D = Q8Dot<F>;
     constexpr int RPT_MAX = GLU ? MV_RPT_MAX_GLU : MV_RPT_MAX;
@@ -210,7 +210,8 @@ __device__ __forceinline__ void matvec_q8(const Args& a) {
     uint8_t* xs = reinterpret_cast<uint8_t*>(smem4);
     __shared__ float red[MV_THREADS / 32][RPT_MAX * (GLU ? 2 : 1)];
 
-    MV_SLOTS(a, GLU ? 1 : MV_SEGS);
+    MV_SLOTS(a, GLU || SHARED ? 1 : MV_SEGS);  // expert products run one
+    const MvShared shx = mv_shared_slots<GLU>(a, x_group * nsum);
 
     const int t = threadIdx.x, ut = t % UT, rg = t / UT, RG = MV_THREADS / UT;
     const int rows_per_block = RG * RPT;
@@ -232,13 +233,15 @@ __device__ __forceinline__ void matvec_q8(const Args& a) {
 
     for (int j = 0; j < nsum; ++j) {
         const int b = ov * nsum + j;
+        int tok;
+        const bool shared = mv_shared_entry<SHARED>(shx, b, tok);
         uint32_t e = 0;
-        if (ids != nullptr) {
-            e = ids[b];
+        if (ids != nullptr && !shared) {
+            e = ids[b - tok];
             if (e >= n_experts) continue;  // uniform over the block
         }
-        const uint8_t* We = W + (size_t)e * expert_bytes;
-        const uint8_t* W2e = GLU ? W2 + (size_t)e * expert_bytes : nullptr;
+        const uint8_t* We = shared ? shx.w : W + (size_t)e * expert_bytes;
+        const uint8_t* W2e = GLU ? (shared ? shx.w2 : W2 + (size_t)e * expert_bytes) : nullptr;
         const XQ xq = xq_view(xs + (size_t)j * xq_bytes(units), units);
         float sg[RPT_MAX], su[RPT_MAX];
 #pragma unroll
@@ -253,7 +256,7 @@ __device__ __forceinline__ void matvec_q8(const Args& a) {
                 }
             }
         }
-        const float s = scales != nullptr ? scales[b] : 1.0f;
+        const float s = shared ? mv_shared_scale(shx, tok) : scales != nullptr ? scales[b - tok] : 1.0f;
 #pragma unroll
         for (int i = 0; i < RPT_MAX; ++i) {
             acc[i] += s * sg[i];

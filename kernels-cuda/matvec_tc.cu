@@ -17,3 +17,10 @@ KERNEL void __launch_bounds__(32) mvtc_prep_Q4_K(const Args a) {
 KERNEL void __launch_bounds__(128) mvtc_tall_Q4_K(const Args a) { mvtc::mv_body<mvtc::TcQ4K, 2, 4, false>(a); }
 KERNEL void __launch_bounds__(256) mvtc_Q4_K(const Args a) { mvtc::mv_body<mvtc::TcQ4K, 1, 8, false>(a); }
 KERNEL void __launch_bounds__(256) mvtc_glu_Q4_K(const Args a) { mvtc::mv_body<mvtc::TcQ4K, 1, 8, true>(a); }
+// With a MoE layer's shared expert as one more expert per token (common.cuh MvShared).
+KERNEL void __launch_bounds__(256) mvtc_sh_Q4_K(const Args a) {
+    mvtc::mv_body<mvtc::TcQ4K, 1, 8, false, false, true>(a);
+}
+KERNEL void __launch_bounds__(256) mvtc_glu_sh_Q4_K(const Args a) {
+    mvtc::mv_body<mvtc::TcQ4K, 1, 8, true, false, true>(a);
+}

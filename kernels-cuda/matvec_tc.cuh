@@ -45,8 +45,9 @@
 #pragma once
 
 #include "pf_common.cuh"
-// The production kernels' Args (with the segment table), kernel_start, prefetch_l2, siluf_; after
-// pf_common.cuh, which brings the emulator's CUDA names under PF_EMU (mvtc_checks.cpp runs mv_body).
+// The production kernels' Args (with the segment table), kernel_start, prefetch_l2, siluf_,
+// MvShared; after pf_common.cuh, which brings the emulator's CUDA names under PF_EMU
+// (mvtc_checks.cpp runs mv_body).
 #include "common.cuh"
 
 namespace mvtc {
@@ -379,25 +380,29 @@ static __device__ __forceinline__ void q4k_body(const Args& p) {
 //   - fused SwiGLU:     out[v] = silu(W x) * (W2 x) (GLU);
 //   - MoE gate/up:      entry b = t k + j reads x row b / k (x_group = k), expert ids[b];
 //   - MoE down:         out[t] = sum_j scales[t k + j] W_{ids[t k + j]} x[t k + j] (nsum = k),
-//                       summed in a fixed order (no atomics: reproducible).
+//                       summed in a fixed order (no atomics: reproducible);
+//   - either with a shared expert: k + 1 entries per token, the last one the shared expert's
+//                       (common.cuh `MvShared`).
 // Expert ids at or past n_experts contribute nothing (the CPU backend rejects them).
 // One body for every format: F is its policy (TcQ4K here, mvtc8::TcQ80, mvtc6::TcQ6K), which
 // reads one matrix's rows against one prepared x. x arrives prepared (words then sums, a row's
 // share each: F::WORDS and F::SUMS per 256 inputs; the format's prep kernel, mvtc_prep_<format>).
 // Slots: the segment table (W, out, n_out of each product; output vector v at out + v * n_out),
-//        p1 W2 (GLU) or 0, p2 xa, p4 expert ids (u32) or 0, p5 scales or 0, p6 xs.
+//        p1 W2 (GLU) or 0, p2 xa, p4 expert ids (u32) or 0, p5 scales or 0, p6 xs, p3 and p7 the
+//        shared expert (SHARED: common.cuh mv_shared_slots).
 //        n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts, n5 x_group, n6 nsum.
 //
 // DENSE: one vector per output, no experts (slots p4, p5, n3..n6 unread). The loop over summed
 // entries then vanishes: with it, nvcc keeps the group loop's invariants live across it (Q8_0
 // R = 2: 158-166 registers against 112, so fewer blocks per SM), so the tall kernels, which only
 // dense products use, are instantiated without it.
-template <class F, int R, int KW, bool GLU, bool DENSE = false>
+template <class F, int R, int KW, bool GLU, bool DENSE = false, bool SHARED = false>
 static __device__ __forceinline__ void mv_body(const ::Args& a) {
     static_assert(32 * KW >= 16 * R, "one thread per row for the final sum");
+    static_assert(!(DENSE && SHARED), "a shared expert is one of a MoE product's experts");
     constexpr int NW = GLU ? 2 : 1;  // weight matrices
     __shared__ float red[NW][KW][16 * R];
-    const MvSeg seg = mv_segment<GLU ? 1 : F::SEGS>(a);  // this block's product
+    const MvSeg seg = mv_segment<GLU || SHARED ? 1 : F::SEGS>(a);  // this block's product
     const uint8_t* W[2] = {reinterpret_cast<const uint8_t*>(seg.w), reinterpret_cast<const uint8_t*>(a.p[1])};
     const uint32_t* xa = reinterpret_cast<const uint32_t*>(a.p[2]);
     float* out = reinterpret_cast<float*>(seg.out);
@@ -409,6 +414,7 @@ static __device__ __forceinline__ void mv_body(const ::Args& a) {
     const uint32_t n_experts = (uint32_t)a.n[4];
     const int x_group = DENSE ? 1 : (int)a.n[5], nsum = DENSE ? 1 : (int)a.n[6];
     const size_t out_stride = (size_t)n_out;
+    const MvShared shx = mv_shared_slots<GLU>(a, x_group * nsum);
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int row0 = ((int)blockIdx.x - seg.block0) * 16 * R, ov = blockIdx.y;
@@ -431,19 +437,22 @@ static __device__ __forceinline__ void mv_body(const ::Args& a) {
         for (int r = 0; r < 2 * R; r++) tot[m][r] = 0.0f;
     for (int j = 0; j < nsum; j++) {
         const int b = ov * nsum + j;
+        int tok;
+        const bool shared = mv_shared_entry<SHARED>(shx, b, tok);
         uint32_t e = 0;
-        if (ids != nullptr) {
-            e = ids[b];
+        if (ids != nullptr && !shared) {
+            e = ids[b - tok];
             if (e >= n_experts) continue;  // uniform over the block
         }
         const int xrow = b / x_group;
         const uint32_t* xa_b = xa + (size_t)xrow * nsb * F::WORDS;
         const float* xs_b = xs + (size_t)xrow * nsb * F::SUMS;
-        const float s = scales != nullptr ? scales[b] : 1.0f;
+        const float s = shared ? mv_shared_scale(shx, tok) : scales != nullptr ? scales[b - tok] : 1.0f;
 #pragma unroll
         for (int m = 0; m < NW; m++) {
             const uint8_t* rows[2 * R];
-            row_ptrs<R>(W[m] + (size_t)e * expert_bytes, row0, n_out, row_bytes, rows);
+            const uint8_t* Wsh = m == 0 ? shx.w : shx.w2;
+            row_ptrs<R>(shared ? Wsh : W[m] + (size_t)e * expert_bytes, row0, n_out, row_bytes, rows);
             float part[2 * R];
             F::template rows<R, KW>(rows, xa_b, xs_b, nsb, part);
 #pragma unroll

@@ -16,3 +16,10 @@ KERNEL void __launch_bounds__(32) mvtc_prep_Q6_K(const Args a) {
 // is 1.7x slower: 152 registers against 96, one block per SM instead of two).
 KERNEL void __launch_bounds__(256) mvtc_Q6_K(const Args a) { mvtc::mv_body<mvtc6::TcQ6K, 1, 8, false>(a); }
 KERNEL void __launch_bounds__(256) mvtc_glu_Q6_K(const Args a) { mvtc::mv_body<mvtc6::TcQ6K, 1, 8, true>(a); }
+// With a MoE layer's shared expert as one more expert per token (common.cuh MvShared).
+KERNEL void __launch_bounds__(256) mvtc_sh_Q6_K(const Args a) {
+    mvtc::mv_body<mvtc6::TcQ6K, 1, 8, false, false, true>(a);
+}
+KERNEL void __launch_bounds__(256) mvtc_glu_sh_Q6_K(const Args a) {
+    mvtc::mv_body<mvtc6::TcQ6K, 1, 8, true, false, true>(a);
+}

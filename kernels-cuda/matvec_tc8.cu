@@ -19,3 +19,10 @@ KERNEL void __launch_bounds__(128) mvtc_head_Q8_0(const Args a) { mvtc::mv_body<
 KERNEL void __launch_bounds__(256) mvtc_tall_Q8_0(const Args a) { mvtc::mv_body<mvtc8::TcQ80, 2, 8, false, true>(a); }
 KERNEL void __launch_bounds__(256) mvtc_Q8_0(const Args a) { mvtc::mv_body<mvtc8::TcQ80, 1, 8, false>(a); }
 KERNEL void __launch_bounds__(256) mvtc_glu_Q8_0(const Args a) { mvtc::mv_body<mvtc8::TcQ80, 1, 8, true>(a); }
+// With a MoE layer's shared expert as one more expert per token (common.cuh MvShared).
+KERNEL void __launch_bounds__(256) mvtc_sh_Q8_0(const Args a) {
+    mvtc::mv_body<mvtc8::TcQ80, 1, 8, false, false, true>(a);
+}
+KERNEL void __launch_bounds__(256) mvtc_glu_sh_Q8_0(const Args a) {
+    mvtc::mv_body<mvtc8::TcQ80, 1, 8, true, false, true>(a);
+}

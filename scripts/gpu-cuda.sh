@@ -15,7 +15,8 @@
 #      q8 logits of token-by-token decode against the exact ones, a q8 decode profile; the prepared
 #      inputs written by the norms or by prep launches: tg128 with RILL_CUDA_NORM_PREP=none against
 #      the default for the 9B files, and a decode profile of q8_0; RILL_CUDA_GROUP=0, one launch
-#      per grouped projection, against the default);
+#      per grouped projection, against the default; RILL_CUDA_MOE_SHARED=0, the MoE shared expert
+#      in launches of its own, against the default on the 35B-A3B);
 #   6. the prefill kernel harness (dev/cuda/prefill_bench all --quick), then the decode harness
 #      (matvec_bench: every decode matvec variant checked and timed, its winner table), each in the
 #      time left;
@@ -227,6 +228,16 @@ for q in q4_k_m q8_0; do
     RILL_CUDA_GROUP=0 timeout "$(limit 60)" $rill bench -m "$(model_file qwen3.5-9b $q)" --backend cuda \
         -p "" -n 128 -r 2 --json >"$LOGS/group0-qwen3.5-9b-$q.json" 2>"$LOGS/group0-qwen3.5-9b-$q.log"
 done
+# A MoE layer's shared expert as one more expert per token inside the experts' matvec launches (the
+# default) against launches of its own (RILL_CUDA_MOE_SHARED=0): tg128 of the 35B-A3B, each.
+if ready qwen3.5-35b-a3b q4_k_m && [ "$(left)" -gt 100 ]; then
+    for ms in 1 0; do
+        log "decode RILL_CUDA_MOE_SHARED=$ms: qwen3.5-35b-a3b q4_k_m"
+        RILL_CUDA_MOE_SHARED=$ms timeout "$(limit 60)" $rill bench -m "$(model_file qwen3.5-35b-a3b q4_k_m)" \
+            --backend cuda -p "" -n 128 -r 2 --json >"$LOGS/moeshared-$ms-qwen3.5-35b-a3b-q4_k_m.json" \
+            2>"$LOGS/moeshared-$ms-qwen3.5-35b-a3b-q4_k_m.log"
+    done
+fi
 # `decode_profile QUANT SECONDS`: where a 9B decode step's time goes with the default kernels, per
 # phase and per kernel (the prep launches and the kernels that prepare their output among them),
 # if at least SECONDS of the budget are left.
@@ -345,6 +356,9 @@ print("grouped projections (RILL_CUDA_GROUP), tg128 tokens/s:")
 for q in ("q4_k_m", "q8_0"):
     cells = [tg(f"group0-qwen3.5-9b-{q}.json", "0"), tg(f"normprep-none-qwen3.5-9b-{q}.json", "default")]
     print(f"  qwen3.5-9b-{q:<16} {' | '.join(cells)}")
+print("shared expert inside the MoE expert launches (RILL_CUDA_MOE_SHARED), tg128 tokens/s:")
+cells = [tg(f"moeshared-{ms}-qwen3.5-35b-a3b-q4_k_m.json", label) for ms, label in (("0", "0"), ("1", "default"))]
+print(f"  qwen3.5-35b-a3b-q4_k_m    {' | '.join(cells)}")
 for f in sorted(glob.glob(os.path.join(out, "test-*.log"))):
     res = [l.strip() for l in open(f, errors="replace") if l.startswith("test result:")]
     print(f"{os.path.basename(f)[5:-4]:<26} {res[-1] if res else 'no result (crashed or timed out)'}")

@@ -1,5 +1,5 @@
-//! Every device backend's MoE ops (`moe_route`, `moe_experts`) against the CPU backend, for every
-//! weight format; and the contract errors of those ops on every backend.
+//! Every device backend's MoE ops (`moe_route`, `moe_experts`, `moe_experts_shared`) against the
+//! CPU backend, for every weight format; and the contract errors of those ops on every backend.
 
 mod common;
 
@@ -8,7 +8,7 @@ use std::sync::Arc;
 use common::device::{Both, Pt, Side};
 use common::weights::{dequant, random_weight, WEIGHT_TYPES};
 use common::*;
-use rill::backend::{Backend, DType, Tensor, WeightData};
+use rill::backend::{Backend, DType, SharedExpert, Tensor, WeightData};
 use rill::gguf::{GgmlType, TensorBytes};
 
 /// Route `logits` `[t, e]` on both backends; ids must match exactly, weights to `1e-5` relative.
@@ -252,20 +252,21 @@ struct Weight {
     deq: Vec<f32>,
 }
 
-fn weight(p: &Both, rng: &mut Rng, ty: Option<GgmlType>, shape: [usize; 3], scale: f32) -> Weight {
+fn weight(p: &Both, rng: &mut Rng, ty: Option<GgmlType>, shape: &[usize], scale: f32) -> Weight {
     let Some(ty) = ty else {
         // Plain F32 tensors are weights too.
         let vals = rng.normals(shape.iter().product(), scale);
         return Weight {
-            t: p.up(&vals, &shape),
+            t: p.up(&vals, shape),
             deq: vals,
         };
     };
-    let bytes = random_weight(ty, shape[0] * shape[1], shape[2], scale, rng);
+    let (rows, cols) = shape.split_at(shape.len() - 1);
+    let bytes = random_weight(ty, rows.iter().product(), cols[0], scale, rng);
     Weight {
         t: Pt {
-            dev: common::weights::upload(p.dev.as_ref(), ty, &shape, &bytes),
-            cpu: common::weights::upload(p.cpu.as_ref(), ty, &shape, &bytes),
+            dev: common::weights::upload(p.dev.as_ref(), ty, shape, &bytes),
+            cpu: common::weights::upload(p.cpu.as_ref(), ty, shape, &bytes),
         },
         deq: dequant(ty, &bytes, shape.iter().product()),
     }
@@ -282,11 +283,22 @@ struct Experts {
 
 impl Experts {
     /// Random experts of format `ty` with standard deviations `scales` (gate, up, down).
-    fn new(p: &Both, rng: &mut Rng, ty: Option<GgmlType>, [n_exp, d, n_ff]: [usize; 3], scales: [f32; 3]) -> Experts {
+    fn new(p: &Both, rng: &mut Rng, ty: Option<GgmlType>, dims: [usize; 3], scales: [f32; 3]) -> Experts {
+        Experts::of_types(p, rng, [ty; 3], dims, scales)
+    }
+
+    /// `new` with a format per projection (gate, up, down).
+    fn of_types(
+        p: &Both,
+        rng: &mut Rng,
+        tys: [Option<GgmlType>; 3],
+        [n_exp, d, n_ff]: [usize; 3],
+        scales: [f32; 3],
+    ) -> Experts {
         Experts {
-            gate: weight(p, rng, ty, [n_exp, n_ff, d], scales[0]),
-            up: weight(p, rng, ty, [n_exp, n_ff, d], scales[1]),
-            down: weight(p, rng, ty, [n_exp, d, n_ff], scales[2]),
+            gate: weight(p, rng, tys[0], &[n_exp, n_ff, d], scales[0]),
+            up: weight(p, rng, tys[1], &[n_exp, n_ff, d], scales[1]),
+            down: weight(p, rng, tys[2], &[n_exp, d, n_ff], scales[2]),
             d,
             n_ff,
         }
@@ -366,19 +378,11 @@ fn experts_case(p: &Both, ty: Option<GgmlType>, n_exp: usize, k: usize, d: usize
         "{} moe_experts {ty:?} E={n_exp} k={k} d={d} n_ff={n_ff} T={t_len}",
         p.name()
     );
-    let c = p.cpu.as_ref();
     let mut rng = Rng::new((n_exp * 31 + k * 7 + d + n_ff * 3 + t_len) as u64);
     let (sd, sf) = (1.0 / (d as f32).sqrt(), 1.0 / (n_ff as f32).sqrt());
     let ex = Experts::new(p, &mut rng, ty, [n_exp, d, n_ff], [sd, sd, sf]);
     let x = rng.normals(t_len * d, 1.0);
-    let logits = rng.normals(t_len * n_exp, 2.0);
-    // Route on the CPU; both backends get the same ids and weights.
-    let cl = up(c, &logits, &[t_len, n_exp]);
-    let cids = c.alloc(DType::U32, &[t_len, k]).expect("alloc");
-    let cw = c.alloc(DType::F32, &[t_len, k]).expect("alloc");
-    c.moe_route(&cl, k, 1.0, &cids, &cw).expect("cpu route");
-    let ids = c.read_u32(&cids).expect("read");
-    let ws = c.read_f32(&cw).expect("read");
+    let (ids, ws) = cpu_route(p, &mut rng, t_len, n_exp, k);
 
     let (xt, it, wt) = (
         p.up(&x, &[t_len, d]),
@@ -390,6 +394,17 @@ fn experts_case(p: &Both, ty: Option<GgmlType>, n_exp: usize, k: usize, d: usize
     let (got, want) = p.read(&out);
     let bound = ex.term_bound(&x, &ids, &ws, k);
     p.judge_tier(&what, &got, &want, || check_terms(&what, &got, &want, &bound));
+}
+
+/// Expert ids and weights `[t, k]` of random router logits over `n_exp` experts, routed on the CPU
+/// (both backends get the same).
+fn cpu_route(p: &Both, rng: &mut Rng, t: usize, n_exp: usize, k: usize) -> (Vec<u32>, Vec<f32>) {
+    let c = p.cpu.as_ref();
+    let cl = up(c, &rng.normals(t * n_exp, 2.0), &[t, n_exp]);
+    let cids = c.alloc(DType::U32, &[t, k]).expect("alloc");
+    let cw = c.alloc(DType::F32, &[t, k]).expect("alloc");
+    c.moe_route(&cl, k, 1.0, &cids, &cw).expect("cpu route");
+    (c.read_u32(&cids).expect("read"), c.read_f32(&cw).expect("read"))
 }
 
 /// (E, k, d, n_ff, T) covering every value of each parameter.
@@ -460,6 +475,314 @@ fn experts_other_formats_match_cpu() {
         // up products of the first, the down product of the second.
         experts_case(&p, Some(Q6K), 8, 2, 2048, 256, 3);
         experts_case(&p, Some(Q6K), 8, 2, 256, 2048, 3);
+    }
+}
+
+// ---- the routed experts and the shared expert in one op (`moe_experts_shared`) ------------------
+
+/// A shared expert: gate and up `[n_ff, d]`, down `[d, n_ff]`.
+struct SharedW {
+    gate: Weight,
+    up: Weight,
+    down: Weight,
+    d: usize,
+    n_ff: usize,
+}
+
+impl SharedW {
+    fn new(p: &Both, rng: &mut Rng, tys: [Option<GgmlType>; 3], d: usize, n_ff: usize) -> SharedW {
+        let (sd, sf) = (1.0 / (d as f32).sqrt(), 1.0 / (n_ff as f32).sqrt());
+        SharedW {
+            gate: weight(p, rng, tys[0], &[n_ff, d], sd),
+            up: weight(p, rng, tys[1], &[n_ff, d], sd),
+            down: weight(p, rng, tys[2], &[d, n_ff], sf),
+            d,
+            n_ff,
+        }
+    }
+
+    /// `sigmoid(logit[t]) Σ_f |down[o][f] · h[f]|` per output: the magnitude of the shared
+    /// expert's terms of `out[t][o]`.
+    fn term_bound(&self, x: &[f32], logits: &[f32]) -> Vec<f32> {
+        let (d, n_ff) = (self.d, self.n_ff);
+        let mut bound = vec![0f32; x.len()];
+        let mut h = vec![0f64; n_ff];
+        for (t, (xt, &l)) in x.chunks(d).zip(logits).enumerate() {
+            for (f, hf) in h.iter_mut().enumerate() {
+                let dot = |m: &[f32]| -> f64 {
+                    m[f * d..(f + 1) * d]
+                        .iter()
+                        .zip(xt)
+                        .map(|(&a, &b)| a as f64 * b as f64)
+                        .sum()
+                };
+                *hf = silu(dot(&self.gate.deq)) * dot(&self.up.deq);
+            }
+            let sig = 1.0 / (1.0 + (-(l as f64)).exp());
+            for o in 0..d {
+                let row = &self.down.deq[o * n_ff..(o + 1) * n_ff];
+                let s: f64 = row.iter().zip(&h).map(|(&a, b)| (a as f64 * b).abs()).sum();
+                bound[t * d + o] = (sig * s) as f32;
+            }
+        }
+        bound
+    }
+}
+
+/// `moe_experts_shared` on random inputs (routed experts of formats `tys`, a shared expert of
+/// `sh_tys` and width `n_ff_sh`), CPU-routed ids and weights; `|device - cpu| <= 1e-4 Σ|terms|`.
+#[allow(clippy::too_many_arguments)]
+fn shared_case(
+    p: &Both,
+    tys: [Option<GgmlType>; 3],
+    sh_tys: [Option<GgmlType>; 3],
+    n_exp: usize,
+    k: usize,
+    d: usize,
+    n_ff: usize,
+    n_ff_sh: usize,
+    t_len: usize,
+) {
+    let what = format!(
+        "{} moe_experts_shared {tys:?} shared {sh_tys:?} E={n_exp} k={k} d={d} n_ff={n_ff} n_ff_sh={n_ff_sh} T={t_len}",
+        p.name()
+    );
+    let mut rng = Rng::new((n_exp * 37 + k * 5 + d * 3 + n_ff + n_ff_sh * 7 + t_len) as u64);
+    let (sd, sf) = (1.0 / (d as f32).sqrt(), 1.0 / (n_ff as f32).sqrt());
+    let ex = Experts::of_types(p, &mut rng, tys, [n_exp, d, n_ff], [sd, sd, sf]);
+    let sh = SharedW::new(p, &mut rng, sh_tys, d, n_ff_sh);
+    let x = rng.normals(t_len * d, 1.0);
+    let (ids, ws) = cpu_route(p, &mut rng, t_len, n_exp, k);
+    let logits = rng.normals(t_len, 2.0);
+    let (xt, it, wt, gl) = (
+        p.up(&x, &[t_len, d]),
+        p.up_u32(&ids, &[t_len, k]),
+        p.up(&ws, &[t_len, k]),
+        p.up(&logits, &[t_len, 1]),
+    );
+    let (gate_tmp, up_tmp, act) = (
+        p.zeros(&[t_len, n_ff_sh]),
+        p.zeros(&[t_len, n_ff_sh]),
+        p.zeros(&[t_len, n_ff_sh]),
+    );
+    let (sh_out, out) = (p.zeros(&[t_len, d]), p.zeros(&[t_len, d]));
+    p.run(&what, |be, s| {
+        let shared = SharedExpert {
+            gate: sh.gate.t.on(s),
+            up: sh.up.t.on(s),
+            down: sh.down.t.on(s),
+            gate_logit: gl.on(s),
+            gate_tmp: gate_tmp.on(s),
+            up_tmp: up_tmp.on(s),
+            act: act.on(s),
+            out: sh_out.on(s),
+        };
+        be.moe_experts_shared(
+            xt.on(s),
+            ex.gate.t.on(s),
+            ex.up.t.on(s),
+            ex.down.t.on(s),
+            it.on(s),
+            wt.on(s),
+            shared,
+            out.on(s),
+        )
+    });
+    let (got, want) = p.read(&out);
+    let mut bound = ex.term_bound(&x, &ids, &ws, k);
+    for (b, s) in bound.iter_mut().zip(sh.term_bound(&x, &logits)) {
+        *b += s;
+    }
+    p.judge_tier(&what, &got, &want, || check_terms(&what, &got, &want, &bound));
+}
+
+/// (E, k, d, n_ff, n_ff_sh, T): decode batches (T <= 4, which backends may run as k + 1 experts
+/// per token) and prompt batches, the shared expert as wide as the routed ones and not.
+const SHARED_CASES: &[(usize, usize, usize, usize, usize, usize)] = &[
+    (8, 2, 256, 256, 256, 1),
+    (8, 8, 256, 512, 512, 3),
+    (64, 8, 512, 256, 256, 4),
+    (8, 2, 256, 256, 512, 1),
+    (8, 8, 256, 512, 256, 3),
+    (64, 8, 256, 256, 256, 64),
+    (8, 2, 256, 512, 512, 65),
+    (8, 2, 512, 256, 512, 65),
+];
+
+/// `shared_case` over `SHARED_CASES` with every weight of format `ty`.
+fn shared_cases(ty: Option<GgmlType>) {
+    for p in Both::each() {
+        for &(e, k, d, n_ff, n_ff_sh, t) in SHARED_CASES {
+            shared_case(&p, [ty; 3], [ty; 3], e, k, d, n_ff, n_ff_sh, t);
+        }
+    }
+}
+
+#[test]
+fn experts_shared_f32_match_cpu() {
+    shared_cases(Some(GgmlType::F32));
+    // Plain F32 tensors as every weight.
+    shared_cases(None);
+    // Odd sizes (no block format constrains them): rows of 37 and 45, decode and a prompt batch.
+    for p in Both::each() {
+        for ty in [Some(GgmlType::F32), None] {
+            for t in [1, 2, 5] {
+                shared_case(&p, [ty; 3], [ty; 3], 5, 3, 37, 45, 45, t);
+            }
+            shared_case(&p, [ty; 3], [ty; 3], 5, 3, 37, 45, 29, 2);
+        }
+    }
+}
+
+#[test]
+fn experts_shared_q4_k_match_cpu() {
+    shared_cases(Some(GgmlType::Q4K));
+}
+
+#[test]
+fn experts_shared_q8_0_match_cpu() {
+    shared_cases(Some(GgmlType::Q8_0));
+}
+
+#[test]
+fn experts_shared_q6_k_match_cpu() {
+    use GgmlType::Q6K;
+    shared_cases(Some(Q6K));
+    // Rows of 2048 (Q6_K's tensor-core decode kernels need n_in % 2048 == 0): the gate and up
+    // products of the first, the down products of the second.
+    for p in Both::each() {
+        shared_case(&p, [Some(Q6K); 3], [Some(Q6K); 3], 8, 2, 2048, 256, 256, 3);
+        shared_case(&p, [Some(Q6K); 3], [Some(Q6K); 3], 8, 2, 256, 2048, 2048, 1);
+    }
+}
+
+/// Formats that differ by projection (a Q4_K_M file: Q4_K gate and up, Q6_K down; gate and up of
+/// two formats), or between the shared expert and the routed ones.
+#[test]
+fn experts_shared_mixed_formats_match_cpu() {
+    use GgmlType::*;
+    let q4km = [Some(Q4K), Some(Q4K), Some(Q6K)];
+    let gate_up_differ = [Some(Q4K), Some(Q8_0), Some(Q8_0)];
+    for p in Both::each() {
+        for t in [1, 3, 65] {
+            shared_case(&p, q4km, q4km, 8, 8, 256, 512, 512, t);
+            shared_case(&p, gate_up_differ, gate_up_differ, 8, 2, 256, 256, 256, t);
+            shared_case(&p, q4km, [Some(Q8_0); 3], 8, 2, 256, 256, 256, t);
+            shared_case(&p, [Some(Q8_0); 3], [None; 3], 8, 2, 256, 256, 256, t);
+        }
+    }
+}
+
+/// The rules of `moe_experts_shared` (`backend/check.rs`), on every backend.
+#[test]
+fn shared_contract_errors_are_reported() {
+    for be in common::backends() {
+        let g = be.as_ref();
+        let name = g.name();
+        let f = |shape: &[usize]| g.alloc(DType::F32, shape).expect("alloc");
+        let (n_exp, d, n_ff, n_sh, t) = (4usize, 32usize, 64usize, 48usize, 2usize);
+        let mut rng = Rng::new(45);
+        let mut weight = |shape: &[usize]| up(g, &rng.normals(shape.iter().product(), 0.1), shape);
+        let (gw, uw, dw) = (
+            weight(&[n_exp, n_ff, d]),
+            weight(&[n_exp, n_ff, d]),
+            weight(&[n_exp, d, n_ff]),
+        );
+        let (gs, us, ds) = (weight(&[n_sh, d]), weight(&[n_sh, d]), weight(&[d, n_sh]));
+        let x = weight(&[t, d]);
+        let ids = g.upload_u32(&[0, 1, 2, 3], &[t, 2]).expect("up");
+        let ws = up(g, &[0.5; 4], &[t, 2]);
+        let gl = up(g, &[0.3, -1.0], &[t, 1]);
+        let (gt, ut, act, so, out) = (f(&[t, n_sh]), f(&[t, n_sh]), f(&[t, n_sh]), f(&[t, d]), f(&[t, d]));
+        let sh = SharedExpert {
+            gate: &gs,
+            up: &us,
+            down: &ds,
+            gate_logit: &gl,
+            gate_tmp: &gt,
+            up_tmp: &ut,
+            act: &act,
+            out: &so,
+        };
+        let call = |sh: SharedExpert<'_>, out: &Tensor| g.moe_experts_shared(&x, &gw, &uw, &dw, &ids, &ws, sh, out);
+        call(sh, &out).expect("valid experts_shared");
+        let refused = |r: rill::Result<()>, what: &str| assert!(r.is_err(), "{name}: {what} must be refused");
+        // Shapes.
+        refused(call(SharedExpert { down: &gs, ..sh }, &out), "shared down shape");
+        refused(call(SharedExpert { up: &ds, ..sh }, &out), "shared up shape");
+        let ds_wide = weight(&[d + 1, n_sh]);
+        let so_wide = f(&[t, d + 1]);
+        refused(
+            call(
+                SharedExpert {
+                    down: &ds_wide,
+                    out: &so_wide,
+                    ..sh
+                },
+                &out,
+            ),
+            "shared down rows != d",
+        );
+        refused(
+            call(
+                SharedExpert {
+                    gate_logit: &f(&[t, 2]),
+                    ..sh
+                },
+                &out,
+            ),
+            "gate logit size",
+        );
+        refused(
+            call(
+                SharedExpert {
+                    act: &f(&[t, n_sh + 1]),
+                    ..sh
+                },
+                &out,
+            ),
+            "act size",
+        );
+        refused(call(sh, &f(&[t, d - 1])), "out size");
+        // Dtypes.
+        let gl_u = g.alloc(DType::U32, &[t, 1]).expect("alloc");
+        refused(
+            call(
+                SharedExpert {
+                    gate_logit: &gl_u,
+                    ..sh
+                },
+                &out,
+            ),
+            "U32 gate logit",
+        );
+        // Aliasing: scratch shared with the output or an input, two scratch tensors one buffer.
+        refused(call(SharedExpert { out: &out, ..sh }, &out), "shared out aliases out");
+        refused(call(SharedExpert { act: &gt, ..sh }, &out), "act aliases gate_tmp");
+        let x_alias = Tensor {
+            buf: Arc::clone(&x.buf),
+            dtype: DType::F32,
+            shape: vec![t, n_sh],
+        };
+        refused(call(SharedExpert { up_tmp: &x_alias, ..sh }, &out), "up_tmp aliases x");
+        let gl_alias = Tensor {
+            buf: Arc::clone(&out.buf),
+            dtype: DType::F32,
+            shape: vec![t, 1],
+        };
+        refused(
+            call(
+                SharedExpert {
+                    gate_logit: &gl_alias,
+                    ..sh
+                },
+                &out,
+            ),
+            "out aliases the gate logit",
+        );
+        // Still working.
+        call(sh, &out).expect("experts_shared after errors");
+        g.sync().expect("sync");
     }
 }
 

@@ -18,6 +18,7 @@
 #include "matvec.cu"
 #include "matvec_glu.cu"
 #include "matvec_q8.cu"
+#include "matvec_sh.cu"
 #include "moe.cu"
 #include "norm.cu"
 
@@ -184,6 +185,8 @@ struct Mv {
     size_t row_bytes, expert_bytes = 0;
     int n_experts = 1, x_group = 1, nsum = 1, vectors = 1, rpt = 1;
     bool x_in_smem = true;
+    // The shared expert of the `_sh_` kernels: its W (p7), its W2 or gate logits (p3).
+    unsigned long long sh = 0, sh2 = 0;
 };
 
 // The segment table of a matvec launch (common.cuh `MvSeg`) as the Rust backend fills it
@@ -211,6 +214,8 @@ static void run_mv(void (*k)(const Args), const Mv& m) {
     a.p[2] = m.x;
     a.p[4] = m.ids;
     a.p[5] = m.scales;
+    a.p[3] = m.sh2;
+    a.p[7] = m.sh;
     a.n[1] = m.n_in;
     a.n[2] = (long long)m.row_bytes;
     a.n[3] = (long long)m.expert_bytes;
@@ -543,6 +548,103 @@ static void test_moe_q8(const char* name, void (*kglu)(const Args), void (*kmv)(
             }
         }
     expect(std::string("moe q8 down ") + name, O.get<float>((size_t)T * d), ow, 1e-30, 2e-6, &omag);
+}
+
+// A MoE layer's shared expert run as expert k of each token's k + 1 (the `_sh_` kernels,
+// common.cuh MvShared) against the composition the backend runs without them: the routed experts
+// (the MoE kernels), the shared expert's SwiGLU and down products (the dense kernels) and
+// out += sigmoid(gate logit) * shared. The gate/up rows are the same arithmetic, so bit for bit;
+// the down sums add the shared term inside the sum (other rounding): within the matvec bound of
+// the composition, and of the double-precision reference for the exact kernels. `q8`: the
+// fast-tier kernels (their launch and shared memory).
+template <class F>
+static void test_moe_shared(const char* name, bool q8, void (*kglu)(const Args), void (*kmv)(const Args),
+                            void (*kglu_sh)(const Args), void (*kmv_sh)(const Args), int d, int f) {
+    MoeCase<F> c(d, f);
+    const int E = c.E, k = c.k, T = c.T;
+    const std::string what = std::string("moe shared ") + (q8 ? "q8 " : "") + name;
+    auto gsb = random_weight<F>(f, d), usb = random_weight<F>(f, d), dsb = random_weight<F>(d, f);
+    auto dsd = dequant<F>(dsb, d, f);
+    // Gate logits: sigmoid near 0, near 1 and in between.
+    const std::vector<float> sg = {-30.0f, 0.7f, 12.0f};
+    Buf GS = Buf::of(gsb), US = Buf::of(usb), DS = Buf::of(dsb), SG = Buf::of(sg);
+    Buf Hr(sizeof(float) * T * k * f), Hs(sizeof(float) * T * f), Hf(sizeof(float) * T * (k + 1) * f);
+    Buf Or(sizeof(float) * T * d), Os(sizeof(float) * T * d), Of(sizeof(float) * T * d);
+    auto launch = [&](void (*kern)(const Args), Mv m) {
+        if (!q8) return run_mv(kern, m);
+        const int units = m.n_in / 32, ut = unit_lanes(units / Q8Dot<F>::CU), rpb = (256 / ut) * m.rpt;
+        Args a;
+        memset(&a, 0, sizeof a);
+        const unsigned gx = set_segs(a, {{m.w, m.out, m.n_out}}, rpb);
+        a.p[1] = m.w2, a.p[2] = m.x, a.p[3] = m.sh2, a.p[4] = m.ids, a.p[5] = m.scales, a.p[7] = m.sh;
+        a.n[1] = m.n_in, a.n[2] = (long long)m.row_bytes, a.n[3] = (long long)m.expert_bytes;
+        a.n[4] = m.n_experts, a.n[5] = m.x_group, a.n[6] = m.nsum, a.n[7] = ut, a.n[8] = m.rpt;
+        a.n[11] = m.n_in;
+        emu_launch(kern, Dim3{gx, (unsigned)m.vectors, 1}, 256, (size_t)m.nsum * xq_bytes(units), a);
+    };
+    for (bool xs : {true, false}) {
+        if (q8 && !xs) continue;  // the q8 kernels always quantize x into shared memory
+        const std::string w = what + (xs ? "" : " x-global");
+        // The composition.
+        const size_t rbg = c.rbg, rbd = c.rbd, rbs = gsb.size() / f, rbds = dsb.size() / d;
+        launch(kglu, Mv{c.G.addr(), c.U.addr(), c.X.addr(), Hr.addr(), c.I.addr(), 0, f, d, rbg, f * rbg, E, k, 1, T * k, 2, xs});
+        launch(kglu, Mv{GS.addr(), US.addr(), c.X.addr(), Hs.addr(), 0, 0, f, d, rbs, 0, 1, 1, 1, T, 3, xs});
+        launch(kmv, Mv{c.D.addr(), 0, Hr.addr(), Or.addr(), c.I.addr(), c.S.addr(), d, f, rbd, d * rbd, E, 1, k, T, 2, xs});
+        launch(kmv, Mv{DS.addr(), 0, Hs.addr(), Os.addr(), 0, 0, d, f, rbds, 0, 1, 1, 1, T, 1, xs});
+        // Fused: k + 1 entries per token.
+        memset(Hf.p, 0xFF, Hf.n);
+        Mv gu{c.G.addr(), c.U.addr(), c.X.addr(), Hf.addr(), c.I.addr(), 0, f, d, rbg, f * rbg, E, k + 1, 1, T * (k + 1), 1, xs};
+        gu.sh = GS.addr(), gu.sh2 = US.addr();
+        launch(kglu_sh, gu);
+        const auto hr = Hr.get<float>((size_t)T * k * f), hs = Hs.get<float>((size_t)T * f);
+        const auto hf = Hf.get<float>((size_t)T * (k + 1) * f);
+        int differ = 0;
+        for (int t = 0; t < T; ++t)
+            for (int j = 0; j <= k; ++j)
+                for (int o = 0; o < f; ++o) {
+                    const float want = j < k ? hr[((size_t)t * k + j) * f + o] : hs[(size_t)t * f + o];
+                    differ += memcmp(&hf[((size_t)t * (k + 1) + j) * f + o], &want, 4) != 0;
+                }
+        checks++;
+        if (differ) {
+            failures++;
+            printf("FAIL %s gate/up: %d of %d hidden values differ from the composition's\n", w.c_str(), differ,
+                   T * (k + 1) * f);
+        }
+        memset(Of.p, 0xFF, Of.n);
+        Mv dn{c.D.addr(), 0, Hf.addr(), Of.addr(), c.I.addr(), c.S.addr(), d, f, rbd, d * rbd, E, 1, k + 1, T, 3, xs};
+        dn.sh = DS.addr(), dn.sh2 = SG.addr();
+        launch(kmv_sh, dn);
+        // The composition's sum (sigmoid_scale_add), the f64 reference on the device's hidden rows and
+        // the magnitude of the terms.
+        const auto orr = Or.get<float>((size_t)T * d), os = Os.get<float>((size_t)T * d);
+        std::vector<double> comp((size_t)T * d), ref((size_t)T * d, 0.0), mag((size_t)T * d, 1e-30);
+        for (int t = 0; t < T; ++t) {
+            const double sig = 1.0 / (1.0 + std::exp(-(double)sg[t]));
+            for (int o = 0; o < d; ++o) {
+                const size_t i = (size_t)t * d + o;
+                comp[i] = (double)(orr[i] + (float)(1.0f / (1.0f + std::exp(-sg[t]))) * os[i]);
+                for (int j = 0; j <= k; ++j) {
+                    const uint32_t e = j < k ? c.ids[t * k + j] : 0;
+                    if (j < k && e >= (uint32_t)E) continue;
+                    const double wj = j < k ? c.ws[t * k + j] : sig;
+                    const double* row = j < k ? &c.dd[((size_t)e * d + o) * f] : &dsd[(size_t)o * f];
+                    double s = 0, m = 0;
+                    for (int i2 = 0; i2 < f; ++i2) {
+                        const double p = row[i2] * hf[((size_t)t * (k + 1) + j) * f + i2];
+                        s += p;
+                        m += std::fabs(p);
+                    }
+                    ref[i] += wj * s;
+                    mag[i] += std::fabs(wj) * m;
+                }
+            }
+        }
+        const auto of = Of.get<float>((size_t)T * d);
+        expect(w + " down vs composition", of, comp, 1e-30, 1e-5, &mag);
+        // The q8 kernels quantize the hidden rows: only the composition is their reference.
+        if (!q8) expect(w + " down vs f64", of, ref, 1e-30, 1e-5, &mag);
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1240,10 +1342,20 @@ int main(int argc, char** argv) {
         test_moe_q8<FmtQ4_K>("Q4_K", matvec_q8_glu_Q4_K, matvec_q8_Q4_K, 256, 512);
         test_moe_q8<FmtQ6_K>("Q6_K", matvec_q8_glu_Q6_K, matvec_q8_Q6_K, 256, 256);
         test_moe_q8<FmtQ8_0>("Q8_0", matvec_q8_glu_Q8_0, matvec_q8_Q8_0, 64, 96);
+        test_moe_shared<FmtQ4_K>("Q4_K", true, matvec_q8_glu_Q4_K, matvec_q8_Q4_K, matvec_q8_glu_sh_Q4_K,
+                                 matvec_q8_sh_Q4_K, 256, 512);
+        test_moe_shared<FmtQ6_K>("Q6_K", true, matvec_q8_glu_Q6_K, matvec_q8_Q6_K, matvec_q8_glu_sh_Q6_K,
+                                 matvec_q8_sh_Q6_K, 256, 256);
+        test_moe_shared<FmtQ8_0>("Q8_0", true, matvec_q8_glu_Q8_0, matvec_q8_Q8_0, matvec_q8_glu_sh_Q8_0,
+                                 matvec_q8_sh_Q8_0, 64, 96);
     }
     if (want("moe")) {
         test_moe<FmtQ4_K>("Q4_K", matvec_glu_Q4_K, matvec_Q4_K, 256, 512);
         test_moe<FmtQ8_0>("Q8_0", matvec_glu_Q8_0, matvec_Q8_0, 64, 96);
+        test_moe_shared<FmtQ4_K>("Q4_K", false, matvec_glu_Q4_K, matvec_Q4_K, matvec_glu_sh_Q4_K, matvec_sh_Q4_K, 256, 512);
+        test_moe_shared<FmtQ6_K>("Q6_K", false, matvec_glu_Q6_K, matvec_Q6_K, matvec_glu_sh_Q6_K, matvec_sh_Q6_K, 256, 256);
+        test_moe_shared<FmtQ8_0>("Q8_0", false, matvec_glu_Q8_0, matvec_Q8_0, matvec_glu_sh_Q8_0, matvec_sh_Q8_0, 64, 96);
+        test_moe_shared<FmtF32>("F32", false, matvec_glu_F32, matvec_F32, matvec_glu_sh_F32, matvec_sh_F32, 37, 45);
     }
     if (want("norm")) test_norms();
     if (want("conv")) test_conv();

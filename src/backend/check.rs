@@ -558,6 +558,46 @@ pub fn moe_experts(
     Ok(MoeDims { t, d, n_exp, n_ff, k })
 }
 
+/// `moe_experts_shared`: `moe_experts`' rules on the routed experts, `matmul_swiglu`'s on the
+/// shared expert's gate and up (input `x`, outputs `sh.gate_tmp`, `sh.up_tmp`, `sh.act`),
+/// `matmul`'s on its down (`sh.act` -> `sh.out`), `sigmoid_scale_add`'s on `out += sigmoid(gate
+/// logit) * sh.out`, and no output (the scratch included) sharing a buffer with another operand.
+/// Returns the routed experts' dimensions and the shared expert's hidden width.
+#[allow(clippy::too_many_arguments)]
+pub fn moe_experts_shared(
+    x: &Tensor,
+    gate_exps: &Tensor,
+    up_exps: &Tensor,
+    down_exps: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    sh: super::SharedExpert<'_>,
+    out: &Tensor,
+) -> Result<(MoeDims, usize)> {
+    let op = "moe_experts_shared";
+    let m = moe_experts(x, gate_exps, up_exps, down_exps, ids, weights, out)?;
+    let g = matmul_swiglu(sh.gate, sh.up, x, sh.gate_tmp, sh.up_tmp, sh.act)?;
+    matmul(sh.down, sh.act, sh.out)?;
+    sigmoid_scale_add(out, sh.out, sh.gate_logit)?;
+    no_alias(
+        op,
+        &[out, sh.gate_tmp, sh.up_tmp, sh.act, sh.out],
+        &[
+            x,
+            gate_exps,
+            up_exps,
+            down_exps,
+            ids,
+            weights,
+            sh.gate,
+            sh.up,
+            sh.down,
+            sh.gate_logit,
+        ],
+    )?;
+    Ok((m, g.n_out))
+}
+
 /// `argmax`; returns `(T, V)`.
 pub fn argmax(logits: &Tensor, out: &Tensor) -> Result<(usize, usize)> {
     let op = "argmax";

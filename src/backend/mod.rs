@@ -171,6 +171,22 @@ pub struct AttnPrep<'a> {
     pub k_normed: &'a Tensor,
 }
 
+/// The shared expert of a MoE FFN, for `Backend::moe_experts_shared`: its weights `gate`, `up`
+/// `[n_ff_sh, d]` and `down` `[d, n_ff_sh]`, the logit of its gate `gate_logit` `[T, 1]`, and the
+/// scratch the composition of plain ops needs: `gate_tmp`, `up_tmp`, `act` `[T, n_ff_sh]` and
+/// `out` `[T, d]` (their contents afterwards are unspecified).
+#[derive(Clone, Copy)]
+pub struct SharedExpert<'a> {
+    pub gate: &'a Tensor,
+    pub up: &'a Tensor,
+    pub down: &'a Tensor,
+    pub gate_logit: &'a Tensor,
+    pub gate_tmp: &'a Tensor,
+    pub up_tmp: &'a Tensor,
+    pub act: &'a Tensor,
+    pub out: &'a Tensor,
+}
+
 /// Most products one `Backend::matmul_group` takes (a Gated DeltaNet layer has four).
 pub const MAX_GROUP: usize = 4;
 
@@ -237,9 +253,9 @@ pub type ReadFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + 'a>>;
 /// The rules of each op (dtypes, shapes, aliasing) are written once, in `check`, and every
 /// backend calls them; the CPU backend defines the math.
 ///
-/// Fused ops (`add_rms_norm`, `matmul_swiglu`, `conv1d_silu_l2qk`, `kv_store`) have default
-/// implementations that compose the plain ops, so they are the CPU reference by construction;
-/// GPU backends override them with one kernel where that saves launches or passes.
+/// Fused ops (`add_rms_norm`, `matmul_swiglu`, `conv1d_silu_l2qk`, `kv_store`, `moe_experts_shared`,
+/// ...) have default implementations that compose the plain ops, so they are the CPU reference by
+/// construction; GPU backends override them with one kernel where that saves launches or passes.
 pub trait Backend: Send + Sync {
     /// Short name used by `--backend` (`cpu`, `wgpu`, `cuda`).
     fn name(&self) -> &'static str;
@@ -519,11 +535,52 @@ pub trait Backend: Send + Sync {
         weights: &Tensor,
         out: &Tensor,
     ) -> Result<()>;
+    /// The routed experts and the shared expert of a MoE FFN in one op:
+    /// `out[t] = moe_experts(x)[t] + sigmoid(sh.gate_logit[t]) * down_sh(silu(gate_sh x[t]) * up_sh x[t])`
+    /// (`moe_experts`' operands, the shared expert's in `sh`). The default composes
+    /// `moe_experts`, `matmul_swiglu`, `matmul` and `sigmoid_scale_add` (the CPU reference); a GPU
+    /// backend may run the shared expert as one more expert per token inside the experts'
+    /// launches.
+    #[allow(clippy::too_many_arguments)]
+    fn moe_experts_shared(
+        &self,
+        x: &Tensor,
+        gate_exps: &Tensor,
+        up_exps: &Tensor,
+        down_exps: &Tensor,
+        ids: &Tensor,
+        weights: &Tensor,
+        sh: SharedExpert<'_>,
+        out: &Tensor,
+    ) -> Result<()> {
+        moe_experts_shared_composed(self, x, gate_exps, up_exps, down_exps, ids, weights, sh, out)
+    }
 
     /// Row-wise argmax of `logits` `[T, V]` into U32 `out` `[T]`: the first index of the largest
     /// value, NaN and -inf never chosen (the sampler's rule), `NON_FINITE` for a row where every
     /// value is NaN or -inf.
     fn argmax(&self, logits: &Tensor, out: &Tensor) -> Result<()>;
+}
+
+/// `Backend::moe_experts_shared` composed of plain ops: its default (the CPU reference), and
+/// what a backend that fuses only some cases runs for the others.
+#[allow(clippy::too_many_arguments)]
+pub fn moe_experts_shared_composed<B: Backend + ?Sized>(
+    be: &B,
+    x: &Tensor,
+    gate_exps: &Tensor,
+    up_exps: &Tensor,
+    down_exps: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    sh: SharedExpert<'_>,
+    out: &Tensor,
+) -> Result<()> {
+    check::moe_experts_shared(x, gate_exps, up_exps, down_exps, ids, weights, sh, out)?;
+    be.moe_experts(x, gate_exps, up_exps, down_exps, ids, weights, out)?;
+    be.matmul_swiglu(sh.gate, sh.up, x, sh.gate_tmp, sh.up_tmp, sh.act)?;
+    be.matmul(sh.down, sh.act, sh.out)?;
+    be.sigmoid_scale_add(out, sh.out, sh.gate_logit)
 }
 
 /// Names of the backends compiled into this build.

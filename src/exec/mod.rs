@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use session::{LayerState, Session, Snapshot, SnapshotLayer};
 
-use crate::backend::{AttnPrep, Backend, DType, GdnGates, Pos, StepMode, Tensor, NON_FINITE};
+use crate::backend::{AttnPrep, Backend, DType, GdnGates, Pos, SharedExpert, StepMode, Tensor, NON_FINITE};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::model::weights::{AttnWeights, Ffn, GdnWeights, Mixer};
@@ -554,9 +554,17 @@ impl Model {
                 let m = self.config.moe.as_ref().ok_or_else(missing)?;
                 be.matmul_group(&[router, shexp_gate], &sc.xn, &[logits, sg])?;
                 be.moe_route(logits, m.n_expert_used, m.weights_scale, ids, wts)?;
-                be.moe_experts(&sc.xn, gate_exps, up_exps, down_exps, ids, wts, &sc.mix)?;
-                self.swiglu_mlp(gate_sh, up_sh, down_sh, sc, shared)?;
-                be.sigmoid_scale_add(&sc.mix, shared, sg)
+                let sh = SharedExpert {
+                    gate: gate_sh,
+                    up: up_sh,
+                    down: down_sh,
+                    gate_logit: sg,
+                    gate_tmp: &sc.ff_gate,
+                    up_tmp: &sc.ff_up,
+                    act: &sc.ff_act,
+                    out: shared,
+                };
+                be.moe_experts_shared(&sc.xn, gate_exps, up_exps, down_exps, ids, wts, sh, &sc.mix)
             }
         }
     }

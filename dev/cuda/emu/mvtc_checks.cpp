@@ -10,6 +10,8 @@
 // not a multiple of 256.
 // The production body (mv_body) with grouped launches (several products in one grid, the segment
 // table of common.cuh): bit for bit what each product gives launched alone.
+// The production body with a MoE layer's shared expert (its `_sh_` kernels) against the
+// composition without it: gate/up rows bit for bit, down sums within the bound.
 // The emulator also aborts if any HFMA2 of the Q4_K decode is inexact, if any s8 MMA sum leaves
 // int32 (the designs bound them), and, under AddressSanitizer, on any read past the weights or the
 // x buffers. Also checked: NaN / inf in x give non-finite outputs, and deliberately broken prep
@@ -564,6 +566,133 @@ static void check_group(const char* name, int fmt, std::vector<int> rows, int n_
     dev_free(x), dev_free(xp.xa), dev_free(xp.xs);
 }
 
+// ---------------------------------------------------------------------------------------------
+// The production body (matvec_tc.cuh mv_body) with a MoE layer's shared expert as expert k of
+// each token's k + 1 (the `_sh_` kernels, common.cuh MvShared), against the composition the
+// backend runs without them: the routed experts (the MoE kernels: gate/up rows, a k-way down sum),
+// the shared expert's SwiGLU and down products (the dense kernels) and out += sigmoid(gate logit)
+// * shared. The gate/up rows are the same arithmetic: bit for bit. The down sums take the shared
+// term inside the sum (other rounding): within the bound of the composition and of the f64
+// reference (|err| <= 1e-5 sum |w h| per output).
+
+// One launch of the production kernels' body (R = 1, KW = 8: mvtc_, mvtc_glu_ and their `_sh_`
+// forms), the slots as src/backend/cuda/ops/matvec_tc.rs fills them.
+struct MoeLaunch {
+    const uint8_t *w, *w2 = nullptr;
+    TcPrep x;
+    float* out;
+    const uint32_t* ids = nullptr;
+    const float* scales = nullptr;
+    int n_out, n_in;
+    size_t rb, expert_bytes = 0;
+    int n_experts = 1, x_group = 1, nsum = 1, vectors;
+    const uint8_t* sh = nullptr;  // p7
+    const void* sh2 = nullptr;    // p3
+};
+template <class F, bool GLU, bool SHARED>
+static void launch_moe(const MoeLaunch& m) {
+    ::Args a;
+    memset(&a, 0, sizeof a);
+    a.seg[0] = MvSeg{(unsigned long long)m.w, (unsigned long long)m.out, m.n_out, 0};
+    a.p[1] = (unsigned long long)m.w2, a.p[2] = (unsigned long long)m.x.xa;
+    a.p[3] = (unsigned long long)m.sh2, a.p[4] = (unsigned long long)m.ids, a.p[5] = (unsigned long long)m.scales;
+    a.p[6] = (unsigned long long)m.x.xs, a.p[7] = (unsigned long long)m.sh;
+    a.n[1] = m.n_in, a.n[2] = (long long)m.rb, a.n[3] = (long long)m.expert_bytes;
+    a.n[4] = m.n_experts, a.n[5] = m.x_group, a.n[6] = m.nsum;
+    pf_emu::launch(dim3((m.n_out + 15) / 16, m.vectors), dim3(256), 0, pf_emu::EARLY,
+                   [&] { mvtc::mv_body<F, 1, 8, GLU, false, SHARED>(a); });
+}
+
+// `mutate`: the fused down product reads the routing weights as the gate logits (must fail the bound).
+template <class F>
+static void check_shared(const char* name, int fmt, int E, int k, int T, int d, int f, bool mutate = false) {
+    auto random_w = [&](int rows, int n_in) {
+        return fmt == host::Q4K ? random_q4k(rows, n_in) : fmt == host::Q6K ? random_q6k(rows, n_in) : random_q80(rows, n_in);
+    };
+    auto up = [](const auto& v) {
+        using T_ = typename std::decay_t<decltype(v)>::value_type;
+        T_* p = dev_alloc<T_>(v.size());
+        memcpy(p, v.data(), v.size() * sizeof(T_));
+        return p;
+    };
+    const auto hg = random_w(E * f, d), hu = random_w(E * f, d), hd = random_w(E * d, f);
+    const auto hgs = random_w(f, d), hus = random_w(f, d), hds = random_w(d, f);
+    const size_t rbg = hg.size() / (E * f), rbd = hd.size() / (E * d);
+    const std::vector<float> hx = make_x(0, T * d);
+    std::vector<uint32_t> hids(T * k);
+    std::vector<float> hws(T * k), hsg(T);
+    for (int i = 0; i < T * k; i++) hids[i] = (uint32_t)(rnd() % E), hws[i] = (float)urand();
+    hids[T * k - 1] = E + 3;  // an invalid id: contributes nothing
+    for (int t = 0; t < T; t++) hsg[t] = t % 3 == 0 ? 0.7f : t % 3 == 1 ? -30.0f : 12.0f;
+    uint8_t *g = up(hg), *u = up(hu), *dn = up(hd), *gs = up(hgs), *us = up(hus), *ds = up(hds);
+    float *x = up(hx), *ws = up(hws), *sg = up(hsg);
+    uint32_t* ids = up(hids);
+    float *hr = dev_alloc<float>((size_t)T * k * f), *hs = dev_alloc<float>((size_t)T * f);
+    float* hf = dev_alloc<float>((size_t)T * (k + 1) * f);
+    float *orr = dev_alloc<float>((size_t)T * d), *os = dev_alloc<float>((size_t)T * d), *of = dev_alloc<float>((size_t)T * d);
+    const TcPrep xp = prep_tc(fmt, x, T, d);
+    // The composition.
+    launch_moe<F, true, false>({g, u, xp, hr, ids, nullptr, f, d, rbg, f * rbg, E, k, 1, T * k});
+    launch_moe<F, true, false>({gs, us, xp, hs, nullptr, nullptr, f, d, rbg, 0, 1, 1, 1, T});
+    const TcPrep hrp = prep_tc(fmt, hr, T * k, f), hsp = prep_tc(fmt, hs, T, f);
+    launch_moe<F, false, false>({dn, nullptr, hrp, orr, ids, ws, d, f, rbd, d * rbd, E, 1, k, T});
+    launch_moe<F, false, false>({ds, nullptr, hsp, os, nullptr, nullptr, d, f, rbd, 0, 1, 1, 1, T});
+    // Fused: k + 1 entries per token.
+    launch_moe<F, true, true>({g, u, xp, hf, ids, nullptr, f, d, rbg, f * rbg, E, k + 1, 1, T * (k + 1), gs, us});
+    int differ = 0;
+    for (int t = 0; t < T; t++)
+        for (int j = 0; j <= k; j++)
+            for (int o = 0; o < f; o++) {
+                const float* want = j < k ? &hr[((size_t)t * k + j) * f + o] : &hs[(size_t)t * f + o];
+                differ += memcmp(&hf[((size_t)t * (k + 1) + j) * f + o], want, 4) != 0;
+            }
+    const TcPrep hfp = prep_tc(fmt, hf, T * (k + 1), f);
+    launch_moe<F, false, true>({dn, nullptr, hfp, of, ids, ws, d, f, rbd, d * rbd, E, 1, k + 1, T, ds, mutate ? ws : sg});
+    // The composition's sum (sigmoid_scale_add) and the f64 reference on the hidden rows.
+    std::vector<float> y(f);
+    double worst_comp = 0, worst_ref = 0;
+    for (int t = 0; t < T; t++) {
+        const double sig = 1.0 / (1.0 + exp(-(double)hsg[t]));
+        for (int o = 0; o < d; o++) {
+            const size_t i = (size_t)t * d + o;
+            double ref = 0, mag = 0;
+            for (int j = 0; j <= k; j++) {
+                const uint32_t e = j < k ? hids[t * k + j] : 0;
+                if (j < k && e >= (uint32_t)E) continue;
+                const double wj = j < k ? hws[t * k + j] : sig;
+                const uint8_t* row = j < k ? hd.data() + ((size_t)e * d + o) * rbd : hds.data() + (size_t)o * rbd;
+                host::deq_row(fmt, row, f, y.data());
+                double sum = 0, m = 0;
+                for (int q = 0; q < f; q++) {
+                    const double p = (double)y[q] * hf[((size_t)t * (k + 1) + j) * f + q];
+                    sum += p;
+                    m += fabs(p);
+                }
+                ref += wj * sum;
+                mag += fabs(wj) * m;
+            }
+            const float comp = orr[i] + (1.0f / (1.0f + expf(-hsg[t]))) * os[i];
+            mag = mag > 0 ? mag : 1e-300;
+            const double ec = fabs((double)of[i] - comp) / mag, er = fabs((double)of[i] - ref) / mag;
+            worst_comp = std::isnan(ec) ? INFINITY : std::max(worst_comp, ec);
+            worst_ref = std::isnan(er) ? INFINITY : std::max(worst_ref, er);
+        }
+    }
+    const bool pass = differ == 0 && worst_comp <= 1e-5 && worst_ref <= 1e-5;
+    const bool ok = mutate ? differ == 0 && !pass : pass;
+    g_checks++;
+    if (!ok) g_fail++;
+    printf("%s mvtc shared %-5s%s E=%d k=%d T=%d d=%d f=%d: %d hidden values differ from the composition's; down "
+           "worst |err| / sum|w h| %.2e vs composition, %.2e vs f64%s\n",
+           ok ? "ok  " : "FAIL", name, mutate ? " MUTATION wrong gate logits" : "", E, k, T, d, f, differ,
+           worst_comp, worst_ref, mutate ? " (must exceed 1e-5)" : "");
+    fflush(stdout);
+    for (void* p : {(void*)g, (void*)u, (void*)dn, (void*)gs, (void*)us, (void*)ds, (void*)x, (void*)ws, (void*)sg,
+                    (void*)ids, (void*)hr, (void*)hs, (void*)hf, (void*)orr, (void*)os, (void*)of})
+        dev_free(p);
+    for (const TcPrep& p : {xp, hrp, hsp, hfp}) dev_free(p.xa), dev_free(p.xs);
+}
+
 int main() {
     // Q4_K (matvec_tc.cuh).
     for (int k = 0; k < 4; k++) {
@@ -648,6 +777,13 @@ int main() {
     check_group<mvtc6::TcQ6K, 1, 8, false>("q6k", host::Q6K, {33}, 2048, 3);
     check_group<mvtc6::TcQ6K, 1, 8, false>("q6k", host::Q6K, {7}, 4096, 1);
     check_group<mvtc::TcQ4K, 1, 8, false>("q4k", host::Q4K, {32, 32}, 512, 1, true);
+
+    // The shared expert in the production kernels: several tokens, the 35B-A3B's k = 8.
+    check_shared<mvtc::TcQ4K>("q4k", host::Q4K, 6, 3, 3, 512, 256);
+    check_shared<mvtc::TcQ4K>("q4k", host::Q4K, 12, 8, 1, 256, 256);
+    check_shared<mvtc8::TcQ80>("q80", host::Q80, 6, 3, 2, 256, 512);
+    check_shared<mvtc6::TcQ6K>("q6k", host::Q6K, 3, 2, 1, 2048, 2048);
+    check_shared<mvtc::TcQ4K>("q4k", host::Q4K, 6, 3, 2, 256, 256, true);
 
     printf("%s: %d of %d mvtc checks failed\n", g_fail ? "FAIL" : "PASS", g_fail, g_checks);
     return g_fail ? 1 : 0;

@@ -38,8 +38,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
 use crate::backend::{
-    AttnDims, AttnPrep, Backend, BackendOptions, DType, GdnDims, GdnGates, Pos, Precision, ReadFuture, StepMode,
-    Tensor, WeightData,
+    AttnDims, AttnPrep, Backend, BackendOptions, DType, GdnDims, GdnGates, Pos, Precision, ReadFuture, SharedExpert,
+    StepMode, Tensor, WeightData,
 };
 use crate::error::Result;
 use driver::{cuda_err, Device, Stream};
@@ -447,6 +447,22 @@ impl Backend for CudaBackend {
         out: &Tensor,
     ) -> Result<()> {
         ops::linear::moe_experts(&self.inner, x, gate_exps, up_exps, down_exps, ids, weights, out)
+    }
+    fn moe_experts_shared(
+        &self,
+        x: &Tensor,
+        gate_exps: &Tensor,
+        up_exps: &Tensor,
+        down_exps: &Tensor,
+        ids: &Tensor,
+        weights: &Tensor,
+        sh: SharedExpert<'_>,
+        out: &Tensor,
+    ) -> Result<()> {
+        if ops::linear::moe_experts_shared(&self.inner, x, gate_exps, up_exps, down_exps, ids, weights, sh, out)? {
+            return Ok(());
+        }
+        crate::backend::moe_experts_shared_composed(self, x, gate_exps, up_exps, down_exps, ids, weights, sh, out)
     }
     fn argmax(&self, logits: &Tensor, out: &Tensor) -> Result<()> {
         ops::eltwise::argmax(&self.inner, logits, out)

@@ -14,7 +14,7 @@ use crate::backend::cuda::driver::{cuda_err, DevPtr};
 use crate::backend::cuda::launch::{Args, MvSeg, MV_SEGS};
 use crate::backend::cuda::profile::Phase;
 use crate::backend::cuda::{buffer, Inner};
-use crate::backend::{check, DType, Tensor};
+use crate::backend::{check, DType, SharedExpert, Tensor};
 use crate::error::Result;
 use crate::gguf::GgmlType;
 
@@ -294,6 +294,18 @@ pub(crate) struct Mv<'a> {
     pub(crate) nsum: usize,
     /// Output vectors.
     pub(crate) vectors: usize,
+    /// A shared expert as the last of every token's `x_group * nsum` entries.
+    pub(crate) shared: Option<MvShared>,
+}
+
+/// A shared expert run as one more expert per token (kernels-cuda/common.cuh `MvShared`): its
+/// weight `w` (the product's format and row size), and `w2` its up weight for a fused SwiGLU or
+/// `gate_logits` (`[T]`, its scale `sigmoid(logit)`) for a sum, 0 where they do not apply.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct MvShared {
+    pub(crate) w: DevPtr,
+    pub(crate) w2: DevPtr,
+    pub(crate) gate_logits: DevPtr,
 }
 
 impl<'a> Mv<'a> {
@@ -319,6 +331,7 @@ impl<'a> Mv<'a> {
             x_group: 1,
             nsum: 1,
             vectors: d.t,
+            shared: None,
         })
     }
 
@@ -340,15 +353,20 @@ impl<'a> Mv<'a> {
     /// number of x groups (so a kernel's `entry / x_group` stays right), with the slots every
     /// matvec kernel shares filled for the chunk (matvec.cuh, matvec_tc.cuh): the segment table
     /// (each product's W, out at the chunk's first vector, n_out, first block at `rows_per_block`
-    /// rows per block, as `grid_x` counts them), p1 W2, p4 ids, p5 scales; n1 n_in, n2 row_bytes,
-    /// n3 expert_bytes, n4 n_experts, n5 x_group, n6 nsum. Also the chunk's output vectors and its
-    /// first x row.
+    /// rows per block, as `grid_x` counts them), p1 W2, p4 ids, p5 scales, p7 and p3 the shared
+    /// expert (common.cuh `mv_shared_slots`); n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts,
+    /// n5 x_group, n6 nsum. Also the chunk's output vectors and its first x row.
     pub(crate) fn chunks(&self, rows_per_block: usize) -> impl Iterator<Item = (Args, usize, usize)> + '_ {
         let group = self.x_group.max(1);
         let chunk = (GRID_YZ_MAX / group).max(1) * group;
         (0..self.vectors).step_by(chunk).map(move |v0| {
             let nv = (self.vectors - v0).min(chunk);
-            let entries0 = v0 * self.nsum; // first ids / scales entry of this chunk
+            // First ids / scales entry of this chunk. A chunk starts at a token's first entry: with
+            // a shared expert, one of each token's `x_group * nsum` entries has none.
+            let mut entries0 = v0 * self.nsum;
+            if self.shared.is_some() {
+                entries0 -= entries0 / (group * self.nsum);
+            }
             let mut a = Args::default();
             let mut block0 = 0;
             for (seg, part) in a.seg.iter_mut().zip(self.parts.iter()) {
@@ -377,7 +395,17 @@ impl<'a> Mv<'a> {
             a.n[4] = self.n_experts as i64;
             a.n[5] = self.x_group as i64;
             a.n[6] = self.nsum as i64;
-            (a, nv, entries0 / group)
+            // The shared expert's weight, and its up weight (a fused SwiGLU) or its gate logits
+            // from the chunk's first token on.
+            if let Some(sh) = self.shared {
+                a.p[7] = sh.w;
+                a.p[3] = match self.w2 {
+                    Some(_) => sh.w2,
+                    None if sh.gate_logits != 0 => sh.gate_logits + 4 * (v0 / group) as u64,
+                    None => 0,
+                };
+            }
+            (a, nv, v0 * self.nsum / group)
         })
     }
 }
@@ -418,7 +446,7 @@ fn run_mv(inner: &Inner, op: &str, m: &Mv, reads: &[&Tensor], writes: &[&Tensor]
     }
     let glu = m.w2.is_some();
     let path = mv_path(inner, m);
-    if m.parts.len() > 1 && (glu || m.ids != 0 || !takes_group(&path, m.w.ty)) {
+    if m.parts.len() > 1 && (glu || m.ids != 0 || m.shared.is_some() || !takes_group(&path, m.w.ty)) {
         // The kernel would read the first product's table entry only.
         return Err(cuda_err(format!(
             "{op}: the {} kernels run one product per launch",
@@ -440,7 +468,15 @@ fn run_mv(inner: &Inner, op: &str, m: &Mv, reads: &[&Tensor], writes: &[&Tensor]
             return matvec_tc::run(inner, op, f, m, x, |nv| mv_flops(m, nv), reads, writes);
         }
         MvPath::Q8(plan, prefix) => (plan, prefix),
-        MvPath::F32 => (mv_plan(inner, m), if glu { "matvec_glu_" } else { "matvec_" }),
+        MvPath::F32 => (
+            mv_plan(inner, m),
+            match (glu, m.shared.is_some()) {
+                (false, false) => "matvec_",
+                (true, false) => "matvec_glu_",
+                (false, true) => "matvec_sh_",
+                (true, true) => "matvec_glu_sh_",
+            },
+        ),
     };
     let rows_per_block = plan.rows_per_block();
     let gx = m.grid_x(op, rows_per_block)?;
@@ -705,11 +741,10 @@ pub(crate) fn moe_experts(
     if t == 0 {
         return Ok(());
     }
-    let outp = ptr(out, op)?;
     if k == 0 || d == 0 || f == 0 {
         return inner.submit(
             crate::backend::cuda::launch::Op::Memset {
-                dst: outp,
+                dst: ptr(out, op)?,
                 bytes: t * d * 4,
             },
             &[out],
@@ -726,45 +761,142 @@ pub(crate) fn moe_experts(
             return super::moe::grouped_experts(inner, &gg, &ug, &dg, m, x, ids, weights, out);
         }
     }
-    let (xp, idp, wp) = (ptr(x, op)?, ptr(ids, op)?, ptr(weights, op)?);
-    let entries = t * k;
-    // Hidden rows h[t*k + j] = silu(gate_e x[t]) * up_e x[t], in a workspace: held until the
-    // down product is submitted, so no other thread's op writes it in between.
+    let reads = [x, gate_exps, up_exps, down_exps, ids, weights];
+    experts_mv(inner, op, m, x, [&g, &u, &dn], ids, weights, None, &reads, out)
+}
+
+/// `RILL_CUDA_MOE_SHARED=0`: a MoE layer's shared expert in launches of its own (the trait's
+/// default composition), for A/B runs of `moe_experts_shared`. Read once.
+fn moe_shared_enabled() -> bool {
+    static S: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *S.get_or_init(|| std::env::var("RILL_CUDA_MOE_SHARED").map_or(true, |v| v.trim() != "0"))
+}
+
+/// The shared expert of `moe_experts_shared` on the matrix-vector path: its weights (the routed
+/// experts' formats) and gate logits.
+struct SharedMv {
+    gate: Weight,
+    up: Weight,
+    down: Weight,
+    gate_logits: DevPtr,
+}
+
+/// `moe_experts_shared` with the shared expert as one more expert per token, entry k of each
+/// token's k + 1, inside the experts' launches (its gate/up rows among the routed experts', its
+/// down product in each token's sum, scaled in-kernel by `sigmoid(gate logit)`): no launches of
+/// its own. Taken for a decode batch (T <= `MATVEC_MAX_T`) whose shared expert has the routed
+/// experts' hidden width and, per projection, their format; `Ok(false)` otherwise (nothing done:
+/// the caller composes the plain ops).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn moe_experts_shared(
+    inner: &Inner,
+    x: &Tensor,
+    gate_exps: &Tensor,
+    up_exps: &Tensor,
+    down_exps: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    sh: SharedExpert<'_>,
+    out: &Tensor,
+) -> Result<bool> {
+    let op = "moe_experts_shared";
+    let (m, n_ff_sh) = check::moe_experts_shared(x, gate_exps, up_exps, down_exps, ids, weights, sh, out)?;
+    let (t, d, e, f) = (m.t, m.d, m.n_exp, m.n_ff);
+    if t == 0 || t > MATVEC_MAX_T || m.k == 0 || d == 0 || f == 0 || n_ff_sh != f || !moe_shared_enabled() {
+        return Ok(false);
+    }
+    let g = weight(op, gate_exps, e * f, d)?;
+    let u = weight(op, up_exps, e * f, d)?;
+    let dn = weight(op, down_exps, e * d, f)?;
+    let shared = SharedMv {
+        gate: weight(op, sh.gate, f, d)?,
+        up: weight(op, sh.up, f, d)?,
+        down: weight(op, sh.down, d, f)?,
+        gate_logits: ptr(sh.gate_logit, op)?,
+    };
+    if (shared.gate.ty, shared.up.ty, shared.down.ty) != (g.ty, u.ty, dn.ty) {
+        return Ok(false);
+    }
+    // As `moe_experts`: the producer of x learns the layouts its readers take.
+    matvec_tc::read_by(inner, x, g.ty, d);
+    matvec_tc::read_by(inner, x, u.ty, d);
+    let reads = [
+        x,
+        gate_exps,
+        up_exps,
+        down_exps,
+        ids,
+        weights,
+        sh.gate,
+        sh.up,
+        sh.down,
+        sh.gate_logit,
+    ];
+    experts_mv(inner, op, m, x, [&g, &u, &dn], ids, weights, Some(&shared), &reads, out)?;
+    Ok(true)
+}
+
+/// The expert products of a few tokens on the matrix-vector kernels: hidden rows
+/// h[b] = silu(gate_e x) * up_e x of every (token, expert) entry b, then
+/// out[t] = sum of token t's entries' weight * down_e h[b]. `w` holds the gate, up and down
+/// weights (every expert's), `reads` every tensor the products read. With a shared expert, each
+/// token has k + 1 entries, the shared expert's last (kernels-cuda/common.cuh `MvShared`).
+#[allow(clippy::too_many_arguments)]
+fn experts_mv(
+    inner: &Inner,
+    op: &str,
+    m: check::MoeDims,
+    x: &Tensor,
+    w: [&Weight; 3],
+    ids: &Tensor,
+    weights: &Tensor,
+    sh: Option<&SharedMv>,
+    reads: &[&Tensor],
+    out: &Tensor,
+) -> Result<()> {
+    let [g, u, dn] = w;
+    let (t, d, e, f) = (m.t, m.d, m.n_exp, m.n_ff);
+    let per_token = m.k + usize::from(sh.is_some());
+    let entries = t * per_token;
+    let (xp, idp, wp, outp) = (ptr(x, op)?, ptr(ids, op)?, ptr(weights, op)?, ptr(out, op)?);
+    // Hidden rows h[t*per_token + j], in a workspace: held until the down product is submitted, so
+    // no other thread's op writes it in between.
     let ws = inner.workspaces()?;
     let h = ws.get("moe_hidden", entries * f * 4)?;
-    let reads = [x, gate_exps, up_exps, down_exps, ids, weights];
-    fn gate_up<'a>(
-        w: &'a Weight,
-        w2: Option<&'a Weight>,
-        x: (DevPtr, &'a Tensor),
-        ids: DevPtr,
-        dst: DevPtr,
-        m: check::MoeDims,
-    ) -> Mv<'a> {
-        Mv {
+    // The gate/up products of every entry (x row = entry / per_token), one or both weights
+    // (`w2`: the fused SwiGLU), the shared expert's given as `shared`.
+    let gate_up = |w: &'_ Weight, w2: Option<&'_ Weight>, shared: Option<MvShared>, dst: DevPtr| -> Result<()> {
+        let mv = Mv {
             w,
             w2,
-            x: x.0,
-            x_t: Some(x.1),
-            parts: Parts::one(w.ptr, dst, m.n_ff),
-            ids,
+            x: xp,
+            x_t: Some(x),
+            parts: Parts::one(w.ptr, dst, f),
+            ids: idp,
             scales: 0,
-            n_in: m.d,
-            expert_bytes: m.n_ff * w.row_bytes,
-            n_experts: m.n_exp,
-            x_group: m.k,
+            n_in: d,
+            expert_bytes: f * w.row_bytes,
+            n_experts: e,
+            x_group: per_token,
             nsum: 1,
-            vectors: m.t * m.k,
-        }
-    }
+            vectors: entries,
+            shared,
+        };
+        run_mv(inner, op, &mv, reads, &[])
+    };
+    let shared = |w: &Weight, w2: Option<&Weight>| MvShared {
+        w: w.ptr,
+        w2: w2.map_or(0, |w| w.ptr),
+        gate_logits: 0,
+    };
     if g.ty == u.ty {
-        run_mv(inner, op, &gate_up(&g, Some(&u), (xp, x), idp, h, m), &reads, &[])?;
+        gate_up(g, Some(u), sh.map(|s| shared(&s.gate, Some(&s.up))), h)?;
     } else {
         // Different formats: the two products separately, then swiglu.
         let gt = ws.get("moe_gate", entries * f * 4)?;
         let ut = ws.get("moe_up", entries * f * 4)?;
-        run_mv(inner, op, &gate_up(&g, None, (xp, x), idp, gt, m), &reads, &[])?;
-        run_mv(inner, op, &gate_up(&u, None, (xp, x), idp, ut, m), &reads, &[])?;
+        gate_up(g, None, sh.map(|s| shared(&s.gate, None)), gt)?;
+        gate_up(u, None, sh.map(|s| shared(&s.up, None)), ut)?;
         let mut a = Args::default();
         a.p[0] = gt;
         a.p[1] = ut;
@@ -780,16 +912,17 @@ pub(crate) fn moe_experts(
                 phase: Phase::FfnMoe,
             },
             0.0,
-            &reads,
+            reads,
             &[],
         )?;
     }
-    // Down: out[t] = sum_j weights[t*k + j] * down_{ids[t*k + j]} h[t*k + j].
+    // Down: out[t] = sum_j weights[t*k + j] * down_{ids[t*k + j]} h[t*per_token + j] (+ the
+    // shared expert's sigmoid(gate logit[t]) * down_sh h[t*per_token + k]).
     run_mv(
         inner,
         op,
         &Mv {
-            w: &dn,
+            w: dn,
             w2: None,
             x: h,
             x_t: None,
@@ -800,10 +933,15 @@ pub(crate) fn moe_experts(
             expert_bytes: d * dn.row_bytes,
             n_experts: e,
             x_group: 1,
-            nsum: k,
+            nsum: per_token,
             vectors: t,
+            shared: sh.map(|s| MvShared {
+                w: s.down.ptr,
+                w2: 0,
+                gate_logits: s.gate_logits,
+            }),
         },
-        &reads,
+        reads,
         &[out],
     )
 }
@@ -896,5 +1034,11 @@ fn q8_plan(inner: &Inner, m: &Mv) -> Option<(MvPlan, &'static str)> {
         x_in_smem: true,
         smem: smem as u32,
     };
-    Some((plan, if glu { "matvec_q8_glu_" } else { "matvec_q8_" }))
+    let prefix = match (glu, m.shared.is_some()) {
+        (false, false) => "matvec_q8_",
+        (true, false) => "matvec_q8_glu_",
+        (false, true) => "matvec_q8_sh_",
+        (true, true) => "matvec_q8_glu_sh_",
+    };
+    Some((plan, prefix))
 }

@@ -98,9 +98,11 @@ impl TcFormat {
 
     /// The kernel, rows per block and threads for a product of `n_out` rows (`glu`: the fused
     /// SwiGLU; `dense`: no experts, one x row per output; the `_tall_` / `_head_` Q8_0 kernels
-    /// read nothing else).
-    fn geometry(&self, n_out: usize, glu: bool, dense: bool) -> (&'static str, usize, u32) {
+    /// read nothing else; `shared`: MoE experts with a shared expert, the `_sh_` kernels).
+    fn geometry(&self, n_out: usize, glu: bool, dense: bool, shared: bool) -> (&'static str, usize, u32) {
         match self.ty {
+            _ if shared && glu => ("mvtc_glu_sh_", 16, 256),
+            _ if shared => ("mvtc_sh_", 16, 256),
             GgmlType::Q8_0 if dense && !glu && n_out >= Q8_HEAD_ROWS => ("mvtc_head_", 32, 128),
             GgmlType::Q8_0 if dense && !glu && n_out >= TALL_ROWS => ("mvtc_tall_", 32, 256),
             GgmlType::Q8_0 | GgmlType::Q6K if glu => ("mvtc_glu_", 16, 256),
@@ -263,15 +265,19 @@ impl Preps {
 
 /// The format whose kernels run the product `m`, if they do: Q4_K, Q8_0 or Q6_K weights (both
 /// of a SwiGLU, the same format), rows a multiple of the format's unit, 16-byte aligned weights
-/// (every product's) and experts, and x rows within one grid.
+/// (every product's, a shared expert's too) and experts, and x rows within one grid.
 pub(crate) fn applies(m: &Mv) -> Option<TcFormat> {
     let f = TcFormat::of(m.w.ty)?;
     let ok = |w: &super::linear::Weight| w.ty == f.ty && w.ptr.is_multiple_of(16);
+    let shared_ok = m
+        .shared
+        .is_none_or(|s| s.w.is_multiple_of(16) && (m.w2.is_none() || s.w2.is_multiple_of(16)));
     (m.n_in > 0
         && m.n_in.is_multiple_of(f.n_in_multiple)
         && ok(m.w)
         && m.parts.iter().all(|p| p.w.is_multiple_of(16))
         && m.w2.is_none_or(ok)
+        && shared_ok
         && m.w.row_bytes.is_multiple_of(16)
         && m.expert_bytes.is_multiple_of(16)
         && x_rows(m) <= GRID_YZ_MAX)
@@ -317,7 +323,7 @@ pub(crate) fn prep(inner: &Inner, f: TcFormat, src: DevPtr, rows: usize, n_in: u
 /// shapes: `matmul_group` groups only products that pick the same one alone).
 pub(crate) fn kernel_of(f: TcFormat, m: &Mv) -> (&'static str, usize, u32) {
     let dense = m.ids == 0 && m.scales == 0 && m.nsum == 1 && m.x_group == 1;
-    f.geometry(m.parts.widest(), m.w2.is_some(), dense)
+    f.geometry(m.parts.widest(), m.w2.is_some(), dense, m.shared.is_some())
 }
 
 /// Launch the product `m` (one or a group of products: its grid spans all their rows) on its
