@@ -46,9 +46,9 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so'; then
     echo "CUDA device tests skipped: no NVIDIA driver on this machine (the kernels were compiled)" | tee -a "$log"
 fi
 # The CPU hot loops are compiled twice (AVX2 and baseline x86-64, chosen at run time): run the
-# numeric tests again on the baseline path.
+# numeric tests again on the baseline path (the CPU backend only: RILL_TEST_BACKENDS=cpu).
 if [ "$status" -eq 0 ] && [ "$(uname -m)" = "x86_64" ]; then
-    RILL_NO_AVX2=1 cargo test --release --features cuda --test quant_roundtrip --test quant_vectors --test cpu_ops \
+    RILL_TEST_BACKENDS=cpu RILL_NO_AVX2=1 cargo test --release --features cuda --test quant_roundtrip --test quant_vectors --test cpu_ops \
         --test delta_rule --test e2e_fixtures "$@" 2>&1 | tee -a "$log" || status=$?
 fi
 # The wgpu kernels come in variants chosen from the adapter's features (subgroup reductions,

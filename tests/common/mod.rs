@@ -143,10 +143,8 @@ fn devices_at(tiers: &[Precision], any_tier: bool) -> Vec<Arc<dyn Backend>> {
     }
     // `RILL_TEST_BACKENDS=cuda` (a comma list): test only those (the GPU jobs run one backend
     // per job); unset: every compiled one.
-    let only = std::env::var("RILL_TEST_BACKENDS").ok();
-    let wanted = |name: &str| only.as_deref().is_none_or(|l| l.split(',').any(|n| n.trim() == name));
     let mut devices = Vec::new();
-    for &(name, if_missing, has) in DEVICES.iter().filter(|d| compiled.contains(&d.0) && wanted(d.0)) {
+    for &(name, if_missing, has) in DEVICES.iter().filter(|d| compiled.contains(&d.0) && tested(d.0)) {
         for &precision in tiers.iter().filter(|p| any_tier || has.contains(p)) {
             match start(name, precision) {
                 Ok(be) => devices.push(be),
@@ -214,16 +212,34 @@ pub fn run_session(m: &rill::exec::Model, which: usize, steps: usize) -> Vec<Vec
 
 /// The CPU backend and every device backend (exact tier).
 pub fn backends() -> Vec<Arc<dyn Backend>> {
-    let mut all = vec![cpu()];
+    let mut all = cpu_if_tested();
     all.extend(device_backends());
     all
 }
 
 /// The CPU backend and every device backend at every tier: what the end-to-end tests run on.
 pub fn backends_every_tier() -> Vec<Arc<dyn Backend>> {
-    let mut all = vec![cpu()];
+    let mut all = cpu_if_tested();
     all.extend(device_backends_every_tier());
     all
+}
+
+/// The CPU backend as one of the backends under test, unless `RILL_TEST_BACKENDS` names others
+/// only: the passes of scripts/test.sh that rerun the suite on a wgpu variant (or the GPU jobs,
+/// `RILL_TEST_BACKENDS=cuda`) leave out the CPU's own end-to-end runs, which the first pass did;
+/// `RILL_TEST_BACKENDS=cpu` runs only those (the baseline x86-64 pass). The device op tests
+/// compare against the CPU reference either way (`cpu()`).
+fn cpu_if_tested() -> Vec<Arc<dyn Backend>> {
+    if tested("cpu") {
+        vec![cpu()]
+    } else {
+        Vec::new()
+    }
+}
+
+/// Whether backend `name` is under test: `RILL_TEST_BACKENDS` (a comma list) names it, or is unset.
+fn tested(name: &str) -> bool {
+    std::env::var("RILL_TEST_BACKENDS").map_or(true, |l| l.split(',').any(|n| n.trim() == name))
 }
 
 /// Relative L2 error of `got` against `want` (0 for two zero vectors).
