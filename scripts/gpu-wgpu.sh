@@ -92,7 +92,7 @@ plain_tests() {
     done
 }
 if [ -z "${SKIP_TESTS:-}" ]; then
-    for t in device_ops device_linear device_moe device_delta device_pieces device_wgpu_fused e2e_fixtures prefix_cache; do
+    for t in device_ops device_linear device_moe device_delta device_pieces device_fused device_group e2e_fixtures prefix_cache; do
         run_test 45 "$t" subgroup
     done
     run_test 45 device_fast fast

@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
-tests=(device_ops device_linear device_moe device_delta device_pieces device_wgpu_fused device_fast e2e_fixtures
+tests=(device_ops device_linear device_moe device_delta device_pieces device_fused device_group device_fast e2e_fixtures
     prefix_cache)
 
 echo "building rill and the wgpu test executables" >&2

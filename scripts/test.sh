@@ -70,7 +70,7 @@ fi
 # 256-invocation workgroup per row group (two-level reduction) on the plain path.
 if [ "$status" -eq 0 ]; then
     RILL_TEST_BACKENDS=wgpu RILL_WGPU_MV_WG=64 RILL_WGPU_MV_ROWS=1 RILL_WGPU_MV_LANES=1 \
-        cargo test --release --features cuda --test device_linear --test device_moe --test device_wgpu_fused "$@" 2>&1 \
+        cargo test --release --features cuda --test device_linear --test device_moe --test device_group "$@" 2>&1 \
         | tee -a "$log" || status=$?
 fi
 if [ "$status" -eq 0 ]; then
@@ -81,7 +81,7 @@ fi
 # storage buffers (browsers): matrix-vector groups of 3, the attention preparation in halves, the
 # gates separate; on the subgroup path here, the plain one (with the full fused set) ran above.
 if [ "$status" -eq 0 ]; then
-    RILL_TEST_BACKENDS=wgpu RILL_WGPU_MAX_STORAGE=8 cargo test --release --features cuda --test device_wgpu_fused \
+    RILL_TEST_BACKENDS=wgpu RILL_WGPU_MAX_STORAGE=8 cargo test --release --features cuda --test device_fused --test device_group \
         --test e2e_fixtures "$@" 2>&1 | tee -a "$log" || status=$?
 fi
 if [ "$status" -eq 0 ]; then

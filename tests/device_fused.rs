@@ -1,8 +1,11 @@
 //! The executor's fused ops (`gdn_conv_gates`, `attn_qk_prep`) on every device backend against
 //! the CPU reference, whose default implementations compose the unfused ops: random inputs, token
 //! counts 1 to 65 (decode and prefill), several positions, partial and no RoPE, GQA ratios, odd
-//! head counts and sizes, a key head too wide for the CUDA fused conv (its fallback), and the ops
+//! head counts and sizes, heads too wide for the fused kernels (their fallbacks), and the ops
 //! recorded into a step that is then replayed at new positions (the position is read on the device).
+//! Then a model whose layers take every fused decode op (these two and `matmul_group`, whose own
+//! tests are tests/device_group.rs), decoded on each device against the CPU. scripts/test.sh runs
+//! this binary again with the wgpu fallbacks a browser gets (`RILL_WGPU_MAX_STORAGE=8`).
 //!
 //! Tolerances are those of the unfused ops' tests (tests/device_ops.rs), which these ops compose:
 //! copies (the gate half of q, v into its cache, the conv state) are bit-exact.
@@ -16,8 +19,9 @@ use rill::backend::{AttnPrep, Backend, GdnDims, GdnGates, Pos};
 const TS: [usize; 4] = [1, 3, 64, 65];
 
 /// Qwen3.5 9B's Gated DeltaNet heads; odd counts and sizes (hv a multiple of hk, as the delta rule
-/// needs); a key head wider than one CUDA block (its unfused fallback; past wgpu's limit).
-const GDN_SHAPES: [GdnDims; 3] = [
+/// needs); a key head wider than one CUDA block (its unfused fallback; past wgpu's limit); many
+/// value heads per key head (several workgroups of gates).
+const GDN_SHAPES: [GdnDims; 4] = [
     GdnDims {
         hk: 16,
         hv: 32,
@@ -35,6 +39,12 @@ const GDN_SHAPES: [GdnDims; 3] = [
         hv: 1,
         dk: 1030,
         dv: 3,
+    },
+    GdnDims {
+        hk: 2,
+        hv: 34,
+        dk: 16,
+        dv: 8,
     },
 ];
 
@@ -93,6 +103,7 @@ fn gdn_conv_gates_matches() {
             (GDN_SHAPES[1], 4),
             (GDN_SHAPES[1], 1),
             (GDN_SHAPES[2], 4),
+            (GDN_SHAPES[3], 3),
         ] {
             let cd = dims.conv_dim();
             let w = p.up(&rng.normals(cd * k, 0.5), &[cd, k]);
@@ -154,9 +165,10 @@ impl Prep {
             q_norm: p.up(&rng.normals(d, 1.0), &[d]),
             k_norm: p.up(&rng.normals(d, 1.0), &[d]),
             q: p.zeros(&[t, qw]),
-            gate: p.zeros(&[t, qw]),
-            q_normed: p.zeros(&[t, qw]),
-            k_normed: p.zeros(&[t, kw]),
+            // Outputs start as garbage: every element must be written.
+            gate: p.up(&rng.normals(t * qw, 1e3), &[t, qw]),
+            q_normed: p.up(&rng.normals(t * qw, 1e3), &[t, qw]),
+            k_normed: p.up(&rng.normals(t * kw, 1e3), &[t, kw]),
             k_cache: p.up(&old.0, &[ctx, kw]),
             v_cache: p.up(&old.1, &[ctx, kw]),
             old,
@@ -244,15 +256,19 @@ fn check_normed_rotated(p: &Both, what: &str, x: &Pt, d: usize, n_rot: usize, po
 }
 
 /// (heads, kv heads, head dim, rotated dims): Qwen3.5 9B's full attention (16/4, 256, partial
-/// rotary 64), GQA 3:1 at an odd head dim, full rotation without GQA, no rotation at 2:1, one pair
-/// of 130 dims at 5:1, a head dim past one block of 256 threads.
-const ATTN_SHAPES: [AttnShape; 6] = [
+/// rotary 64), GQA 3:1 at an odd head dim, full rotation without GQA and at 3:1, no rotation at
+/// 2:1, one pair of 130 dims at 5:1, a head of one pair, head dims past one block of 256 threads
+/// and past the widest fused wgpu kernel (512).
+const ATTN_SHAPES: [AttnShape; 9] = [
     (16, 4, 256, 64),
     (6, 2, 37, 10),
     (3, 3, 8, 8),
+    (6, 2, 128, 128),
     (2, 1, 6, 0),
     (5, 1, 130, 2),
+    (2, 1, 2, 2),
     (2, 2, 300, 64),
+    (2, 1, 512, 64),
 ];
 
 #[test]
@@ -335,5 +351,57 @@ fn recorded_fused_step_replays_at_new_positions() {
             p.check(&format!("{what} v cache"), vc, 0.0, 0.0);
         }
         p.assert_replayed(&record, steps);
+    }
+}
+
+/// A model whose layers take every fused op on the decode path: 512-wide rows (matrix-vector
+/// kernels), Q4_K_M's mix (a layer with a Q6_K qkv and one with a Q6_K attn_v beside Q4_K
+/// products), and the MoE router with the shared expert's gate. Prefill then decode on each
+/// device and on the CPU: every logit row within rel L2 1e-4 of the CPU's.
+#[test]
+fn decode_with_fused_ops_matches_cpu() {
+    use rill::exec::{Logits, Model};
+    use rill::synth::{self, SynthOptions};
+    for (base, quant) in [("tiny-dense", "q4_k_m"), ("tiny-moe", "q8_0")] {
+        let shape = synth::ShapeParams {
+            n_embd: 512,
+            n_layer: 4,
+            n_ff: if base == "tiny-dense" { 512 } else { 0 },
+            source: "test",
+            ..synth::shape(base).expect("shape")
+        };
+        let o = SynthOptions {
+            shape: base.into(),
+            quant: quant.into(),
+            layers: None,
+            seed: 11,
+            tokenizer_from: fixture("tiny-dense.F16.gguf"),
+            output: temp_path(&format!("fused-{base}-{quant}.gguf")),
+            progress: false,
+        };
+        synth::synthesize_params(&shape, &o).unwrap_or_else(|e| panic!("{base} {quant}: {e}"));
+        let prompt = [17u32, 900, 4711, 3];
+        let steps = [55u32, 8000, 1, 77, 1234, 6];
+        let run = |be: std::sync::Arc<dyn Backend>| -> Vec<Vec<f32>> {
+            let m = Model::open(&o.output, be).expect("model");
+            let mut s = m.new_session(16).expect("session");
+            let mut rows = vec![m
+                .prefill(&mut s, &prompt, Logits::Last, &mut |_, _| {})
+                .expect("prefill")];
+            for &tok in &steps {
+                rows.push(m.decode(&mut s, tok).expect("decode"));
+            }
+            rows
+        };
+        let want = run(cpu());
+        for dev in device_backends() {
+            let name = dev.name();
+            let got = run(dev);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let e = rel_l2(g, w);
+                assert!(e <= 1e-4, "{name} {base} {quant} row {i}: rel L2 {e:.2e}");
+            }
+        }
+        let _ = std::fs::remove_file(&o.output);
     }
 }

@@ -12,6 +12,9 @@ use common::*;
 use rill::backend::{Backend, DType, Tensor, MAX_GROUP};
 use rill::gguf::GgmlType;
 
+/// A product of a group: its format (`None`: an F32 tensor) and rows.
+type Member = (Option<GgmlType>, usize);
+
 /// One product of a group: its weight on both backends and the values the kernels see.
 struct Product {
     w: Pt,
@@ -58,14 +61,16 @@ fn group_case(p: &Both, group: &[(Option<GgmlType>, usize)], n_in: usize, tokens
     for &t in tokens {
         let x = rng.normals(t * n_in, 1.0);
         let xt = p.up(&x, &[t, n_in]);
-        let outs: Vec<Pt> = prods.iter().map(|q| p.zeros(&[t, q.n_out])).collect();
+        // Outputs start as garbage: every element must be written.
+        let garbage = |rng: &mut Rng, n: usize| p.up(&rng.normals(t * n, 1e3), &[t, n]);
+        let outs: Vec<Pt> = prods.iter().map(|q| garbage(rng, q.n_out)).collect();
         let what = format!("{} matmul_group [{}] x {n_in} T {t}", p.name(), names.join(", "));
         p.run(&what, |be, s| {
             let ws: Vec<&Tensor> = prods.iter().map(|q| q.w.on(s)).collect();
             let os: Vec<&Tensor> = outs.iter().map(|o| o.on(s)).collect();
             be.matmul_group(&ws, xt.on(s), &os)
         });
-        let alone: Vec<Pt> = prods.iter().map(|q| p.zeros(&[t, q.n_out])).collect();
+        let alone: Vec<Pt> = prods.iter().map(|q| garbage(rng, q.n_out)).collect();
         p.run(&format!("{what}: one matmul each"), |be, s| {
             prods
                 .iter()
@@ -120,6 +125,35 @@ fn matmul_group_matches_cpu() {
         // Rows of 256: Q6_K on the f32 kernels, Q4_K on the tensor cores, in one group.
         let group = [(Some(Q6K), 33), (Some(Q4K), 7), (Some(Q6K), 1)];
         group_case(&p, &group, 256, &tokens, &mut rng);
+        // Other row widths, at one and two 64-row tiles too. A Q4_K_M Gated DeltaNet layer (qkv
+        // Q6_K in some layers: one product alone, three in a group), one all Q4_K (four in a
+        // group; three and one where a wgpu kernel binds at most 8 buffers), row counts off every
+        // workgroup multiple.
+        let tokens = [1usize, 3, 64, 65];
+        let cases: [(usize, &[Member]); 9] = [
+            (
+                768,
+                &[(Some(Q6K), 300), (Some(Q4K), 129), (Some(Q4K), 7), (Some(Q4K), 7)],
+            ),
+            (
+                512,
+                &[(Some(Q4K), 515), (Some(Q4K), 33), (Some(Q4K), 1), (Some(Q4K), 8)],
+            ),
+            // Attention projections: Q8_0, the floats, a format without its own wgpu decoder
+            // (Q4_0), groups of two and three, with the odd one out first.
+            (2304, &[(Some(Q8_0), 130), (Some(Q8_0), 33), (Some(Q8_0), 33)]),
+            (512, &[(Some(Q5K), 3), (Some(F16), 65), (Some(Bf16), 9), (Some(F16), 2)]),
+            (320, &[(Some(Q4_0), 40), (Some(Q4_0), 17)]),
+            // F32 rows that are not a multiple of the matrix-vector unit (the generic kernel).
+            (512, &[(Some(F32), 8), (Some(F32), 1)]),
+            (300, &[(Some(F32), 8), (Some(F32), 1), (Some(F32), 5)]),
+            // Rows short enough for one invocation per row (wgpu: no group), a group of one.
+            (64, &[(Some(F32), 24), (Some(Q8_0), 3)]),
+            (1024, &[(Some(Q4K), 77)]),
+        ];
+        for (n_in, group) in cases {
+            group_case(&p, group, n_in, &tokens, &mut rng);
+        }
     }
 }
 
