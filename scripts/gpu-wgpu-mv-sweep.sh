@@ -37,10 +37,10 @@ fi
     echo "|---|---|---|---|"
 } >"$table"
 
-# Workgroup, rows per invocation, lanes per row group; the default (128 4 32) first, then the
-# likeliest others (a short budget skips the tail).
+# Workgroup, rows per invocation, lanes per row group; the default (128 2 32, src/backend/wgpu/caps.rs)
+# first, then the likeliest others (a short budget skips the tail).
 variants=(
-    "128 4 32" "128 2 32" "128 8 32" "128 4 16" "128 4 64" "128 2 64"
+    "128 2 32" "128 4 32" "128 8 32" "128 4 16" "128 4 64" "128 2 64"
     "128 8 128" "256 4 32" "256 8 64" "64 4 32" "128 1 32" "256 4 128"
 )
 best=""
@@ -87,7 +87,7 @@ if [ -n "$best" ]; then
     # shellcheck disable=SC2086
     profile best $best
 fi
-[ "$best" != "128 4 32" ] && profile default 128 4 32
+[ "$best" != "128 2 32" ] && profile default 128 2 32
 # The op tests of the matrix kernels under the winner's geometry (the default's ran in
 # scripts/gpu-wgpu.sh), so that making it the default is safe.
 if [ -n "$best" ] && [ -x "$bin/device_linear" ] && [ "$(left)" -ge 20 ]; then
