@@ -67,22 +67,31 @@ if [ "$status" -eq 0 ]; then
 fi
 # The decode kernels' geometry knobs (src/backend/wgpu/caps.rs) at their extremes: one row per
 # invocation and one lane per row (no reduction) on the subgroup path, eight rows and a whole
-# 256-invocation workgroup per row group (two-level reduction) on the plain path.
+# 256-invocation workgroup per row group (two-level reduction) on the plain path. (The MoE
+# concurrency test checks for races between callers, which no geometry knob changes: it ran above.)
 if [ "$status" -eq 0 ]; then
     RILL_TEST_BACKENDS=wgpu RILL_WGPU_MV_WG=64 RILL_WGPU_MV_ROWS=1 RILL_WGPU_MV_LANES=1 \
-        cargo test --release --features cuda --test device_linear --test device_moe --test device_group "$@" 2>&1 \
-        | tee -a "$log" || status=$?
+        cargo test --release --features cuda --test device_linear --test device_moe --test device_group "$@" \
+        -- --skip concurrent_callers 2>&1 | tee -a "$log" || status=$?
 fi
 if [ "$status" -eq 0 ]; then
     RILL_TEST_BACKENDS=wgpu RILL_WGPU_PLAIN=1 RILL_WGPU_MV_WG=256 RILL_WGPU_MV_ROWS=8 RILL_WGPU_MV_LANES=256 \
-        cargo test --release --features cuda --test device_linear --test device_moe "$@" 2>&1 | tee -a "$log" || status=$?
+        cargo test --release --features cuda --test device_linear --test device_moe "$@" \
+        -- --skip concurrent_callers 2>&1 | tee -a "$log" || status=$?
 fi
 # The fused decode dispatches' fallbacks where a kernel may bind only WebGPU's guaranteed 8
 # storage buffers (browsers): matrix-vector groups of 3, the attention preparation in halves, the
 # gates separate; on the subgroup path here, the plain one (with the full fused set) ran above.
+# End to end, one dense row (a quantized file: every fallback of a layer) and the MoE row, by
+# prefill, decode and greedy, and the prefill-then-decode split (the other rows run the same
+# dispatches on other weight formats, which the op tests cover at this limit).
 if [ "$status" -eq 0 ]; then
     RILL_TEST_BACKENDS=wgpu RILL_WGPU_MAX_STORAGE=8 cargo test --release --features cuda --test device_fused --test device_group \
-        --test e2e_fixtures "$@" 2>&1 | tee -a "$log" || status=$?
+        "$@" 2>&1 | tee -a "$log" || status=$?
+fi
+if [ "$status" -eq 0 ]; then
+    RILL_TEST_BACKENDS=wgpu RILL_WGPU_MAX_STORAGE=8 cargo test --release --features cuda --test e2e_fixtures "$@" -- \
+        q4_k_m_matches moe_f16_matches prefill_then_decode 2>&1 | tee -a "$log" || status=$?
 fi
 if [ "$status" -eq 0 ]; then
     RILL_TEST_BACKENDS=wgpu RILL_WGPU_COOP_EMULATE=1 cargo test --release --features cuda --test device_fast "$@" 2>&1 \

@@ -417,9 +417,10 @@ const CASES: &[(usize, usize, usize, usize, usize)] = &[
     (64, 8, 256, 512, 65),
     (8, 8, 64, 64, 64),
     // Prompt-sized batches: ~25 rows per expert (the fast tier's 32-row tiles) and 100 (its
-    // 128-row tiles).
-    (64, 8, 256, 512, 200),
-    (8, 2, 256, 256, 400),
+    // 128-row tiles), from few experts per token (the rows per expert are what the tiles see;
+    // 64 experts and 8 per token run above).
+    (16, 2, 256, 512, 200),
+    (4, 2, 256, 256, 200),
     // Rows past 256 values in the gate and up projections too (wgpu: up to 256, one invocation
     // per row; longer, the matrix-vector kernel, so both modes of both kernels run).
     (8, 2, 512, 256, 3),

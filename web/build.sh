@@ -2,7 +2,8 @@
 # Builds the browser demo into web/pkg: the rill library for wasm32 with feature `web`, then
 # wasm-bindgen's JS glue (--target web, loadable from a module worker). wasm-bindgen-cli must be
 # exactly the version of the wasm-bindgen crate in Cargo.lock; it is installed once into
-# web/.tools (git-ignored; a build takes ~7 minutes on 2 cores) and reused.
+# web/.tools (git-ignored) and reused: the release binary where it can be downloaded, else built
+# from source.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -23,7 +24,24 @@ if [ -z "$version" ]; then
 fi
 tools="$root/web/.tools/wasm-bindgen-cli-$version"
 bindgen="$tools/bin/wasm-bindgen"
-if [ ! -x "$bindgen" ] || [ "$("$bindgen" --version | awk '{print $2}')" != "$version" ]; then
+have_bindgen() { [ -x "$bindgen" ] && [ "$("$bindgen" --version | awk '{print $2}')" = "$version" ]; }
+# First the project's own release build of that version (the tarball wasm-pack fetches too: a
+# static musl binary; seconds), checked by its version; where it cannot be had (no network,
+# another platform), built from source (~7 minutes on 2 cores).
+if ! have_bindgen && [ "$(uname -s)-$(uname -m)" = Linux-x86_64 ] && command -v curl >/dev/null 2>&1; then
+    echo "fetching wasm-bindgen $version (the wasm-bindgen project's release build) into web/.tools" >&2
+    name="wasm-bindgen-$version-x86_64-unknown-linux-musl"
+    tmp=$(mktemp -d)
+    if curl -fsSL --retry 2 -o "$tmp/b.tar.gz" \
+        "https://github.com/wasm-bindgen/wasm-bindgen/releases/download/$version/$name.tar.gz" &&
+        tar -xzf "$tmp/b.tar.gz" -C "$tmp" && [ -x "$tmp/$name/wasm-bindgen" ]; then
+        mkdir -p "$tools/bin"
+        cp "$tmp/$name/wasm-bindgen" "$bindgen"
+    fi
+    rm -rf "$tmp"
+    have_bindgen || { echo "the download did not give wasm-bindgen $version" >&2; rm -f "$bindgen"; }
+fi
+if ! have_bindgen; then
     echo "installing wasm-bindgen-cli $version into web/.tools (once; takes minutes)" >&2
     # Its own target folder, so the project's build cache is left alone.
     CARGO_TARGET_DIR="$root/web/.tools/target" \

@@ -54,7 +54,7 @@ cat >"$out/expected.json" <<JSON
   ],
   "url": {"href": "http://127.0.0.1:$port/.cache/tiny-dense.Q4_K_M.gguf", "tokens": $(greedy "$dense")},
   "synth": {"path": "$PWD/$synth", "prompt": "Hi",
-            "tokens": $(target/release/examples/greedy_tokens "$synth" Hi 2 --raw --backend cpu)}
+            "tokens": $(target/release/examples/greedy_tokens "$synth" Hi 1 --raw --backend cpu)}
 }
 JSON
 

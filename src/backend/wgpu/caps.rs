@@ -212,6 +212,9 @@ pub(crate) const COOP_SCRATCH_STRIDE: u32 = 20;
 pub(crate) struct Caps {
     /// Subgroup operations in compute shaders.
     pub subgroups: bool,
+    /// The adapter's subgroup size where it has one fixed size (lavapipe 8 with AVX2, NVIDIA 32),
+    /// else 0: kernels that give each subgroup a row size their blocks by it.
+    pub subgroup_size: u32,
     pub coop: Coop,
     /// With `coop` on (or emulated): `matmul_coop2.wgsl` and its geometry, else `matmul_coop.wgsl`.
     pub coop2: Option<CoopTile>,
@@ -422,6 +425,7 @@ impl Caps {
         };
         Caps {
             subgroups: !ov.plain && features.contains(wgpu::Features::SUBGROUP),
+            subgroup_size: 0,
             coop,
             coop2,
             timestamps_in_passes: features
@@ -449,6 +453,15 @@ impl Caps {
                 .submit_every
                 .map_or(SUBMIT_EVERY_DEFAULT, |n| n.clamp(1, SUBMIT_EVERY_MAX)),
             shader_checks: ov.shader_checks,
+        }
+    }
+
+    /// These caps on an adapter whose subgroups have between `min` and `max` invocations
+    /// (`wgpu::AdapterInfo`): the size is known only when the two agree.
+    pub fn with_subgroup_sizes(self, min: u32, max: u32) -> Caps {
+        Caps {
+            subgroup_size: if min == max && min.is_power_of_two() { min } else { 0 },
+            ..self
         }
     }
 

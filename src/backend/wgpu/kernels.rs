@@ -68,14 +68,18 @@ pub(crate) const DELTA_REC_WG: u32 = 256;
 pub(crate) const DELTA_LANES: u32 = 8;
 const _: () = assert!(DELTA_REC_WG.is_multiple_of(DELTA_LANES) && DELTA_LANES.is_multiple_of(4));
 
-/// State rows per workgroup of the recurrent delta rule: with subgroups 8 (one per subgroup of 32
-/// invocations; subgroups loop over the block's rows when they are fewer), without
-/// `DELTA_REC_WG / DELTA_LANES`.
+/// State rows per workgroup of the recurrent delta rule: with subgroups one per subgroup
+/// (`DELTA_REC_WG` over the adapter's subgroup size: 8 rows for NVIDIA's 32, 32 for lavapipe's 8,
+/// whose workgroups would otherwise run three idle subgroups of four; 8 where the size varies,
+/// subgroups looping over the block's rows when they are fewer), without `DELTA_REC_WG /
+/// DELTA_LANES`.
 pub(crate) fn delta_rec_rows(caps: &Caps) -> u32 {
-    if caps.subgroups {
-        8
-    } else {
+    if !caps.subgroups {
         DELTA_REC_WG / DELTA_LANES
+    } else if (4..=128).contains(&caps.subgroup_size) {
+        DELTA_REC_WG / caps.subgroup_size
+    } else {
+        8
     }
 }
 
@@ -666,6 +670,27 @@ fn all_keys(caps: &Caps) -> Vec<(Kernel, Option<GgmlType>)> {
 mod tests {
     use super::*;
 
+    /// One state row per subgroup where the subgroup size is fixed; 8 rows where it varies
+    /// (subgroups then loop over the block's rows); the plain path's rows of `DELTA_LANES`.
+    #[test]
+    fn delta_rows_follow_the_subgroup_size() {
+        use crate::backend::wgpu::caps::tests::caps;
+        use crate::backend::wgpu::caps::Overrides;
+        use crate::backend::Precision;
+        let sg = caps(wgpu::Features::SUBGROUP, Precision::Exact, false, Overrides::default());
+        assert_eq!(delta_rec_rows(&sg.with_subgroup_sizes(32, 32)), 8);
+        assert_eq!(delta_rec_rows(&sg.with_subgroup_sizes(8, 8)), 32);
+        assert_eq!(delta_rec_rows(&sg.with_subgroup_sizes(64, 64)), 4);
+        assert_eq!(delta_rec_rows(&sg.with_subgroup_sizes(8, 16)), 8);
+        assert_eq!(delta_rec_rows(&sg), 8);
+        let plain = Overrides {
+            plain: true,
+            ..Default::default()
+        };
+        let plain = caps(wgpu::Features::SUBGROUP, Precision::Exact, false, plain).with_subgroup_sizes(8, 8);
+        assert_eq!(delta_rec_rows(&plain), DELTA_REC_WG / DELTA_LANES);
+    }
+
     #[test]
     fn bindings_are_parsed_in_order() {
         let src = "@group(0) @binding(0) var<uniform> P: Params;\n\
@@ -854,6 +879,10 @@ mod tests {
                         ..Default::default()
                     },
                 ),
+            ),
+            (
+                "subgroups (lavapipe's 8)",
+                caps(sg, Precision::Exact, false, Overrides::default()).with_subgroup_sizes(8, 8),
             ),
             ("subgroups", caps(sg, Precision::Exact, false, Overrides::default())),
             (
