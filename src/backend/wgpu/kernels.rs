@@ -880,10 +880,6 @@ mod tests {
                     },
                 ),
             ),
-            (
-                "subgroups (lavapipe's 8)",
-                caps(sg, Precision::Exact, false, Overrides::default()).with_subgroup_sizes(8, 8),
-            ),
             ("subgroups", caps(sg, Precision::Exact, false, Overrides::default())),
             (
                 "coop",
@@ -953,6 +949,11 @@ mod tests {
                         ..Default::default()
                     },
                 ),
+            ),
+            // One state row per subgroup of 8 in the recurrent delta rule (lavapipe).
+            (
+                "subgroups of 8",
+                caps(sg, Precision::Exact, false, Overrides::default()).with_subgroup_sizes(8, 8),
             ),
         ];
         assert_eq!((variants[6].1.mv_rows, variants[7].1.mv_rows), (8, 1));
