@@ -55,15 +55,7 @@ fn kq_dot(rb: u32, u: u32, x: MvX, words: u32, qs_at: u32, five: bool) -> f32 {
     let j = 2u * c;
     let sq = vec4<f32>(mv_seg(kq_q4(p, 0u, qh, j, five), 0.0, x.a), mv_seg(kq_q4(p, 1u, qh, j + 1u, five), 0.0, x.b),
                        mv_seg(kq_q4(r, 0u, qh, j + 4u, five), 0.0, x.c), mv_seg(kq_q4(r, 1u, qh, j + 5u, five), 0.0, x.d));
-    // Scale bytes 2c, 2c + 1 (hd.y), 4 + 2c, 5 + 2c (hd.z), 8 + 2c, 9 + 2c (hd.w): half word c.
-    let sh = 16u * c;
-    let hx = (hd.y >> sh) & 0xffffu;
-    let hy = (hd.z >> sh) & 0xffffu;
-    let hz = (hd.w >> sh) & 0xffffu;
-    // Bytes: sub-blocks 2c, 2c + 1 (j < 4: low 6 bits) then 2c + 4, 2c + 5 (j >= 4: a nibble of
-    // bytes 8.. and the top 2 bits of bytes 0.. / 4..).
-    let sc = (hx & 0x3f3fu) | (((hz & 0x0f0fu) | ((hx >> 2u) & 0x3030u)) << 16u);
-    let mn = (hy & 0x3f3fu) | ((((hz >> 4u) & 0x0f0fu) | ((hy >> 2u) & 0x3030u)) << 16u);
+    let sm = kq_unit_scales(hd, c);
     let dm = f16x2(hd.x);
-    return dm.x * dot(bytes_f4(sc, 0.0), sq) - dm.y * dot(bytes_f4(mn, 0.0), x.s);
+    return dm.x * dot(bytes_f4(sm.x, 0.0), sq) - dm.y * dot(bytes_f4(sm.y, 0.0), x.s);
 }

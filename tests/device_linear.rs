@@ -198,6 +198,53 @@ fn matvec_geometry_edges_match_cpu() {
     }
 }
 
+/// One token's `matmul` on both backends for a given x.
+fn matvec_x_case(p: &Both, ty: GgmlType, bytes: &[u8], n_out: usize, n_in: usize, x: &[f32], what: &str) {
+    let w = upload_both(p, ty, &[n_out, n_in], bytes);
+    let wf = dequant(ty, bytes, n_out * n_in);
+    let (xt, out) = (p.up(x, &[1, n_in]), p.zeros(&[1, n_out]));
+    let what = format!("{} matmul {ty} [{n_out}, {n_in}] {what}", p.name());
+    p.run(&what, |be, s| be.matmul(w.on(s), xt.on(s), out.on(s)));
+    let (got, want) = p.read(&out);
+    check_matmul(p.dev.as_ref(), &what, &got, &want, &wf, x, n_in);
+}
+
+/// Decode products of inputs whose 32-element blocks differ wildly, for the wgpu dot units
+/// (RILL_WGPU_MV_DOT=1: x quantized per block into three int8 planes under a power-of-two scale,
+/// mv_dot_prep.wgsl): zero blocks, a large outlier in a block, block scales from 1e-3 to 1e3,
+/// and whole rows of tiny (1e-30) and huge (1e30) magnitudes, which the scale's exponent must
+/// follow. Every backend must stay within the exact tier's bound here.
+#[test]
+fn matvec_block_extremes_of_x_match_cpu() {
+    use GgmlType::*;
+    for p in Both::each() {
+        let mut rng = Rng::new(59);
+        for ty in [Q4K, Q6K, Q8_0] {
+            for n_in in [256usize, 2304] {
+                let n_out = 67;
+                let bytes = random_weight(ty, n_out, n_in, 0.5, &mut rng);
+                let mut mixed = rng.normals(n_in, 1.0);
+                for (b, blk) in mixed.chunks_mut(32).enumerate() {
+                    match b % 4 {
+                        0 => blk.fill(0.0),
+                        1 => blk[(b * 7) % 32] *= 1000.0,
+                        2 => blk.iter_mut().for_each(|v| *v *= 10f32.powi((b % 7) as i32 - 3)),
+                        _ => blk[..31].fill(0.0),
+                    }
+                }
+                for (x, what) in [
+                    (mixed, "mixed blocks"),
+                    (rng.normals(n_in, 1e-30), "tiny x"),
+                    (rng.normals(n_in, 1e30), "huge x"),
+                    (vec![0.0; n_in], "zero x"),
+                ] {
+                    matvec_x_case(&p, ty, &bytes, n_out, n_in, &x, what);
+                }
+            }
+        }
+    }
+}
+
 /// `DType::F32` weights (router, shared-expert gate) go through the `f32` format.
 #[test]
 fn matmul_f32_tensor_weight() {

@@ -17,7 +17,9 @@
 //! 32, fewer for short rows), and `RILL_WGPU_SUBMIT_EVERY` (dispatches per submission, 1..=256;
 //! default 64). Values the kernels do not take keep the default. `RILL_WGPU_FUSE=0` turns the
 //! fused decode dispatches of the table above off (one dispatch per product and per step, as
-//! before them), to measure what they gain.
+//! before them), to measure what they gain. `RILL_WGPU_MV_DOT=1` (or `0`) turns the Q4_K decode
+//! products on packed integer dot products on (off); by default they are on where the adapter
+//! runs `dot4I8Packed` natively (`native_dot4`), and the knob forces them on lavapipe for tests.
 //!
 //! The tensor-core prefill kernel (`scripts/gpu-wgpu-prefill-sweep.sh`): `RILL_WGPU_COOP` picks
 //! it (1: `matmul_coop.wgsl`, 64 x 64 tiles; 2: `matmul_coop2.wgsl`; default `COOP_KERNEL_DEFAULT`),
@@ -246,6 +248,10 @@ pub(crate) struct Caps {
     pub submit_every: u32,
     /// Compile shaders with naga's runtime checks (bounds clamps, loop counters).
     pub shader_checks: bool,
+    /// Q4_K decode products on packed integer dot products (`mv_q4_k_dot.wgsl`, x quantized
+    /// first by `mv_dot_prep.wgsl`; strict tier): where the adapter runs them natively, or as
+    /// `RILL_WGPU_MV_DOT` says.
+    pub mv_dot: bool,
 }
 
 /// Defaults of the tuning knobs, and the most dispatches one submission may hold (its
@@ -284,6 +290,9 @@ pub(crate) struct Overrides {
     pub coop_tile: Option<CoopTile>,
     pub coop_bufs: Option<u32>,
     pub coop_staged: bool,
+    /// `RILL_WGPU_MV_DOT=0/1`: the packed-integer-dot Q4_K decode products off or on (default:
+    /// on where the adapter has native ones, `native_dot4`).
+    pub mv_dot: Option<bool>,
 }
 
 /// Storage buffers per kernel WebGPU guarantees (and the most an existing unfused kernel binds).
@@ -316,6 +325,11 @@ impl Overrides {
                 .and_then(|v| CoopTile::parse(&v)),
             coop_bufs: env_num("RILL_WGPU_COOP_BUF").and_then(|v| u32::try_from(v).ok()),
             coop_staged: std::env::var_os("RILL_WGPU_COOP_DIRECT").is_some_and(|v| v == "0"),
+            mv_dot: match std::env::var("RILL_WGPU_MV_DOT").ok().as_deref().map(str::trim) {
+                Some("1") => Some(true),
+                Some("0") => Some(false),
+                _ => None,
+            },
         }
     }
 }
@@ -331,6 +345,35 @@ pub(crate) fn has_coop16(adapter: &wgpu::Adapter) -> bool {
                 && p.ab_type == S::F16
                 && p.cr_type == S::F32
         })
+}
+
+/// Whether the adapter runs WGSL's `dot4I8Packed` as one instruction: a Vulkan GPU (not a CPU
+/// driver such as lavapipe, where the dot variant gains nothing) with
+/// `VK_KHR_shader_integer_dot_product` (core and required in Vulkan 1.3), which wgpu-hal then
+/// enables and naga then emits `OpSDot` for; everywhere else naga expands it into shifts and
+/// multiplies, slower than the f32 unit.
+pub(crate) fn native_dot4(adapter: &wgpu::Adapter) -> bool {
+    let info = adapter.get_info();
+    if info.backend != wgpu::Backend::Vulkan || info.device_type == wgpu::DeviceType::Cpu {
+        return false;
+    }
+    vulkan_dot4(adapter)
+}
+
+#[cfg(all(not(target_arch = "wasm32"), not(target_vendor = "apple")))]
+fn vulkan_dot4(adapter: &wgpu::Adapter) -> bool {
+    // SAFETY: only reads the adapter's properties; the handle is not kept.
+    let Some(hal) = (unsafe { adapter.as_hal::<wgpu::hal::api::Vulkan>() }) else {
+        return false;
+    };
+    let pd = hal.physical_device_capabilities();
+    // VK_API_VERSION_1_3: variant 0, 1.3.0.
+    pd.properties().api_version >= (1 << 22) | (3 << 12) || pd.supports_extension(c"VK_KHR_shader_integer_dot_product")
+}
+
+#[cfg(any(target_arch = "wasm32", target_vendor = "apple"))]
+fn vulkan_dot4(_adapter: &wgpu::Adapter) -> bool {
+    false
 }
 
 pub(crate) fn coop_features() -> wgpu::Features {
@@ -364,6 +407,7 @@ impl Caps {
         limits: &wgpu::Limits,
         precision: Precision,
         coop16: bool,
+        dot4: bool,
         ov: Overrides,
     ) -> Caps {
         let fast = precision == Precision::Fast;
@@ -453,6 +497,7 @@ impl Caps {
                 .submit_every
                 .map_or(SUBMIT_EVERY_DEFAULT, |n| n.clamp(1, SUBMIT_EVERY_MAX)),
             shader_checks: ov.shader_checks,
+            mv_dot: ov.mv_dot.unwrap_or(dot4),
         }
     }
 
@@ -476,7 +521,7 @@ impl Caps {
     /// One line for `rill bench` and logs.
     pub fn describe(&self) -> String {
         format!(
-            "reductions {}, prefill {}{}, binding limit {} MiB, {}{}{}",
+            "reductions {}, prefill {}{}, binding limit {} MiB, {}{}{}{}",
             if self.subgroups { "subgroup" } else { "workgroup-memory" },
             match self.coop {
                 Coop::Off => "f32 tiles",
@@ -514,7 +559,8 @@ impl Caps {
                 ", shader runtime checks on"
             } else {
                 ""
-            }
+            },
+            if self.mv_dot { ", q4_k matvec on dot4" } else { "" }
         )
     }
 
@@ -553,7 +599,25 @@ pub(crate) mod tests {
     }
 
     pub(crate) fn caps(features: wgpu::Features, precision: Precision, coop16: bool, ov: Overrides) -> Caps {
-        Caps::select(features, &limits(), precision, coop16, ov)
+        Caps::select(features, &limits(), precision, coop16, false, ov)
+    }
+
+    #[test]
+    fn dot_units_follow_the_adapter_unless_forced() {
+        let dot = |native, mv_dot| {
+            let ov = Overrides {
+                mv_dot,
+                ..Default::default()
+            };
+            Caps::select(wgpu::Features::SUBGROUP, &limits(), Precision::Exact, false, native, ov).mv_dot
+        };
+        assert!(dot(true, None));
+        assert!(!dot(false, None));
+        assert!(dot(false, Some(true)), "RILL_WGPU_MV_DOT=1 (lavapipe tests)");
+        assert!(!dot(true, Some(false)));
+        // The strict tier either way.
+        let c = caps(wgpu::Features::SUBGROUP, Precision::Exact, false, Overrides::default());
+        assert_eq!(c.precision(), Precision::Exact);
     }
 
     #[test]
@@ -607,6 +671,7 @@ pub(crate) mod tests {
             &wgpu::Limits::default(),
             Precision::Fast,
             true,
+            false,
             Overrides::default(),
         );
         assert_eq!(small.coop, Coop::Off);
@@ -683,7 +748,7 @@ pub(crate) mod tests {
             coop_kernel: Some(2),
             ..Default::default()
         };
-        let c = Caps::select(all, &small, fast, true, ov);
+        let c = Caps::select(all, &small, fast, true, false, ov);
         assert_eq!((c.coop, c.coop2), (Coop::On, None));
     }
 
@@ -694,9 +759,16 @@ pub(crate) mod tests {
             max_binding: Some(b),
             ..Default::default()
         };
-        let low = Caps::select(wgpu::Features::empty(), &lim, Precision::Exact, false, ov(4096));
+        let low = Caps::select(wgpu::Features::empty(), &lim, Precision::Exact, false, false, ov(4096));
         assert_eq!(low.max_binding, 4096);
-        let high = Caps::select(wgpu::Features::empty(), &lim, Precision::Exact, false, ov(u64::MAX));
+        let high = Caps::select(
+            wgpu::Features::empty(),
+            &lim,
+            Precision::Exact,
+            false,
+            false,
+            ov(u64::MAX),
+        );
         assert_eq!(high.max_binding, lim.max_storage_buffer_binding_size);
     }
 
@@ -711,7 +783,7 @@ pub(crate) mod tests {
                 max_storage_buffers_per_shader_stage: adapter,
                 ..wgpu::Limits::default()
             };
-            let c = Caps::select(wgpu::Features::empty(), &lim, Precision::Exact, false, ov);
+            let c = Caps::select(wgpu::Features::empty(), &lim, Precision::Exact, false, false, ov);
             (c.max_storage, c.mv_group, c.fused_gates, c.prep)
         };
         let none = Overrides::default();
@@ -742,6 +814,7 @@ pub(crate) mod tests {
                 &lim,
                 Precision::Exact,
                 false,
+                false,
                 Overrides {
                     mv_wg: Some(mv_wg),
                     mv_rows: Some(mv_rows),
@@ -768,6 +841,7 @@ pub(crate) mod tests {
             wgpu::Features::empty(),
             &lim,
             Precision::Exact,
+            false,
             false,
             Overrides::default(),
         );

@@ -108,6 +108,11 @@ pub(crate) const fn mv_group_bindings(n: u32) -> u32 {
 /// MoE: most experts per token, most experts in all (`moe_route` keeps them in workgroup memory).
 pub(crate) const MOE_MAX_K: u32 = 16;
 pub(crate) const MOE_MAX_E: u32 = 2048;
+/// Invocations per workgroup of `mv_dot_prep.wgsl` (one per 32-element block of x), and the
+/// vec4s of one quantized block (three int8 planes of 8 words, then scale and sums).
+pub(crate) const MVD_WG: u32 = 64;
+pub(crate) const XQ_VEC4: u32 = 7;
+
 /// Bytes of one parameter block (the shaders' `Params` structs are at most this big).
 pub(crate) const PARAM_BYTES: u64 = 64;
 
@@ -164,6 +169,8 @@ fn constants(caps: &Caps) -> String {
         ("PREP_WG", PREP_WG),
         ("MOE_MAX_K", MOE_MAX_K),
         ("MOE_MAX_E", MOE_MAX_E),
+        ("MVD_WG", MVD_WG),
+        ("XQ_VEC4", XQ_VEC4),
     ];
     let mut s = String::from("// Generated from src/backend/wgpu/kernels.rs.\n");
     for (name, v) in list {
@@ -229,6 +236,7 @@ kernels! {
     MatmulCoop2,
     MoeRoute,
     MoeMatvec,
+    MvDotPrep,
     MoeRows,
     MoeCombine,
     RmsNorm,
@@ -358,6 +366,7 @@ impl Kernel {
             .with(&[TILE_IO, COOP2_TILES]),
             Kernel::MoeRoute => spec("moe_route", wgsl!("moe_route"), None, false),
             Kernel::MoeMatvec => spec("moe_matvec", wgsl!("moe_matvec"), One, false).mv().with(&[MOE_IO]),
+            Kernel::MvDotPrep => spec("mv_dot_prep", wgsl!("mv_dot_prep"), None, false),
             Kernel::MoeRows => spec("moe_rows", wgsl!("moe_rows"), One, false).with(&[MOE_IO]),
             Kernel::MoeCombine => spec("moe_combine", wgsl!("moe_combine"), None, false),
             Kernel::RmsNorm => spec("rms_norm", wgsl!("rms_norm"), None, true).with(&[NORM]),
@@ -465,6 +474,23 @@ fn format(ty: GgmlType) -> Option<Format> {
     })
 }
 
+/// Whether `kernel` runs format `ty` on packed integer dot products over x quantized by
+/// `Kernel::MvDotPrep` (`Caps::mv_dot`): Q4_K in the dense decode kernels (their x binding then
+/// holds the quantized x).
+pub(crate) fn mv_dot(caps: &Caps, kernel: Kernel, ty: GgmlType) -> bool {
+    caps.mv_dot
+        && ty == GgmlType::Q4K
+        && matches!(
+            kernel,
+            Kernel::Matvec | Kernel::MatvecSwiglu | Kernel::MatvecGroup2 | Kernel::MatvecGroup3 | Kernel::MatvecGroup4
+        )
+}
+
+/// u32 words of x quantized for the dot units: `XQ_VEC4` vec4s per 32 elements.
+pub(crate) fn xq_words(n_in: usize) -> usize {
+    n_in / 32 * XQ_VEC4 as usize * 4
+}
+
 /// Whether the backend has a dequantizer for `ty`.
 pub(crate) fn supports(ty: GgmlType) -> bool {
     format(ty).is_some()
@@ -496,6 +522,7 @@ const MV_UNIT_LIB: &str = wgsl!("lib_mv_unit");
 const MV_TREE: &str = wgsl!("lib_mv_tree");
 const MV_REDUCE_SG: &str = wgsl!("lib_mv_reduce_sg");
 const MV_REDUCE_PLAIN: &str = wgsl!("lib_mv_reduce_plain");
+const MV_Q4K_DOT: &str = wgsl!("mv_q4_k_dot");
 
 /// The weight and output bindings of `matvec_group.wgsl` for `n` products (weight s at binding
 /// 2 + 2s, its output at 3 + 2s; x is binding 1) and their accessors for the workgroup's segment
@@ -571,7 +598,9 @@ pub(crate) fn source(kernel: Kernel, fmt: Option<GgmlType>, caps: &Caps) -> Resu
                 src.push_str(DEQ8_GENERIC);
             }
             // Matrix-vector units only where the kernel defines xv().
-            if sp.matvec {
+            if sp.matvec && mv_dot(caps, kernel, ty) {
+                src.push_str(MV_Q4K_DOT);
+            } else if sp.matvec {
                 if f.mv.is_empty() {
                     src.push_str(MV_XRUN);
                     src.push_str(MV_GENERIC);
@@ -781,7 +810,14 @@ mod tests {
         use crate::backend::wgpu::caps::Overrides;
         use crate::backend::Precision;
         let sg = wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16;
-        for (plain, rows) in [(false, 1), (false, 4), (true, 2), (true, 8)] {
+        for (plain, rows, dot) in [
+            (false, 1, false),
+            (false, 4, false),
+            (true, 2, false),
+            (true, 8, false),
+            (false, 2, true),
+            (true, 8, true),
+        ] {
             let c = caps(
                 sg,
                 Precision::Exact,
@@ -789,6 +825,7 @@ mod tests {
                 Overrides {
                     plain,
                     mv_rows: Some(rows),
+                    mv_dot: Some(dot),
                     ..Default::default()
                 },
             );
@@ -798,7 +835,7 @@ mod tests {
                 if !k.spec(&c).matvec {
                     continue;
                 }
-                let what = format!("plain {plain} rows {rows} {}", label(k, fmt, &c));
+                let what = format!("plain {plain} rows {rows} dot {dot} {}", label(k, fmt, &c));
                 check_registers(&what, k, fmt, &c);
                 checked += 1;
             }
@@ -963,6 +1000,21 @@ mod tests {
         // matmul_coop2 in every geometry the kernel takes (every count of staging units, both
         // pieces, one and two buffers), on tensor cores and emulated.
         let mut variants: Vec<(String, Caps)> = variants.into_iter().map(|(n, c)| (n.to_string(), c)).collect();
+        // The packed-integer-dot Q4_K units (RILL_WGPU_MV_DOT) with both reductions.
+        for plain in [false, true] {
+            let c = caps(
+                sg,
+                Precision::Exact,
+                false,
+                Overrides {
+                    plain,
+                    mv_dot: Some(true),
+                    ..Default::default()
+                },
+            );
+            assert!(c.mv_dot);
+            variants.push((format!("dot4, plain {plain}"), c));
+        }
         for (tile, bufs) in [
             ("128x64x32", 2),
             ("128x64x32/32x64", 2),

@@ -100,8 +100,15 @@ impl WgpuBackend {
         let features = caps::wanted_features(&adapter, opts.precision, ov);
         let coop16 = caps::has_coop16(&adapter);
         let mut limits = adapter.limits();
-        let caps = Caps::select(features, &limits, opts.precision, coop16, ov)
-            .with_subgroup_sizes(info.subgroup_min_size, info.subgroup_max_size);
+        let caps = Caps::select(
+            features,
+            &limits,
+            opts.precision,
+            coop16,
+            caps::native_dot4(&adapter),
+            ov,
+        )
+        .with_subgroup_sizes(info.subgroup_min_size, info.subgroup_max_size);
         // Lowered binding limits (tests) are enforced by wgpu's validation too.
         limits.max_storage_buffer_binding_size = caps.max_binding;
         limits.max_storage_buffers_per_shader_stage = caps.max_storage;

@@ -216,13 +216,14 @@ fn matvec_group(
         start[2],
         start[3],
     ];
+    let mut enc = be.encoder()?;
+    let xq = mv_dot_x(&mut enc, kernel, &m, x)?;
     // x, then each product's weight and output (matvec_group.wgsl).
-    let mut binds = [Bind::from(x); 1 + 2 * MAX_GROUP];
+    let mut binds = [Bind::from(xq.as_ref().unwrap_or(x)); 1 + 2 * MAX_GROUP];
     for (s, &j) in seg.iter().enumerate() {
         binds[1 + 2 * s] = ws[j].into();
         binds[2 + 2 * s] = outs[j].into();
     }
-    let mut enc = be.encoder()?;
     let [gx, gy] = enc.grid(total);
     enc.run(kernel, Some(m.ty), &params, &binds[..1 + 2 * seg.len()], [gx, gy, 1])
 }
@@ -233,6 +234,8 @@ fn matvec(enc: &mut Encoder<'_>, kernel: Kernel, m: &Mm, ws: &[&Tensor], x: &Ten
     let caps = enc.be.caps;
     let lanes = kernels::mv_lanes(&caps, units);
     let per_wg = kernels::mv_rows_per_wg(&caps, lanes);
+    let xq = mv_dot_x(enc, kernel, m, x)?;
+    let x = xq.as_ref().unwrap_or(x);
     for p in pieces(&caps, "matmul", ws[0], m.n_out, m.rb)? {
         let params = [
             m.n_in as u32,
@@ -258,6 +261,27 @@ fn matvec(enc: &mut Encoder<'_>, kernel: Kernel, m: &Mm, ws: &[&Tensor], x: &Ten
         }
     }
     Ok(())
+}
+
+/// Where `kernel` runs `m`'s format on packed integer dot products (`kernels::mv_dot`): one
+/// token's x quantized into int8 planes (`mv_dot_prep.wgsl`) on a scratch buffer, which the
+/// kernel then binds in x's place; otherwise None (the kernel reads x).
+fn mv_dot_x(enc: &mut Encoder<'_>, kernel: Kernel, m: &Mm, x: &Tensor) -> Result<Option<Tensor>> {
+    if !kernels::mv_dot(&enc.be.caps, kernel, m.ty) {
+        return Ok(None);
+    }
+    // Q4_K rows are whole 256-element blocks, so x is whole 32-element blocks.
+    let blocks = u32_of("matmul", "x blocks", m.t * m.n_in / 32)?;
+    let xq = enc.scratch("mv_xq", crate::backend::DType::U32, &[m.t * kernels::xq_words(m.n_in)])?;
+    let [gx, gy] = enc.grid(blocks.div_ceil(kernels::MVD_WG));
+    enc.run(
+        Kernel::MvDotPrep,
+        None,
+        &[blocks],
+        &[x.into(), (&xq).into()],
+        [gx, gy, 1],
+    )?;
+    Ok(Some(xq))
 }
 
 /// Several tokens through tiles of (rows, tokens): 64 x 64 in f32, or f16 cooperative matrices at
