@@ -69,13 +69,16 @@ fi
 # invocation and one lane per row (no reduction) on the subgroup path, eight rows and a whole
 # 256-invocation workgroup per row group (two-level reduction) on the plain path. (The MoE
 # concurrency test checks for races between callers, which no geometry knob changes: it ran above.)
+# Both with the packed-integer-dot K-quant units (RILL_WGPU_MV_DOT=1; off by default on lavapipe,
+# a CPU adapter, so the passes above run the f32 units).
 if [ "$status" -eq 0 ]; then
-    RILL_TEST_BACKENDS=wgpu RILL_WGPU_MV_WG=64 RILL_WGPU_MV_ROWS=1 RILL_WGPU_MV_LANES=1 \
+    RILL_TEST_BACKENDS=wgpu RILL_WGPU_MV_DOT=1 RILL_WGPU_MV_WG=64 RILL_WGPU_MV_ROWS=1 RILL_WGPU_MV_LANES=1 \
         cargo test --release --features cuda --test device_linear --test device_moe --test device_group "$@" \
         -- --skip concurrent_callers 2>&1 | tee -a "$log" || status=$?
 fi
 if [ "$status" -eq 0 ]; then
-    RILL_TEST_BACKENDS=wgpu RILL_WGPU_PLAIN=1 RILL_WGPU_MV_WG=256 RILL_WGPU_MV_ROWS=8 RILL_WGPU_MV_LANES=256 \
+    RILL_TEST_BACKENDS=wgpu RILL_WGPU_MV_DOT=1 RILL_WGPU_PLAIN=1 RILL_WGPU_MV_WG=256 RILL_WGPU_MV_ROWS=8 \
+        RILL_WGPU_MV_LANES=256 \
         cargo test --release --features cuda --test device_linear --test device_moe "$@" \
         -- --skip concurrent_callers 2>&1 | tee -a "$log" || status=$?
 fi
@@ -84,13 +87,14 @@ fi
 # gates separate; on the subgroup path here, the plain one (with the full fused set) ran above.
 # End to end, one dense row (a quantized file: every fallback of a layer) and the MoE row, by
 # prefill, decode and greedy, and the prefill-then-decode split (the other rows run the same
-# dispatches on other weight formats, which the op tests cover at this limit).
+# dispatches on other weight formats, which the op tests cover at this limit); the end-to-end
+# rows with the packed-integer-dot K-quant units (RILL_WGPU_MV_DOT=1).
 if [ "$status" -eq 0 ]; then
     RILL_TEST_BACKENDS=wgpu RILL_WGPU_MAX_STORAGE=8 cargo test --release --features cuda --test device_fused --test device_group \
         "$@" 2>&1 | tee -a "$log" || status=$?
 fi
 if [ "$status" -eq 0 ]; then
-    RILL_TEST_BACKENDS=wgpu RILL_WGPU_MAX_STORAGE=8 cargo test --release --features cuda --test e2e_fixtures "$@" -- \
+    RILL_TEST_BACKENDS=wgpu RILL_WGPU_MAX_STORAGE=8 RILL_WGPU_MV_DOT=1 cargo test --release --features cuda --test e2e_fixtures "$@" -- \
         q4_k_m_matches moe_f16_matches prefill_then_decode 2>&1 | tee -a "$log" || status=$?
 fi
 if [ "$status" -eq 0 ]; then

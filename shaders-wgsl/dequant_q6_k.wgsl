@@ -36,3 +36,18 @@ fn deq8(bb: u32, i0: u32) -> Deq8 {
     let qh = bb + 128u + 32u * h + l;
     return Deq8(dsc * q6x4(wu32e(ql), wu32e(qh), k), dsc * q6x4(wu32e(ql + 4u), wu32e(qh + 4u), k));
 }
+
+// ---- the matrix-vector units' pieces (mv_q6_k.wgsl, mv_q6_k_dot.wgsl) ----
+
+// 16 6-bit quants of segment k: nibbles `hi` of the ql bytes l, bits 2k of the qh bytes;
+// packed one per byte.
+fn q6_pack(l: vec4<u32>, hi: u32, qh: vec4<u32>, k: u32) -> vec4<u32> {
+    let lo = (l >> vec4<u32>(4u * hi)) & vec4<u32>(0x0f0f0f0fu);
+    return lo | (((qh >> vec4<u32>(2u * k)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
+}
+
+// The scale bytes 8h + t + 2k (k < 4) of a unit from the 16 bytes sw at byte 192 + 8h: bytes t
+// and t + 2 of the words 8h and 8h + 4 bytes in, in the order (k0, k2, k1, k3).
+fn q6_scales(sw: vec4<u32>, t: u32) -> u32 {
+    return ((sw.x >> (8u * t)) & 0x00ff00ffu) | (((sw.y >> (8u * t)) & 0x00ff00ffu) << 8u);
+}

@@ -1,10 +1,10 @@
-// x quantized for the packed-integer-dot matrix-vector units (mv_q4_k_dot.wgsl; RILL_WGPU_MV_DOT,
+// x quantized for the packed-integer-dot matrix-vector units (lib_mv_dot.wgsl; RILL_WGPU_MV_DOT,
 // caps.rs), one invocation per block of 32 elements. With s a power of two such that
 // max|x| / s is in (63.5, 127] (so x / s is exact), three signed-byte planes
 //   a = round(x / s), b = round((x / s - a) * 254), c = round(((x / s - a) * 254 - b) * 254)
 // give x = s (a + b / 254 + c / 254^2) + e with |e| <= s (0.5 + 2^-17) / 254^2, below
 // 1.3e-7 max|x| of the block (and 2^-126 * 7.8e-6 absolute for blocks below 2^-120): with
-// integer sums of (nibble x plane) products, exact in i32, a product keeps f32's precision.
+// integer sums of (quant x plane) products, exact in i32, a product keeps f32's precision.
 // Each |plane value| <= 127 (a: by the choice of s; b, c: |remainder| <= 1/2), so all are int8.
 // Output block (XQ_VEC4 = 7 vec4s): plane a (elements 0..15, 16..31), plane b, plane c, then
 // (s, sum of elements 0..15, sum of 16..31, 0) as f32 bits, the sums taken in the order of

@@ -21,13 +21,6 @@ fn mv_x(u: u32, xb: u32) -> MvX {
     return MvX(mv_xseg(x0), mv_xseg(x0 + 8u), mv_xseg(x0 + 16u), mv_xseg(x0 + 24u));
 }
 
-// 16 6-bit quants of segment k: nibbles `hi` of the ql bytes l, bits 2k of the qh bytes;
-// packed one per byte.
-fn q6_pack(l: vec4<u32>, hi: u32, qh: vec4<u32>, k: u32) -> vec4<u32> {
-    let lo = (l >> vec4<u32>(4u * hi)) & vec4<u32>(0x0f0f0f0fu);
-    return lo | (((qh >> vec4<u32>(2u * k)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
-}
-
 fn mv_dot(rb: u32, u: u32, x: MvX) -> f32 {
     let w = u & 3u;
     let h = w >> 1u;
@@ -36,12 +29,9 @@ fn mv_dot(rb: u32, u: u32, x: MvX) -> f32 {
     let la = win16(bb + 64u * h + 16u * t);
     let lb = win16(bb + 64u * h + 32u + 16u * t);
     let qh = win16(bb + 128u + 32u * h + 16u * t);
-    // Scale bytes 8h + t + 2k: bytes t and t + 2 of the words 8h and 8h + 4 bytes in.
     let sw = win16(bb + 192u + 8u * h);
     let d = wf16(bb + 208u);
     let sq = vec4<f32>(mv_seg(q6_pack(la, 0u, qh, 0u), 32.0, x.a), mv_seg(q6_pack(lb, 0u, qh, 1u), 32.0, x.b),
                        mv_seg(q6_pack(la, 1u, qh, 2u), 32.0, x.c), mv_seg(q6_pack(lb, 1u, qh, 3u), 32.0, x.d));
-    // Bytes (k0, k2, k1, k3), then reordered.
-    let sc = ((sw.x >> (8u * t)) & 0x00ff00ffu) | (((sw.y >> (8u * t)) & 0x00ff00ffu) << 8u);
-    return d * dot(sbytes_f4(sc).xzyw, sq);
+    return d * dot(sbytes_f4(q6_scales(sw, t)).xzyw, sq);
 }

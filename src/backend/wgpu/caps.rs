@@ -17,8 +17,8 @@
 //! 32, fewer for short rows), and `RILL_WGPU_SUBMIT_EVERY` (dispatches per submission, 1..=256;
 //! default 64). Values the kernels do not take keep the default. `RILL_WGPU_FUSE=0` turns the
 //! fused decode dispatches of the table above off (one dispatch per product and per step, as
-//! before them), to measure what they gain. `RILL_WGPU_MV_DOT=1` (or `0`) turns the Q4_K decode
-//! products on packed integer dot products on (off); by default they are on where the adapter
+//! before them), to measure what they gain. `RILL_WGPU_MV_DOT=1` (or `0`) turns the Q4_K and Q6_K
+//! decode products on packed integer dot products on (off); by default they are on where the adapter
 //! runs `dot4I8Packed` natively (`native_dot4`), and the knob forces them on lavapipe for tests.
 //!
 //! The tensor-core prefill kernel (`scripts/gpu-wgpu-prefill-sweep.sh`): `RILL_WGPU_COOP` picks
@@ -248,7 +248,7 @@ pub(crate) struct Caps {
     pub submit_every: u32,
     /// Compile shaders with naga's runtime checks (bounds clamps, loop counters).
     pub shader_checks: bool,
-    /// Q4_K decode products on packed integer dot products (`mv_q4_k_dot.wgsl`, x quantized
+    /// Q4_K and Q6_K decode products on packed integer dot products (`mv_q4_k_dot.wgsl`, x quantized
     /// first by `mv_dot_prep.wgsl`; strict tier): where the adapter runs them natively, or as
     /// `RILL_WGPU_MV_DOT` says.
     pub mv_dot: bool,
@@ -290,7 +290,7 @@ pub(crate) struct Overrides {
     pub coop_tile: Option<CoopTile>,
     pub coop_bufs: Option<u32>,
     pub coop_staged: bool,
-    /// `RILL_WGPU_MV_DOT=0/1`: the packed-integer-dot Q4_K decode products off or on (default:
+    /// `RILL_WGPU_MV_DOT=0/1`: the packed-integer-dot Q4_K/Q6_K decode products off or on (default:
     /// on where the adapter has native ones, `native_dot4`).
     pub mv_dot: Option<bool>,
 }
@@ -560,7 +560,7 @@ impl Caps {
             } else {
                 ""
             },
-            if self.mv_dot { ", q4_k matvec on dot4" } else { "" }
+            if self.mv_dot { ", k-quant matvec on dot4" } else { "" }
         )
     }
 

@@ -475,15 +475,24 @@ fn format(ty: GgmlType) -> Option<Format> {
 }
 
 /// Whether `kernel` runs format `ty` on packed integer dot products over x quantized by
-/// `Kernel::MvDotPrep` (`Caps::mv_dot`): Q4_K in the dense decode kernels (their x binding then
-/// holds the quantized x).
+/// `Kernel::MvDotPrep` (`Caps::mv_dot`): Q4_K and Q6_K in the dense decode kernels (their x
+/// binding then holds the quantized x).
 pub(crate) fn mv_dot(caps: &Caps, kernel: Kernel, ty: GgmlType) -> bool {
     caps.mv_dot
-        && ty == GgmlType::Q4K
+        && mv_dot_unit(ty).is_some()
         && matches!(
             kernel,
             Kernel::Matvec | Kernel::MatvecSwiglu | Kernel::MatvecGroup2 | Kernel::MatvecGroup3 | Kernel::MatvecGroup4
         )
+}
+
+/// The format's packed-integer-dot unit (after `lib_mv_dot.wgsl`), if it has one.
+fn mv_dot_unit(ty: GgmlType) -> Option<&'static str> {
+    match ty {
+        GgmlType::Q4K => Some(wgsl!("mv_q4_k_dot")),
+        GgmlType::Q6K => Some(wgsl!("mv_q6_k_dot")),
+        _ => None,
+    }
 }
 
 /// u32 words of x quantized for the dot units: `XQ_VEC4` vec4s per 32 elements.
@@ -522,7 +531,7 @@ const MV_UNIT_LIB: &str = wgsl!("lib_mv_unit");
 const MV_TREE: &str = wgsl!("lib_mv_tree");
 const MV_REDUCE_SG: &str = wgsl!("lib_mv_reduce_sg");
 const MV_REDUCE_PLAIN: &str = wgsl!("lib_mv_reduce_plain");
-const MV_Q4K_DOT: &str = wgsl!("mv_q4_k_dot");
+const MV_DOT: &str = wgsl!("lib_mv_dot");
 
 /// The weight and output bindings of `matvec_group.wgsl` for `n` products (weight s at binding
 /// 2 + 2s, its output at 3 + 2s; x is binding 1) and their accessors for the workgroup's segment
@@ -598,8 +607,9 @@ pub(crate) fn source(kernel: Kernel, fmt: Option<GgmlType>, caps: &Caps) -> Resu
                 src.push_str(DEQ8_GENERIC);
             }
             // Matrix-vector units only where the kernel defines xv().
-            if sp.matvec && mv_dot(caps, kernel, ty) {
-                src.push_str(MV_Q4K_DOT);
+            if let Some(unit) = mv_dot_unit(ty).filter(|_| sp.matvec && mv_dot(caps, kernel, ty)) {
+                src.push_str(MV_DOT);
+                src.push_str(unit);
             } else if sp.matvec {
                 if f.mv.is_empty() {
                     src.push_str(MV_XRUN);

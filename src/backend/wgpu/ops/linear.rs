@@ -270,7 +270,7 @@ fn mv_dot_x(enc: &mut Encoder<'_>, kernel: Kernel, m: &Mm, x: &Tensor) -> Result
     if !kernels::mv_dot(&enc.be.caps, kernel, m.ty) {
         return Ok(None);
     }
-    // Q4_K rows are whole 256-element blocks, so x is whole 32-element blocks.
+    // K-quant rows are whole 256-element blocks, so x is whole 32-element blocks.
     let blocks = u32_of("matmul", "x blocks", m.t * m.n_in / 32)?;
     let xq = enc.scratch("mv_xq", crate::backend::DType::U32, &[m.t * kernels::xq_words(m.n_in)])?;
     let [gx, gy] = enc.grid(blocks.div_ceil(kernels::MVD_WG));
