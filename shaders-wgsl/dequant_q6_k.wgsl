@@ -37,7 +37,7 @@ fn deq8(bb: u32, i0: u32) -> Deq8 {
     return Deq8(dsc * q6x4(wu32e(ql), wu32e(qh), k), dsc * q6x4(wu32e(ql + 4u), wu32e(qh + 4u), k));
 }
 
-// ---- the matrix-vector units' pieces (mv_q6_k.wgsl, mv_q6_k_dot.wgsl) ----
+// ---- the matrix-vector units' weights (mv_q6_k.wgsl, mv_q6_k_dot.wgsl) ----
 
 // 16 6-bit quants of segment k: nibbles `hi` of the ql bytes l, bits 2k of the qh bytes;
 // packed one per byte.
@@ -46,8 +46,29 @@ fn q6_pack(l: vec4<u32>, hi: u32, qh: vec4<u32>, k: u32) -> vec4<u32> {
     return lo | (((qh >> vec4<u32>(2u * k)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));
 }
 
-// The scale bytes 8h + t + 2k (k < 4) of a unit from the 16 bytes sw at byte 192 + 8h: bytes t
-// and t + 2 of the words 8h and 8h + 4 bytes in, in the order (k0, k2, k1, k3).
-fn q6_scales(sw: vec4<u32>, t: u32) -> u32 {
-    return ((sw.x >> (8u * t)) & 0x00ff00ffu) | (((sw.y >> (8u * t)) & 0x00ff00ffu) << 8u);
+// A matrix-vector unit of a row (unit u, the row at byte rb): the unsigned 6-bit quants of its
+// four segments (k = 0..3, packed one per byte), the segments' signed scales and d.
+struct Q6Unit {
+    a: vec4<u32>,
+    b: vec4<u32>,
+    c: vec4<u32>,
+    d: vec4<u32>,
+    sc: vec4<f32>,
+    scale: f32,
+}
+
+fn q6_unit(rb: u32, u: u32) -> Q6Unit {
+    let w = u & 3u;
+    let h = w >> 1u;
+    let t = w & 1u;
+    let bb = rb + 210u * (u >> 2u);
+    let la = win16(bb + 64u * h + 16u * t);
+    let lb = win16(bb + 64u * h + 32u + 16u * t);
+    let qh = win16(bb + 128u + 32u * h + 16u * t);
+    // Scale bytes 8h + t + 2k: bytes t and t + 2 of the words 8h and 8h + 4 bytes in, so in the
+    // order (k0, k2, k1, k3), then reordered.
+    let sw = win16(bb + 192u + 8u * h);
+    let sc = ((sw.x >> (8u * t)) & 0x00ff00ffu) | (((sw.y >> (8u * t)) & 0x00ff00ffu) << 8u);
+    return Q6Unit(q6_pack(la, 0u, qh, 0u), q6_pack(lb, 0u, qh, 1u), q6_pack(la, 1u, qh, 2u), q6_pack(lb, 1u, qh, 3u),
+                  sbytes_f4(sc).xzyw, wf16(bb + 208u));
 }

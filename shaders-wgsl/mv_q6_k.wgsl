@@ -3,7 +3,8 @@
 // 128h + 32k + 16t + l, k < 4, l < 16. Their low 4 bits are the 16 ql bytes at 64h + 16t (k = 0
 // low nibbles, k = 2 high) and at 64h + 32 + 16t (k = 1, 3), their high 2 bits bits 2k of the 16
 // qh bytes at 128 + 32h + 16t, their scale byte 192 + 8h + 2k + t. Blocks are 210 bytes, so a
-// block starts on any even byte: the three 16-byte windows are realigned in registers (win16).
+// block starts on any even byte: the three 16-byte windows are realigned in registers (win16;
+// q6_unit, dequant_q6_k.wgsl).
 // Per row: d * sum_k sc_k * sum(q x), q = 6-bit quant - 32.
 const MV_UNIT: u32 = 64u;
 
@@ -22,16 +23,7 @@ fn mv_x(u: u32, xb: u32) -> MvX {
 }
 
 fn mv_dot(rb: u32, u: u32, x: MvX) -> f32 {
-    let w = u & 3u;
-    let h = w >> 1u;
-    let t = w & 1u;
-    let bb = rb + 210u * (u >> 2u);
-    let la = win16(bb + 64u * h + 16u * t);
-    let lb = win16(bb + 64u * h + 32u + 16u * t);
-    let qh = win16(bb + 128u + 32u * h + 16u * t);
-    let sw = win16(bb + 192u + 8u * h);
-    let d = wf16(bb + 208u);
-    let sq = vec4<f32>(mv_seg(q6_pack(la, 0u, qh, 0u), 32.0, x.a), mv_seg(q6_pack(lb, 0u, qh, 1u), 32.0, x.b),
-                       mv_seg(q6_pack(la, 1u, qh, 2u), 32.0, x.c), mv_seg(q6_pack(lb, 1u, qh, 3u), 32.0, x.d));
-    return d * dot(sbytes_f4(q6_scales(sw, t)).xzyw, sq);
+    let q = q6_unit(rb, u);
+    let sq = vec4<f32>(mv_seg(q.a, 32.0, x.a), mv_seg(q.b, 32.0, x.b), mv_seg(q.c, 32.0, x.c), mv_seg(q.d, 32.0, x.d));
+    return q.scale * dot(q.sc, sq);
 }

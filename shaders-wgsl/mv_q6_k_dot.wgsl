@@ -9,16 +9,6 @@ fn mv_x(u: u32, xb: u32) -> MvX {
 }
 
 fn mv_dot(rb: u32, u: u32, x: MvX) -> f32 {
-    let w = u & 3u;
-    let h = w >> 1u;
-    let t = w & 1u;
-    let bb = rb + 210u * (u >> 2u);
-    let la = win16(bb + 64u * h + 16u * t);
-    let lb = win16(bb + 64u * h + 32u + 16u * t);
-    let qh = win16(bb + 128u + 32u * h + 16u * t);
-    let sw = win16(bb + 192u + 8u * h);
-    let d = wf16(bb + 208u);
-    let sq = fma(vec4<f32>(-32.0), x.sum,
-                 dq_unit(q6_pack(la, 0u, qh, 0u), q6_pack(lb, 0u, qh, 1u), q6_pack(la, 1u, qh, 2u), q6_pack(lb, 1u, qh, 3u), x));
-    return d * dot(sbytes_f4(q6_scales(sw, t)).xzyw, sq);
+    let q = q6_unit(rb, u);
+    return q.scale * dot(q.sc, fma(vec4<f32>(-32.0), x.sum, dq_unit(q.a, q.b, q.c, q.d, x)));
 }
