@@ -18,8 +18,11 @@
 //! default 64). Values the kernels do not take keep the default. `RILL_WGPU_FUSE=0` turns the
 //! fused decode dispatches of the table above off (one dispatch per product and per step, as
 //! before them), to measure what they gain. `RILL_WGPU_MV_DOT=1` (or `0`) turns the Q4_K and Q6_K
-//! decode products on packed integer dot products on (off); by default they are on where the adapter
-//! runs `dot4I8Packed` natively (`native_dot4`), and the knob forces them on lavapipe for tests.
+//! decode products on packed integer dot products on (off). They are off by default: each product
+//! input costs one more dispatch (`mv_dot_prep`, ~10 us on the H200), which eats the products' gain
+//! where they are small (H200, 9B q4_k_m tg128 159 -> 170 t/s, 35B-A3B 154 -> 143); on by
+//! default once the producers (the norms) write the prepared x themselves. Where the adapter lacks
+//! native `dot4I8Packed` (`native_dot4`: lavapipe, the tests' forced runs) naga writes a polyfill.
 //!
 //! The tensor-core prefill kernel (`scripts/gpu-wgpu-prefill-sweep.sh`): `RILL_WGPU_COOP` picks
 //! it (1: `matmul_coop.wgsl`, 64 x 64 tiles; 2: `matmul_coop2.wgsl`; default `COOP_KERNEL_DEFAULT`),
@@ -249,9 +252,10 @@ pub(crate) struct Caps {
     /// Compile shaders with naga's runtime checks (bounds clamps, loop counters).
     pub shader_checks: bool,
     /// Q4_K and Q6_K decode products on packed integer dot products (`mv_q4_k_dot.wgsl`, x quantized
-    /// first by `mv_dot_prep.wgsl`; strict tier): where the adapter runs them natively, or as
-    /// `RILL_WGPU_MV_DOT` says.
+    /// first by `mv_dot_prep.wgsl`; strict tier): as `RILL_WGPU_MV_DOT` says (default off).
     pub mv_dot: bool,
+    /// The adapter runs `dot4I8Packed` as one instruction (`native_dot4`; shown by `describe`).
+    pub dot4_native: bool,
 }
 
 /// Defaults of the tuning knobs, and the most dispatches one submission may hold (its
@@ -290,8 +294,8 @@ pub(crate) struct Overrides {
     pub coop_tile: Option<CoopTile>,
     pub coop_bufs: Option<u32>,
     pub coop_staged: bool,
-    /// `RILL_WGPU_MV_DOT=0/1`: the packed-integer-dot Q4_K/Q6_K decode products off or on (default:
-    /// on where the adapter has native ones, `native_dot4`).
+    /// `RILL_WGPU_MV_DOT=0/1`: the packed-integer-dot Q4_K/Q6_K decode products off or on (default
+    /// off, see the module's notes).
     pub mv_dot: Option<bool>,
 }
 
@@ -497,7 +501,8 @@ impl Caps {
                 .submit_every
                 .map_or(SUBMIT_EVERY_DEFAULT, |n| n.clamp(1, SUBMIT_EVERY_MAX)),
             shader_checks: ov.shader_checks,
-            mv_dot: ov.mv_dot.unwrap_or(dot4),
+            mv_dot: ov.mv_dot.unwrap_or(false),
+            dot4_native: dot4,
         }
     }
 
@@ -560,7 +565,11 @@ impl Caps {
             } else {
                 ""
             },
-            if self.mv_dot { ", k-quant matvec on dot4" } else { "" }
+            match (self.mv_dot, self.dot4_native) {
+                (true, true) => ", k-quant matvec on dot4",
+                (true, false) => ", k-quant matvec on dot4 (emulated)",
+                (false, _) => "",
+            }
         )
     }
 
@@ -603,7 +612,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn dot_units_follow_the_adapter_unless_forced() {
+    fn dot_units_only_where_asked_for() {
         let dot = |native, mv_dot| {
             let ov = Overrides {
                 mv_dot,
@@ -611,8 +620,9 @@ pub(crate) mod tests {
             };
             Caps::select(wgpu::Features::SUBGROUP, &limits(), Precision::Exact, false, native, ov).mv_dot
         };
-        assert!(dot(true, None));
+        assert!(!dot(true, None), "off by default until the norms prepare x");
         assert!(!dot(false, None));
+        assert!(dot(true, Some(true)));
         assert!(dot(false, Some(true)), "RILL_WGPU_MV_DOT=1 (lavapipe tests)");
         assert!(!dot(true, Some(false)));
         // The strict tier either way.
