@@ -139,6 +139,85 @@ fn products_of_prepared_producer_outputs_match() {
     }
 }
 
+/// With RILL_WGPU_MV_DOT=1 the wgpu norms write their output's packed-dot planes and a product of
+/// that output reads them instead of quantizing it again: the product must see the norm's output
+/// as it is when the product runs. A norm then the Q4_K and Q6_K products; a norm, an in-place
+/// op that rewrites its output, then the products (stale planes would give the old values); two
+/// norms into different outputs, then the products of the first (the planes are the second's).
+/// Nothing is read back before the products (a host access drops the planes). Judged against the
+/// dequantized weights times the device's own output, read after the products.
+#[test]
+fn products_of_norm_outputs_see_their_current_values() {
+    use GgmlType::*;
+    for p in Both::each() {
+        let mut rng = Rng::new(71);
+        let (n, n_out) = (768usize, 37usize);
+        let weights: Vec<(GgmlType, Pt, Vec<f32>)> = [Q4K, Q6K]
+            .into_iter()
+            .map(|ty| {
+                let b = random_weight(ty, n_out, n, 0.5, &mut rng);
+                (ty, upload_both(&p, ty, &[n_out, n], &b), dequant(ty, &b, n_out * n))
+            })
+            .collect();
+        for case in ["norm", "rewritten", "other norm"] {
+            for producer in ["rms_norm", "add_rms_norm", "gated_rms_norm"] {
+                let x = p.up(&rng.normals(n, 1.0), &[1, n]);
+                let z = p.up(&rng.normals(n, 2.0), &[1, n]);
+                let acc = p.up(&rng.normals(n, 1.0), &[1, n]);
+                let (w, w_head) = (p.up(&rng.normals(n, 1.0), &[n]), p.up(&rng.normals(128, 1.0), &[128]));
+                let (y, y2) = (p.zeros(&[1, n]), p.zeros(&[1, n]));
+                let norm = |y: &Pt| {
+                    p.run(producer, |be, s| match producer {
+                        "rms_norm" => be.rms_norm(x.on(s), w.on(s), 1e-6, y.on(s)),
+                        "add_rms_norm" => be.add_rms_norm(acc.on(s), x.on(s), w.on(s), 1e-6, y.on(s)),
+                        _ => be.gated_rms_norm(x.on(s), z.on(s), w_head.on(s), 1e-6, y.on(s)),
+                    })
+                };
+                norm(&y);
+                match case {
+                    "rewritten" => p.run("rewrite", |be, s| be.sigmoid_mul_assign(y.on(s), z.on(s))),
+                    "other norm" => {
+                        p.run("other input", |be, s| be.sigmoid_mul_assign(x.on(s), z.on(s)));
+                        norm(&y2);
+                    }
+                    _ => {}
+                }
+                let outs: Vec<Pt> = weights
+                    .iter()
+                    .map(|(_, wt, _)| {
+                        let out = p.zeros(&[1, n_out]);
+                        p.run("product", |be, s| be.matmul(wt.on(s), y.on(s), out.on(s)));
+                        out
+                    })
+                    .collect();
+                let yd = p.dev.read_f32(&y.dev).expect("device read");
+                for ((ty, wt, wf), out) in weights.iter().zip(&outs) {
+                    let what = format!("{} {ty} product of {producer} ({case})", p.name());
+                    let got = p.dev.read_f32(&out.dev).expect("device read");
+                    let want: Vec<f32> = (0..n_out)
+                        .map(|o| {
+                            let row = &wf[o * n..(o + 1) * n];
+                            row.iter().zip(&yd).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() as f32
+                        })
+                        .collect();
+                    check_matmul(p.dev.as_ref(), &what, &got, &want, wf, &yd, n);
+                    // The read dropped any planes: the product again quantizes y itself, which
+                    // must give the planes the norm wrote, bit for bit.
+                    let again = p.zeros(&[1, n_out]);
+                    p.run("product again", |be, s| be.matmul(wt.on(s), y.on(s), again.on(s)));
+                    let again = p.dev.read_f32(&again.dev).expect("device read");
+                    let bits = |v: &[f32]| v.iter().map(|a| a.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(
+                        bits(&got),
+                        bits(&again),
+                        "{what}: not what the product's own prep gives"
+                    );
+                }
+            }
+        }
+    }
+}
+
 /// Prompt-sized batches (issue 8's T in {63, 64, 65, 200, 1000}) for the formats of the quantized
 /// model files, whose products run on the tensor cores at the fast tier (with split-K at some
 /// shapes: K = 1024 gives up to 16 steps of 64 to split), and on whole tiles and ragged ones.

@@ -109,6 +109,23 @@ struct BgKey {
     b: [[u64; 3]; MAX_BINDS],
 }
 
+/// A norm's output and its int8 planes for the packed-dot products (lib_norm_dot.wgsl), written by
+/// the same dispatch: a product of that output binds the planes and skips `mv_dot_prep`. Both are
+/// clones, so neither buffer (nor its id) is freed while this is held.
+struct DotX {
+    out: Tensor,
+    xq: Tensor,
+}
+
+impl DotX {
+    /// Whether `id` is one of the two buffers (a write to either makes the planes stale).
+    fn names(&self, id: u64) -> bool {
+        [&self.out, &self.xq]
+            .iter()
+            .any(|t| !matches!(buffer::get(t), Ok(b) if b.id != id))
+    }
+}
+
 /// One dispatch as recorded for a step replay.
 struct Recorded {
     pipe: Arc<Pipe>,
@@ -186,6 +203,8 @@ pub(crate) struct State {
     in_submit: u32,
     /// Ops' persistent intermediates by slot name (`Encoder::scratch`).
     scratch: HashMap<&'static str, Arc<WgpuBuffer>>,
+    /// The norm output whose packed-dot planes are current (`Encoder::set_dot_x`).
+    dot_x: Option<DotX>,
     profile: Profiler,
     steps: Steps,
 }
@@ -239,6 +258,7 @@ impl State {
             param_stride,
             in_submit: 0,
             scratch: HashMap::new(),
+            dot_x: None,
             profile: Profiler {
                 on: profile,
                 ts,
@@ -328,6 +348,8 @@ impl<'a> Encoder<'a> {
     /// The command encoder for a copy or clear (ends the open compute pass).
     pub fn commands(&mut self) -> &mut wgpu::CommandEncoder {
         self.end_pass();
+        // A copy or clear may write the norm output or its planes.
+        self.st.dot_x = None;
         if let Some(a) = self.st.steps.active.as_mut().and_then(Active::mine) {
             a.replayable = false; // a step with copies is not replayed
         }
@@ -339,6 +361,8 @@ impl<'a> Encoder<'a> {
 
     /// The host is about to read or write a buffer: a step in progress cannot be replayed.
     pub fn host_access(&mut self) {
+        // A host write may overwrite the norm output.
+        self.st.dot_x = None;
         if let Some(a) = self.st.steps.active.as_mut().and_then(Active::mine) {
             a.replayable = false;
         }
@@ -531,6 +555,11 @@ impl<'a> Encoder<'a> {
             }
             key.b[i] = [buf.id, off, size];
             bufs[i] = Some(buf);
+            // Any dispatch that may write the norm output or its planes makes them stale (a norm
+            // with planes sets them again after its dispatch).
+            if pipe.storage[i] == Slot::ReadWrite && self.st.dot_x.as_ref().is_some_and(|d| d.names(buf.id)) {
+                self.st.dot_x = None;
+            }
         }
         let bg = match self.st.bind_groups.get(&key) {
             Some(bg) => bg.clone(),
@@ -664,6 +693,7 @@ impl<'a> Encoder<'a> {
         let buf = match self.st.scratch.get(slot) {
             Some(b) if b.size >= bytes => Arc::clone(b),
             _ => {
+                self.st.dot_x = None;
                 let b = Arc::new(buffer::create(self.be, slot, bytes, false)?);
                 self.st.scratch.insert(slot, Arc::clone(&b));
                 b
@@ -676,12 +706,27 @@ impl<'a> Encoder<'a> {
         })
     }
 
+    /// `xq` holds the packed-dot planes of `out` as the dispatch just recorded wrote them.
+    pub fn set_dot_x(&mut self, out: &Tensor, xq: Tensor) {
+        self.st.dot_x = Some(DotX { out: out.clone(), xq });
+    }
+
+    /// The planes of `x` if a norm wrote them and nothing has written `x` or them since.
+    pub fn dot_x(&self, x: &Tensor) -> Option<Tensor> {
+        let d = self.st.dot_x.as_ref()?;
+        let same = x.same_buffer(&d.out) && x.dtype == d.out.dtype && x.numel() == d.out.numel();
+        same.then(|| d.xq.clone())
+    }
+
     // ---- recorded steps ----
 
     /// Replay the step recorded under `key`, if there is one; otherwise start recording it.
     /// Returns whether it was replayed.
     pub fn step_begin(&mut self, key: u64) -> Result<bool> {
         self.st.steps.active = None;
+        // A replay runs no op code (nothing tracks the planes): a step uses only planes of its own
+        // norms, and none survive a step's boundary.
+        self.st.dot_x = None;
         let Some(step) = self.st.steps.done.remove(&key) else {
             self.st.steps.active = Some(Active {
                 key,
@@ -704,6 +749,7 @@ impl<'a> Encoder<'a> {
 
     /// End the step being recorded; keep it for replay when it completed and stayed replayable.
     pub fn step_end(&mut self, key: u64, ok: bool) {
+        self.st.dot_x = None;
         // Another thread's recording is not this call's to end.
         if self.st.steps.active.as_mut().and_then(Active::mine).is_none() {
             return;

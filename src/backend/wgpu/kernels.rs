@@ -242,6 +242,9 @@ kernels! {
     RmsNorm,
     AddRmsNorm,
     GatedRmsNorm,
+    RmsNormDot,
+    AddRmsNormDot,
+    GatedRmsNormDot,
     L2NormQk,
     Conv,
     ConvL2qk,
@@ -302,6 +305,11 @@ impl Spec {
 }
 
 const NORM: &str = wgsl!("lib_norm");
+const NORM_PLAIN: &str = wgsl!("lib_norm_plain");
+const DOT_PREP: &str = wgsl!("lib_dot_prep");
+const NORM_DOT: &str = wgsl!("lib_norm_dot");
+const NORM_XQ4: &str = wgsl!("lib_norm_xq4");
+const NORM_XQ5: &str = wgsl!("lib_norm_xq5");
 const ARGMAX: &str = wgsl!("lib_argmax");
 const ARGMAX_SCAN: &str = wgsl!("lib_argmax_scan");
 const ATTEND: &str = wgsl!("lib_attention");
@@ -366,12 +374,22 @@ impl Kernel {
             .with(&[TILE_IO, COOP2_TILES]),
             Kernel::MoeRoute => spec("moe_route", wgsl!("moe_route"), None, false),
             Kernel::MoeMatvec => spec("moe_matvec", wgsl!("moe_matvec"), One, false).mv().with(&[MOE_IO]),
-            Kernel::MvDotPrep => spec("mv_dot_prep", wgsl!("mv_dot_prep"), None, false),
+            Kernel::MvDotPrep => spec("mv_dot_prep", wgsl!("mv_dot_prep"), None, false).with(&[DOT_PREP]),
             Kernel::MoeRows => spec("moe_rows", wgsl!("moe_rows"), One, false).with(&[MOE_IO]),
             Kernel::MoeCombine => spec("moe_combine", wgsl!("moe_combine"), None, false),
-            Kernel::RmsNorm => spec("rms_norm", wgsl!("rms_norm"), None, true).with(&[NORM]),
-            Kernel::AddRmsNorm => spec("add_rms_norm", wgsl!("add_rms_norm"), None, true).with(&[NORM]),
-            Kernel::GatedRmsNorm => spec("gated_rms_norm", wgsl!("gated_rms_norm"), None, true).with(&[NORM]),
+            Kernel::RmsNorm => spec("rms_norm", wgsl!("rms_norm"), None, true).with(&[NORM, NORM_PLAIN]),
+            Kernel::AddRmsNorm => spec("add_rms_norm", wgsl!("add_rms_norm"), None, true).with(&[NORM, NORM_PLAIN]),
+            Kernel::GatedRmsNorm => {
+                spec("gated_rms_norm", wgsl!("gated_rms_norm"), None, true).with(&[NORM, NORM_PLAIN])
+            }
+            Kernel::RmsNormDot => {
+                spec("rms_norm_dot", wgsl!("rms_norm"), None, true).with(&[NORM, DOT_PREP, NORM_DOT, NORM_XQ4])
+            }
+            Kernel::AddRmsNormDot => {
+                spec("add_rms_norm_dot", wgsl!("add_rms_norm"), None, true).with(&[NORM, DOT_PREP, NORM_DOT, NORM_XQ5])
+            }
+            Kernel::GatedRmsNormDot => spec("gated_rms_norm_dot", wgsl!("gated_rms_norm"), None, true)
+                .with(&[NORM, DOT_PREP, NORM_DOT, NORM_XQ5]),
             Kernel::L2NormQk => spec("l2_norm_qk", wgsl!("l2_norm_qk"), None, true),
             Kernel::Conv => spec("conv1d_causal_silu", wgsl!("conv1d_causal_silu"), None, false),
             Kernel::ConvL2qk => spec("conv1d_silu_l2qk", wgsl!("conv1d_silu_l2qk"), None, true).with(&[CONV_L2QK]),

@@ -265,10 +265,14 @@ fn matvec(enc: &mut Encoder<'_>, kernel: Kernel, m: &Mm, ws: &[&Tensor], x: &Ten
 
 /// Where `kernel` runs `m`'s format on packed integer dot products (`kernels::mv_dot`): one
 /// token's x quantized into int8 planes (`mv_dot_prep.wgsl`) on a scratch buffer, which the
-/// kernel then binds in x's place; otherwise None (the kernel reads x).
+/// kernel then binds in x's place; otherwise None (the kernel reads x). Where x is a norm's
+/// output whose planes that norm wrote (ops/norm.rs), those, with no prep dispatch.
 fn mv_dot_x(enc: &mut Encoder<'_>, kernel: Kernel, m: &Mm, x: &Tensor) -> Result<Option<Tensor>> {
     if !kernels::mv_dot(&enc.be.caps, kernel, m.ty) {
         return Ok(None);
+    }
+    if let Some(xq) = enc.dot_x(x).filter(|_| x.numel() == m.t * m.n_in) {
+        return Ok(Some(xq));
     }
     // K-quant rows are whole 256-element blocks, so x is whole 32-element blocks.
     let blocks = u32_of("matmul", "x blocks", m.t * m.n_in / 32)?;

@@ -3,24 +3,51 @@
 //! variant (subgroups or workgroup memory).
 
 use super::u32_of;
-use crate::backend::wgpu::kernels::Kernel;
+use crate::backend::wgpu::kernels::{self, Kernel};
 use crate::backend::wgpu::WgpuBackend;
-use crate::backend::{check, GdnDims, Tensor};
+use crate::backend::{check, DType, GdnDims, Tensor};
 use crate::error::Result;
 
-/// One workgroup per group of `d` values over `n` elements.
-fn norm(be: &WgpuBackend, op: &str, kernel: Kernel, n: usize, d: usize, eps: f32, binds: &[&Tensor]) -> Result<()> {
+/// One workgroup per group of `d` values over `n` elements. With `dot` (the norm's variant that
+/// also writes its output's packed-dot planes, lib_norm_dot.wgsl) where the planes can serve a
+/// product: the output (the last binding) is recorded with them, so a product of it needs no
+/// `mv_dot_prep` dispatch (linear.rs `mv_dot_x`).
+#[allow(clippy::too_many_arguments)]
+fn norm(
+    be: &WgpuBackend,
+    op: &str,
+    kernel: Kernel,
+    dot: Option<Kernel>,
+    n: usize,
+    d: usize,
+    eps: f32,
+    binds: &[&Tensor],
+) -> Result<()> {
     let groups = u32_of(op, "elements", n)? / d as u32;
     let mut enc = be.encoder()?;
     let [gx, gy] = enc.grid(groups);
-    let b: [_; 4] = std::array::from_fn(|i| binds[i.min(binds.len() - 1)].into());
-    enc.run(kernel, None, &[d as u32, eps.to_bits()], &b[..binds.len()], [gx, gy, 1])
+    let out = binds[binds.len() - 1];
+    let mut b: [_; 5] = std::array::from_fn(|i| binds[i.min(binds.len() - 1)].into());
+    let params = [d as u32, eps.to_bits()];
+    // The packed-dot products take whole 256-element K-quant rows of whole 32-element blocks.
+    match dot.filter(|_| be.caps.mv_dot && d.is_multiple_of(32) && n.is_multiple_of(256)) {
+        Some(dot) => {
+            let xq = enc.scratch("norm_xq", DType::U32, &[kernels::xq_words(n)])?;
+            b[binds.len()] = (&xq).into();
+            enc.run(dot, None, &params, &b[..=binds.len()], [gx, gy, 1])?;
+            enc.set_dot_x(out, xq);
+            Ok(())
+        }
+        None => enc.run(kernel, None, &params, &b[..binds.len()], [gx, gy, 1]),
+    }
 }
 
 /// `out = x / sqrt(mean(x^2) + eps) * w` over consecutive groups of `w.len()` values.
 pub(crate) fn rms_norm(be: &WgpuBackend, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
     let d = check::rms_norm(x, w, out)?;
-    norm(be, "rms_norm", Kernel::RmsNorm, x.numel(), d, eps, &[x, w, out])
+    // Only a single row: a per-head norm (q, k) feeds no product.
+    let dot = (x.numel() == d).then_some(Kernel::RmsNormDot);
+    norm(be, "rms_norm", Kernel::RmsNorm, dot, x.numel(), d, eps, &[x, w, out])
 }
 
 /// `acc += x; out = rms_norm(acc; w)` in one dispatch.
@@ -37,6 +64,7 @@ pub(crate) fn add_rms_norm(
         be,
         "add_rms_norm",
         Kernel::AddRmsNorm,
+        (acc.numel() == d).then_some(Kernel::AddRmsNormDot),
         acc.numel(),
         d,
         eps,
@@ -58,6 +86,8 @@ pub(crate) fn gated_rms_norm(
         be,
         "gated_rms_norm",
         Kernel::GatedRmsNorm,
+        // Per head, but the heads together are the output projection's input.
+        Some(Kernel::GatedRmsNormDot),
         x.numel(),
         d,
         eps,
