@@ -18,10 +18,11 @@
 //! default 64). Values the kernels do not take keep the default. `RILL_WGPU_FUSE=0` turns the
 //! fused decode dispatches of the table above off (one dispatch per product and per step, as
 //! before them), to measure what they gain. `RILL_WGPU_MV_DOT=1` (or `0`) turns the Q4_K and Q6_K
-//! decode products on packed integer dot products on (off). They are off by default: each product
-//! input costs one more dispatch (`mv_dot_prep`, ~10 us on the H200), which eats the products' gain
-//! where they are small (H200, 9B q4_k_m tg128 159 -> 170 t/s, 35B-A3B 154 -> 143); on by
-//! default once the producers (the norms) write the prepared x themselves. Where the adapter lacks
+//! decode products on packed integer dot products on (off). They are off by default: an input
+//! that no RMS norm writes costs one more dispatch (`mv_dot_prep`, ~11 us on the H200), and the
+//! norms' own preparation (`*_rms_norm_dot`, one workgroup per row) costs ~5-8 us more per norm,
+//! which eats the products' gain where they are small (H200, 9B q4_k_m tg128 162 -> 176 t/s,
+//! 35B-A3B 156 -> 148). Where the adapter lacks
 //! native `dot4I8Packed` (`native_dot4`: lavapipe, the tests' forced runs) naga writes a polyfill.
 //!
 //! The tensor-core prefill kernel (`scripts/gpu-wgpu-prefill-sweep.sh`): `RILL_WGPU_COOP` picks
@@ -620,7 +621,7 @@ pub(crate) mod tests {
             };
             Caps::select(wgpu::Features::SUBGROUP, &limits(), Precision::Exact, false, native, ov).mv_dot
         };
-        assert!(!dot(true, None), "off by default until the norms prepare x");
+        assert!(!dot(true, None), "off by default (see the module notes)");
         assert!(!dot(false, None));
         assert!(dot(true, Some(true)));
         assert!(dot(false, Some(true)), "RILL_WGPU_MV_DOT=1 (lavapipe tests)");
