@@ -3,8 +3,9 @@
 // op's gate). The op's file declares the bindings and four hooks: `norm_load(i)` the value v at
 // element i (the first pass; it only reads), `norm_keep(i, v)` what the op writes back of it (the
 // residual add updates its accumulator in place; the others nothing), `norm_value(i)` v again
-// (the second pass), and `norm_store(i, y)` which writes y = v * s * w[i] (times its gate). `norm_finish` (lib_norm_plain.wgsl or
-// lib_norm_dot.wgsl) runs after the row is written.
+// (the second pass), and `norm_store(i, y)` which writes y = v * s * w[i] (times its gate).
+// `norm_finish` (lib_norm_plain.wgsl: nothing; lib_norm_dot.wgsl: the row's packed-dot planes) runs
+// after the row is written.
 struct Params {
     d: u32,
     eps: f32,
