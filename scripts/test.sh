@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Sets up everything the test suite needs on a fresh machine, then runs it: the Rust toolchain must
 # exist; the wgpu backend's tests need a Vulkan driver, so without a GPU this installs lavapipe
-# (Mesa's Vulkan on the CPU). Extra arguments go to `cargo test`.
+# (Mesa's Vulkan on the CPU). Extra arguments go to every test binary (a test name filter, say).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v cargo >/dev/null 2>&1; then
@@ -34,86 +34,133 @@ if ! have_nvcc; then
         nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85
 fi
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+work=$(mktemp -d)
+trap 'rm -rf "$log" "$work"' EXIT
 status=0
-# Everything with the cuda feature (wgpu stays on): the CUDA op and end-to-end tests run where an
-# NVIDIA GPU is and are skipped elsewhere.
-cargo test --release --features cuda --lib --tests "$@" 2>&1 | tee "$log" || status=$?
-# The CUDA weight decoders, compiled for the CPU, against ggml's dequantization (seconds; the
-# whole-kernel emulation, dev/cuda/emulate.sh, runs before every GPU job in scripts/pack-gpu.sh).
-bash dev/cuda/check_formats.sh 2>&1 | tee -a "$log" || status=1
+# Every test binary is built once, with the cuda feature (wgpu stays on): the CUDA op and
+# end-to-end tests run where an NVIDIA GPU is and are skipped elsewhere.
+echo "building the test binaries (cargo test --release --features cuda --no-run)" >&2
+if ! cargo test --release --features cuda --lib --tests --no-run --message-format=json-render-diagnostics \
+    >"$work/build.json"; then
+    echo "the build failed" >&2
+    exit 1
+fi
+# name -> executable ("lib" for the library's unit tests).
+python3 - "$work/build.json" >"$work/bins" <<'PY'
+import json, sys
+for line in open(sys.argv[1]):
+    if not line.startswith("{"):
+        continue
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        kind = m["target"]["kind"][0]
+        print("lib" if kind == "lib" else m["target"]["name"], m["executable"])
+PY
+bin_of() { awk -v n="$1" '$1 == n { print $2 }' "$work/bins"; }
 if ! ldconfig -p 2>/dev/null | grep -q 'libcuda\.so'; then
     echo "CUDA device tests skipped: no NVIDIA driver on this machine (the kernels were compiled)" | tee -a "$log"
 fi
-# The CPU hot loops are compiled twice (AVX2 and baseline x86-64, chosen at run time): run the
-# numeric tests again on the baseline path (the CPU backend only: RILL_TEST_BACKENDS=cpu).
-if [ "$status" -eq 0 ] && [ "$(uname -m)" = "x86_64" ]; then
-    RILL_TEST_BACKENDS=cpu RILL_NO_AVX2=1 cargo test --release --features cuda --test quant_roundtrip --test quant_vectors --test cpu_ops \
-        --test delta_rule --test e2e_fixtures "$@" 2>&1 | tee -a "$log" || status=$?
-fi
-# The wgpu kernels come in variants chosen from the adapter's features (subgroup reductions,
-# cooperative matrices): run the device tests again on the plain path (what browsers get) and the
-# fast-precision tests with the cooperative-matrix kernel emulated (lavapipe has no tensor cores),
-# on wgpu only, with the features of the build above (no second build). The plain pass also turns
-# naga's runtime checks back on (RILL_WGPU_SHADER_CHECKS=1), so every kernel runs both compiled
-# with and without them.
-if [ "$status" -eq 0 ]; then
-    device_tests=()
-    for f in tests/device_*.rs; do
-        device_tests+=(--test "$(basename "$f" .rs)")
+
+# The jobs: one test binary under one environment each. Lavapipe runs one device per process
+# (tests/common/mod.rs) and executes a small model's dispatches mostly on one core, so jobs run
+# side by side, RILL_TEST_JOBS at a time (default: the number of cores), longest first, each into
+# its own log. Extra arguments of this script go to every test binary (a name filter, say).
+labels=()
+envs=()
+cmds=()
+job() { # job LABEL "ENV=..." BINARY [ARGS...] (BINARY: a test target, or a command for `bash -c`)
+    labels+=("$1")
+    envs+=("$2")
+    local b=$3
+    shift 3
+    if [ "$b" = "-c" ]; then
+        cmds+=("$1")
+    else
+        local path
+        path=$(bin_of "$b")
+        if [ -z "$path" ]; then
+            echo "no test binary named $b" >&2
+            exit 1
+        fi
+        cmds+=("$(printf '%q ' "$path" "$@" "${extra[@]}")")
+    fi
+}
+extra=("$@")
+all_tests=$(awk '{ print $1 }' "$work/bins")
+device_tests=$(printf '%s\n' $all_tests | grep '^device_' || true)
+wgpu="RILL_TEST_BACKENDS=wgpu"
+# The wgpu kernels come in variants chosen from the adapter's features (src/backend/wgpu/caps.rs):
+# each variant lavapipe can run gets the device op tests and the end-to-end fixtures, with the
+# features of the build above (no second build).
+#  - plain: what browsers get (no subgroups), with naga's runtime checks back on
+#    (RILL_WGPU_SHADER_CHECKS=1) for the op tests, so every kernel runs compiled with and without
+#    them; its end-to-end run (a job of its own, the longest) without them, as the kernels ship.
+#  - the decode kernels' geometry knobs at their extremes: one row per invocation and one lane per
+#    row (no reduction) on the subgroup path; eight rows and a whole 256-invocation workgroup per
+#    row group (two-level reduction) on the plain path; both with the packed-integer-dot K-quant
+#    units (RILL_WGPU_MV_DOT=1, off by default on lavapipe, a CPU adapter). The MoE race test and
+#    the shared-expert cases (on wgpu, the trait's composition of the expert and matrix-vector
+#    kernels these passes already cover) are left to the other passes: no geometry knob changes them.
+#  - at most 8 storage buffers per kernel (browsers): the fused decode dispatches' fallbacks
+#    (matrix-vector groups of 3, the attention preparation in halves, the gates separate), by op
+#    test and end to end on one dense quantized row (every fallback of a layer), the MoE row and
+#    the prefill-then-decode split, with the packed-integer-dot units.
+#  - fast precision with the cooperative-matrix kernel emulated (lavapipe has no tensor cores).
+plain="$wgpu RILL_WGPU_PLAIN=1"
+mv_a="$wgpu RILL_WGPU_MV_DOT=1 RILL_WGPU_MV_WG=64 RILL_WGPU_MV_ROWS=1 RILL_WGPU_MV_LANES=1"
+mv_b="$wgpu RILL_WGPU_MV_DOT=1 RILL_WGPU_PLAIN=1 RILL_WGPU_MV_WG=256 RILL_WGPU_MV_ROWS=8 RILL_WGPU_MV_LANES=256"
+narrow="$wgpu RILL_WGPU_MAX_STORAGE=8"
+# Longest first (minutes on a 2-core machine, roughly): the end-to-end runs, the MoE and synth
+# suites, then the rest.
+job "e2e_fixtures" "" e2e_fixtures
+job "e2e_fixtures (plain)" "$plain" e2e_fixtures
+job "device_moe" "" device_moe
+job "synth_runs" "" synth_runs
+job "e2e_fixtures (8 bindings, dot)" "$narrow RILL_WGPU_MV_DOT=1" e2e_fixtures \
+    q4_k_m_matches moe_f16_matches prefill_then_decode
+job "device_moe (plain, checks)" "$plain RILL_WGPU_SHADER_CHECKS=1" device_moe
+job "device_moe (mv extremes a)" "$mv_a" device_moe --skip concurrent_callers --skip experts_shared
+job "device_moe (mv extremes b)" "$mv_b" device_moe --skip concurrent_callers --skip experts_shared
+for t in device_linear device_group; do
+    job "$t (mv extremes a)" "$mv_a" "$t"
+done
+job "device_linear (mv extremes b)" "$mv_b" device_linear
+job "prefix_cache" "" prefix_cache
+for t in $device_tests; do
+    [ "$t" = device_moe ] && continue
+    job "$t" "" "$t"
+    job "$t (plain, checks)" "$plain RILL_WGPU_SHADER_CHECKS=1" "$t"
+done
+for t in device_fused device_group; do
+    job "$t (8 bindings)" "$narrow" "$t"
+done
+job "device_fast (coop emulated)" "$wgpu RILL_WGPU_COOP_EMULATE=1" device_fast
+for t in $all_tests; do
+    case "$t" in device_* | e2e_fixtures | synth_runs | prefix_cache) continue ;; esac
+    job "$t" "" "$t"
+done
+# The CPU hot loops are compiled twice (AVX2 and baseline x86-64, chosen at run time): the numeric
+# tests again on the baseline path (the CPU backend only).
+if [ "$(uname -m)" = "x86_64" ]; then
+    for t in quant_roundtrip quant_vectors cpu_ops delta_rule e2e_fixtures; do
+        job "$t (baseline x86-64)" "RILL_TEST_BACKENDS=cpu RILL_NO_AVX2=1" "$t"
     done
-    RILL_TEST_BACKENDS=wgpu RILL_WGPU_PLAIN=1 RILL_WGPU_SHADER_CHECKS=1 cargo test --release --features cuda "${device_tests[@]}" --test e2e_fixtures "$@" 2>&1 \
-        | tee -a "$log" || status=$?
 fi
-# The decode kernels' geometry knobs (src/backend/wgpu/caps.rs) at their extremes: one row per
-# invocation and one lane per row (no reduction) on the subgroup path, eight rows and a whole
-# 256-invocation workgroup per row group (two-level reduction) on the plain path. (The MoE
-# concurrency test checks for races between callers, which no geometry knob changes: it ran above.)
-# Both with the packed-integer-dot K-quant units (RILL_WGPU_MV_DOT=1; off by default on lavapipe,
-# a CPU adapter, so the passes above run the f32 units).
-if [ "$status" -eq 0 ]; then
-    RILL_TEST_BACKENDS=wgpu RILL_WGPU_MV_DOT=1 RILL_WGPU_MV_WG=64 RILL_WGPU_MV_ROWS=1 RILL_WGPU_MV_LANES=1 \
-        cargo test --release --features cuda --test device_linear --test device_moe --test device_group "$@" \
-        -- --skip concurrent_callers 2>&1 | tee -a "$log" || status=$?
-fi
-if [ "$status" -eq 0 ]; then
-    RILL_TEST_BACKENDS=wgpu RILL_WGPU_MV_DOT=1 RILL_WGPU_PLAIN=1 RILL_WGPU_MV_WG=256 RILL_WGPU_MV_ROWS=8 \
-        RILL_WGPU_MV_LANES=256 \
-        cargo test --release --features cuda --test device_linear --test device_moe "$@" \
-        -- --skip concurrent_callers 2>&1 | tee -a "$log" || status=$?
-fi
-# The fused decode dispatches' fallbacks where a kernel may bind only WebGPU's guaranteed 8
-# storage buffers (browsers): matrix-vector groups of 3, the attention preparation in halves, the
-# gates separate; on the subgroup path here, the plain one (with the full fused set) ran above.
-# End to end, one dense row (a quantized file: every fallback of a layer) and the MoE row, by
-# prefill, decode and greedy, and the prefill-then-decode split (the other rows run the same
-# dispatches on other weight formats, which the op tests cover at this limit); the end-to-end
-# rows with the packed-integer-dot K-quant units (RILL_WGPU_MV_DOT=1).
-if [ "$status" -eq 0 ]; then
-    RILL_TEST_BACKENDS=wgpu RILL_WGPU_MAX_STORAGE=8 cargo test --release --features cuda --test device_fused --test device_group \
-        "$@" 2>&1 | tee -a "$log" || status=$?
-fi
-if [ "$status" -eq 0 ]; then
-    RILL_TEST_BACKENDS=wgpu RILL_WGPU_MAX_STORAGE=8 RILL_WGPU_MV_DOT=1 cargo test --release --features cuda --test e2e_fixtures "$@" -- \
-        q4_k_m_matches moe_f16_matches prefill_then_decode 2>&1 | tee -a "$log" || status=$?
-fi
-if [ "$status" -eq 0 ]; then
-    RILL_TEST_BACKENDS=wgpu RILL_WGPU_COOP_EMULATE=1 cargo test --release --features cuda --test device_fast "$@" 2>&1 \
-        | tee -a "$log" || status=$?
-fi
+# The CUDA weight decoders, compiled for the CPU, against ggml's dequantization (seconds; the
+# whole-kernel emulation, dev/cuda/emulate.sh, runs before every GPU job in scripts/pack-gpu.sh).
+job "dev/cuda/check_formats.sh" "" -c "bash dev/cuda/check_formats.sh"
+
 # `rill serve` against the real OpenAI Python client (tests/server): the pinned client goes into a
-# git-ignored virtual environment, made again whenever the pins change. `cargo test` above built
+# git-ignored virtual environment, made again whenever the pins change. The build above made
 # target/release/rill.
-py_passed=0
-py_failed=0
-if [ "$status" -eq 0 ]; then
-    venv=.venv-test
+server_tests() {
+    local venv=.venv-test
     if ! cmp -s tests/server/requirements.txt "$venv/requirements.txt" 2>/dev/null; then
-        echo "installing the server test requirements into $venv" >&2
+        echo "installing the server test requirements into $venv"
         rm -rf "$venv"
         if ! python3 -m venv "$venv" 2>/dev/null; then
             # Debian's python3 ships venv support separately.
-            sudo=""
+            local sudo=""
             [ "$(id -u)" -eq 0 ] || sudo=sudo
             $sudo apt-get update -qq
             DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq python3-venv >/dev/null
@@ -123,26 +170,70 @@ if [ "$status" -eq 0 ]; then
         "$venv/bin/pip" install -q --disable-pip-version-check -r tests/server/requirements.txt
         cp tests/server/requirements.txt "$venv/requirements.txt"
     fi
-    pylog=$(mktemp)
-    RILL_BIN=target/release/rill "$venv/bin/python" -m pytest tests/server -q -p no:cacheprovider 2>&1 | tee "$pylog" || status=$?
-    summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed)' "$pylog" | tail -1 || true)
-    py_passed=$(echo "$summary" | grep -Eo '[0-9]+ passed' | grep -Eo '[0-9]+' || echo 0)
-    py_failed=$(echo "$summary" | grep -Eo '[0-9]+ failed' | grep -Eo '[0-9]+' || echo 0)
-    rm -f "$pylog"
-fi
+    RILL_BIN=target/release/rill "$venv/bin/python" -m pytest tests/server -q -p no:cacheprovider
+}
+export -f server_tests
+job "tests/server (pytest)" "" -c server_tests
 # The browser demo in headless Chromium (web/test.sh installs Chromium, playwright-core and the
-# wasm tools it needs; each of its checks prints one "[web-test] ok" or "[web-test] FAIL" line).
-web_passed=0
-web_failed=0
-if [ "$status" -eq 0 ]; then
-    weblog=$(mktemp)
-    RILL_CARGO_FEATURES=cuda bash web/test.sh 2>&1 | tee "$weblog" || status=$?
-    web_passed=$(grep -c '^\[web-test\] ok' "$weblog" || true)
-    web_failed=$(grep -c '^\[web-test\] FAIL' "$weblog" || true)
-    rm -f "$weblog"
-fi
-# One closing line for the whole run: the sum over every test binary, the server tests and the
-# browser checks.
+# wasm tools it needs, builds the page and prints one "[web-test] ok" or "[web-test] FAIL" line
+# per check). First in line: its downloads and builds overlap the lavapipe jobs.
+labels=("web/test.sh (browser)" "${labels[@]}")
+envs=("RILL_CARGO_FEATURES=cuda" "${envs[@]}")
+cmds=("bash web/test.sh" "${cmds[@]}")
+
+run_job() { # run_job INDEX: the job's output into its log, its exit status and seconds beside it
+    local i=$1 start=$SECONDS rc=0
+    env ${envs[$i]} bash -c "${cmds[$i]}" >"$work/job$i.log" 2>&1 </dev/null || rc=$?
+    echo "$rc $((SECONDS - start))" >"$work/job$i.rc"
+}
+width=${RILL_TEST_JOBS:-$(nproc 2>/dev/null || echo 2)}
+n=${#labels[@]}
+echo "running $n test jobs, $width at a time" >&2
+done_jobs=0
+report() { # the jobs that ended since the last call, one line each
+    local i
+    for ((i = 0; i < n; i++)); do
+        if [ -f "$work/job$i.rc" ] && [ ! -f "$work/job$i.told" ]; then
+            touch "$work/job$i.told"
+            done_jobs=$((done_jobs + 1))
+            read -r rc secs <"$work/job$i.rc"
+            local result
+            result=$(grep -E '^test result:' "$work/job$i.log" | tail -1 | sed 's/; finished in.*//' || true)
+            [ "$rc" -eq 0 ] || result="FAILED (exit $rc) ${result}"
+            printf '[%2d/%d] %4ss  %-42s %s\n' "$done_jobs" "$n" "$secs" "${labels[$i]}" "${result:-ok}" >&2
+        fi
+    done
+}
+for ((i = 0; i < n; i++)); do
+    while [ "$(jobs -rp | wc -l)" -ge "$width" ]; do
+        wait -n || true
+        report
+    done
+    run_job "$i" &
+done
+while [ "$(jobs -rp | wc -l)" -gt 0 ]; do
+    wait -n || true
+    report
+done
+report
+# Every job's output into the run's log (a failing job's in full on the terminal, at the end).
+for ((i = 0; i < n; i++)); do
+    rc=1 secs="?"
+    [ -f "$work/job$i.rc" ] && read -r rc secs <"$work/job$i.rc"
+    { echo "== ${labels[$i]}: exit $rc, ${secs} s"; cat "$work/job$i.log"; } >>"$log"
+    if [ "$rc" -ne 0 ]; then
+        status=1
+        echo "== ${labels[$i]} failed (exit $rc); its output:"
+        cat "$work/job$i.log"
+    fi
+done
+# One closing line for the whole run: the sum over every test binary (`test result:` lines), the
+# server tests (pytest's summary line) and the browser checks.
+py_summary=$(grep -E '^(=+ )?[0-9]+ (passed|failed)' "$log" | tail -1 || true)
+py_passed=$(echo "$py_summary" | grep -Eo '[0-9]+ passed' | grep -Eo '[0-9]+' || echo 0)
+py_failed=$(echo "$py_summary" | grep -Eo '[0-9]+ failed' | grep -Eo '[0-9]+' || echo 0)
+web_passed=$(grep -c '^\[web-test\] ok' "$log" || true)
+web_failed=$(grep -c '^\[web-test\] FAIL' "$log" || true)
 passed=$(grep -Eo '^test result: .* ([0-9]+) passed' "$log" | grep -Eo '[0-9]+ passed' |
     awk -v p="$((py_passed + web_passed))" '{s+=$1} END {print s+p}')
 failed=$(grep -Eo '; ([0-9]+) failed' "$log" | grep -Eo '[0-9]+' |

@@ -49,7 +49,7 @@ if ! have_bindgen; then
     rm -rf "$root/web/.tools/target"
 fi
 
-# No debug info in the wasm (the release profile keeps it for native profiling).
+# No debug info in the wasm, whatever the caller sets for native profiling.
 CARGO_PROFILE_RELEASE_DEBUG=0 cargo rustc --release --lib --crate-type cdylib \
     --target wasm32-unknown-unknown --no-default-features --features web
 wasm="target/wasm32-unknown-unknown/release/rill.wasm"
