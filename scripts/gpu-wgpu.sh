@@ -14,7 +14,7 @@
 #      70-token prefill, and 8 tokens decoded through recorded steps);
 #   4. RILL_PROFILE=1 decode runs (per-kernel GPU time and GB/s) of 9B q4_k_m and 35B-A3B, a
 #      9B q4_k_m decode with the tuning knobs (RILL_WGPU_FUSE, RILL_WGPU_MV_WG,
-#      RILL_WGPU_SUBMIT_EVERY) moved, a
+#      RILL_WGPU_SUBMIT_EVERY) moved, 35B-A3B decode with RILL_WGPU_MOE_SHARED=0, a
 #      Fast prefill profile of 9B q4_k_m, and 9B q4_k_m on the plain kernels (RILL_WGPU_PLAIN=1);
 #   5. a summary, printed last.
 # Everything lands in ONE file, $OUT/wgpu.tar.gz (logs, bench JSON, profiles, summary.txt),
@@ -237,6 +237,9 @@ RILL_WGPU_SHADER_CHECKS=1 bench qwen3.5-9b q4_k_m checks 30 -p 102 -n 64 -r 1
 RILL_WGPU_SUBMIT_EVERY=256 bench qwen3.5-9b q4_k_m submit256 30 -p "" -n 64 -r 1
 RILL_WGPU_MV_DOT=1 bench qwen3.5-9b q4_k_m dot 30 -p "" -n 64 -r 1
 RILL_WGPU_MV_DOT=1 bench qwen3.5-35b-a3b q4_k_m dot 30 -p "" -n 64 -r 1
+# The MoE shared expert in dispatches of its own (RILL_WGPU_MOE_SHARED=0), against the default
+# (inside the routed experts' two dispatches): 35B-A3B decode.
+RILL_WGPU_MOE_SHARED=0 bench qwen3.5-35b-a3b q4_k_m noshared 30 -p "" -n 64 -r 1
 save
 # After the numbers: the plain path's tests (the kernels browsers run), then its speed.
 plain_tests

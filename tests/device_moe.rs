@@ -674,6 +674,27 @@ fn experts_shared_mixed_formats_match_cpu() {
     }
 }
 
+/// Decode shapes the cases above miss, where a backend runs the shared expert as expert k of
+/// k + 1: one token routed to 8 of 128 experts in a Q4_K_M MoE's formats (Q4_K gate and up, Q4_K
+/// or Q6_K down, the shared expert's the same), and plain floats whose rows are whole units of 8
+/// but fill no workgroup's rows (d = 40, n_ff = 24).
+#[test]
+fn experts_shared_decode_shapes_match_cpu() {
+    use GgmlType::*;
+    for p in Both::each() {
+        for down in [Q4K, Q6K] {
+            let tys = [Some(Q4K), Some(Q4K), Some(down)];
+            shared_case(&p, tys, tys, 128, 8, 256, 512, 512, 1);
+        }
+        shared_case(&p, [Some(Q4K); 3], [Some(Q4K); 3], 64, 8, 512, 256, 256, 2);
+        for ty in [Some(F32), None] {
+            for t in [1, 2, 4] {
+                shared_case(&p, [ty; 3], [ty; 3], 5, 3, 40, 24, 24, t);
+            }
+        }
+    }
+}
+
 /// The rules of `moe_experts_shared` (`backend/check.rs`), on every backend.
 #[test]
 fn shared_contract_errors_are_reported() {

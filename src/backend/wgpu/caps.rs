@@ -9,6 +9,7 @@
 //! | `matmul_group` of up to 4 (3) same-format products in one decode dispatch (`matvec_group.wgsl`) | 9 (7) storage buffers per stage | one dispatch per product |
 //! | `gdn_conv_gates` in one dispatch (`gdn_conv_gates.wgsl`) | 10 storage buffers per stage | `gdn_gates` + `conv1d_silu_l2qk` |
 //! | `attn_qk_prep` in one dispatch (`attn_qk_prep.wgsl`) | 11 storage buffers per stage | q and k/v halves (`attn_prep_q.wgsl`, `attn_prep_kv.wgsl`; 7), else the six separate ops |
+//! | a decode MoE layer's shared expert inside the routed experts' dispatches, the weighted sum inside the down products (`moe_swiglu_sh.wgsl` + `moe_down_sh.wgsl`) | 7 storage buffers per stage; not `RILL_WGPU_MOE_SHARED=0` | `moe_experts` (gate, up, down, `moe_combine`) + `matmul_swiglu` + `matmul` + `sigmoid_scale_add` |
 //!
 //! Tuning knobs, for measuring on a new GPU without a rebuild (`scripts/gpu-wgpu-mv-sweep.sh`):
 //! the matrix-vector geometry, `RILL_WGPU_MV_WG` (invocations per workgroup: 64, 128 or 256;
@@ -17,7 +18,7 @@
 //! 32, fewer for short rows), and `RILL_WGPU_SUBMIT_EVERY` (dispatches per submission, 1..=256;
 //! default 64). Values the kernels do not take keep the default. `RILL_WGPU_FUSE=0` turns the
 //! fused decode dispatches of the table above off (one dispatch per product and per step, as
-//! before them), to measure what they gain. `RILL_WGPU_MV_DOT=1` (or `0`) turns the Q4_K and Q6_K
+//! before them), to measure what they gain; `RILL_WGPU_MOE_SHARED=0` only the MoE shared expert's. `RILL_WGPU_MV_DOT=1` (or `0`) turns the Q4_K and Q6_K
 //! decode products on packed integer dot products on (off). They are off by default: an input
 //! that no RMS norm writes costs one more dispatch (`mv_dot_prep`, ~11 us on the H200), and the
 //! norms' own preparation (`*_rms_norm_dot`, one workgroup per row) costs ~5-8 us more per norm,
@@ -240,6 +241,9 @@ pub(crate) struct Caps {
     pub mv_group: u32,
     /// `gdn_conv_gates` as one dispatch.
     pub fused_gates: bool,
+    /// A decode MoE layer's shared expert as one more expert per token inside the routed
+    /// experts' dispatches (`moe_swiglu_sh` + `moe_down_sh`); off: the trait's composition.
+    pub moe_shared: bool,
     /// How `attn_qk_prep` runs.
     pub prep: Prep,
     /// Invocations per matrix-vector workgroup (WGSL `MV_WG`).
@@ -287,6 +291,8 @@ pub(crate) struct Overrides {
     pub shader_checks: bool,
     /// `RILL_WGPU_FUSE=0`: no fused decode dispatches.
     pub no_fuse: bool,
+    /// `RILL_WGPU_MOE_SHARED=0`: the MoE shared expert in dispatches of its own (for A/B runs).
+    pub no_moe_shared: bool,
     /// `RILL_WGPU_MAX_STORAGE=N`: pretend the adapter allows only N storage buffers per kernel.
     pub max_storage: Option<u32>,
     /// `RILL_WGPU_COOP`, `RILL_WGPU_COOP_TILE`, `RILL_WGPU_COOP_BUF`, `RILL_WGPU_COOP_DIRECT`
@@ -323,6 +329,7 @@ impl Overrides {
             submit_every: env_num("RILL_WGPU_SUBMIT_EVERY").and_then(|v| u32::try_from(v).ok()),
             shader_checks: env_flag("RILL_WGPU_SHADER_CHECKS"),
             no_fuse: std::env::var_os("RILL_WGPU_FUSE").is_some_and(|v| v == "0"),
+            no_moe_shared: std::env::var_os("RILL_WGPU_MOE_SHARED").is_some_and(|v| v == "0"),
             max_storage: env_num("RILL_WGPU_MAX_STORAGE").and_then(|v| u32::try_from(v).ok()),
             coop_kernel: env_num("RILL_WGPU_COOP").and_then(|v| u32::try_from(v).ok()),
             coop_tile: std::env::var("RILL_WGPU_COOP_TILE")
@@ -487,6 +494,7 @@ impl Caps {
             max_storage,
             mv_group,
             fused_gates: fits(kernels::GATES_BINDINGS),
+            moe_shared: !ov.no_moe_shared && fits(kernels::MOE_SH_BINDINGS),
             prep,
             mv_wg,
             mv_rows: ov
@@ -582,6 +590,9 @@ impl Caps {
         }
         if self.fused_gates {
             parts.push("gates".to_string());
+        }
+        if self.moe_shared {
+            parts.push("moe shared expert".to_string());
         }
         match self.prep {
             Prep::One => parts.push("prep in 1".to_string()),

@@ -108,6 +108,10 @@ pub(crate) const fn mv_group_bindings(n: u32) -> u32 {
 /// MoE: most experts per token, most experts in all (`moe_route` keeps them in workgroup memory).
 pub(crate) const MOE_MAX_K: u32 = 16;
 pub(crate) const MOE_MAX_E: u32 = 2048;
+/// Storage buffers of each kernel of the MoE experts with the shared expert among them
+/// (`moe_swiglu_sh`: four weights, ids, x, hidden rows; `moe_down_sh`: two weights, ids, weights,
+/// gate logits, hidden rows, out).
+pub(crate) const MOE_SH_BINDINGS: u32 = 7;
 /// Invocations per workgroup of `mv_dot_prep.wgsl` (one per 32-element block of x), and the
 /// vec4s of one quantized block (three int8 planes of 8 words, then scale and sums).
 pub(crate) const MVD_WG: u32 = 64;
@@ -204,6 +208,8 @@ enum Weights {
     Two,
     /// `W0` .. `W{n-1}`, each with its output, selected by `wsel` (`group_io`).
     Group(u32),
+    /// `W`, `W2`, `W3` and `W4`, selected by `wsel` (`lib_w4.wgsl`).
+    Four,
 }
 
 /// Declares `Kernel` and the list of all its values (`ALL`, in discriminant order) from one list.
@@ -269,6 +275,8 @@ kernels! {
     DeltaRecurrent,
     DeltaChunkPrep,
     DeltaChunkState,
+    MoeSwigluSh,
+    MoeDownSh,
 }
 
 struct Spec {
@@ -326,6 +334,7 @@ const PREP_Q: &str = wgsl!("lib_prep_q");
 const PREP_KV: &str = wgsl!("lib_prep_kv");
 const TILE_IO: &str = wgsl!("lib_tile_io");
 const MOE_IO: &str = wgsl!("lib_moe_io");
+const MOE_SH: &str = wgsl!("lib_moe_sh");
 const DELTA_ROWS_SG: &str = wgsl!("lib_delta_rows_sg");
 const DELTA_ROWS_PLAIN: &str = wgsl!("lib_delta_rows_plain");
 
@@ -426,6 +435,12 @@ impl Kernel {
             }
             Kernel::DeltaChunkPrep => spec("delta_rule_chunk_prep", wgsl!("delta_rule_chunk_prep"), None, false),
             Kernel::DeltaChunkState => spec("delta_rule_chunk_state", wgsl!("delta_rule_chunk_state"), None, false),
+            Kernel::MoeSwigluSh => spec("moe_swiglu_sh", wgsl!("moe_swiglu_sh"), Four, false)
+                .mv()
+                .with(&[MOE_SH]),
+            Kernel::MoeDownSh => spec("moe_down_sh", wgsl!("moe_down_sh"), Two, false)
+                .mv()
+                .with(&[MOE_SH]),
         }
     }
 
@@ -539,6 +554,7 @@ const COMMON: &str = wgsl!("common");
 const W_ACCESS: &str = wgsl!("lib_weights");
 const W_ONE: &str = wgsl!("lib_w1");
 const W_TWO: &str = wgsl!("lib_w2");
+const W_FOUR: &str = wgsl!("lib_w4");
 const KQUANT: &str = wgsl!("lib_kquant");
 const DEQ8_GENERIC: &str = wgsl!("lib_deq8_generic");
 const MV_GENERIC: &str = wgsl!("lib_mv_generic");
@@ -613,6 +629,7 @@ pub(crate) fn source(kernel: Kernel, fmt: Option<GgmlType>, caps: &Caps) -> Resu
                 format(ty).ok_or_else(|| gpu_err(format!("weight type {ty} is not supported by the wgpu backend")))?;
             match w {
                 Weights::Two => src.push_str(W_TWO),
+                Weights::Four => src.push_str(W_FOUR),
                 Weights::Group(n) => src.push_str(&group_io(n)),
                 _ => src.push_str(W_ONE),
             }
@@ -869,8 +886,8 @@ mod tests {
             }
             assert_eq!(
                 checked,
-                6 * 16,
-                "matvec, matvec_swiglu, the three matvec_groups, moe_matvec in every format"
+                8 * 16,
+                "matvec, matvec_swiglu, the three matvec_groups, moe_matvec, moe_swiglu_sh, moe_down_sh in every format"
             );
         }
     }
@@ -917,6 +934,9 @@ mod tests {
             assert_eq!(storage(Kernel::AttnQkPrep, None), PREP_BINDINGS);
             assert_eq!(storage(Kernel::AttnPrepQ, None), 5);
             assert_eq!(storage(Kernel::AttnPrepKv, None), PREP_HALF_BINDINGS);
+            for k in [Kernel::MoeSwigluSh, Kernel::MoeDownSh] {
+                assert_eq!(storage(k, Some(GgmlType::Q4K)), MOE_SH_BINDINGS, "{k:?}");
+            }
         }
         assert_eq!(Kernel::matvec_group(1), None);
         assert_eq!(Kernel::matvec_group(5), None);

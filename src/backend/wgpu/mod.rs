@@ -17,8 +17,8 @@ mod web;
 use std::sync::{Arc, Mutex};
 
 use crate::backend::{
-    check, AttnDims, AttnPrep, Backend, BackendOptions, DType, GdnDims, GdnGates, Pos, Precision, StepMode, Tensor,
-    WeightData, WeightUpload,
+    check, AttnDims, AttnPrep, Backend, BackendOptions, DType, GdnDims, GdnGates, Pos, Precision, SharedExpert,
+    StepMode, Tensor, WeightData, WeightUpload,
 };
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
@@ -493,6 +493,22 @@ impl Backend for WgpuBackend {
         out: &Tensor,
     ) -> Result<()> {
         ops::moe_experts(self, x, gate_exps, up_exps, down_exps, ids, weights, out)
+    }
+    fn moe_experts_shared(
+        &self,
+        x: &Tensor,
+        gate_exps: &Tensor,
+        up_exps: &Tensor,
+        down_exps: &Tensor,
+        ids: &Tensor,
+        weights: &Tensor,
+        sh: SharedExpert<'_>,
+        out: &Tensor,
+    ) -> Result<()> {
+        if ops::moe_experts_shared(self, x, gate_exps, up_exps, down_exps, ids, weights, sh, out)? {
+            return Ok(());
+        }
+        crate::backend::moe_experts_shared_composed(self, x, gate_exps, up_exps, down_exps, ids, weights, sh, out)
     }
     fn argmax(&self, logits: &Tensor, out: &Tensor) -> Result<()> {
         ops::argmax(self, logits, out)

@@ -6,11 +6,16 @@
 //! `h = silu(gate) · up`, down projection into `y [T·k, d]`, and the weighted sum over each
 //! token's slots into `out`. The projections of long rows use the matrix-vector units of
 //! `matvec.wgsl` (`moe_matvec.wgsl`), those of short rows one invocation per row (`moe_rows.wgsl`).
+//!
+//! `moe_experts_shared` at decode is two dispatches: the shared expert is entry k of each token's
+//! k + 1, its gate and up products among the routed experts' (`moe_swiglu_sh.wgsl`, gate, up and
+//! SwiGLU in one pass), its down product in each token's weighted sum, which the down dispatch
+//! makes itself (`moe_down_sh.wgsl`): two dependent dispatches per MoE layer instead of seven.
 
-use super::{pieces, row_bytes, u32_of, weight_type, MATMUL_ROWS_MAX_IN};
+use super::{pieces, row_bytes, u32_of, weight_type, Piece, MATMUL_ROWS_MAX_IN};
 use crate::backend::wgpu::kernels::{self, Kernel, ELT_WG, MM_ROWS_WG, MOE_MAX_E, MOE_MAX_K};
 use crate::backend::wgpu::{gpu_err, WgpuBackend};
-use crate::backend::{check, DType, Tensor};
+use crate::backend::{check, DType, SharedExpert, Tensor};
 use crate::error::Result;
 
 /// Most experts per token (`moe_route.wgsl`/`moe_combine.wgsl` keep per-slot workgroup arrays).
@@ -150,4 +155,147 @@ pub(crate) fn moe_experts(
         &[ids.into(), weights.into(), (&y).into(), out.into()],
         [gx, gy, 1],
     )
+}
+
+/// Most tokens `moe_experts_shared` runs with the shared expert among the routed experts: decode
+/// batches. A prompt's shared expert takes the composition's tiled products, which read its
+/// weights once for all tokens rather than once per token.
+const SHARED_MAX_T: usize = 4;
+
+/// `moe_experts_shared` with the shared expert as one more expert per token (the module's
+/// notes): `moe_swiglu_sh` into hidden rows, then `moe_down_sh` into `out`. The routed experts'
+/// hidden rows are bit for bit `moe_experts`'; the down sums add the routed and shared terms in
+/// slot order inside one reduction (another rounding order, within the matrix-vector bound, as
+/// the shared expert's own products are: tests/device_moe.rs `experts_shared_*`). Taken for a
+/// decode batch whose shared expert has the routed experts' hidden width and, per projection,
+/// their format (gate and up one format), rows of whole matrix-vector units, and every weight in
+/// one binding; `Ok(false)` otherwise (nothing done: the caller composes the plain ops).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn moe_experts_shared(
+    be: &WgpuBackend,
+    x: &Tensor,
+    gate_exps: &Tensor,
+    up_exps: &Tensor,
+    down_exps: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    sh: SharedExpert<'_>,
+    out: &Tensor,
+) -> Result<bool> {
+    let op = "moe_experts_shared";
+    let (m, n_ff_sh) = check::moe_experts_shared(x, gate_exps, up_exps, down_exps, ids, weights, sh, out)?;
+    let check::MoeDims {
+        t: n_tok,
+        d,
+        n_exp,
+        n_ff,
+        k,
+    } = m;
+    if !be.caps.moe_shared
+        || !(1..=SHARED_MAX_T).contains(&n_tok)
+        || !(1..=MAX_K).contains(&k)
+        || d == 0
+        || n_ff == 0
+        || n_ff_sh != n_ff
+    {
+        return Ok(false);
+    }
+    let gty = weight_type(op, gate_exps.dtype)?;
+    let dty = weight_type(op, down_exps.dtype)?;
+    for (w, ty) in [(up_exps, gty), (sh.gate, gty), (sh.up, gty), (sh.down, dty)] {
+        if weight_type(op, w.dtype)? != ty {
+            return Ok(false);
+        }
+    }
+    let (g_unit, d_unit) = (kernels::mv_unit(gty), kernels::mv_unit(dty));
+    if !d.is_multiple_of(g_unit) || !n_ff.is_multiple_of(d_unit) {
+        return Ok(false);
+    }
+    let (g_rb, d_rb) = (row_bytes(op, gty, d)?, row_bytes(op, dty, n_ff)?);
+    // The kernels tell the shared expert's matrices from the routed ones by binding, so each
+    // weight must be one binding.
+    let one = |w: &Tensor, rows: usize, rb: u64| -> Result<Option<Piece>> {
+        let mut p = pieces(&be.caps, op, w, rows, rb)?;
+        Ok(match (p.next(), p.next()) {
+            (Some(first), None) => Some(first),
+            _ => None,
+        })
+    };
+    let (e_ff, e_d) = (n_exp.saturating_mul(n_ff), n_exp.saturating_mul(d));
+    let (Some(pg), Some(pu), Some(psg), Some(psu), Some(pd), Some(psd)) = (
+        one(gate_exps, e_ff, g_rb)?,
+        one(up_exps, e_ff, g_rb)?,
+        one(sh.gate, n_ff, g_rb)?,
+        one(sh.up, n_ff, g_rb)?,
+        one(down_exps, e_d, d_rb)?,
+        one(sh.down, d, d_rb)?,
+    ) else {
+        return Ok(false);
+    };
+    let entries = n_tok * (k + 1);
+    for (what, v) in [
+        ("x", x.numel()),
+        ("h", entries.saturating_mul(n_ff)),
+        ("out", out.numel()),
+        ("experts", n_exp),
+    ] {
+        u32_of(op, what, v)?;
+    }
+    let mut enc = be.encoder()?;
+    let h = enc.scratch("moe_h", DType::F32, &[entries, n_ff])?;
+    // Parameters (lib_moe_sh.wgsl) and workgroups of a projection of `rows` rows of `cols`
+    // elements, rb bytes each, for `n` entries or tokens, whose row groups' lanes stride over
+    // `runs` rows' units (the down products run every entry's row of a token in one stride).
+    let geometry = |rows: usize, cols: usize, unit: usize, rb: u64, n: usize, runs: usize| {
+        let lanes = kernels::mv_lanes(&be.caps, cols / unit * runs);
+        let row_groups = (rows as u32).div_ceil(kernels::mv_rows_per_wg(&be.caps, lanes));
+        let n_wg = (n as u32)
+            .checked_mul(row_groups)
+            .ok_or_else(|| gpu_err(format!("{op}: too many workgroups")))?;
+        let params = [
+            n_tok as u32,
+            k as u32,
+            n_exp as u32,
+            rows as u32,
+            cols as u32,
+            u32_of(op, "row bytes", rb as usize)?,
+            row_groups,
+            (cols / unit) as u32,
+            lanes,
+        ];
+        Ok::<_, crate::error::Error>((params, be.grid(n_wg)))
+    };
+    let (params, [gx, gy]) = geometry(n_ff, d, g_unit, g_rb, entries, 1)?;
+    enc.run(
+        Kernel::MoeSwigluSh,
+        Some(gty),
+        &params,
+        &[
+            pg.bind(gate_exps),
+            pu.bind(up_exps),
+            psg.bind(sh.gate),
+            psu.bind(sh.up),
+            ids.into(),
+            x.into(),
+            (&h).into(),
+        ],
+        [gx, gy, 1],
+    )?;
+    let (params, [gx, gy]) = geometry(d, n_ff, d_unit, d_rb, n_tok, k + 1)?;
+    enc.run(
+        Kernel::MoeDownSh,
+        Some(dty),
+        &params,
+        &[
+            pd.bind(down_exps),
+            psd.bind(sh.down),
+            ids.into(),
+            weights.into(),
+            sh.gate_logit.into(),
+            (&h).into(),
+            out.into(),
+        ],
+        [gx, gy, 1],
+    )?;
+    Ok(true)
 }
