@@ -96,9 +96,9 @@ if [ -z "${SKIP_TESTS:-}" ]; then
         run_test 45 "$t" subgroup
     done
     run_test 45 device_fast fast
-    # The packed-integer-dot K-quant decode products (off by default; caps.rs).
+    # The f32 K-quant decode units (the packed-integer-dot ones are the default here; caps.rs).
     for t in device_linear device_group e2e_fixtures; do
-        run_test 45 "$t" dot RILL_WGPU_MV_DOT=1
+        run_test 45 "$t" nodot RILL_WGPU_MV_DOT=0
     done
 else
     plain_tests() { :; }
@@ -235,8 +235,8 @@ profile qwen3.5-35b-a3b q4_k_m decode 40 -p "" -n 32
 RILL_WGPU_FUSE=0 bench qwen3.5-9b q4_k_m nofuse 30 -p "" -n 64 -r 1
 RILL_WGPU_SHADER_CHECKS=1 bench qwen3.5-9b q4_k_m checks 30 -p 102 -n 64 -r 1
 RILL_WGPU_SUBMIT_EVERY=256 bench qwen3.5-9b q4_k_m submit256 30 -p "" -n 64 -r 1
-RILL_WGPU_MV_DOT=1 bench qwen3.5-9b q4_k_m dot 30 -p "" -n 64 -r 1
-RILL_WGPU_MV_DOT=1 bench qwen3.5-35b-a3b q4_k_m dot 30 -p "" -n 64 -r 1
+RILL_WGPU_MV_DOT=0 bench qwen3.5-9b q4_k_m nodot 30 -p "" -n 64 -r 1
+RILL_WGPU_MV_DOT=0 bench qwen3.5-35b-a3b q4_k_m nodot 30 -p "" -n 64 -r 1
 # The MoE shared expert in dispatches of its own (RILL_WGPU_MOE_SHARED=0), against the default
 # (inside the routed experts' two dispatches): 35B-A3B decode.
 RILL_WGPU_MOE_SHARED=0 bench qwen3.5-35b-a3b q4_k_m noshared 30 -p "" -n 64 -r 1

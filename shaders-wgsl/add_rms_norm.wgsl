@@ -1,6 +1,7 @@
 // The residual add and the next RMSNorm in one pass: acc += x; out = rms_norm(acc; w), over
-// groups of d = w.len(); the kernel is lib_norm.wgsl's. Each invocation updates and then reads
-// back only its own strided elements of acc, so working in place needs no extra barrier.
+// groups of d = w.len(); the kernel is lib_norm.wgsl's. acc is updated in place: the plain second
+// pass reads back only the elements its invocation updated, the packed-dot one (whose elements
+// another invocation updated) first waits on a storage barrier (lib_norm_dot.wgsl).
 
 @group(0) @binding(1) var<storage, read_write> acc: array<f32>;
 @group(0) @binding(2) var<storage, read> x: array<f32>;
@@ -19,6 +20,6 @@ fn norm_value(i: u32) -> f32 {
     return acc[i];
 }
 
-fn norm_store(i: u32, y: f32) {
-    out[i] = y;
+fn norm_gate(i: u32, y: f32) -> f32 {
+    return y;
 }

@@ -1,6 +1,7 @@
 // x quantized for the packed-integer-dot matrix-vector units (lib_mv_dot.wgsl; RILL_WGPU_MV_DOT,
-// caps.rs), one call per block of 32 elements (mv_dot_prep.wgsl,
-// or a norm writing its output's planes, lib_norm_dot.wgsl). With s a power of two such that
+// caps.rs), per block of 32 elements: the format, defined once here for both writers (mv_dot_prep.wgsl,
+// one invocation per block; a norm writing its output's planes, lib_norm_dot.wgsl, eight
+// invocations per block, each with 4 elements). With s a power of two such that
 // max|x| / s is in (63.5, 127] (so x / s is exact), three signed-byte planes
 //   a = round(x / s), b = round((x / s - a) * 254), c = round(((x / s - a) * 254 - b) * 254)
 // give x = s (a + b / 254 + c / 254^2) + e with |e| <= s (0.5 + 2^-17) / 254^2, below
@@ -10,7 +11,6 @@
 // Output block (XQ_VEC4 = 7 vec4s): plane a (elements 0..15, 16..31), plane b, plane c, then
 // (s, sum of elements 0..15, sum of 16..31, 0) as f32 bits, the sums taken in the order of
 // mv_xsum (lib_mv_unit.wgsl) so the Q4_K min term is what the f32 unit computes.
-// The including file defines `xp_load(v)`, vec4 v of x, and `xp_store(v, q)`, vec4 v of the planes.
 
 // Four signed values (each in [-127, 127)) as the bytes of a word, element 0 in byte 0.
 fn pack_i8(v: vec4<f32>) -> u32 {
@@ -29,40 +29,33 @@ fn planes4(t: vec4<f32>) -> vec3<u32> {
     return vec3<u32>(pack_i8(a), pack_i8(b), pack_i8(c));
 }
 
-// Block `blk` of x (elements 32 blk ..) into vec4s XQ_VEC4 blk .. of the planes.
-fn dot_prep_block(blk: u32) {
-    let i = 8u * blk;
-    var m4 = vec4<f32>(0.0);
-    for (var k = 0u; k < 8u; k++) {
-        m4 = max(m4, abs(xp_load(i + k)));
-    }
-    let m = max(max(m4.x, m4.y), max(m4.z, m4.w));
+// The block's scale word (what the products read as s) and 1 / s, from m = max|x| of the block.
+struct XpScale {
+    word: u32,
+    inv: f32,
+}
+
+fn xp_scale(m: f32) -> XpScale {
     // s = 2^(E - 6) for m in [2^E, 2^(E + 1)), doubled where m / s > 127; at least 2^-126 (a
     // normal float, so 1 / s is one too). Built from exponent bits: exact, unlike exp2/log2.
     var se = max(i32((bitcast<u32>(m) >> 23u) & 0xffu) - 6, 1);
     if (m * bitcast<f32>(u32(254 - se) << 23u) > 127.0) {
         se += 1;
     }
-    let s = bitcast<f32>(u32(se) << 23u);
-    let inv = bitcast<f32>(u32(254 - se) << 23u);
-    let o = XQ_VEC4 * blk;
-    var sums = vec2<f32>(0.0);
-    for (var h = 0u; h < 2u; h++) {
-        let x0 = xp_load(i + 4u * h);
-        let x1 = xp_load(i + 4u * h + 1u);
-        let x2 = xp_load(i + 4u * h + 2u);
-        let x3 = xp_load(i + 4u * h + 3u);
-        let p0 = planes4(x0 * inv);
-        let p1 = planes4(x1 * inv);
-        let p2 = planes4(x2 * inv);
-        let p3 = planes4(x3 * inv);
-        xp_store(o + h, vec4<u32>(p0.x, p1.x, p2.x, p3.x));
-        xp_store(o + 2u + h, vec4<u32>(p0.y, p1.y, p2.y, p3.y));
-        xp_store(o + 4u + h, vec4<u32>(p0.z, p1.z, p2.z, p3.z));
-        sums[h] = dot(x0 + x1 + x2 + x3, vec4<f32>(1.0));
-    }
     // An infinite or NaN element: the block's scale is m itself, so every product with it is
     // infinite or NaN as in f32 (its planes are meaningless).
     let bad = (bitcast<u32>(m) & 0x7f800000u) == 0x7f800000u;
-    xp_store(o + 6u, vec4<u32>(bitcast<u32>(select(s, m, bad)), bitcast<u32>(sums.x), bitcast<u32>(sums.y), 0u));
+    return XpScale(select(u32(se) << 23u, bitcast<u32>(m), bad), bitcast<f32>(u32(254 - se) << 23u));
+}
+
+// The largest |element| of 4.
+fn xp_absmax(x: vec4<f32>) -> f32 {
+    let a = abs(x);
+    return max(max(a.x, a.y), max(a.z, a.w));
+}
+
+// The sum of a half block (elements 0..15 or 16..31, four vec4s in order), in mv_xsum's order:
+// both writers call this, so their sums agree bit for bit.
+fn xp_sum(x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
+    return dot(x0 + x1 + x2 + x3, vec4<f32>(1.0));
 }

@@ -3,9 +3,9 @@
 // op's gate). The op's file declares the bindings and four hooks: `norm_load(i)` the value v at
 // element i (the first pass; it only reads), `norm_keep(i, v)` what the op writes back of it (the
 // residual add updates its accumulator in place; the others nothing), `norm_value(i)` v again
-// (the second pass), and `norm_store(i, y)` which writes y = v * s * w[i] (times its gate).
-// `norm_finish` (lib_norm_plain.wgsl: nothing; lib_norm_dot.wgsl: the row's packed-dot planes) runs
-// after the row is written.
+// (the second pass), and `norm_gate(i, y)`, the output out[i] for y = v * s * w[i] (y times the
+// op's gate). The second pass, `norm_out`, is lib_norm_plain.wgsl's (the output only) or
+// lib_norm_dot.wgsl's (the output and its packed-dot planes).
 struct Params {
     d: u32,
     eps: f32,
@@ -47,25 +47,5 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         }
     }
     let s = 1.0 / sqrt(wg_sum(ss, li, ROW_WG, lanes) / f32(P.d) + P.eps);
-    // Each invocation reads back only the elements it wrote: no barrier for in-place updates.
-    for (var i0 = li; i0 < P.d; i0 += 4u * ROW_WG) {
-        let i1 = i0 + ROW_WG;
-        let i2 = i1 + ROW_WG;
-        let i3 = i2 + ROW_WG;
-        let a0 = norm_value(base + i0) * s * w[i0];
-        let a1 = norm_value(base + min(i1, last)) * s * w[min(i1, last)];
-        let a2 = norm_value(base + min(i2, last)) * s * w[min(i2, last)];
-        let a3 = norm_value(base + min(i3, last)) * s * w[min(i3, last)];
-        norm_store(base + i0, a0);
-        if (i1 < P.d) {
-            norm_store(base + i1, a1);
-        }
-        if (i2 < P.d) {
-            norm_store(base + i2, a2);
-        }
-        if (i3 < P.d) {
-            norm_store(base + i3, a3);
-        }
-    }
-    norm_finish(base, li);
+    norm_out(base, li, s, lanes);
 }

@@ -5,6 +5,7 @@ struct Lanes {
     @builtin(subgroup_invocation_id) lane: u32,
     @builtin(subgroup_id) sg: u32,
     @builtin(num_subgroups) n_sg: u32,
+    @builtin(subgroup_size) size: u32,
 }
 
 // One slot per subgroup: subgroups have at least 4 invocations, our workgroups at most 256.

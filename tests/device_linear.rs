@@ -139,6 +139,16 @@ fn products_of_prepared_producer_outputs_match() {
     }
 }
 
+/// After a read of the product `got` of `y` (a host access drops any planes a norm wrote), the
+/// product again quantizes y itself: it must give `got` bit for bit.
+fn assert_own_prep_agrees(p: &Both, what: &str, wt: &Pt, y: &Pt, got: &[f32]) {
+    let again = p.zeros(&[1, got.len()]);
+    p.run("product again", |be, s| be.matmul(wt.on(s), y.on(s), again.on(s)));
+    let again = p.dev.read_f32(&again.dev).expect("device read");
+    let bits = |v: &[f32]| v.iter().map(|a| a.to_bits()).collect::<Vec<_>>();
+    assert_eq!(bits(got), bits(&again), "{what}: not what the product's own prep gives");
+}
+
 /// With RILL_WGPU_MV_DOT=1 the wgpu norms write their output's packed-dot planes and a product of
 /// that output reads them instead of quantizing it again: the product must see the norm's output
 /// as it is when the product runs. A norm then the Q4_K and Q6_K products; a norm, an in-place
@@ -203,16 +213,94 @@ fn products_of_norm_outputs_see_their_current_values() {
                     check_matmul(p.dev.as_ref(), &what, &got, &want, wf, &yd, n);
                     // The read dropped any planes: the product again quantizes y itself, which
                     // must give the planes the norm wrote, bit for bit.
-                    let again = p.zeros(&[1, n_out]);
-                    p.run("product again", |be, s| be.matmul(wt.on(s), y.on(s), again.on(s)));
-                    let again = p.dev.read_f32(&again.dev).expect("device read");
-                    let bits = |v: &[f32]| v.iter().map(|a| a.to_bits()).collect::<Vec<_>>();
-                    assert_eq!(
-                        bits(&got),
-                        bits(&again),
-                        "{what}: not what the product's own prep gives"
-                    );
+                    assert_own_prep_agrees(&p, &what, wt, &y, &got);
                 }
+            }
+        }
+    }
+}
+
+/// With RILL_WGPU_MV_DOT=1 a norm writes its output's planes from registers, eight invocations
+/// per 32-element block (lib_norm_dot.wgsl): they must be what `mv_dot_prep` makes of the output,
+/// bit for bit (the scale, the three planes and both half-block sums), for every row length and
+/// row count the norms write planes for (rms_norm and add_rms_norm: one row of d a multiple of 256;
+/// gated_rms_norm: heads of d a multiple of 32, whole 256-element blocks in all), including rows
+/// of fewer vec4s than the workgroup's invocations and rows that leave the last round partial.
+/// Judged through the Q4_K and Q6_K products: with the norm's planes, then (after a read drops
+/// them) with the product's own prep. The norms' outputs (and add_rms_norm's updated acc) must
+/// also match the CPU as in device_ops.rs. Shapes the norms write no planes for run too.
+#[test]
+fn norm_written_planes_match_the_products_own_prep() {
+    use GgmlType::*;
+    // (producer, d, rows): rows of d in one [1, rows * d] tensor.
+    let mut cases = Vec::new();
+    for d in [512, 768, 2304, 4096] {
+        cases.push(("rms_norm", d, 1));
+        cases.push(("add_rms_norm", d, 1));
+    }
+    for (d, rows) in [
+        (32, 16),
+        (32, 72),
+        (96, 8),
+        (96, 24),
+        (128, 3),
+        (128, 64),
+        (128, 65),
+        (128, 66),
+        (2080, 8),
+        (4096, 1),
+    ] {
+        cases.push(("gated_rms_norm", d, rows));
+    }
+    for p in Both::each() {
+        let mut rng = Rng::new(72);
+        for &(producer, d, rows) in &cases {
+            let n = d * rows;
+            let n_out = 5;
+            let x = p.up(&rng.normals(n, 2.0), &[1, n]);
+            let z = p.up(&rng.normals(n, 2.0), &[1, n]);
+            let acc = p.up(&rng.normals(n, 2.0), &[1, n]);
+            let w = p.up(&rng.normals(d, 1.0), &[d]);
+            let y = p.zeros(&[1, n]);
+            let what = format!("{} {producer} d {d} rows {rows}", p.name());
+            let norm = || {
+                p.run(producer, |be, s| match producer {
+                    "rms_norm" => be.rms_norm(x.on(s), w.on(s), 1e-6, y.on(s)),
+                    "add_rms_norm" => be.add_rms_norm(acc.on(s), x.on(s), w.on(s), 1e-6, y.on(s)),
+                    _ => be.gated_rms_norm(x.on(s), z.on(s), w.on(s), 1e-6, y.on(s)),
+                })
+            };
+            // A read drops the planes: only after the products.
+            let check_norm = || {
+                p.check(&format!("{what}: output"), &y, 1e-6, 1e-5);
+                if producer == "add_rms_norm" {
+                    p.check(&format!("{what}: acc"), &acc, 0.0, 0.0);
+                }
+            };
+            // No K-quant row of that length: no planes, the norm alone.
+            if !n.is_multiple_of(256) {
+                norm();
+                check_norm();
+                continue;
+            }
+            for ty in [Q4K, Q6K] {
+                let b = random_weight(ty, n_out, n, 0.5, &mut rng);
+                let wt = upload_both(&p, ty, &[n_out, n], &b);
+                norm();
+                let out = p.zeros(&[1, n_out]);
+                p.run("product", |be, s| be.matmul(wt.on(s), y.on(s), out.on(s)));
+                let got = p.dev.read_f32(&out.dev).expect("device read");
+                assert_own_prep_agrees(&p, &format!("{what} {ty}"), &wt, &y, &got);
+                let yd = p.dev.read_f32(&y.dev).expect("device read");
+                let wf = dequant(ty, &b, n_out * n);
+                let want: Vec<f32> = (0..n_out)
+                    .map(|o| {
+                        let row = &wf[o * n..(o + 1) * n];
+                        row.iter().zip(&yd).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() as f32
+                    })
+                    .collect();
+                check_matmul(p.dev.as_ref(), &format!("{what} {ty}"), &got, &want, &wf, &yd, n);
+                check_norm();
             }
         }
     }

@@ -18,13 +18,14 @@
 //! 32, fewer for short rows), and `RILL_WGPU_SUBMIT_EVERY` (dispatches per submission, 1..=256;
 //! default 64). Values the kernels do not take keep the default. `RILL_WGPU_FUSE=0` turns the
 //! fused decode dispatches of the table above off (one dispatch per product and per step, as
-//! before them), to measure what they gain; `RILL_WGPU_MOE_SHARED=0` only the MoE shared expert's. `RILL_WGPU_MV_DOT=1` (or `0`) turns the Q4_K and Q6_K
-//! decode products on packed integer dot products on (off). They are off by default: an input
-//! that no RMS norm writes costs one more dispatch (`mv_dot_prep`, ~11 us on the H200), and the
-//! norms' own preparation (`*_rms_norm_dot`, one workgroup per row) costs ~5-8 us more per norm,
-//! which eats the products' gain where they are small (H200, 9B q4_k_m tg128 162 -> 176 t/s,
-//! 35B-A3B 156 -> 148). Where the adapter lacks
-//! native `dot4I8Packed` (`native_dot4`: lavapipe, the tests' forced runs) naga writes a polyfill.
+//! before them), to measure what they gain; `RILL_WGPU_MOE_SHARED=0` only the MoE shared expert's.
+//! `RILL_WGPU_MV_DOT=1` (or `0`) turns the Q4_K and Q6_K
+//! decode products on packed integer dot products on (off). By default they are on where the
+//! adapter runs `dot4I8Packed` natively (`native_dot4`): the RMS norms write their output's planes
+//! from registers (`*_rms_norm_dot`, ~3 us more than the plain norm), an input no norm writes costs
+//! one more dispatch (`mv_dot_prep`, ~12 us on the H200), and the products get 20-30% faster (H200,
+//! 9B q4_k_m decode 159 -> 188 t/s, 35B-A3B 155 -> 161). Elsewhere (lavapipe, the tests' forced
+//! runs, browsers) naga would write a polyfill, so they stay off unless forced.
 //!
 //! The tensor-core prefill kernel (`scripts/gpu-wgpu-prefill-sweep.sh`): `RILL_WGPU_COOP` picks
 //! it (1: `matmul_coop.wgsl`, 64 x 64 tiles; 2: `matmul_coop2.wgsl`; default `COOP_KERNEL_DEFAULT`),
@@ -257,7 +258,8 @@ pub(crate) struct Caps {
     /// Compile shaders with naga's runtime checks (bounds clamps, loop counters).
     pub shader_checks: bool,
     /// Q4_K and Q6_K decode products on packed integer dot products (`mv_q4_k_dot.wgsl`, x quantized
-    /// first by `mv_dot_prep.wgsl`; strict tier): as `RILL_WGPU_MV_DOT` says (default off).
+    /// first by `mv_dot_prep.wgsl`; strict tier): as `RILL_WGPU_MV_DOT` says, by default where
+    /// `dot4I8Packed` is native.
     pub mv_dot: bool,
     /// The adapter runs `dot4I8Packed` as one instruction (`native_dot4`; shown by `describe`).
     pub dot4_native: bool,
@@ -510,7 +512,7 @@ impl Caps {
                 .submit_every
                 .map_or(SUBMIT_EVERY_DEFAULT, |n| n.clamp(1, SUBMIT_EVERY_MAX)),
             shader_checks: ov.shader_checks,
-            mv_dot: ov.mv_dot.unwrap_or(false),
+            mv_dot: ov.mv_dot.unwrap_or(dot4),
             dot4_native: dot4,
         }
     }
@@ -632,8 +634,8 @@ pub(crate) mod tests {
             };
             Caps::select(wgpu::Features::SUBGROUP, &limits(), Precision::Exact, false, native, ov).mv_dot
         };
-        assert!(!dot(true, None), "off by default (see the module notes)");
-        assert!(!dot(false, None));
+        assert!(dot(true, None), "on by default where dot4I8Packed is native");
+        assert!(!dot(false, None), "off where naga would emulate it");
         assert!(dot(true, Some(true)));
         assert!(dot(false, Some(true)), "RILL_WGPU_MV_DOT=1 (lavapipe tests)");
         assert!(!dot(true, Some(false)));

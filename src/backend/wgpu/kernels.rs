@@ -318,6 +318,8 @@ const DOT_PREP: &str = wgsl!("lib_dot_prep");
 const NORM_DOT: &str = wgsl!("lib_norm_dot");
 const NORM_XQ4: &str = wgsl!("lib_norm_xq4");
 const NORM_XQ5: &str = wgsl!("lib_norm_xq5");
+const NORM_OCT_SG: &str = wgsl!("lib_norm_oct_sg");
+const NORM_OCT_PLAIN: &str = wgsl!("lib_norm_oct_plain");
 const ARGMAX: &str = wgsl!("lib_argmax");
 const ARGMAX_SCAN: &str = wgsl!("lib_argmax_scan");
 const ATTEND: &str = wgsl!("lib_attention");
@@ -337,6 +339,18 @@ const MOE_IO: &str = wgsl!("lib_moe_io");
 const MOE_SH: &str = wgsl!("lib_moe_sh");
 const DELTA_ROWS_SG: &str = wgsl!("lib_delta_rows_sg");
 const DELTA_ROWS_PLAIN: &str = wgsl!("lib_delta_rows_plain");
+
+/// The packed-dot norms' snippets: the norm, the planes' format, the second pass that writes
+/// them, the planes binding (`xq_binding`: 4 after rms_norm's bindings, 5 after the others'),
+/// and the oct exchange of the selected reduction.
+fn norm_dot_libs(caps: &Caps, xq_binding: u32) -> &'static [&'static str] {
+    match (caps.subgroups, xq_binding == 4) {
+        (true, true) => &[NORM, DOT_PREP, NORM_DOT, NORM_XQ4, NORM_OCT_SG],
+        (true, false) => &[NORM, DOT_PREP, NORM_DOT, NORM_XQ5, NORM_OCT_SG],
+        (false, true) => &[NORM, DOT_PREP, NORM_DOT, NORM_XQ4, NORM_OCT_PLAIN],
+        (false, false) => &[NORM, DOT_PREP, NORM_DOT, NORM_XQ5, NORM_OCT_PLAIN],
+    }
+}
 
 /// `matvec_group.wgsl` for `n` products.
 const fn group_spec(name: &'static str, n: u32) -> Spec {
@@ -391,14 +405,13 @@ impl Kernel {
             Kernel::GatedRmsNorm => {
                 spec("gated_rms_norm", wgsl!("gated_rms_norm"), None, true).with(&[NORM, NORM_PLAIN])
             }
-            Kernel::RmsNormDot => {
-                spec("rms_norm_dot", wgsl!("rms_norm"), None, true).with(&[NORM, DOT_PREP, NORM_DOT, NORM_XQ4])
-            }
+            Kernel::RmsNormDot => spec("rms_norm_dot", wgsl!("rms_norm"), None, true).with(norm_dot_libs(caps, 4)),
             Kernel::AddRmsNormDot => {
-                spec("add_rms_norm_dot", wgsl!("add_rms_norm"), None, true).with(&[NORM, DOT_PREP, NORM_DOT, NORM_XQ5])
+                spec("add_rms_norm_dot", wgsl!("add_rms_norm"), None, true).with(norm_dot_libs(caps, 5))
             }
-            Kernel::GatedRmsNormDot => spec("gated_rms_norm_dot", wgsl!("gated_rms_norm"), None, true)
-                .with(&[NORM, DOT_PREP, NORM_DOT, NORM_XQ5]),
+            Kernel::GatedRmsNormDot => {
+                spec("gated_rms_norm_dot", wgsl!("gated_rms_norm"), None, true).with(norm_dot_libs(caps, 5))
+            }
             Kernel::L2NormQk => spec("l2_norm_qk", wgsl!("l2_norm_qk"), None, true),
             Kernel::Conv => spec("conv1d_causal_silu", wgsl!("conv1d_causal_silu"), None, false),
             Kernel::ConvL2qk => spec("conv1d_silu_l2qk", wgsl!("conv1d_silu_l2qk"), None, true).with(&[CONV_L2QK]),
@@ -911,6 +924,18 @@ mod tests {
                     .map(|(_, v)| module.types[v.ty].inner.size(module.to_ctx()))
                     .sum();
                 assert!(shared <= 16 << 10, "{what}: {shared} bytes of workgroup memory");
+            }
+        }
+    }
+
+    /// The norms that write packed-dot planes keep each invocation's block data (its half block
+    /// as a matrix, indexed by constants) in registers, with and without subgroups.
+    #[test]
+    fn dot_norms_keep_their_data_in_registers() {
+        for plain in [false, true] {
+            let c = exact_caps(plain);
+            for k in [Kernel::RmsNormDot, Kernel::AddRmsNormDot, Kernel::GatedRmsNormDot] {
+                check_registers(&format!("plain {plain} {k:?}"), k, None, &c);
             }
         }
     }
