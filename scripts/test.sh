@@ -99,8 +99,8 @@ wgpu="RILL_TEST_BACKENDS=wgpu"
 #    row (no reduction) on the subgroup path; eight rows and a whole 256-invocation workgroup per
 #    row group (two-level reduction) on the plain path; both with the packed-integer-dot K-quant
 #    units (RILL_WGPU_MV_DOT=1, off by default on lavapipe, a CPU adapter). The MoE race test and
-#    the shared-expert cases (on wgpu, the trait's composition of the expert and matrix-vector
-#    kernels these passes already cover) are left to the other passes: no geometry knob changes them.
+#    the shared-expert tests are left to the other passes (their prompt-sized cases compose kernels
+#    these passes cover) except the fused decode shapes (moe_swiglu_sh, moe_down_sh take the knobs).
 #  - at most 8 storage buffers per kernel (browsers): the fused decode dispatches' fallbacks
 #    (matrix-vector groups of 3, the attention preparation in halves, the gates separate), by op
 #    test and end to end on one dense quantized row (every fallback of a layer), the MoE row and
@@ -119,8 +119,10 @@ job "synth_runs" "" synth_runs
 job "e2e_fixtures (8 bindings, dot)" "$narrow RILL_WGPU_MV_DOT=1" e2e_fixtures \
     q4_k_m_matches moe_f16_matches prefill_then_decode
 job "device_moe (plain, checks)" "$plain RILL_WGPU_SHADER_CHECKS=1" device_moe
-job "device_moe (mv extremes a)" "$mv_a" device_moe --skip concurrent_callers --skip experts_shared
-job "device_moe (mv extremes b)" "$mv_b" device_moe --skip concurrent_callers --skip experts_shared
+moe_skip=(--skip concurrent_callers --skip experts_shared_f32 --skip experts_shared_q4_k --skip experts_shared_q8_0
+    --skip experts_shared_q6_k --skip experts_shared_mixed)
+job "device_moe (mv extremes a)" "$mv_a" device_moe "${moe_skip[@]}"
+job "device_moe (mv extremes b)" "$mv_b" device_moe "${moe_skip[@]}"
 for t in device_linear device_group; do
     job "$t (mv extremes a)" "$mv_a" "$t"
 done
