@@ -123,14 +123,7 @@ fn products_of_prepared_producer_outputs_match() {
                         let what = format!("{} {ty} product of {producer} T {t} n {n} round {round}", p.name());
                         p.run(&what, |be, s| be.matmul(wt.on(s), y.on(s), out.on(s)));
                         let got = p.dev.read_f32(&out.dev).expect("device read");
-                        let want: Vec<f32> = (0..t * n_out)
-                            .map(|i| {
-                                let (r, o) = (i / n_out, i % n_out);
-                                let row = &wf[o * n..(o + 1) * n];
-                                let xr = &yd[r * n..(r + 1) * n];
-                                row.iter().zip(xr).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() as f32
-                            })
-                            .collect();
+                        let want = product(wf, &yd, n);
                         check_matmul(p.dev.as_ref(), &what, &got, &want, wf, &yd, n);
                     }
                 }
@@ -139,10 +132,24 @@ fn products_of_prepared_producer_outputs_match() {
     }
 }
 
-/// After a read of the product `got` of `y` (a host access drops any planes a norm wrote), the
-/// product again quantizes y itself: it must give `got` bit for bit.
-fn assert_own_prep_agrees(p: &Both, what: &str, wt: &Pt, y: &Pt, got: &[f32]) {
-    let again = p.zeros(&[1, got.len()]);
+/// The product of the dequantized weight `wf` (rows of `n`) and the tokens `x` (`[T, n]`), each
+/// dot product in f64: what the device's product of x is judged against.
+fn product(wf: &[f32], x: &[f32], n: usize) -> Vec<f32> {
+    let n_out = wf.len() / n;
+    (0..x.len() / n * n_out)
+        .map(|i| {
+            let (r, o) = (i / n_out, i % n_out);
+            let row = &wf[o * n..(o + 1) * n];
+            let xr = &x[r * n..(r + 1) * n];
+            row.iter().zip(xr).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() as f32
+        })
+        .collect()
+}
+
+/// After a read of the product `got` of `y` (`t` tokens; a host access drops any planes an op
+/// wrote), the product again quantizes y itself: it must give `got` bit for bit.
+fn assert_own_prep_agrees(p: &Both, what: &str, wt: &Pt, y: &Pt, got: &[f32], t: usize) {
+    let again = p.zeros(&[t, got.len() / t]);
     p.run("product again", |be, s| be.matmul(wt.on(s), y.on(s), again.on(s)));
     let again = p.dev.read_f32(&again.dev).expect("device read");
     let bits = |v: &[f32]| v.iter().map(|a| a.to_bits()).collect::<Vec<_>>();
@@ -204,16 +211,11 @@ fn products_of_norm_outputs_see_their_current_values() {
                 for ((ty, wt, wf), out) in weights.iter().zip(&outs) {
                     let what = format!("{} {ty} product of {producer} ({case})", p.name());
                     let got = p.dev.read_f32(&out.dev).expect("device read");
-                    let want: Vec<f32> = (0..n_out)
-                        .map(|o| {
-                            let row = &wf[o * n..(o + 1) * n];
-                            row.iter().zip(&yd).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() as f32
-                        })
-                        .collect();
+                    let want = product(wf, &yd, n);
                     check_matmul(p.dev.as_ref(), &what, &got, &want, wf, &yd, n);
                     // The read dropped any planes: the product again quantizes y itself, which
                     // must give the planes the norm wrote, bit for bit.
-                    assert_own_prep_agrees(&p, &what, wt, &y, &got);
+                    assert_own_prep_agrees(&p, &what, wt, &y, &got, 1);
                 }
             }
         }
@@ -290,15 +292,10 @@ fn norm_written_planes_match_the_products_own_prep() {
                 let out = p.zeros(&[1, n_out]);
                 p.run("product", |be, s| be.matmul(wt.on(s), y.on(s), out.on(s)));
                 let got = p.dev.read_f32(&out.dev).expect("device read");
-                assert_own_prep_agrees(&p, &format!("{what} {ty}"), &wt, &y, &got);
+                assert_own_prep_agrees(&p, &format!("{what} {ty}"), &wt, &y, &got, 1);
                 let yd = p.dev.read_f32(&y.dev).expect("device read");
                 let wf = dequant(ty, &b, n_out * n);
-                let want: Vec<f32> = (0..n_out)
-                    .map(|o| {
-                        let row = &wf[o * n..(o + 1) * n];
-                        row.iter().zip(&yd).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() as f32
-                    })
-                    .collect();
+                let want = product(&wf, &yd, n);
                 check_matmul(p.dev.as_ref(), &format!("{what} {ty}"), &got, &want, &wf, &yd, n);
                 check_norm();
             }
@@ -349,17 +346,7 @@ fn matvec_geometry_edges_match_cpu() {
                 }
             }
             let (n_ff, n_in) = (129usize, 2304usize);
-            let (bg, bu) = (
-                random_weight(ty, n_ff, n_in, 0.5, &mut rng),
-                random_weight(ty, n_ff, n_in, 0.5, &mut rng),
-            );
-            let c = GateUp {
-                name: format!("{ty}"),
-                gate: upload_both(&p, ty, &[n_ff, n_in], &bg),
-                up: upload_both(&p, ty, &[n_ff, n_in], &bu),
-                gate_deq: dequant(ty, &bg, n_ff * n_in),
-                up_deq: dequant(ty, &bu, n_ff * n_in),
-            };
+            let c = gate_up(&p, ty, n_ff, n_in, &mut rng);
             swiglu_case(&p, &c, n_in, n_ff, &[1], &mut rng);
         }
     }
@@ -457,17 +444,7 @@ fn matmul_swiglu_every_type_matches_cpu() {
         let (n_ff, n_in) = (37usize, 256usize);
         let mut cases = Vec::new();
         for ty in WEIGHT_TYPES {
-            let (bg, bu) = (
-                random_weight(ty, n_ff, n_in, 0.5, &mut rng),
-                random_weight(ty, n_ff, n_in, 0.5, &mut rng),
-            );
-            cases.push(GateUp {
-                name: format!("{ty}"),
-                gate: upload_both(&p, ty, &[n_ff, n_in], &bg),
-                up: upload_both(&p, ty, &[n_ff, n_in], &bu),
-                gate_deq: dequant(ty, &bg, n_ff * n_in),
-                up_deq: dequant(ty, &bu, n_ff * n_in),
-            });
+            cases.push(gate_up(&p, ty, n_ff, n_in, &mut rng));
         }
         let (gv, uv) = (rng.normals(n_ff * n_in, 0.3), rng.normals(n_ff * n_in, 0.3));
         cases.push(GateUp {
@@ -487,44 +464,120 @@ fn matmul_swiglu_every_type_matches_cpu() {
 fn swiglu_case(p: &Both, c: &GateUp, n_in: usize, n_ff: usize, tokens: &[usize], rng: &mut Rng) {
     for &t in tokens {
         let x = rng.normals(t * n_in, 1.0);
-        let xt = p.up(&x, &[t, n_in]);
-        let (gate_tmp, up_tmp, out) = (p.zeros(&[t, n_ff]), p.zeros(&[t, n_ff]), p.zeros(&[t, n_ff]));
         let what = format!("{} matmul_swiglu {} T {t}", p.name(), c.name);
-        p.run(&what, |be, s| {
-            be.matmul_swiglu(
-                c.gate.on(s),
-                c.up.on(s),
-                xt.on(s),
-                gate_tmp.on(s),
-                up_tmp.on(s),
-                out.on(s),
-            )
-        });
+        let out = swiglu_run(p, c, &p.up(&x, &[t, n_in]), t, n_ff, &what);
         let (got, want) = p.read(&out);
-        // Error model: each product is within δ = `product_tolerance` of the CPU's
-        // (matmul above); out = silu(g) u then moves by at most
-        // 1.1 δg (|u| + δu) + |silu(g)| δu (|silu'| <= 1.1 everywhere), plus the few-ulp
-        // 1e-5 relative of the swiglu itself.
-        let (rel, floor) = product_tolerance(p.dev.as_ref());
-        for tt in 0..t {
-            let xr = &x[tt * n_in..(tt + 1) * n_in];
-            let x_abs: f64 = xr.iter().map(|v| v.abs() as f64).sum();
-            for o in 0..n_ff {
-                // (value, its product's error bound)
-                let dot = |m: &[f32]| -> (f64, f64) {
-                    let row = &m[o * n_in..(o + 1) * n_in];
-                    let prods = row.iter().zip(xr).map(|(&a, &b)| a as f64 * b as f64);
-                    let (v, mag) = prods.fold((0.0, 0.0), |(s, m), v| (s + v, m + v.abs()));
-                    let w_abs: f64 = row.iter().map(|a| a.abs() as f64).sum();
-                    (v, rel * mag + floor * (w_abs + x_abs))
-                };
-                let ((g, dg), (u, du)) = (dot(&c.gate_deq), dot(&c.up_deq));
-                let (gi, wi) = (got[tt * n_ff + o], want[tt * n_ff + o]);
-                let tol = 1.1 * dg * (u.abs() + du) + silu(g).abs() * du + 1e-5 * wi.abs() as f64 + 1e-30;
-                assert!(
-                    ((gi - wi) as f64).abs() <= tol,
-                    "{what} [t {tt}, o {o}]: device {gi} cpu {wi} (tol {tol:.3e})"
-                );
+        swiglu_check(p, c, &x, n_ff, &got, &want, &what);
+    }
+}
+
+/// `matmul_swiglu` of `t` tokens `xt` on both backends; its output.
+fn swiglu_run(p: &Both, c: &GateUp, xt: &Pt, t: usize, n_ff: usize, what: &str) -> Pt {
+    let (gate_tmp, up_tmp, out) = (p.zeros(&[t, n_ff]), p.zeros(&[t, n_ff]), p.zeros(&[t, n_ff]));
+    p.run(what, |be, s| {
+        be.matmul_swiglu(
+            c.gate.on(s),
+            c.up.on(s),
+            xt.on(s),
+            gate_tmp.on(s),
+            up_tmp.on(s),
+            out.on(s),
+        )
+    });
+    out
+}
+
+/// A `matmul_swiglu` output of x (`[T, n_in]`) on the device (`got`) against the CPU's (`want`).
+fn swiglu_check(p: &Both, c: &GateUp, x: &[f32], n_ff: usize, got: &[f32], want: &[f32], what: &str) {
+    let n_in = c.gate_deq.len() / n_ff;
+    let t = x.len() / n_in;
+    // Error model: each product is within δ = `product_tolerance` of the CPU's
+    // (matmul above); out = silu(g) u then moves by at most
+    // 1.1 δg (|u| + δu) + |silu(g)| δu (|silu'| <= 1.1 everywhere), plus the few-ulp
+    // 1e-5 relative of the swiglu itself.
+    let (rel, floor) = product_tolerance(p.dev.as_ref());
+    for tt in 0..t {
+        let xr = &x[tt * n_in..(tt + 1) * n_in];
+        let x_abs: f64 = xr.iter().map(|v| v.abs() as f64).sum();
+        for o in 0..n_ff {
+            // (value, its product's error bound)
+            let dot = |m: &[f32]| -> (f64, f64) {
+                let row = &m[o * n_in..(o + 1) * n_in];
+                let prods = row.iter().zip(xr).map(|(&a, &b)| a as f64 * b as f64);
+                let (v, mag) = prods.fold((0.0, 0.0), |(s, m), v| (s + v, m + v.abs()));
+                let w_abs: f64 = row.iter().map(|a| a.abs() as f64).sum();
+                (v, rel * mag + floor * (w_abs + x_abs))
+            };
+            let ((g, dg), (u, du)) = (dot(&c.gate_deq), dot(&c.up_deq));
+            let (gi, wi) = (got[tt * n_ff + o], want[tt * n_ff + o]);
+            let tol = 1.1 * dg * (u.abs() + du) + silu(g).abs() * du + 1e-5 * wi.abs() as f64 + 1e-30;
+            assert!(
+                ((gi - wi) as f64).abs() <= tol,
+                "{what} [t {tt}, o {o}]: device {gi} cpu {wi} (tol {tol:.3e})"
+            );
+        }
+    }
+}
+
+/// A gate/up pair of format `ty`, `[n_ff, n_in]`, on both backends.
+fn gate_up(p: &Both, ty: GgmlType, n_ff: usize, n_in: usize, rng: &mut Rng) -> GateUp {
+    let (bg, bu) = (
+        random_weight(ty, n_ff, n_in, 0.5, rng),
+        random_weight(ty, n_ff, n_in, 0.5, rng),
+    );
+    GateUp {
+        name: format!("{ty}"),
+        gate: upload_both(p, ty, &[n_ff, n_in], &bg),
+        up: upload_both(p, ty, &[n_ff, n_in], &bu),
+        gate_deq: dequant(ty, &bg, n_ff * n_in),
+        up_deq: dequant(ty, &bu, n_ff * n_in),
+    }
+}
+
+/// With RILL_WGPU_MV_DOT=1 the wgpu `matmul_swiglu` of one token writes its output's packed-dot
+/// planes (matvec_swiglu_xq.wgsl: a workgroup owns whole 32-row blocks and writes them from
+/// workgroup memory, eight invocations per block) and the FFN's down product reads them instead
+/// of quantizing the output again: they must be what `mv_dot_prep` makes of the output, bit for
+/// bit. Judged through Q4_K and Q6_K down products: with the SwiGLU's planes, then (after a read
+/// drops them) with the product's own prep; the down product against the dequantized weight
+/// times the device's output, the SwiGLU against the CPU. Rows of 512 (8 units: 32 rows per
+/// pass at the default geometry, one pass), 768 (2 passes) and 2048 (4 passes), 256 (short rows:
+/// no fused kernel); 256 to 1280 outputs; one token and three (no fused kernel, no planes); gate
+/// and up in the dot formats and in Q5_K (f32 units that write planes for a dot down product).
+/// scripts/test.sh runs it under the geometry knobs' extremes, whose workgroups hold 64 to 256
+/// rows (several blocks in one pass).
+#[test]
+fn swiglu_written_planes_match_the_down_products_own_prep() {
+    use GgmlType::*;
+    for p in Both::each() {
+        let mut rng = Rng::new(74);
+        for (ty, n_in, n_ff) in [
+            (Q4K, 512usize, 768usize),
+            (Q4K, 2048, 1280),
+            (Q6K, 768, 1280),
+            (Q6K, 512, 256),
+            (Q5K, 768, 768),
+            (Q4K, 256, 768),
+        ] {
+            let c = gate_up(&p, ty, n_ff, n_in, &mut rng);
+            for t in [1usize, 3] {
+                for down in [Q4K, Q6K] {
+                    let n_out = 5;
+                    let bd = random_weight(down, n_out, n_ff, 0.5, &mut rng);
+                    let wd = upload_both(&p, down, &[n_out, n_ff], &bd);
+                    let what = format!("{} {ty} swiglu [{n_ff}, {n_in}] T {t}, {down} down", p.name());
+                    let x = rng.normals(t * n_in, 1.0);
+                    let act = swiglu_run(&p, &c, &p.up(&x, &[t, n_in]), t, n_ff, &what);
+                    let out = p.zeros(&[t, n_out]);
+                    // Nothing read back before the down product (a host access drops the planes).
+                    p.run("down", |be, s| be.matmul(wd.on(s), act.on(s), out.on(s)));
+                    let got = p.dev.read_f32(&out.dev).expect("device read");
+                    assert_own_prep_agrees(&p, &what, &wd, &act, &got, t);
+                    let (ad, ac) = p.read(&act);
+                    swiglu_check(&p, &c, &x, n_ff, &ad, &ac, &what);
+                    let wf = dequant(down, &bd, n_out * n_ff);
+                    check_matmul(p.dev.as_ref(), &what, &got, &product(&wf, &ad, n_ff), &wf, &ad, n_ff);
+                }
             }
         }
     }

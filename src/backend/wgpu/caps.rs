@@ -22,8 +22,9 @@
 //! `RILL_WGPU_MV_DOT=1` (or `0`) turns the Q4_K and Q6_K
 //! decode products on packed integer dot products on (off). By default they are on where the
 //! adapter runs `dot4I8Packed` natively (`native_dot4`): the RMS norms write their output's planes
-//! from registers (`*_rms_norm_dot`, ~3 us more than the plain norm), an input no norm writes costs
-//! one more dispatch (`mv_dot_prep`, ~12 us on the H200), and the products get 20-30% faster (H200,
+//! from registers (`*_rms_norm_dot`, ~3 us more than the plain norm), so does the dense FFN's
+//! SwiGLU for the down product (`matvec_swiglu_xq`), an input neither writes costs one more
+//! dispatch (`mv_dot_prep`, ~12 us on the H200), and the products get 20-30% faster (H200,
 //! 9B q4_k_m decode 159 -> 188 t/s, 35B-A3B 155 -> 161). Elsewhere (lavapipe, the tests' forced
 //! runs, browsers) naga would write a polyfill, so they stay off unless forced.
 //!

@@ -109,8 +109,8 @@ struct BgKey {
     b: [[u64; 3]; MAX_BINDS],
 }
 
-/// A norm's output and its int8 planes for the packed-dot products (lib_norm_dot.wgsl), written by
-/// the same dispatch: a product of that output binds the planes and skips `mv_dot_prep`. Both are
+/// A norm's or `matvec_swiglu_xq`'s output and its int8 planes for the packed-dot products
+/// (lib_norm_dot.wgsl, matvec_swiglu_xq.wgsl), written by the same dispatch: a product of that output binds the planes and skips `mv_dot_prep`. Both are
 /// clones, so neither buffer (nor its id) is freed while this is held.
 struct DotX {
     out: Tensor,
@@ -601,7 +601,7 @@ impl<'a> Encoder<'a> {
         // The profile's GB/s: a matrix-vector kernel reads each byte of its weight bindings once.
         let weight_bytes = match kernel {
             Kernel::Matvec => key.b[0][2],
-            Kernel::MatvecSwiglu => key.b[0][2] + key.b[3][2],
+            Kernel::MatvecSwiglu | Kernel::MatvecSwigluXq => key.b[0][2] + key.b[3][2],
             // x, then a weight and an output per product.
             Kernel::MatvecGroup2 | Kernel::MatvecGroup3 | Kernel::MatvecGroup4 => {
                 key.b[1..binds.len()].iter().step_by(2).map(|b| b[2]).sum()

@@ -196,6 +196,12 @@ pub(crate) fn mv_rows_per_wg(caps: &Caps, lanes: u32) -> u32 {
     caps.mv_wg / lanes * caps.mv_rows
 }
 
+/// Output rows of one `matvec_swiglu_xq` workgroup (its span): whole 32-row blocks of the planes,
+/// in 32 / `mv_rows_per_wg` passes or one pass of several blocks (both powers of two).
+pub(crate) fn mv_xq_span(caps: &Caps, lanes: u32) -> u32 {
+    mv_rows_per_wg(caps, lanes).max(32)
+}
+
 // ---- kernels ----------------------------------------------------------------------------------
 
 /// How many weight buffers a kernel reads through the format accessors.
@@ -234,6 +240,7 @@ kernels! {
     MatmulRows,
     Matvec,
     MatvecSwiglu,
+    MatvecSwigluXq,
     MatvecGroup2,
     MatvecGroup3,
     MatvecGroup4,
@@ -328,6 +335,7 @@ const COOP2_TILES: &str = wgsl!("lib_coop2_tiles");
 const MM_IO: &str = wgsl!("lib_mm_io");
 const MV_IO: &str = wgsl!("lib_mv_io");
 const MVG_IO: &str = wgsl!("lib_mvg_io");
+const MV_SWIGLU: &str = wgsl!("lib_mv_swiglu");
 const CONV_L2QK: &str = wgsl!("lib_conv_l2qk");
 const GATES: &str = wgsl!("lib_gates");
 const ROPE: &str = wgsl!("lib_rope");
@@ -380,7 +388,10 @@ impl Kernel {
             Kernel::Matvec => spec("matvec", wgsl!("matvec"), One, false).mv().with(&[MV_IO]),
             Kernel::MatvecSwiglu => spec("matvec_swiglu", wgsl!("matvec_swiglu"), Two, false)
                 .mv()
-                .with(&[MV_IO]),
+                .with(&[MV_IO, MV_SWIGLU]),
+            Kernel::MatvecSwigluXq => spec("matvec_swiglu_xq", wgsl!("matvec_swiglu_xq"), Two, false)
+                .mv()
+                .with(&[MV_IO, MV_SWIGLU, DOT_PREP]),
             Kernel::MatvecGroup2 => group_spec("matvec_group2", 2),
             Kernel::MatvecGroup3 => group_spec("matvec_group3", 3),
             Kernel::MatvecGroup4 => group_spec("matvec_group4", 4),
@@ -528,7 +539,12 @@ pub(crate) fn mv_dot(caps: &Caps, kernel: Kernel, ty: GgmlType) -> bool {
         && mv_dot_unit(ty).is_some()
         && matches!(
             kernel,
-            Kernel::Matvec | Kernel::MatvecSwiglu | Kernel::MatvecGroup2 | Kernel::MatvecGroup3 | Kernel::MatvecGroup4
+            Kernel::Matvec
+                | Kernel::MatvecSwiglu
+                | Kernel::MatvecSwigluXq
+                | Kernel::MatvecGroup2
+                | Kernel::MatvecGroup3
+                | Kernel::MatvecGroup4
         )
 }
 
@@ -899,10 +915,21 @@ mod tests {
             }
             assert_eq!(
                 checked,
-                8 * 16,
-                "matvec, matvec_swiglu, the three matvec_groups, moe_matvec, moe_swiglu_sh, moe_down_sh in every format"
+                9 * 16,
+                "matvec, matvec_swiglu (and _xq), the three matvec_groups, moe_matvec, moe_swiglu_sh, moe_down_sh \
+                 in every format"
             );
         }
+    }
+
+    /// Bytes of workgroup memory a module declares.
+    fn workgroup_bytes(module: &wgpu::naga::Module) -> u32 {
+        module
+            .global_variables
+            .iter()
+            .filter(|(_, v)| v.space == wgpu::naga::AddressSpace::WorkGroup)
+            .map(|(_, v)| module.types[v.ty].inner.size(module.to_ctx()))
+            .sum()
     }
 
     /// The chunked delta rule kernels (prefill's sequential core) keep their per-invocation data in
@@ -911,18 +938,12 @@ mod tests {
     /// adapter offers, with and without subgroups.
     #[test]
     fn delta_chunk_kernels_keep_their_data_in_registers() {
-        use wgpu::naga;
         for plain in [false, true] {
             let c = exact_caps(plain);
             for k in [Kernel::DeltaChunkPrep, Kernel::DeltaChunkState] {
                 let what = format!("plain {plain} {k:?}");
                 let module = check_registers(&what, k, None, &c);
-                let shared: u32 = module
-                    .global_variables
-                    .iter()
-                    .filter(|(_, v)| v.space == naga::AddressSpace::WorkGroup)
-                    .map(|(_, v)| module.types[v.ty].inner.size(module.to_ctx()))
-                    .sum();
+                let shared = workgroup_bytes(&module);
                 assert!(shared <= 16 << 10, "{what}: {shared} bytes of workgroup memory");
             }
         }
@@ -936,6 +957,40 @@ mod tests {
             let c = exact_caps(plain);
             for k in [Kernel::RmsNormDot, Kernel::AddRmsNormDot, Kernel::GatedRmsNormDot] {
                 check_registers(&format!("plain {plain} {k:?}"), k, None, &c);
+            }
+        }
+    }
+
+    /// The SwiGLU that writes its output's planes (matvec_swiglu_xq.wgsl) keeps a workgroup's span
+    /// of outputs in workgroup memory: at the geometry knobs' largest (256 invocations, 8 rows,
+    /// one lane: 2048 rows) it must stay within the 16 KiB every WebGPU adapter offers, with and
+    /// without subgroups, on the packed-dot units and the f32 ones (the registers as
+    /// `matvec_kernels_keep_their_data_in_registers`).
+    #[test]
+    fn swiglu_planes_fit_workgroup_memory() {
+        use crate::backend::wgpu::caps::tests::caps;
+        use crate::backend::wgpu::caps::Overrides;
+        use crate::backend::Precision;
+        for (plain, dot) in [(false, true), (true, true), (false, false)] {
+            let c = caps(
+                wgpu::Features::SUBGROUP,
+                Precision::Exact,
+                false,
+                Overrides {
+                    plain,
+                    mv_wg: Some(256),
+                    mv_rows: Some(8),
+                    mv_lanes: Some(1),
+                    mv_dot: Some(dot),
+                    ..Default::default()
+                },
+            );
+            assert_eq!((c.mv_wg, c.mv_rows, mv_xq_span(&c, mv_lanes(&c, 1))), (256, 8, 2048));
+            for ty in [GgmlType::Q4K, GgmlType::Q6K] {
+                let what = format!("plain {plain} dot {dot} {ty}");
+                let module = check_registers(&what, Kernel::MatvecSwigluXq, Some(ty), &c);
+                let shared = workgroup_bytes(&module);
+                assert!(shared <= 16 << 10, "{what}: {shared} bytes of workgroup memory");
             }
         }
     }
@@ -962,6 +1017,8 @@ mod tests {
             for k in [Kernel::MoeSwigluSh, Kernel::MoeDownSh] {
                 assert_eq!(storage(k, Some(GgmlType::Q4K)), MOE_SH_BINDINGS, "{k:?}");
             }
+            // Within the 8 storage buffers of every adapter (caps does not check it).
+            assert_eq!(storage(Kernel::MatvecSwigluXq, Some(GgmlType::Q4K)), 5);
         }
         assert_eq!(Kernel::matvec_group(1), None);
         assert_eq!(Kernel::matvec_group(5), None);

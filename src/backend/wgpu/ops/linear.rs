@@ -228,15 +228,35 @@ fn matvec_group(
     enc.run(kernel, Some(m.ty), &params, &binds[..1 + 2 * seg.len()], [gx, gy, 1])
 }
 
-/// One token through `kernel` (`Matvec`, or `MatvecSwiglu` with `ws` = [gate, up]), piece by piece.
+/// One token through `kernel` (`Matvec`, or `MatvecSwiglu`/`MatvecSwigluXq` with `ws` = [gate,
+/// up]), piece by piece. `MatvecSwigluXq` also writes out's packed-dot planes (on a scratch
+/// buffer) and records them with out, so a product of out binds them and needs no `mv_dot_prep`.
 fn matvec(enc: &mut Encoder<'_>, kernel: Kernel, m: &Mm, ws: &[&Tensor], x: &Tensor, out: &Tensor) -> Result<()> {
     let units = m.n_in / kernels::mv_unit(m.ty);
     let caps = enc.be.caps;
     let lanes = kernels::mv_lanes(&caps, units);
-    let per_wg = kernels::mv_rows_per_wg(&caps, lanes);
     let xq = mv_dot_x(enc, kernel, m, x)?;
     let x = xq.as_ref().unwrap_or(x);
+    // After x's planes are taken: a new scratch buffer drops any recorded planes.
+    let planes = match kernel {
+        Kernel::MatvecSwigluXq => Some(enc.scratch(
+            "swiglu_xq",
+            crate::backend::DType::U32,
+            &[m.t * kernels::xq_words(m.n_out)],
+        )?),
+        _ => None,
+    };
+    let per_wg = match planes {
+        Some(_) => kernels::mv_xq_span(&caps, lanes),
+        None => kernels::mv_rows_per_wg(&caps, lanes),
+    };
     for p in pieces(&caps, "matmul", ws[0], m.n_out, m.rb)? {
+        // The planes' blocks are whole 32 rows of out from the piece's first row.
+        if planes.is_some() && !(p.row0.is_multiple_of(32) && p.rows.is_multiple_of(32)) {
+            return Err(gpu_err(
+                "matmul_swiglu: the planes of a piece that is not whole 32-row blocks",
+            ));
+        }
         let params = [
             m.n_in as u32,
             m.n_out as u32,
@@ -248,9 +268,17 @@ fn matvec(enc: &mut Encoder<'_>, kernel: Kernel, m: &Mm, ws: &[&Tensor], x: &Ten
         ];
         let [gx, gy] = enc.grid((p.rows as u32).div_ceil(per_wg));
         let wg = [gx, gy, 1];
-        match ws {
-            // matvec_swiglu.wgsl: gate at binding 1, up at binding 4 (after matvec's bindings).
-            [g, u] => enc.run(
+        match (ws, &planes) {
+            // matvec_swiglu.wgsl: gate at binding 1, up at binding 4 (after matvec's bindings);
+            // matvec_swiglu_xq.wgsl: the planes at 5.
+            ([g, u], Some(xq)) => enc.run(
+                kernel,
+                Some(m.ty),
+                &params,
+                &[p.bind(g), x.into(), out.into(), p.bind(u), xq.into()],
+                wg,
+            )?,
+            ([g, u], None) => enc.run(
                 kernel,
                 Some(m.ty),
                 &params,
@@ -260,13 +288,17 @@ fn matvec(enc: &mut Encoder<'_>, kernel: Kernel, m: &Mm, ws: &[&Tensor], x: &Ten
             _ => enc.run(kernel, Some(m.ty), &params, &[p.bind(ws[0]), x.into(), out.into()], wg)?,
         }
     }
+    if let Some(xq) = planes {
+        enc.set_dot_x(out, xq);
+    }
     Ok(())
 }
 
 /// Where `kernel` runs `m`'s format on packed integer dot products (`kernels::mv_dot`): one
 /// token's x quantized into int8 planes (`mv_dot_prep.wgsl`) on a scratch buffer, which the
 /// kernel then binds in x's place; otherwise None (the kernel reads x). Where x is a norm's
-/// output whose planes that norm wrote (ops/norm.rs), those, with no prep dispatch.
+/// output whose planes that norm wrote (ops/norm.rs), or `matvec_swiglu_xq`'s (`matvec`), those,
+/// with no prep dispatch.
 fn mv_dot_x(enc: &mut Encoder<'_>, kernel: Kernel, m: &Mm, x: &Tensor) -> Result<Option<Tensor>> {
     if !kernels::mv_dot(&enc.be.caps, kernel, m.ty) {
         return Ok(None);
@@ -349,7 +381,8 @@ fn generic(enc: &mut Encoder<'_>, m: &Mm, w: &Tensor, x: &Tensor, out: &Tensor) 
 }
 
 /// `out = silu(W_gate x) * (W_up x)`: one dispatch for a token whose two weights share a format
-/// and fit one binding each; otherwise the two matmuls and `swiglu`.
+/// and fit one binding each (with the packed-dot units, writing out's planes too); otherwise the
+/// two matmuls and `swiglu`.
 pub(crate) fn matmul_swiglu(
     be: &WgpuBackend,
     w_gate: &Tensor,
@@ -370,8 +403,16 @@ pub(crate) fn matmul_swiglu(
         && one_piece(w_gate)?
         && one_piece(w_up)?
     {
+        // With the packed-dot units, the variant that also writes out's planes where a K-quant
+        // product (the FFN's down) can read them: whole 256-element rows, as the norms (norm.rs).
+        // Whatever the gate's format: the down product's decides whether they are read.
+        let kernel = if be.caps.mv_dot && m.n_out.is_multiple_of(256) {
+            Kernel::MatvecSwigluXq
+        } else {
+            Kernel::MatvecSwiglu
+        };
         let mut enc = be.encoder()?;
-        return matvec(&mut enc, Kernel::MatvecSwiglu, &m, &[w_gate, w_up], x, out);
+        return matvec(&mut enc, kernel, &m, &[w_gate, w_up], x, out);
     }
     matmul(be, w_gate, x, gate_tmp)?;
     matmul(be, w_up, x, up_tmp)?;
