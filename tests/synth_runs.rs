@@ -108,6 +108,26 @@ fn deep_k_quant_models_stay_finite() {
     }
 }
 
+/// A dense model whose rows take the one-token fused SwiGLU (rows longer than 256) and whose FFN
+/// width is whole 256-element blocks: with RILL_WGPU_MV_DOT=1 (scripts/test.sh) the SwiGLU writes
+/// its output's packed-dot planes and the down product reads them, in recorded and replayed decode
+/// steps, against prefill (which writes none).
+#[test]
+fn dense_ffn_planes_decode_matches_prefill() {
+    let base = synth::shape("tiny-dense").expect("shape");
+    let shape = ShapeParams {
+        n_embd: 512,
+        n_layer: 2,
+        n_ff: 768,
+        source: "test",
+        ..base
+    };
+    let o = opts("tiny-dense", "q4_k_m", "ffn-planes");
+    synth::synthesize_params(&shape, &o).unwrap_or_else(|e| panic!("ffn planes: {e}"));
+    run_and_check(&o.output, "ffn planes q4_k_m");
+    let _ = std::fs::remove_file(&o.output);
+}
+
 #[test]
 fn cli_synth_then_info_prints_the_q4_k_m_mix() {
     let path = out("cli-q4km");
