@@ -3,10 +3,10 @@
 
 mod common;
 
-use common::device::{Both, Pt};
+use common::device::{pos_on, Both, Pt};
 use common::weights::{check_matmul, dequant, product_tolerance, random_weight, upload, WEIGHT_TYPES};
 use common::*;
-use rill::backend::{Backend, DType, Tensor, WeightData};
+use rill::backend::{AttnDims, Backend, DType, Tensor, WeightData};
 use rill::gguf::{GgmlType, TensorBytes};
 
 /// A weight of format `ty` on both backends.
@@ -142,7 +142,8 @@ fn products_of_prepared_producer_outputs_match() {
 /// After a read of the product `got` of `y` (a host access drops any planes a norm wrote), the
 /// product again quantizes y itself: it must give `got` bit for bit.
 fn assert_own_prep_agrees(p: &Both, what: &str, wt: &Pt, y: &Pt, got: &[f32]) {
-    let again = p.zeros(&[1, got.len()]);
+    let t = y.dev.rows();
+    let again = p.zeros(&[t, got.len() / t]);
     p.run("product again", |be, s| be.matmul(wt.on(s), y.on(s), again.on(s)));
     let again = p.dev.read_f32(&again.dev).expect("device read");
     let bits = |v: &[f32]| v.iter().map(|a| a.to_bits()).collect::<Vec<_>>();
@@ -301,6 +302,66 @@ fn norm_written_planes_match_the_products_own_prep() {
                     .collect();
                 check_matmul(p.dev.as_ref(), &format!("{what} {ty}"), &got, &want, &wf, &yd, n);
                 check_norm();
+            }
+        }
+    }
+}
+
+/// With RILL_WGPU_MV_DOT=1 the gated attention's merging dispatch writes its output's packed-dot
+/// planes (lib_att_xq.wgsl: the row through workgroup memory, each block whole): the output
+/// projection's Q4_K and Q6_K products that read them must give what their own prep gives, bit
+/// for bit, and match the dequantized weights times the device's output. Qwen3.5's 16 heads of
+/// 256 (GQA 4:1) and heads of one block at 1 token; 3 and 2 tokens (no planes: only one-token
+/// products read them) with heads of 8 and 4 blocks.
+#[test]
+fn attention_gate_planes_match_the_products_own_prep() {
+    use GgmlType::*;
+    for p in Both::each() {
+        let mut rng = Rng::new(74);
+        for (t, nh, nkv, d) in [
+            (1usize, 16usize, 4usize, 256usize),
+            (3, 16, 4, 256),
+            (1, 8, 2, 32),
+            (2, 4, 1, 128),
+        ] {
+            let (n, n_out, pos0, ctx) = (nh * d, 7usize, 5usize, 9usize);
+            let dims = AttnDims {
+                n_head: nh,
+                n_head_kv: nkv,
+                head_dim: d,
+            };
+            let q = p.up(&rng.normals(t * n, 1.0), &[t, n]);
+            let kc = p.up(&rng.normals(ctx * nkv * d, 1.0), &[ctx, nkv * d]);
+            let vc = p.up(&rng.normals(ctx * nkv * d, 1.0), &[ctx, nkv * d]);
+            let gate = p.up(&rng.normals(t * n, 2.0), &[t, n]);
+            let y = p.zeros(&[t, n]);
+            let pt = p.pos(pos0);
+            let scale = 1.0 / (d as f32).sqrt();
+            for ty in [Q4K, Q6K] {
+                let what = format!("{} attention_gated t {t} {dims:?} {ty}", p.name());
+                let b = random_weight(ty, n_out, n, 0.5, &mut rng);
+                let wt = upload_both(&p, ty, &[n_out, n], &b);
+                p.run("attention_gated", |be, s| {
+                    let at = pos_on(pos0, &pt, s);
+                    be.attention_gated(q.on(s), kc.on(s), vc.on(s), at, dims, scale, gate.on(s), y.on(s))
+                });
+                let out = p.zeros(&[t, n_out]);
+                p.run("product", |be, s| be.matmul(wt.on(s), y.on(s), out.on(s)));
+                let got = p.dev.read_f32(&out.dev).expect("device read");
+                assert_own_prep_agrees(&p, &what, &wt, &y, &got);
+                let yd = p.dev.read_f32(&y.dev).expect("device read");
+                let wf = dequant(ty, &b, n_out * n);
+                let want: Vec<f32> = (0..t * n_out)
+                    .map(|i| {
+                        let (tok, o) = (i / n_out, i % n_out);
+                        let row = &wf[o * n..(o + 1) * n];
+                        let x = &yd[tok * n..(tok + 1) * n];
+                        row.iter().zip(x).map(|(&a, &b)| a as f64 * b as f64).sum::<f64>() as f32
+                    })
+                    .collect();
+                check_matmul(p.dev.as_ref(), &what, &got, &want, &wf, &yd, n);
+                // The output itself against the CPU's (tests/device_ops.rs' attention bounds).
+                p.check_tier(&format!("{what}: output"), &y, 5e-6, 1e-4);
             }
         }
     }

@@ -487,6 +487,21 @@ pub fn attention(
     Ok(t)
 }
 
+/// `attention_gated`: `attention`'s checks and a gate shaped like out; returns T.
+pub fn attention_gated(
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    p: Pos,
+    dims: AttnDims,
+    gate: &Tensor,
+    out: &Tensor,
+) -> Result<usize> {
+    let t = attention(q, k_cache, v_cache, p, dims, out)?;
+    sigmoid_mul_assign(out, gate)?;
+    Ok(t)
+}
+
 /// `moe_route`; returns `(T, E)`.
 pub fn moe_route(logits: &Tensor, k: usize, ids: &Tensor, weights: &Tensor) -> Result<(usize, usize)> {
     let op = "moe_route";

@@ -519,6 +519,26 @@ pub trait Backend: Send + Sync {
         out: &Tensor,
     ) -> Result<()>;
 
+    /// `attention` then `out *= sigmoid(gate)` (the gated attention's output gate, spec/MODEL.md
+    /// §6); gate `[T, H*D]`. The default composes `attention` and `sigmoid_mul_assign` (the CPU
+    /// reference); a GPU backend may apply the gate where it writes the output.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_gated(
+        &self,
+        q: &Tensor,
+        k_cache: &Tensor,
+        v_cache: &Tensor,
+        pos: Pos,
+        dims: AttnDims,
+        scale: f32,
+        gate: &Tensor,
+        out: &Tensor,
+    ) -> Result<()> {
+        check::attention_gated(q, k_cache, v_cache, pos, dims, gate, out)?;
+        self.attention(q, k_cache, v_cache, pos, dims, scale, out)?;
+        self.sigmoid_mul_assign(out, gate)
+    }
+
     /// MoE routing: softmax over all experts of `logits` `[T, E]`, top-k, renormalise (sum clamped
     /// to >= 6.1035e-5), times `scale`. ids U32 `[T, k]`, weights F32 `[T, k]`.
     fn moe_route(&self, logits: &Tensor, k: usize, scale: f32, ids: &Tensor, weights: &Tensor) -> Result<()>;

@@ -525,8 +525,7 @@ impl Model {
         };
         be.attn_qk_prep(prep, hd, cfg.n_rot, cfg.rope_theta, cfg.eps, kc, vc, pos)?;
         let scale = 1.0 / (hd as f32).sqrt();
-        be.attention(&sc.q_normed, kc, vc, pos, dims, scale, &sc.att)?;
-        be.sigmoid_mul_assign(&sc.att, &sc.gate)?;
+        be.attention_gated(&sc.q_normed, kc, vc, pos, dims, scale, &sc.gate, &sc.att)?;
         be.matmul(&w.out, &sc.att, &sc.mix)
     }
 

@@ -9,6 +9,7 @@
 //! | `matmul_group` of up to 4 (3) same-format products in one decode dispatch (`matvec_group.wgsl`) | 9 (7) storage buffers per stage | one dispatch per product |
 //! | `gdn_conv_gates` in one dispatch (`gdn_conv_gates.wgsl`) | 10 storage buffers per stage | `gdn_gates` + `conv1d_silu_l2qk` |
 //! | `attn_qk_prep` in one dispatch (`attn_qk_prep.wgsl`) | 11 storage buffers per stage | q and k/v halves (`attn_prep_q.wgsl`, `attn_prep_kv.wgsl`; 7), else the six separate ops |
+//! | the gated attention's output gate (with `mv_dot`, also the output's planes) in the decode merge of the split key range (`attention_combine_gate.wgsl`) | 4 storage buffers per stage | `attention_combine` + `sigmoid_mul_assign` (+ `mv_dot_prep` before the output projection) |
 //! | a decode MoE layer's shared expert inside the routed experts' dispatches, the weighted sum inside the down products (`moe_swiglu_sh.wgsl` + `moe_down_sh.wgsl`) | 7 storage buffers per stage; not `RILL_WGPU_MOE_SHARED=0` | `moe_experts` (gate, up, down, `moe_combine`) + `matmul_swiglu` + `matmul` + `sigmoid_scale_add` |
 //!
 //! Tuning knobs, for measuring on a new GPU without a rebuild (`scripts/gpu-wgpu-mv-sweep.sh`):
@@ -242,6 +243,9 @@ pub(crate) struct Caps {
     pub mv_group: u32,
     /// `gdn_conv_gates` as one dispatch.
     pub fused_gates: bool,
+    /// The gated attention's output gate (and, with `mv_dot`, the output's planes) applied by
+    /// the dispatch that merges a decode row's split key range (`attention_combine_gate`).
+    pub attn_gate: bool,
     /// A decode MoE layer's shared expert as one more expert per token inside the routed
     /// experts' dispatches (`moe_swiglu_sh` + `moe_down_sh`); off: the trait's composition.
     pub moe_shared: bool,
@@ -496,6 +500,7 @@ impl Caps {
             max_storage,
             mv_group,
             fused_gates: fits(kernels::GATES_BINDINGS),
+            attn_gate: fits(kernels::ATT_GATE_BINDINGS),
             moe_shared: !ov.no_moe_shared && fits(kernels::MOE_SH_BINDINGS),
             prep,
             mv_wg,
@@ -592,6 +597,9 @@ impl Caps {
         }
         if self.fused_gates {
             parts.push("gates".to_string());
+        }
+        if self.attn_gate {
+            parts.push("attention gate".to_string());
         }
         if self.moe_shared {
             parts.push("moe shared expert".to_string());
@@ -797,8 +805,8 @@ pub(crate) mod tests {
     }
 
     /// The fused decode dispatches by the adapter's storage buffers per kernel: WebGPU's 8
-    /// (groups of 3, the attention preparation in halves), 10 (groups of 4, the gates), 11 and
-    /// more (everything); `RILL_WGPU_MAX_STORAGE` lowers it (never below 8), `RILL_WGPU_FUSE=0`
+    /// (groups of 3, the attention preparation in halves, the attention gate), 10 (groups of 4, the
+    /// gates), 11 and more (everything); `RILL_WGPU_MAX_STORAGE` lowers it (never below 8), `RILL_WGPU_FUSE=0`
     /// turns all off.
     #[test]
     fn fused_dispatches_follow_the_storage_buffer_limit() {
@@ -808,25 +816,25 @@ pub(crate) mod tests {
                 ..wgpu::Limits::default()
             };
             let c = Caps::select(wgpu::Features::empty(), &lim, Precision::Exact, false, false, ov);
-            (c.max_storage, c.mv_group, c.fused_gates, c.prep)
+            (c.max_storage, c.mv_group, c.fused_gates, c.prep, c.attn_gate)
         };
         let none = Overrides::default();
-        assert_eq!(pick(8, none), (8, 3, false, Prep::Halves));
-        assert_eq!(pick(10, none), (10, 4, true, Prep::Halves));
-        assert_eq!(pick(11, none), (11, 4, true, Prep::One));
-        assert_eq!(pick(1 << 20, none), (1 << 20, 4, true, Prep::One));
+        assert_eq!(pick(8, none), (8, 3, false, Prep::Halves, true));
+        assert_eq!(pick(10, none), (10, 4, true, Prep::Halves, true));
+        assert_eq!(pick(11, none), (11, 4, true, Prep::One, true));
+        assert_eq!(pick(1 << 20, none), (1 << 20, 4, true, Prep::One, true));
         let lowered = |n| Overrides {
             max_storage: Some(n),
             ..Default::default()
         };
-        assert_eq!(pick(1 << 20, lowered(8)), (8, 3, false, Prep::Halves));
+        assert_eq!(pick(1 << 20, lowered(8)), (8, 3, false, Prep::Halves, true));
         assert_eq!(pick(1 << 20, lowered(4)).0, 8, "never below WebGPU's guarantee");
         assert_eq!(pick(10, lowered(64)).0, 10, "never above the adapter's");
         let off = Overrides {
             no_fuse: true,
             ..Default::default()
         };
-        assert_eq!(pick(1 << 20, off), (1 << 20, 1, false, Prep::Separate));
+        assert_eq!(pick(1 << 20, off), (1 << 20, 1, false, Prep::Separate, false));
     }
 
     #[test]

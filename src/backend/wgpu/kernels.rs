@@ -105,6 +105,8 @@ pub(crate) const fn mv_group_bindings(n: u32) -> u32 {
     1 + 2 * n
 }
 
+/// Storage buffers of `attention_combine_gate` with the planes (`Caps::attn_gate`).
+pub(crate) const ATT_GATE_BINDINGS: u32 = 4;
 /// MoE: most experts per token, most experts in all (`moe_route` keeps them in workgroup memory).
 pub(crate) const MOE_MAX_K: u32 = 16;
 pub(crate) const MOE_MAX_E: u32 = 2048;
@@ -272,6 +274,8 @@ kernels! {
     Attention,
     AttentionSplit,
     AttentionCombine,
+    AttentionCombineGate,
+    AttentionCombineGateDot,
     DeltaRecurrent,
     DeltaChunkPrep,
     DeltaChunkState,
@@ -323,6 +327,8 @@ const NORM_OCT_PLAIN: &str = wgsl!("lib_norm_oct_plain");
 const ARGMAX: &str = wgsl!("lib_argmax");
 const ARGMAX_SCAN: &str = wgsl!("lib_argmax_scan");
 const ATTEND: &str = wgsl!("lib_attention");
+const ATT_XQ: &str = wgsl!("lib_att_xq");
+const ATT_NOXQ: &str = wgsl!("lib_att_noxq");
 const COOP_TILES: &str = wgsl!("lib_coop_tiles");
 const COOP2_TILES: &str = wgsl!("lib_coop2_tiles");
 const MM_IO: &str = wgsl!("lib_mm_io");
@@ -439,6 +445,16 @@ impl Kernel {
             Kernel::Attention => spec("attention", wgsl!("attention"), None, false).with(&[ATTEND]),
             Kernel::AttentionSplit => spec("attention_split", wgsl!("attention_split"), None, false).with(&[ATTEND]),
             Kernel::AttentionCombine => spec("attention_combine", wgsl!("attention_combine"), None, false),
+            Kernel::AttentionCombineGate => {
+                spec("attention_combine_gate", wgsl!("attention_combine_gate"), None, false).with(&[ATT_NOXQ])
+            }
+            Kernel::AttentionCombineGateDot => spec(
+                "attention_combine_gate_dot",
+                wgsl!("attention_combine_gate"),
+                None,
+                false,
+            )
+            .with(&[DOT_PREP, ATT_XQ]),
             Kernel::DeltaRecurrent => {
                 spec("delta_rule_recurrent", wgsl!("delta_rule_recurrent"), None, false).with(if caps.subgroups {
                     &[DELTA_ROWS_SG]
@@ -928,13 +944,20 @@ mod tests {
         }
     }
 
-    /// The norms that write packed-dot planes keep each invocation's block data (its half block
-    /// as a matrix, indexed by constants) in registers, with and without subgroups.
+    /// The kernels that write packed-dot planes keep each invocation's block data in registers
+    /// (the norms: its half block as a matrix, indexed by constants; the whole-block writers:
+    /// plain values), with and without subgroups.
     #[test]
     fn dot_norms_keep_their_data_in_registers() {
         for plain in [false, true] {
             let c = exact_caps(plain);
-            for k in [Kernel::RmsNormDot, Kernel::AddRmsNormDot, Kernel::GatedRmsNormDot] {
+            for k in [
+                Kernel::RmsNormDot,
+                Kernel::AddRmsNormDot,
+                Kernel::GatedRmsNormDot,
+                Kernel::MvDotPrep,
+                Kernel::AttentionCombineGateDot,
+            ] {
                 check_registers(&format!("plain {plain} {k:?}"), k, None, &c);
             }
         }
@@ -962,6 +985,7 @@ mod tests {
             for k in [Kernel::MoeSwigluSh, Kernel::MoeDownSh] {
                 assert_eq!(storage(k, Some(GgmlType::Q4K)), MOE_SH_BINDINGS, "{k:?}");
             }
+            assert_eq!(storage(Kernel::AttentionCombineGateDot, None), ATT_GATE_BINDINGS);
         }
         assert_eq!(Kernel::matvec_group(1), None);
         assert_eq!(Kernel::matvec_group(5), None);

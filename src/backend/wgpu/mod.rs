@@ -479,6 +479,19 @@ impl Backend for WgpuBackend {
     ) -> Result<()> {
         ops::attention(self, q, k_cache, v_cache, pos, dims, scale, out)
     }
+    fn attention_gated(
+        &self,
+        q: &Tensor,
+        k_cache: &Tensor,
+        v_cache: &Tensor,
+        pos: Pos,
+        dims: AttnDims,
+        scale: f32,
+        gate: &Tensor,
+        out: &Tensor,
+    ) -> Result<()> {
+        ops::attention_gated(self, q, k_cache, v_cache, pos, dims, scale, gate, out)
+    }
     fn moe_route(&self, logits: &Tensor, k: usize, scale: f32, ids: &Tensor, weights: &Tensor) -> Result<()> {
         ops::moe_route(self, logits, k, scale, ids, weights)
     }
