@@ -100,7 +100,8 @@ wgpu="RILL_TEST_BACKENDS=wgpu"
 #    row group (two-level reduction) on the plain path; both with the packed-integer-dot K-quant
 #    units (RILL_WGPU_MV_DOT=1, off by default on lavapipe, a CPU adapter). The MoE race test and
 #    the shared-expert tests are left to the other passes (their prompt-sized cases compose kernels
-#    these passes cover) except the fused decode shapes (moe_swiglu_sh, moe_down_sh take the knobs).
+#    these passes cover) except the fused decode shapes (moe_swiglu_sh, moe_swiglu_route and moe_down_sh
+#    take the knobs: experts_shared_decode_shapes, route_experts_shared_decode_shapes).
 #  - at most 8 storage buffers per kernel (browsers): the fused decode dispatches' fallbacks
 #    (matrix-vector groups of 3, the attention preparation in halves, the gates separate), by op
 #    test and end to end on one dense quantized row (every fallback of a layer), the MoE row and

@@ -575,6 +575,29 @@ pub trait Backend: Send + Sync {
     ) -> Result<()> {
         moe_experts_shared_composed(self, x, gate_exps, up_exps, down_exps, ids, weights, sh, out)
     }
+    /// A MoE FFN's routing and experts in one op: `moe_route(logits, k, scale, ids, weights)`
+    /// then `moe_experts_shared(x, .., ids, weights, sh, out)` (logits `[T, E]` of the E experts
+    /// of `gate_exps`), ids and weights written as `moe_route` writes them. The default is that
+    /// composition (the CPU reference); a GPU backend may route inside the experts' first launch.
+    #[allow(clippy::too_many_arguments)]
+    fn moe_route_experts_shared(
+        &self,
+        x: &Tensor,
+        logits: &Tensor,
+        k: usize,
+        scale: f32,
+        gate_exps: &Tensor,
+        up_exps: &Tensor,
+        down_exps: &Tensor,
+        ids: &Tensor,
+        weights: &Tensor,
+        sh: SharedExpert<'_>,
+        out: &Tensor,
+    ) -> Result<()> {
+        check::moe_route_experts_shared(x, logits, k, gate_exps, up_exps, down_exps, ids, weights, sh, out)?;
+        self.moe_route(logits, k, scale, ids, weights)?;
+        self.moe_experts_shared(x, gate_exps, up_exps, down_exps, ids, weights, sh, out)
+    }
 
     /// Row-wise argmax of `logits` `[T, V]` into U32 `out` `[T]`: the first index of the largest
     /// value, NaN and -inf never chosen (the sampler's rule), `NON_FINITE` for a row where every

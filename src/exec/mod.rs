@@ -552,7 +552,6 @@ impl Model {
                 let sg = sc.shared_gate.as_ref().ok_or_else(missing)?;
                 let m = self.config.moe.as_ref().ok_or_else(missing)?;
                 be.matmul_group(&[router, shexp_gate], &sc.xn, &[logits, sg])?;
-                be.moe_route(logits, m.n_expert_used, m.weights_scale, ids, wts)?;
                 let sh = SharedExpert {
                     gate: gate_sh,
                     up: up_sh,
@@ -563,7 +562,19 @@ impl Model {
                     act: &sc.ff_act,
                     out: shared,
                 };
-                be.moe_experts_shared(&sc.xn, gate_exps, up_exps, down_exps, ids, wts, sh, &sc.mix)
+                be.moe_route_experts_shared(
+                    &sc.xn,
+                    logits,
+                    m.n_expert_used,
+                    m.weights_scale,
+                    gate_exps,
+                    up_exps,
+                    down_exps,
+                    ids,
+                    wts,
+                    sh,
+                    &sc.mix,
+                )
             }
         }
     }

@@ -114,6 +114,12 @@ pub(crate) const MOE_MAX_E: u32 = 2048;
 /// (`moe_swiglu_sh`: four weights, ids, x, hidden rows; `moe_down_sh`: two weights, ids, weights,
 /// gate logits, hidden rows, out).
 pub(crate) const MOE_SH_BINDINGS: u32 = 7;
+/// Storage buffers of `moe_swiglu_route` (`moe_swiglu_sh` that routes its token itself: also the
+/// router logits and the weights it writes).
+pub(crate) const MOE_ROUTE_SH_BINDINGS: u32 = 9;
+/// The routing runs one slot per invocation of a matrix-vector workgroup (`moe_route.wgsl`), which
+/// has at least 64 (`Caps::mv_wg`).
+const _: () = assert!(MOE_MAX_K <= 64);
 /// Invocations per workgroup of `mv_dot_prep.wgsl` (one per 32-element block of x), and the
 /// vec4s of one quantized block (three int8 planes of 8 words, then scale and sums).
 pub(crate) const MVD_WG: u32 = 64;
@@ -281,6 +287,7 @@ kernels! {
     DeltaChunkState,
     MoeSwigluSh,
     MoeDownSh,
+    MoeSwigluRoute,
 }
 
 struct Spec {
@@ -343,6 +350,7 @@ const PREP_KV: &str = wgsl!("lib_prep_kv");
 const TILE_IO: &str = wgsl!("lib_tile_io");
 const MOE_IO: &str = wgsl!("lib_moe_io");
 const MOE_SH: &str = wgsl!("lib_moe_sh");
+const MOE_ROUTE: &str = wgsl!("lib_moe_route");
 const DELTA_ROWS_SG: &str = wgsl!("lib_delta_rows_sg");
 const DELTA_ROWS_PLAIN: &str = wgsl!("lib_delta_rows_plain");
 
@@ -401,7 +409,7 @@ impl Kernel {
                 _ => spec("matmul_coop2", wgsl!("matmul_coop2"), One, false),
             }
             .with(&[TILE_IO, COOP2_TILES]),
-            Kernel::MoeRoute => spec("moe_route", wgsl!("moe_route"), None, false),
+            Kernel::MoeRoute => spec("moe_route", wgsl!("moe_route"), None, false).with(&[MOE_ROUTE]),
             Kernel::MoeMatvec => spec("moe_matvec", wgsl!("moe_matvec"), One, false).mv().with(&[MOE_IO]),
             Kernel::MvDotPrep => spec("mv_dot_prep", wgsl!("mv_dot_prep"), None, false).with(&[DOT_PREP]),
             Kernel::MoeRows => spec("moe_rows", wgsl!("moe_rows"), One, false).with(&[MOE_IO]),
@@ -466,7 +474,10 @@ impl Kernel {
             Kernel::DeltaChunkState => spec("delta_rule_chunk_state", wgsl!("delta_rule_chunk_state"), None, false),
             Kernel::MoeSwigluSh => spec("moe_swiglu_sh", wgsl!("moe_swiglu_sh"), Four, false)
                 .mv()
-                .with(&[MOE_SH]),
+                .with(&[MOE_SH, wgsl!("lib_moe_sh_ids")]),
+            Kernel::MoeSwigluRoute => spec("moe_swiglu_route", wgsl!("moe_swiglu_sh"), Four, false)
+                .mv()
+                .with(&[MOE_SH, MOE_ROUTE, wgsl!("lib_moe_sh_route")]),
             Kernel::MoeDownSh => spec("moe_down_sh", wgsl!("moe_down_sh"), Two, false)
                 .mv()
                 .with(&[MOE_SH]),
@@ -915,8 +926,9 @@ mod tests {
             }
             assert_eq!(
                 checked,
-                8 * 16,
-                "matvec, matvec_swiglu, the three matvec_groups, moe_matvec, moe_swiglu_sh, moe_down_sh in every format"
+                9 * 16,
+                "matvec, matvec_swiglu, the three matvec_groups, moe_matvec, moe_swiglu_sh, moe_down_sh, \
+                 moe_swiglu_route in every format"
             );
         }
     }
@@ -986,6 +998,10 @@ mod tests {
                 assert_eq!(storage(k, Some(GgmlType::Q4K)), MOE_SH_BINDINGS, "{k:?}");
             }
             assert_eq!(storage(Kernel::AttentionCombineGateDot, None), ATT_GATE_BINDINGS);
+            assert_eq!(
+                storage(Kernel::MoeSwigluRoute, Some(GgmlType::Q4K)),
+                MOE_ROUTE_SH_BINDINGS
+            );
         }
         assert_eq!(Kernel::matvec_group(1), None);
         assert_eq!(Kernel::matvec_group(5), None);
