@@ -240,6 +240,9 @@ RILL_WGPU_MV_DOT=0 bench qwen3.5-35b-a3b q4_k_m nodot 30 -p "" -n 64 -r 1
 # The MoE shared expert in dispatches of its own (RILL_WGPU_MOE_SHARED=0), against the default
 # (inside the routed experts' two dispatches): 35B-A3B decode.
 RILL_WGPU_MOE_SHARED=0 bench qwen3.5-35b-a3b q4_k_m noshared 30 -p "" -n 64 -r 1
+# The MoE routing in a dispatch of its own (RILL_WGPU_MOE_ROUTE=0), against the default (inside the
+# gate/up dispatch): 35B-A3B decode.
+RILL_WGPU_MOE_ROUTE=0 bench qwen3.5-35b-a3b q4_k_m noroute 30 -p "" -n 64 -r 1
 save
 # After the numbers: the plain path's tests (the kernels browsers run), then its speed.
 plain_tests

@@ -100,7 +100,8 @@ wgpu="RILL_TEST_BACKENDS=wgpu"
 #    row group (two-level reduction) on the plain path; both with the packed-integer-dot K-quant
 #    units (RILL_WGPU_MV_DOT=1, off by default on lavapipe, a CPU adapter). The MoE race test and
 #    the shared-expert tests are left to the other passes (their prompt-sized cases compose kernels
-#    these passes cover) except the fused decode shapes (moe_swiglu_sh, moe_down_sh take the knobs).
+#    these passes cover) except the fused decode shapes (moe_swiglu_sh, moe_swiglu_route and moe_down_sh
+#    take the knobs: experts_shared_decode_shapes, route_experts_shared_decode_shapes).
 #  - at most 8 storage buffers per kernel (browsers): the fused decode dispatches' fallbacks
 #    (matrix-vector groups of 3, the attention preparation in halves, the gates separate), by op
 #    test and end to end on one dense quantized row (every fallback of a layer), the MoE row and
@@ -115,7 +116,10 @@ narrow="$wgpu RILL_WGPU_MAX_STORAGE=8"
 job "e2e_fixtures" "" e2e_fixtures
 job "e2e_fixtures (plain)" "$plain" e2e_fixtures
 job "device_moe" "" device_moe
-job "synth_runs" "" synth_runs
+# synth_runs' 24-layer models in two jobs of three (a model's tests run a few minutes on lavapipe).
+job "synth_runs (deep dense)" "" synth_runs deep_dense
+job "synth_runs (deep moe)" "" synth_runs deep_moe
+job "synth_runs (the rest)" "" synth_runs --skip deep_
 job "e2e_fixtures (8 bindings, dot)" "$narrow RILL_WGPU_MV_DOT=1" e2e_fixtures \
     q4_k_m_matches moe_f16_matches prefill_then_decode
 job "device_moe (plain, checks)" "$plain RILL_WGPU_SHADER_CHECKS=1" device_moe

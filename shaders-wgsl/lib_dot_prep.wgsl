@@ -59,3 +59,51 @@ fn xp_absmax(x: vec4<f32>) -> f32 {
 fn xp_sum(x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) -> f32 {
     return dot(x0 + x1 + x2 + x3, vec4<f32>(1.0));
 }
+
+// A half block's three plane words (elements 0..15 or 16..31 of the block as four vec4s, times
+// 1 / s) and its sum.
+struct XpHalf {
+    a: vec4<u32>,
+    b: vec4<u32>,
+    c: vec4<u32>,
+    sum: f32,
+}
+
+fn xp_half(x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>, inv: f32) -> XpHalf {
+    let p0 = planes4(x0 * inv);
+    let p1 = planes4(x1 * inv);
+    let p2 = planes4(x2 * inv);
+    let p3 = planes4(x3 * inv);
+    return XpHalf(vec4<u32>(p0.x, p1.x, p2.x, p3.x), vec4<u32>(p0.y, p1.y, p2.y, p3.y),
+                  vec4<u32>(p0.z, p1.z, p2.z, p3.z), xp_sum(x0, x1, x2, x3));
+}
+
+// A whole block's words in storage order (planes a, b, c of each half, then the scale word and
+// the half sums): the writers that hold a whole block (mv_dot_prep.wgsl, lib_att_xq.wgsl) build
+// them here, so their planes agree bit for bit. Plain values, no array: nothing spills.
+struct XpBlock {
+    lo: XpHalf,
+    hi: XpHalf,
+    scale: u32,
+}
+
+fn xp_block(x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>, x4: vec4<f32>, x5: vec4<f32>,
+            x6: vec4<f32>, x7: vec4<f32>) -> XpBlock {
+    let m = max(max(max(xp_absmax(x0), xp_absmax(x1)), max(xp_absmax(x2), xp_absmax(x3))),
+                max(max(xp_absmax(x4), xp_absmax(x5)), max(xp_absmax(x6), xp_absmax(x7))));
+    let sc = xp_scale(m);
+    return XpBlock(xp_half(x0, x1, x2, x3, sc.inv), xp_half(x4, x5, x6, x7, sc.inv), sc.word);
+}
+
+// Word k (0 .. XQ_VEC4 - 1) of a block in storage order.
+fn xp_word(b: XpBlock, k: u32) -> vec4<u32> {
+    switch (k) {
+        case 0u: { return b.lo.a; }
+        case 1u: { return b.hi.a; }
+        case 2u: { return b.lo.b; }
+        case 3u: { return b.hi.b; }
+        case 4u: { return b.lo.c; }
+        case 5u: { return b.hi.c; }
+        default: { return vec4<u32>(b.scale, bitcast<u32>(b.lo.sum), bitcast<u32>(b.hi.sum), 0u); }
+    }
+}

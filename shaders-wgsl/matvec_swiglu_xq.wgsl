@@ -6,10 +6,9 @@
 // A block's planes need its max |y|, so a workgroup owns whole aligned blocks: a span of
 // max(32, rows per pass) rows, where a pass is matvec_swiglu's workgroup ((MV_WG / lw) * MV_R
 // rows, a power of two): 32 / that many passes, or one pass of several blocks. Its row groups'
-// lane 0s store their outputs to out and to workgroup memory; then eight invocations per block,
-// each one vec4 of it (as lib_norm_dot.wgsl), write the planes in mv_dot_prep's order of
-// operations (the block's max over its vec4s in order, planes4 of each vec4, xp_sum of each half),
-// so the planes are bit for bit what mv_dot_prep would make of out.
+// lane 0s store their outputs to out and to workgroup memory; then one invocation per block
+// writes its planes with mv_dot_prep's own xp_block (lib_att_xq.wgsl does the same), so they are
+// bit for bit what mv_dot_prep would make of out.
 @group(0) @binding(5) var<storage, read_write> xq_out: array<vec4<u32>>;
 
 // The largest span (one lane per row group); 8 KiB at the largest geometry (256 x 8 rows).
@@ -51,36 +50,16 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
         }
     }
     workgroupBarrier();
-    // The span's blocks within the piece (its rows are whole blocks): vec4 k of block b.
+    // The span's blocks within the piece (its rows are whole blocks): invocation b writes block b
+    // whole with mv_dot_prep's xp_block (a few hundred operations; as lib_att_xq.wgsl).
     let blocks = min(span, P.rows - first) / 32u;
-    for (var j = li; j < 8u * blocks; j += MV_WG) {
-        let b = j / 8u;
-        let k = j % 8u;
+    for (var b = li; b < blocks; b += MV_WG) {
         let i = 32u * b;
-        var m = 0.0;
-        for (var v = 0u; v < 8u; v++) {
-            m = max(m, xp_absmax(sw_vec4(i + 4u * v)));
-        }
-        let sc = xp_scale(m);
-        // Planes' half h = k / 4, component c = k % 4.
-        let h = k / 4u;
-        let c = k % 4u;
+        let q = xp_block(sw_vec4(i), sw_vec4(i + 4u), sw_vec4(i + 8u), sw_vec4(i + 12u), sw_vec4(i + 16u),
+                         sw_vec4(i + 20u), sw_vec4(i + 24u), sw_vec4(i + 28u));
         let o = XQ_VEC4 * (o0 / 32u + b);
-        let p = planes4(sw_vec4(i + 4u * k) * sc.inv);
-        xq_out[o + h][c] = p.x;
-        xq_out[o + 2u + h][c] = p.y;
-        xq_out[o + 4u + h][c] = p.z;
-        // The half's first invocation writes its sum, the block's first also s and the pad.
-        if (c == 0u) {
-            let e = i + 16u * h;
-            let sum = bitcast<u32>(xp_sum(sw_vec4(e), sw_vec4(e + 4u), sw_vec4(e + 8u), sw_vec4(e + 12u)));
-            if (h == 0u) {
-                xq_out[o + 6u].x = sc.word;
-                xq_out[o + 6u].y = sum;
-                xq_out[o + 6u].w = 0u;
-            } else {
-                xq_out[o + 6u].z = sum;
-            }
+        for (var k = 0u; k < XQ_VEC4; k++) {
+            xq_out[o + k] = xp_word(q, k);
         }
     }
 }

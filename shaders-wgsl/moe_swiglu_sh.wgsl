@@ -3,12 +3,13 @@
 // t (W = routed gate, W2 = routed up, W3 = shared gate, W4 = shared up; one format). Each
 // invocation's MV_R gate and MV_R up rows share each unit's x, as in matvec_swiglu.wgsl. The
 // arithmetic is moe_matvec.wgsl's gate and up passes': the routed experts' hidden rows are bit
-// for bit theirs (the shared expert's are matvec_swiglu.wgsl's without packed dots).
+// for bit theirs (the shared expert's are matvec_swiglu.wgsl's without packed dots). Slot j's
+// expert comes from `sh_expert`: read from ids (lib_moe_sh_ids.wgsl), or routed by the workgroup
+// itself from the router logits (lib_moe_sh_route.wgsl, kernel moe_swiglu_route).
 @group(0) @binding(1) var<storage, read> W: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read> W2: array<vec4<u32>>;
 @group(0) @binding(3) var<storage, read> W3: array<vec4<u32>>;
 @group(0) @binding(4) var<storage, read> W4: array<vec4<u32>>;
-@group(0) @binding(5) var<storage, read> ids: array<u32>;
 @group(0) @binding(6) var<storage, read> X: array<vec4<f32>>;
 @group(0) @binding(7) var<storage, read_write> h: array<f32>;
 
@@ -27,19 +28,21 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
     let j = s % per;
     let flat = mv_flat(li, lanes);
     let r0 = sh_first_row(g, flat);
+    // In uniform control flow: the routing variant's barriers.
+    let routed = sh_expert(g, t, j, li);
     // Workgroups past the last entry and invalid ids read nothing (e = n_exp); the shared
     // expert is expert 0 of W3 / W4.
     var e = P.n_exp;
     var base = 0u;
     if (t < P.n_tok) {
         if (j < P.k) {
-            e = ids[t * P.k + j];
+            e = routed;
         } else {
             e = 0u;
             base = 2u;
         }
     }
-    // Not a uniform early return (ids is a storage read): inactive workgroups still reduce zeros.
+    // Not a uniform early return (e is a storage or workgroup-memory read): inactive workgroups still reduce zeros.
     let ok = e < P.n_exp;
     let eb = e * P.rows;
     let rb_lo = sh_row_bytes(eb, r0);

@@ -3,10 +3,10 @@
 
 mod common;
 
-use common::device::{Both, Pt};
+use common::device::{pos_on, Both, Pt};
 use common::weights::{check_matmul, dequant, product_tolerance, random_weight, upload, WEIGHT_TYPES};
 use common::*;
-use rill::backend::{Backend, DType, Tensor, WeightData};
+use rill::backend::{AttnDims, Backend, DType, Tensor, WeightData};
 use rill::gguf::{GgmlType, TensorBytes};
 
 /// A weight of format `ty` on both backends.
@@ -146,9 +146,10 @@ fn product(wf: &[f32], x: &[f32], n: usize) -> Vec<f32> {
         .collect()
 }
 
-/// After a read of the product `got` of `y` (`t` tokens; a host access drops any planes an op
-/// wrote), the product again quantizes y itself: it must give `got` bit for bit.
-fn assert_own_prep_agrees(p: &Both, what: &str, wt: &Pt, y: &Pt, got: &[f32], t: usize) {
+/// After a read of the product `got` of `y` (a host access drops any planes a norm wrote), the
+/// product again quantizes y itself: it must give `got` bit for bit.
+fn assert_own_prep_agrees(p: &Both, what: &str, wt: &Pt, y: &Pt, got: &[f32]) {
+    let t = y.dev.rows();
     let again = p.zeros(&[t, got.len() / t]);
     p.run("product again", |be, s| be.matmul(wt.on(s), y.on(s), again.on(s)));
     let again = p.dev.read_f32(&again.dev).expect("device read");
@@ -215,7 +216,7 @@ fn products_of_norm_outputs_see_their_current_values() {
                     check_matmul(p.dev.as_ref(), &what, &got, &want, wf, &yd, n);
                     // The read dropped any planes: the product again quantizes y itself, which
                     // must give the planes the norm wrote, bit for bit.
-                    assert_own_prep_agrees(&p, &what, wt, &y, &got, 1);
+                    assert_own_prep_agrees(&p, &what, wt, &y, &got);
                 }
             }
         }
@@ -292,12 +293,64 @@ fn norm_written_planes_match_the_products_own_prep() {
                 let out = p.zeros(&[1, n_out]);
                 p.run("product", |be, s| be.matmul(wt.on(s), y.on(s), out.on(s)));
                 let got = p.dev.read_f32(&out.dev).expect("device read");
-                assert_own_prep_agrees(&p, &format!("{what} {ty}"), &wt, &y, &got, 1);
+                assert_own_prep_agrees(&p, &format!("{what} {ty}"), &wt, &y, &got);
                 let yd = p.dev.read_f32(&y.dev).expect("device read");
                 let wf = dequant(ty, &b, n_out * n);
                 let want = product(&wf, &yd, n);
                 check_matmul(p.dev.as_ref(), &format!("{what} {ty}"), &got, &want, &wf, &yd, n);
                 check_norm();
+            }
+        }
+    }
+}
+
+/// With RILL_WGPU_MV_DOT=1 the gated attention's merging dispatch writes its output's packed-dot
+/// planes (lib_att_xq.wgsl: the row through workgroup memory, each block whole): the output
+/// projection's Q4_K and Q6_K products that read them must give what their own prep gives, bit
+/// for bit, and match the dequantized weights times the device's output. Qwen3.5's 16 heads of
+/// 256 (GQA 4:1) and heads of one block at 1 token; 3 and 2 tokens (no planes: only one-token
+/// products read them) with heads of 8 and 4 blocks.
+#[test]
+fn attention_gate_planes_match_the_products_own_prep() {
+    use GgmlType::*;
+    for p in Both::each() {
+        let mut rng = Rng::new(74);
+        for (t, nh, nkv, d) in [
+            (1usize, 16usize, 4usize, 256usize),
+            (3, 16, 4, 256),
+            (1, 8, 2, 32),
+            (2, 4, 1, 128),
+        ] {
+            let (n, n_out, pos0, ctx) = (nh * d, 7usize, 5usize, 9usize);
+            let dims = AttnDims {
+                n_head: nh,
+                n_head_kv: nkv,
+                head_dim: d,
+            };
+            let q = p.up(&rng.normals(t * n, 1.0), &[t, n]);
+            let kc = p.up(&rng.normals(ctx * nkv * d, 1.0), &[ctx, nkv * d]);
+            let vc = p.up(&rng.normals(ctx * nkv * d, 1.0), &[ctx, nkv * d]);
+            let gate = p.up(&rng.normals(t * n, 2.0), &[t, n]);
+            let y = p.zeros(&[t, n]);
+            let pt = p.pos(pos0);
+            let scale = 1.0 / (d as f32).sqrt();
+            for ty in [Q4K, Q6K] {
+                let what = format!("{} attention_gated t {t} {dims:?} {ty}", p.name());
+                let b = random_weight(ty, n_out, n, 0.5, &mut rng);
+                let wt = upload_both(&p, ty, &[n_out, n], &b);
+                p.run("attention_gated", |be, s| {
+                    let at = pos_on(pos0, &pt, s);
+                    be.attention_gated(q.on(s), kc.on(s), vc.on(s), at, dims, scale, gate.on(s), y.on(s))
+                });
+                let out = p.zeros(&[t, n_out]);
+                p.run("product", |be, s| be.matmul(wt.on(s), y.on(s), out.on(s)));
+                let got = p.dev.read_f32(&out.dev).expect("device read");
+                assert_own_prep_agrees(&p, &what, &wt, &y, &got);
+                let yd = p.dev.read_f32(&y.dev).expect("device read");
+                let wf = dequant(ty, &b, n_out * n);
+                check_matmul(p.dev.as_ref(), &what, &got, &product(&wf, &yd, n), &wf, &yd, n);
+                // The output itself against the CPU's (tests/device_ops.rs' attention bounds).
+                p.check_tier(&format!("{what}: output"), &y, 5e-6, 1e-4);
             }
         }
     }
@@ -536,7 +589,7 @@ fn gate_up(p: &Both, ty: GgmlType, n_ff: usize, n_in: usize, rng: &mut Rng) -> G
 
 /// With RILL_WGPU_MV_DOT=1 the wgpu `matmul_swiglu` of one token writes its output's packed-dot
 /// planes (matvec_swiglu_xq.wgsl: a workgroup owns whole 32-row blocks and writes them from
-/// workgroup memory, eight invocations per block) and the FFN's down product reads them instead
+/// workgroup memory, each block whole) and the FFN's down product reads them instead
 /// of quantizing the output again: they must be what `mv_dot_prep` makes of the output, bit for
 /// bit. Judged through Q4_K and Q6_K down products: with the SwiGLU's planes, then (after a read
 /// drops them) with the product's own prep; the down product against the dequantized weight
@@ -550,7 +603,7 @@ fn gate_up(p: &Both, ty: GgmlType, n_ff: usize, n_in: usize, rng: &mut Rng) -> G
 fn swiglu_written_planes_match_the_down_products_own_prep() {
     use GgmlType::*;
     for p in Both::each() {
-        let mut rng = Rng::new(74);
+        let mut rng = Rng::new(75);
         for (ty, n_in, n_ff) in [
             (Q4K, 512usize, 768usize),
             (Q4K, 2048, 1280),
@@ -572,7 +625,7 @@ fn swiglu_written_planes_match_the_down_products_own_prep() {
                     // Nothing read back before the down product (a host access drops the planes).
                     p.run("down", |be, s| be.matmul(wd.on(s), act.on(s), out.on(s)));
                     let got = p.dev.read_f32(&out.dev).expect("device read");
-                    assert_own_prep_agrees(&p, &what, &wd, &act, &got, t);
+                    assert_own_prep_agrees(&p, &what, &wd, &act, &got);
                     let (ad, ac) = p.read(&act);
                     swiglu_check(&p, &c, &x, n_ff, &ad, &ac, &what);
                     let wf = dequant(down, &bd, n_out * n_ff);

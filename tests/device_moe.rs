@@ -544,8 +544,26 @@ fn shared_case(
     n_ff_sh: usize,
     t_len: usize,
 ) {
+    shared_case_routed(p, tys, sh_tys, [n_exp, k, d, n_ff, n_ff_sh, t_len], None);
+}
+
+/// `shared_case`, or with `router` logits `[T, E]` (and a scale) `moe_route_experts_shared`: its
+/// ids equal to the CPU's, its weights to `1e-5` relative, and on the device both bit for bit
+/// what the device's own `moe_route` writes.
+fn shared_case_routed(
+    p: &Both,
+    tys: [Option<GgmlType>; 3],
+    sh_tys: [Option<GgmlType>; 3],
+    [n_exp, k, d, n_ff, n_ff_sh, t_len]: [usize; 6],
+    router: Option<(&[f32], f32)>,
+) {
+    let op = if router.is_some() {
+        "moe_route_experts_shared"
+    } else {
+        "moe_experts_shared"
+    };
     let what = format!(
-        "{} moe_experts_shared {tys:?} shared {sh_tys:?} E={n_exp} k={k} d={d} n_ff={n_ff} n_ff_sh={n_ff_sh} T={t_len}",
+        "{} {op} {tys:?} shared {sh_tys:?} E={n_exp} k={k} d={d} n_ff={n_ff} n_ff_sh={n_ff_sh} T={t_len}",
         p.name()
     );
     let mut rng = Rng::new((n_exp * 37 + k * 5 + d * 3 + n_ff + n_ff_sh * 7 + t_len) as u64);
@@ -553,14 +571,20 @@ fn shared_case(
     let ex = Experts::of_types(p, &mut rng, tys, [n_exp, d, n_ff], [sd, sd, sf]);
     let sh = SharedW::new(p, &mut rng, sh_tys, d, n_ff_sh);
     let x = rng.normals(t_len * d, 1.0);
-    let (ids, ws) = cpu_route(p, &mut rng, t_len, n_exp, k);
+    let (it, wt, rl) = match router {
+        // Stale values the op must overwrite.
+        Some((l, _)) => (
+            p.up_u32(&vec![u32::MAX; t_len * k], &[t_len, k]),
+            p.up(&vec![f32::NAN; t_len * k], &[t_len, k]),
+            Some(p.up(l, &[t_len, n_exp])),
+        ),
+        None => {
+            let (ids, ws) = cpu_route(p, &mut rng, t_len, n_exp, k);
+            (p.up_u32(&ids, &[t_len, k]), p.up(&ws, &[t_len, k]), None)
+        }
+    };
     let logits = rng.normals(t_len, 2.0);
-    let (xt, it, wt, gl) = (
-        p.up(&x, &[t_len, d]),
-        p.up_u32(&ids, &[t_len, k]),
-        p.up(&ws, &[t_len, k]),
-        p.up(&logits, &[t_len, 1]),
-    );
+    let (xt, gl) = (p.up(&x, &[t_len, d]), p.up(&logits, &[t_len, 1]));
     let (gate_tmp, up_tmp, act) = (
         p.zeros(&[t_len, n_ff_sh]),
         p.zeros(&[t_len, n_ff_sh]),
@@ -578,17 +602,55 @@ fn shared_case(
             act: act.on(s),
             out: sh_out.on(s),
         };
-        be.moe_experts_shared(
-            xt.on(s),
-            ex.gate.t.on(s),
-            ex.up.t.on(s),
-            ex.down.t.on(s),
-            it.on(s),
-            wt.on(s),
-            shared,
-            out.on(s),
-        )
+        match (&rl, router) {
+            (Some(rl), Some((_, scale))) => be.moe_route_experts_shared(
+                xt.on(s),
+                rl.on(s),
+                k,
+                scale,
+                ex.gate.t.on(s),
+                ex.up.t.on(s),
+                ex.down.t.on(s),
+                it.on(s),
+                wt.on(s),
+                shared,
+                out.on(s),
+            ),
+            _ => be.moe_experts_shared(
+                xt.on(s),
+                ex.gate.t.on(s),
+                ex.up.t.on(s),
+                ex.down.t.on(s),
+                it.on(s),
+                wt.on(s),
+                shared,
+                out.on(s),
+            ),
+        }
     });
+    let (gi, ids) = p.read_u32(&it);
+    let (gw, ws) = p.read(&wt);
+    if let (Some(rl), Some((_, scale))) = (&rl, router) {
+        assert_eq!(gi, ids, "{what}: ids");
+        assert_close(&format!("{what}: weights"), &gw, &ws, 0.0, 1e-5);
+        let g = p.dev.as_ref();
+        let (ri, rw) = (
+            g.alloc(DType::U32, &[t_len, k]).expect("alloc"),
+            g.alloc(DType::F32, &[t_len, k]).expect("alloc"),
+        );
+        g.moe_route(&rl.dev, k, scale, &ri, &rw).expect("device route");
+        assert_eq!(
+            gi,
+            g.read_u32(&ri).expect("read"),
+            "{what}: ids vs the device's moe_route"
+        );
+        let bits = |v: Vec<f32>| v.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+        assert_eq!(
+            bits(gw),
+            bits(g.read_f32(&rw).expect("read")),
+            "{what}: weights vs the device's moe_route"
+        );
+    }
     let (got, want) = p.read(&out);
     let mut bound = ex.term_bound(&x, &ids, &ws, k);
     for (b, s) in bound.iter_mut().zip(sh.term_bound(&x, &logits)) {
@@ -692,6 +754,48 @@ fn experts_shared_decode_shapes_match_cpu() {
                 shared_case(&p, [ty; 3], [ty; 3], 5, 3, 40, 24, 24, t);
             }
         }
+    }
+}
+
+/// `moe_route_experts_shared` at decode shapes (T <= 4, where a backend may route inside the
+/// experts' first launch), on fresh random router logits: 8 of 128 experts in a Q4_K_M MoE's
+/// formats, plain floats routed 3 of 5 (d = 40, n_ff = 24: no workgroup's rows filled), 8 of 64
+/// in Q8_0 and Q4_K, a shared expert of other formats than the routed ones and a prompt batch
+/// (which wgpu composes), and router logits with exact ties (a whole row equal; ties at the top
+/// across invocation strides).
+#[test]
+fn route_experts_shared_decode_shapes_match_cpu() {
+    use GgmlType::*;
+    let q4km = [Some(Q4K), Some(Q4K), Some(Q6K)];
+    for p in Both::each() {
+        let mut rng = Rng::new(31);
+        for t in [1, 3, 4] {
+            let l = rng.normals(t * 128, 2.0);
+            shared_case_routed(&p, q4km, q4km, [128, 8, 256, 512, 512, t], Some((&l, 2.5)));
+            let l = rng.normals(t * 5, 2.0);
+            shared_case_routed(&p, [Some(F32); 3], [None; 3], [5, 3, 40, 24, 24, t], Some((&l, 1.0)));
+        }
+        let l = rng.normals(2 * 64, 2.0);
+        let q8 = [Some(Q8_0), Some(Q8_0), Some(Q4K)];
+        shared_case_routed(&p, q8, q8, [64, 8, 256, 256, 256, 2], Some((&l, 1.0)));
+        shared_case_routed(&p, q4km, [Some(Q8_0); 3], [64, 8, 256, 256, 256, 2], Some((&l, 1.0)));
+        // A prompt batch: the composition.
+        let l = rng.normals(9 * 16, 2.0);
+        shared_case_routed(&p, q4km, q4km, [16, 4, 256, 256, 256, 9], Some((&l, 1.0)));
+        // Ties: row 0 all equal (the first k experts), row 1 ties at the top spread over the row,
+        // row 2 few distinct values.
+        let e = 128;
+        let mut l: Vec<f32> = rng
+            .normals(3 * e, 1.0)
+            .iter()
+            .map(|v| (v * 2.0).round() / 2.0)
+            .collect();
+        l[..e].fill(0.25);
+        l[e..2 * e].fill(-1.0);
+        for i in [e - 1, 0, e / 2, 65, 1, 33, 127 - 32, 64, 100] {
+            l[e + i] = 4.0;
+        }
+        shared_case_routed(&p, q4km, q4km, [e, 8, 256, 512, 512, 3], Some((&l, 1.0)));
     }
 }
 
@@ -801,6 +905,19 @@ fn shared_contract_errors_are_reported() {
                 &out,
             ),
             "out aliases the gate logit",
+        );
+        // moe_route_experts_shared: the routing's rules, and logits of the experts' tokens and experts.
+        let (ids_r, ws_r) = (g.alloc(DType::U32, &[t, 2]).expect("alloc"), f(&[t, 2]));
+        let route =
+            |l: &Tensor, k: usize| g.moe_route_experts_shared(&x, l, k, 1.0, &gw, &uw, &dw, &ids_r, &ws_r, sh, &out);
+        route(&f(&[t, n_exp]), 2).expect("valid route_experts_shared");
+        refused(route(&f(&[t, n_exp + 1]), 2), "logits of another expert count");
+        refused(route(&f(&[t + 1, n_exp]), 2), "logits of another token count");
+        refused(route(&f(&[t, n_exp]), 3), "k other than the ids' columns");
+        refused(route(&f(&[t, n_exp]), 0), "k = 0");
+        refused(
+            route(&g.alloc(DType::U32, &[t, n_exp]).expect("alloc"), 2),
+            "U32 logits",
         );
         // Still working.
         call(sh, &out).expect("experts_shared after errors");

@@ -505,6 +505,22 @@ fn kv_store_writes_rows_at_the_position() {
 /// Caches of `ctx` rows with random contents (rows past pos0+T must not matter).
 #[allow(clippy::too_many_arguments)]
 fn attention_case(p: &Both, rng: &mut Rng, t: usize, pos0: usize, extra: usize, dims: AttnDims, q_scale: f32) {
+    attention_run(p, rng, t, pos0, extra, dims, q_scale, false);
+}
+
+/// `attention_case`, or with `gated` the gated attention (`attention_gated`: the output times the
+/// sigmoid of a random gate).
+#[allow(clippy::too_many_arguments)]
+fn attention_run(
+    p: &Both,
+    rng: &mut Rng,
+    t: usize,
+    pos0: usize,
+    extra: usize,
+    dims: AttnDims,
+    q_scale: f32,
+    gated: bool,
+) {
     let AttnDims {
         n_head: nh,
         n_head_kv: nkv,
@@ -517,15 +533,21 @@ fn attention_case(p: &Both, rng: &mut Rng, t: usize, pos0: usize, extra: usize, 
     let out = p.zeros(&[t, nh * d]);
     let scale = 1.0 / (d as f32).sqrt();
     let pt = p.pos(pos0);
+    let gate = p.up(&rng.normals(t * nh * d, 2.0), &[t, nh * d]);
     p.run("attention", |be, s| {
-        be.attention(q.on(s), k.on(s), v.on(s), pos_on(pos0, &pt, s), dims, scale, out.on(s))
+        let at = pos_on(pos0, &pt, s);
+        if gated {
+            be.attention_gated(q.on(s), k.on(s), v.on(s), at, dims, scale, gate.on(s), out.on(s))
+        } else {
+            be.attention(q.on(s), k.on(s), v.on(s), at, dims, scale, out.on(s))
+        }
     });
     // Outputs are convex combinations of N(0,1) values, so the rounding of the n-term sums is
     // absolute, ~sqrt(n) * 2^-24 * max|v| (measured <= 7e-7): 5e-6 covers outputs that cancel to
     // near 0, 1e-4 relative the rest (scores, exp and the online rescaling each add a few ulp).
     // The fast tier's flash attention rounds q, k, v and the probabilities to f16.
     p.check_tier(
-        &format!("attention t={t} pos0={pos0} ctx={ctx} {dims:?} q*{q_scale}"),
+        &format!("attention t={t} pos0={pos0} ctx={ctx} {dims:?} q*{q_scale} gated {gated}"),
         &out,
         5e-6,
         1e-4,
@@ -561,6 +583,24 @@ fn attention_matches() {
         }
         // Peaked softmax (large scores) over a long context.
         attention_case(&p, &mut rng, 3, 1500, 0, attn(4, 2, 128), 4.0);
+    }
+}
+
+/// The gated attention (`attention_gated`): the decode shapes, where the wgpu backend applies the
+/// gate (and with the packed-dot products writes the output's planes, tests/device_linear.rs) in
+/// the dispatch that merges the split key range, head dims that are and are not whole 32-element
+/// blocks; and a batch of more query rows than that path takes (the composition).
+#[test]
+fn attention_gated_matches() {
+    for p in Both::each() {
+        let mut rng = Rng::new(23);
+        for t in [1usize, 3] {
+            for dm in [attn(4, 2, 64), attn(4, 4, 33), attn(2, 1, 256), attn(16, 4, 256)] {
+                attention_run(&p, &mut rng, t, 9, 3, dm, 1.0, true);
+            }
+        }
+        attention_run(&p, &mut rng, 1, 700, 0, attn(4, 2, 256), 1.0, true);
+        attention_run(&p, &mut rng, 65, 0, 2, attn(8, 2, 64), 1.0, true);
     }
 }
 
@@ -711,6 +751,20 @@ fn contract_errors_are_reported() {
         refused(
             g.attention(&q, &kc, &vc, at0, attn(4, 2, 4), 0.5, &q),
             "attention alias",
+        );
+        // The gated attention: attention's rules, and a gate shaped like out, not out itself.
+        let out = f(&[2, 16]);
+        refused(
+            g.attention_gated(&q, &kc, &vc, at4, attn(4, 2, 4), 0.5, &f(&[2, 16]), &out),
+            "attention_gated past the cache",
+        );
+        refused(
+            g.attention_gated(&q, &kc, &vc, at0, attn(4, 2, 4), 0.5, &f(&[2, 15]), &out),
+            "attention_gated gate size",
+        );
+        refused(
+            g.attention_gated(&q, &kc, &vc, at0, attn(4, 2, 4), 0.5, &out, &out),
+            "attention_gated gate aliases out",
         );
         // The backend still works after the refusals.
         let ok = g.upload_f32(&[1.0, 2.0], &[2]).expect("up");

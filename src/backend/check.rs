@@ -487,6 +487,21 @@ pub fn attention(
     Ok(t)
 }
 
+/// `attention_gated`: `attention`'s checks and a gate shaped like out; returns T.
+pub fn attention_gated(
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    p: Pos,
+    dims: AttnDims,
+    gate: &Tensor,
+    out: &Tensor,
+) -> Result<usize> {
+    let t = attention(q, k_cache, v_cache, p, dims, out)?;
+    sigmoid_mul_assign(out, gate)?;
+    Ok(t)
+}
+
 /// `moe_route`; returns `(T, E)`.
 pub fn moe_route(logits: &Tensor, k: usize, ids: &Tensor, weights: &Tensor) -> Result<(usize, usize)> {
     let op = "moe_route";
@@ -596,6 +611,39 @@ pub fn moe_experts_shared(
         ],
     )?;
     Ok((m, g.n_out))
+}
+
+/// `moe_route_experts_shared`: `moe_route`'s rules on the routing, `moe_experts_shared`'s on the
+/// experts, the logits one row per token of x and one column per expert, and no output of the
+/// experts (the scratch included) sharing a buffer with the logits. Returns what
+/// `moe_experts_shared` returns.
+#[allow(clippy::too_many_arguments)]
+pub fn moe_route_experts_shared(
+    x: &Tensor,
+    logits: &Tensor,
+    k: usize,
+    gate_exps: &Tensor,
+    up_exps: &Tensor,
+    down_exps: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    sh: super::SharedExpert<'_>,
+    out: &Tensor,
+) -> Result<(MoeDims, usize)> {
+    let op = "moe_route_experts_shared";
+    let (t, e) = moe_route(logits, k, ids, weights)?;
+    let r = moe_experts_shared(x, gate_exps, up_exps, down_exps, ids, weights, sh, out)?;
+    if (t, e, k) != (r.0.t, r.0.n_exp, r.0.k) {
+        return Err(shape_err(
+            op,
+            format!(
+                "logits {:?}, top-{k} vs x {:?}, {} experts",
+                logits.shape, x.shape, r.0.n_exp
+            ),
+        ));
+    }
+    no_alias(op, &[out, sh.gate_tmp, sh.up_tmp, sh.act, sh.out], &[logits])?;
+    Ok(r)
 }
 
 /// `argmax`; returns `(T, V)`.

@@ -519,6 +519,26 @@ pub trait Backend: Send + Sync {
         out: &Tensor,
     ) -> Result<()>;
 
+    /// `attention` then `out *= sigmoid(gate)` (the gated attention's output gate, spec/MODEL.md
+    /// §6); gate `[T, H*D]`. The default composes `attention` and `sigmoid_mul_assign` (the CPU
+    /// reference); a GPU backend may apply the gate where it writes the output.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_gated(
+        &self,
+        q: &Tensor,
+        k_cache: &Tensor,
+        v_cache: &Tensor,
+        pos: Pos,
+        dims: AttnDims,
+        scale: f32,
+        gate: &Tensor,
+        out: &Tensor,
+    ) -> Result<()> {
+        check::attention_gated(q, k_cache, v_cache, pos, dims, gate, out)?;
+        self.attention(q, k_cache, v_cache, pos, dims, scale, out)?;
+        self.sigmoid_mul_assign(out, gate)
+    }
+
     /// MoE routing: softmax over all experts of `logits` `[T, E]`, top-k, renormalise (sum clamped
     /// to >= 6.1035e-5), times `scale`. ids U32 `[T, k]`, weights F32 `[T, k]`.
     fn moe_route(&self, logits: &Tensor, k: usize, scale: f32, ids: &Tensor, weights: &Tensor) -> Result<()>;
@@ -554,6 +574,29 @@ pub trait Backend: Send + Sync {
         out: &Tensor,
     ) -> Result<()> {
         moe_experts_shared_composed(self, x, gate_exps, up_exps, down_exps, ids, weights, sh, out)
+    }
+    /// A MoE FFN's routing and experts in one op: `moe_route(logits, k, scale, ids, weights)`
+    /// then `moe_experts_shared(x, .., ids, weights, sh, out)` (logits `[T, E]` of the E experts
+    /// of `gate_exps`), ids and weights written as `moe_route` writes them. The default is that
+    /// composition (the CPU reference); a GPU backend may route inside the experts' first launch.
+    #[allow(clippy::too_many_arguments)]
+    fn moe_route_experts_shared(
+        &self,
+        x: &Tensor,
+        logits: &Tensor,
+        k: usize,
+        scale: f32,
+        gate_exps: &Tensor,
+        up_exps: &Tensor,
+        down_exps: &Tensor,
+        ids: &Tensor,
+        weights: &Tensor,
+        sh: SharedExpert<'_>,
+        out: &Tensor,
+    ) -> Result<()> {
+        check::moe_route_experts_shared(x, logits, k, gate_exps, up_exps, down_exps, ids, weights, sh, out)?;
+        self.moe_route(logits, k, scale, ids, weights)?;
+        self.moe_experts_shared(x, gate_exps, up_exps, down_exps, ids, weights, sh, out)
     }
 
     /// Row-wise argmax of `logits` `[T, V]` into U32 `out` `[T]`: the first index of the largest

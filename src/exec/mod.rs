@@ -525,8 +525,7 @@ impl Model {
         };
         be.attn_qk_prep(prep, hd, cfg.n_rot, cfg.rope_theta, cfg.eps, kc, vc, pos)?;
         let scale = 1.0 / (hd as f32).sqrt();
-        be.attention(&sc.q_normed, kc, vc, pos, dims, scale, &sc.att)?;
-        be.sigmoid_mul_assign(&sc.att, &sc.gate)?;
+        be.attention_gated(&sc.q_normed, kc, vc, pos, dims, scale, &sc.gate, &sc.att)?;
         be.matmul(&w.out, &sc.att, &sc.mix)
     }
 
@@ -553,7 +552,6 @@ impl Model {
                 let sg = sc.shared_gate.as_ref().ok_or_else(missing)?;
                 let m = self.config.moe.as_ref().ok_or_else(missing)?;
                 be.matmul_group(&[router, shexp_gate], &sc.xn, &[logits, sg])?;
-                be.moe_route(logits, m.n_expert_used, m.weights_scale, ids, wts)?;
                 let sh = SharedExpert {
                     gate: gate_sh,
                     up: up_sh,
@@ -564,7 +562,19 @@ impl Model {
                     act: &sc.ff_act,
                     out: shared,
                 };
-                be.moe_experts_shared(&sc.xn, gate_exps, up_exps, down_exps, ids, wts, sh, &sc.mix)
+                be.moe_route_experts_shared(
+                    &sc.xn,
+                    logits,
+                    m.n_expert_used,
+                    m.weights_scale,
+                    gate_exps,
+                    up_exps,
+                    down_exps,
+                    ids,
+                    wts,
+                    sh,
+                    &sc.mix,
+                )
             }
         }
     }

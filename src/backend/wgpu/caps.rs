@@ -9,7 +9,9 @@
 //! | `matmul_group` of up to 4 (3) same-format products in one decode dispatch (`matvec_group.wgsl`) | 9 (7) storage buffers per stage | one dispatch per product |
 //! | `gdn_conv_gates` in one dispatch (`gdn_conv_gates.wgsl`) | 10 storage buffers per stage | `gdn_gates` + `conv1d_silu_l2qk` |
 //! | `attn_qk_prep` in one dispatch (`attn_qk_prep.wgsl`) | 11 storage buffers per stage | q and k/v halves (`attn_prep_q.wgsl`, `attn_prep_kv.wgsl`; 7), else the six separate ops |
+//! | the gated attention's output gate (with `mv_dot`, also the output's planes) in the decode merge of the split key range (`attention_combine_gate.wgsl`) | 4 storage buffers per stage | `attention_combine` + `sigmoid_mul_assign` (+ `mv_dot_prep` before the output projection) |
 //! | a decode MoE layer's shared expert inside the routed experts' dispatches, the weighted sum inside the down products (`moe_swiglu_sh.wgsl` + `moe_down_sh.wgsl`) | 7 storage buffers per stage; not `RILL_WGPU_MOE_SHARED=0` | `moe_experts` (gate, up, down, `moe_combine`) + `matmul_swiglu` + `matmul` + `sigmoid_scale_add` |
+//! | with the above, the decode MoE routing inside the gate and up dispatch, each workgroup routing its token (`moe_swiglu_route`: `moe_swiglu_sh.wgsl` with `lib_moe_route.wgsl`) | 9 storage buffers per stage; not `RILL_WGPU_MOE_ROUTE=0` | `moe_route` + `moe_swiglu_sh` |
 //!
 //! Tuning knobs, for measuring on a new GPU without a rebuild (`scripts/gpu-wgpu-mv-sweep.sh`):
 //! the matrix-vector geometry, `RILL_WGPU_MV_WG` (invocations per workgroup: 64, 128 or 256;
@@ -18,7 +20,8 @@
 //! 32, fewer for short rows), and `RILL_WGPU_SUBMIT_EVERY` (dispatches per submission, 1..=256;
 //! default 64). Values the kernels do not take keep the default. `RILL_WGPU_FUSE=0` turns the
 //! fused decode dispatches of the table above off (one dispatch per product and per step, as
-//! before them), to measure what they gain; `RILL_WGPU_MOE_SHARED=0` only the MoE shared expert's.
+//! before them), to measure what they gain; `RILL_WGPU_MOE_SHARED=0` only the MoE shared expert's
+//! (and the routing's), `RILL_WGPU_MOE_ROUTE=0` only the MoE routing's.
 //! `RILL_WGPU_MV_DOT=1` (or `0`) turns the Q4_K and Q6_K
 //! decode products on packed integer dot products on (off). By default they are on where the
 //! adapter runs `dot4I8Packed` natively (`native_dot4`): the RMS norms write their output's planes
@@ -243,9 +246,15 @@ pub(crate) struct Caps {
     pub mv_group: u32,
     /// `gdn_conv_gates` as one dispatch.
     pub fused_gates: bool,
+    /// The gated attention's output gate (and, with `mv_dot`, the output's planes) applied by
+    /// the dispatch that merges a decode row's split key range (`attention_combine_gate`).
+    pub attn_gate: bool,
     /// A decode MoE layer's shared expert as one more expert per token inside the routed
     /// experts' dispatches (`moe_swiglu_sh` + `moe_down_sh`); off: the trait's composition.
     pub moe_shared: bool,
+    /// With `moe_shared`, the decode MoE layer's routing inside its gate and up dispatch
+    /// (`moe_swiglu_route`, two more storage buffers); off: `moe_route` before it.
+    pub moe_route: bool,
     /// How `attn_qk_prep` runs.
     pub prep: Prep,
     /// Invocations per matrix-vector workgroup (WGSL `MV_WG`).
@@ -296,6 +305,8 @@ pub(crate) struct Overrides {
     pub no_fuse: bool,
     /// `RILL_WGPU_MOE_SHARED=0`: the MoE shared expert in dispatches of its own (for A/B runs).
     pub no_moe_shared: bool,
+    /// `RILL_WGPU_MOE_ROUTE=0`: the decode MoE routing in a dispatch of its own (for A/B runs).
+    pub no_moe_route: bool,
     /// `RILL_WGPU_MAX_STORAGE=N`: pretend the adapter allows only N storage buffers per kernel.
     pub max_storage: Option<u32>,
     /// `RILL_WGPU_COOP`, `RILL_WGPU_COOP_TILE`, `RILL_WGPU_COOP_BUF`, `RILL_WGPU_COOP_DIRECT`
@@ -333,6 +344,7 @@ impl Overrides {
             shader_checks: env_flag("RILL_WGPU_SHADER_CHECKS"),
             no_fuse: std::env::var_os("RILL_WGPU_FUSE").is_some_and(|v| v == "0"),
             no_moe_shared: std::env::var_os("RILL_WGPU_MOE_SHARED").is_some_and(|v| v == "0"),
+            no_moe_route: std::env::var_os("RILL_WGPU_MOE_ROUTE").is_some_and(|v| v == "0"),
             max_storage: env_num("RILL_WGPU_MAX_STORAGE").and_then(|v| u32::try_from(v).ok()),
             coop_kernel: env_num("RILL_WGPU_COOP").and_then(|v| u32::try_from(v).ok()),
             coop_tile: std::env::var("RILL_WGPU_COOP_TILE")
@@ -497,7 +509,9 @@ impl Caps {
             max_storage,
             mv_group,
             fused_gates: fits(kernels::GATES_BINDINGS),
+            attn_gate: fits(kernels::ATT_GATE_BINDINGS),
             moe_shared: !ov.no_moe_shared && fits(kernels::MOE_SH_BINDINGS),
+            moe_route: !ov.no_moe_shared && !ov.no_moe_route && fits(kernels::MOE_ROUTE_SH_BINDINGS),
             prep,
             mv_wg,
             mv_rows: ov
@@ -594,8 +608,14 @@ impl Caps {
         if self.fused_gates {
             parts.push("gates".to_string());
         }
+        if self.attn_gate {
+            parts.push("attention gate".to_string());
+        }
         if self.moe_shared {
             parts.push("moe shared expert".to_string());
+        }
+        if self.moe_route {
+            parts.push("moe routing".to_string());
         }
         match self.prep {
             Prep::One => parts.push("prep in 1".to_string()),
@@ -798,8 +818,8 @@ pub(crate) mod tests {
     }
 
     /// The fused decode dispatches by the adapter's storage buffers per kernel: WebGPU's 8
-    /// (groups of 3, the attention preparation in halves), 10 (groups of 4, the gates), 11 and
-    /// more (everything); `RILL_WGPU_MAX_STORAGE` lowers it (never below 8), `RILL_WGPU_FUSE=0`
+    /// (groups of 3, the attention preparation in halves, the attention gate), 10 (groups of 4, the
+    /// gates), 11 and more (everything); `RILL_WGPU_MAX_STORAGE` lowers it (never below 8), `RILL_WGPU_FUSE=0`
     /// turns all off.
     #[test]
     fn fused_dispatches_follow_the_storage_buffer_limit() {
@@ -809,25 +829,46 @@ pub(crate) mod tests {
                 ..wgpu::Limits::default()
             };
             let c = Caps::select(wgpu::Features::empty(), &lim, Precision::Exact, false, false, ov);
-            (c.max_storage, c.mv_group, c.fused_gates, c.prep)
+            (c.max_storage, c.mv_group, c.fused_gates, c.prep, c.attn_gate)
         };
         let none = Overrides::default();
-        assert_eq!(pick(8, none), (8, 3, false, Prep::Halves));
-        assert_eq!(pick(10, none), (10, 4, true, Prep::Halves));
-        assert_eq!(pick(11, none), (11, 4, true, Prep::One));
-        assert_eq!(pick(1 << 20, none), (1 << 20, 4, true, Prep::One));
+        assert_eq!(pick(8, none), (8, 3, false, Prep::Halves, true));
+        assert_eq!(pick(10, none), (10, 4, true, Prep::Halves, true));
+        // The MoE routing inside the experts' dispatch needs 9.
+        let moe = |adapter: u32, ov: Overrides| {
+            let lim = wgpu::Limits {
+                max_storage_buffers_per_shader_stage: adapter,
+                ..wgpu::Limits::default()
+            };
+            let c = Caps::select(wgpu::Features::empty(), &lim, Precision::Exact, false, false, ov);
+            (c.moe_shared, c.moe_route)
+        };
+        assert_eq!(moe(8, none), (true, false));
+        assert_eq!(moe(9, none), (true, true));
+        let no_route = Overrides {
+            no_moe_route: true,
+            ..Default::default()
+        };
+        assert_eq!(moe(9, no_route), (true, false));
+        let no_shared = Overrides {
+            no_moe_shared: true,
+            ..Default::default()
+        };
+        assert_eq!(moe(9, no_shared), (false, false));
+        assert_eq!(pick(11, none), (11, 4, true, Prep::One, true));
+        assert_eq!(pick(1 << 20, none), (1 << 20, 4, true, Prep::One, true));
         let lowered = |n| Overrides {
             max_storage: Some(n),
             ..Default::default()
         };
-        assert_eq!(pick(1 << 20, lowered(8)), (8, 3, false, Prep::Halves));
+        assert_eq!(pick(1 << 20, lowered(8)), (8, 3, false, Prep::Halves, true));
         assert_eq!(pick(1 << 20, lowered(4)).0, 8, "never below WebGPU's guarantee");
         assert_eq!(pick(10, lowered(64)).0, 10, "never above the adapter's");
         let off = Overrides {
             no_fuse: true,
             ..Default::default()
         };
-        assert_eq!(pick(1 << 20, off), (1 << 20, 1, false, Prep::Separate));
+        assert_eq!(pick(1 << 20, off), (1 << 20, 1, false, Prep::Separate, false));
     }
 
     #[test]

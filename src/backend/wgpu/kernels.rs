@@ -105,6 +105,8 @@ pub(crate) const fn mv_group_bindings(n: u32) -> u32 {
     1 + 2 * n
 }
 
+/// Storage buffers of `attention_combine_gate` with the planes (`Caps::attn_gate`).
+pub(crate) const ATT_GATE_BINDINGS: u32 = 4;
 /// MoE: most experts per token, most experts in all (`moe_route` keeps them in workgroup memory).
 pub(crate) const MOE_MAX_K: u32 = 16;
 pub(crate) const MOE_MAX_E: u32 = 2048;
@@ -112,6 +114,12 @@ pub(crate) const MOE_MAX_E: u32 = 2048;
 /// (`moe_swiglu_sh`: four weights, ids, x, hidden rows; `moe_down_sh`: two weights, ids, weights,
 /// gate logits, hidden rows, out).
 pub(crate) const MOE_SH_BINDINGS: u32 = 7;
+/// Storage buffers of `moe_swiglu_route` (`moe_swiglu_sh` that routes its token itself: also the
+/// router logits and the weights it writes).
+pub(crate) const MOE_ROUTE_SH_BINDINGS: u32 = 9;
+/// The routing runs one slot per invocation of a matrix-vector workgroup (`moe_route.wgsl`), which
+/// has at least 64 (`Caps::mv_wg`).
+const _: () = assert!(MOE_MAX_K <= 64);
 /// Invocations per workgroup of `mv_dot_prep.wgsl` (one per 32-element block of x), and the
 /// vec4s of one quantized block (three int8 planes of 8 words, then scale and sums).
 pub(crate) const MVD_WG: u32 = 64;
@@ -279,11 +287,14 @@ kernels! {
     Attention,
     AttentionSplit,
     AttentionCombine,
+    AttentionCombineGate,
+    AttentionCombineGateDot,
     DeltaRecurrent,
     DeltaChunkPrep,
     DeltaChunkState,
     MoeSwigluSh,
     MoeDownSh,
+    MoeSwigluRoute,
 }
 
 struct Spec {
@@ -330,6 +341,8 @@ const NORM_OCT_PLAIN: &str = wgsl!("lib_norm_oct_plain");
 const ARGMAX: &str = wgsl!("lib_argmax");
 const ARGMAX_SCAN: &str = wgsl!("lib_argmax_scan");
 const ATTEND: &str = wgsl!("lib_attention");
+const ATT_XQ: &str = wgsl!("lib_att_xq");
+const ATT_NOXQ: &str = wgsl!("lib_att_noxq");
 const COOP_TILES: &str = wgsl!("lib_coop_tiles");
 const COOP2_TILES: &str = wgsl!("lib_coop2_tiles");
 const MM_IO: &str = wgsl!("lib_mm_io");
@@ -345,6 +358,7 @@ const PREP_KV: &str = wgsl!("lib_prep_kv");
 const TILE_IO: &str = wgsl!("lib_tile_io");
 const MOE_IO: &str = wgsl!("lib_moe_io");
 const MOE_SH: &str = wgsl!("lib_moe_sh");
+const MOE_ROUTE: &str = wgsl!("lib_moe_route");
 const DELTA_ROWS_SG: &str = wgsl!("lib_delta_rows_sg");
 const DELTA_ROWS_PLAIN: &str = wgsl!("lib_delta_rows_plain");
 
@@ -406,7 +420,7 @@ impl Kernel {
                 _ => spec("matmul_coop2", wgsl!("matmul_coop2"), One, false),
             }
             .with(&[TILE_IO, COOP2_TILES]),
-            Kernel::MoeRoute => spec("moe_route", wgsl!("moe_route"), None, false),
+            Kernel::MoeRoute => spec("moe_route", wgsl!("moe_route"), None, false).with(&[MOE_ROUTE]),
             Kernel::MoeMatvec => spec("moe_matvec", wgsl!("moe_matvec"), One, false).mv().with(&[MOE_IO]),
             Kernel::MvDotPrep => spec("mv_dot_prep", wgsl!("mv_dot_prep"), None, false).with(&[DOT_PREP]),
             Kernel::MoeRows => spec("moe_rows", wgsl!("moe_rows"), One, false).with(&[MOE_IO]),
@@ -450,6 +464,16 @@ impl Kernel {
             Kernel::Attention => spec("attention", wgsl!("attention"), None, false).with(&[ATTEND]),
             Kernel::AttentionSplit => spec("attention_split", wgsl!("attention_split"), None, false).with(&[ATTEND]),
             Kernel::AttentionCombine => spec("attention_combine", wgsl!("attention_combine"), None, false),
+            Kernel::AttentionCombineGate => {
+                spec("attention_combine_gate", wgsl!("attention_combine_gate"), None, false).with(&[ATT_NOXQ])
+            }
+            Kernel::AttentionCombineGateDot => spec(
+                "attention_combine_gate_dot",
+                wgsl!("attention_combine_gate"),
+                None,
+                false,
+            )
+            .with(&[DOT_PREP, ATT_XQ]),
             Kernel::DeltaRecurrent => {
                 spec("delta_rule_recurrent", wgsl!("delta_rule_recurrent"), None, false).with(if caps.subgroups {
                     &[DELTA_ROWS_SG]
@@ -461,7 +485,10 @@ impl Kernel {
             Kernel::DeltaChunkState => spec("delta_rule_chunk_state", wgsl!("delta_rule_chunk_state"), None, false),
             Kernel::MoeSwigluSh => spec("moe_swiglu_sh", wgsl!("moe_swiglu_sh"), Four, false)
                 .mv()
-                .with(&[MOE_SH]),
+                .with(&[MOE_SH, wgsl!("lib_moe_sh_ids")]),
+            Kernel::MoeSwigluRoute => spec("moe_swiglu_route", wgsl!("moe_swiglu_sh"), Four, false)
+                .mv()
+                .with(&[MOE_SH, MOE_ROUTE, wgsl!("lib_moe_sh_route")]),
             Kernel::MoeDownSh => spec("moe_down_sh", wgsl!("moe_down_sh"), Two, false)
                 .mv()
                 .with(&[MOE_SH]),
@@ -915,9 +942,9 @@ mod tests {
             }
             assert_eq!(
                 checked,
-                9 * 16,
-                "matvec, matvec_swiglu (and _xq), the three matvec_groups, moe_matvec, moe_swiglu_sh, moe_down_sh \
-                 in every format"
+                10 * 16,
+                "matvec, matvec_swiglu (and _xq), the three matvec_groups, moe_matvec, moe_swiglu_sh, moe_down_sh, \
+                 moe_swiglu_route in every format"
             );
         }
     }
@@ -949,13 +976,20 @@ mod tests {
         }
     }
 
-    /// The norms that write packed-dot planes keep each invocation's block data (its half block
-    /// as a matrix, indexed by constants) in registers, with and without subgroups.
+    /// The kernels that write packed-dot planes keep each invocation's block data in registers
+    /// (the norms: its half block as a matrix, indexed by constants; the whole-block writers:
+    /// plain values), with and without subgroups.
     #[test]
     fn dot_norms_keep_their_data_in_registers() {
         for plain in [false, true] {
             let c = exact_caps(plain);
-            for k in [Kernel::RmsNormDot, Kernel::AddRmsNormDot, Kernel::GatedRmsNormDot] {
+            for k in [
+                Kernel::RmsNormDot,
+                Kernel::AddRmsNormDot,
+                Kernel::GatedRmsNormDot,
+                Kernel::MvDotPrep,
+                Kernel::AttentionCombineGateDot,
+            ] {
                 check_registers(&format!("plain {plain} {k:?}"), k, None, &c);
             }
         }
@@ -1017,6 +1051,11 @@ mod tests {
             for k in [Kernel::MoeSwigluSh, Kernel::MoeDownSh] {
                 assert_eq!(storage(k, Some(GgmlType::Q4K)), MOE_SH_BINDINGS, "{k:?}");
             }
+            assert_eq!(storage(Kernel::AttentionCombineGateDot, None), ATT_GATE_BINDINGS);
+            assert_eq!(
+                storage(Kernel::MoeSwigluRoute, Some(GgmlType::Q4K)),
+                MOE_ROUTE_SH_BINDINGS
+            );
             // Within the 8 storage buffers of every adapter (caps does not check it).
             assert_eq!(storage(Kernel::MatvecSwigluXq, Some(GgmlType::Q4K)), 5);
         }

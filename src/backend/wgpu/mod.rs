@@ -479,6 +479,19 @@ impl Backend for WgpuBackend {
     ) -> Result<()> {
         ops::attention(self, q, k_cache, v_cache, pos, dims, scale, out)
     }
+    fn attention_gated(
+        &self,
+        q: &Tensor,
+        k_cache: &Tensor,
+        v_cache: &Tensor,
+        pos: Pos,
+        dims: AttnDims,
+        scale: f32,
+        gate: &Tensor,
+        out: &Tensor,
+    ) -> Result<()> {
+        ops::attention_gated(self, q, k_cache, v_cache, pos, dims, scale, gate, out)
+    }
     fn moe_route(&self, logits: &Tensor, k: usize, scale: f32, ids: &Tensor, weights: &Tensor) -> Result<()> {
         ops::moe_route(self, logits, k, scale, ids, weights)
     }
@@ -509,6 +522,27 @@ impl Backend for WgpuBackend {
             return Ok(());
         }
         crate::backend::moe_experts_shared_composed(self, x, gate_exps, up_exps, down_exps, ids, weights, sh, out)
+    }
+    fn moe_route_experts_shared(
+        &self,
+        x: &Tensor,
+        logits: &Tensor,
+        k: usize,
+        scale: f32,
+        gate_exps: &Tensor,
+        up_exps: &Tensor,
+        down_exps: &Tensor,
+        ids: &Tensor,
+        weights: &Tensor,
+        sh: SharedExpert<'_>,
+        out: &Tensor,
+    ) -> Result<()> {
+        let route = ops::Route { logits, k, scale };
+        if ops::moe_route_experts_shared(self, x, route, gate_exps, up_exps, down_exps, ids, weights, sh, out)? {
+            return Ok(());
+        }
+        self.moe_route(logits, k, scale, ids, weights)?;
+        self.moe_experts_shared(x, gate_exps, up_exps, down_exps, ids, weights, sh, out)
     }
     fn argmax(&self, logits: &Tensor, out: &Tensor) -> Result<()> {
         ops::argmax(self, logits, out)

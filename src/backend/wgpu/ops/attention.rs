@@ -6,7 +6,7 @@
 use super::u32_of;
 use crate::backend::wgpu::caps::Prep;
 use crate::backend::wgpu::encoder::Bind;
-use crate::backend::wgpu::kernels::{Kernel, ATT_MAX_D, ATT_SPLITS, ELT_WG, PREP_WG};
+use crate::backend::wgpu::kernels::{self, Kernel, ATT_MAX_D, ATT_SPLITS, ELT_WG, PREP_WG};
 use crate::backend::wgpu::{gpu_err, WgpuBackend};
 use crate::backend::{check, AttnDims, AttnPrep, DType, Pos, Tensor};
 use crate::error::Result;
@@ -96,8 +96,45 @@ pub(crate) fn attention(
     scale: f32,
     out: &Tensor,
 ) -> Result<()> {
+    check::attention(q, k_cache, v_cache, pos, dims, out)?;
+    attend(be, q, k_cache, v_cache, pos, dims, scale, None, out)
+}
+
+/// `attention` then `out *= sigmoid(gate)`. Where the key range is split (decode), the merging
+/// dispatch applies the gate, and with the packed-integer-dot products (`Caps::mv_dot`) also
+/// writes the output's planes, so neither the gate nor the output projection's `mv_dot_prep` costs
+/// a dispatch of its own.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention_gated(
+    be: &WgpuBackend,
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    pos: Pos,
+    dims: AttnDims,
+    scale: f32,
+    gate: &Tensor,
+    out: &Tensor,
+) -> Result<()> {
+    check::attention_gated(q, k_cache, v_cache, pos, dims, gate, out)?;
+    attend(be, q, k_cache, v_cache, pos, dims, scale, Some(gate), out)
+}
+
+/// `attention`'s and `attention_gated`'s dispatches (arguments checked).
+#[allow(clippy::too_many_arguments)]
+fn attend(
+    be: &WgpuBackend,
+    q: &Tensor,
+    k_cache: &Tensor,
+    v_cache: &Tensor,
+    pos: Pos,
+    dims: AttnDims,
+    scale: f32,
+    gate: Option<&Tensor>,
+    out: &Tensor,
+) -> Result<()> {
     let op = "attention";
-    let t_len = check::attention(q, k_cache, v_cache, pos, dims, out)?;
+    let t_len = q.rows();
     let AttnDims {
         n_head: nh,
         n_head_kv: nkv,
@@ -110,17 +147,22 @@ pub(crate) fn attention(
     let rows = t_len * nh;
     let r32 = u32_of(op, "rows", rows)?;
     let params = [nh as u32, (nh / nkv) as u32, d as u32, scale.to_bits()];
-    let mut enc = be.encoder()?;
-    let [gx, gy] = enc.grid(r32);
+    let [gx, gy] = be.grid(r32);
+    let wg = [gx, gy, 1];
     if rows > SPLIT_MAX_ROWS {
-        return enc.run(
+        be.encoder()?.run(
             Kernel::Attention,
             None,
             &params,
             &[pos.dev.into(), q.into(), k_cache.into(), v_cache.into(), out.into()],
-            [gx, gy, 1],
-        );
+            wg,
+        )?;
+        return match gate {
+            Some(g) => super::sigmoid_mul_assign(be, out, g),
+            None => Ok(()),
+        };
     }
+    let mut enc = be.encoder()?;
     let part = enc.scratch("att_part", DType::F32, &[rows, ATT_SPLITS as usize, d + 2])?;
     enc.run(
         Kernel::AttentionSplit,
@@ -129,13 +171,42 @@ pub(crate) fn attention(
         &[pos.dev.into(), q.into(), k_cache.into(), v_cache.into(), (&part).into()],
         [gx, gy, ATT_SPLITS],
     )?;
+    let Some(gate) = gate.filter(|_| be.caps.attn_gate) else {
+        enc.run(
+            Kernel::AttentionCombine,
+            None,
+            &[d as u32],
+            &[(&part).into(), out.into()],
+            wg,
+        )?;
+        drop(enc);
+        return match gate {
+            Some(g) => super::sigmoid_mul_assign(be, out, g),
+            None => Ok(()),
+        };
+    };
+    // The planes' blocks of 32 lie within a head, and the products take whole 256-element rows;
+    // they read planes only for one token (linear.rs: the matrix-vector kernels).
+    let planes = be.caps.mv_dot && t_len == 1 && d.is_multiple_of(32) && (nh * d).is_multiple_of(256);
+    if !planes {
+        return enc.run(
+            Kernel::AttentionCombineGate,
+            None,
+            &[d as u32],
+            &[(&part).into(), gate.into(), out.into()],
+            wg,
+        );
+    }
+    let xq = enc.scratch("att_xq", DType::U32, &[kernels::xq_words(t_len * nh * d)])?;
     enc.run(
-        Kernel::AttentionCombine,
+        Kernel::AttentionCombineGateDot,
         None,
         &[d as u32],
-        &[(&part).into(), out.into()],
-        [gx, gy, 1],
-    )
+        &[(&part).into(), gate.into(), out.into(), (&xq).into()],
+        wg,
+    )?;
+    enc.set_dot_x(out, xq);
+    Ok(())
 }
 
 /// `split_qgate`, the q and k RMSNorms, RoPE of both and `kv_store` (lib_attn_prep.wgsl): one

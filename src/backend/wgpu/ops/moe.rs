@@ -11,6 +11,9 @@
 //! k + 1, its gate and up products among the routed experts' (`moe_swiglu_sh.wgsl`, gate, up and
 //! SwiGLU in one pass), its down product in each token's weighted sum, which the down dispatch
 //! makes itself (`moe_down_sh.wgsl`): two dependent dispatches per MoE layer instead of seven.
+//! `moe_route_experts_shared` at decode drops the routing's dispatch too: every workgroup of the
+//! gate and up dispatch routes its token itself (`moe_swiglu_route`: `moe_route.wgsl`'s code,
+//! `lib_moe_route.wgsl`), the token's first one storing the ids and weights the down dispatch reads.
 
 use super::{pieces, row_bytes, u32_of, weight_type, Piece, MATMUL_ROWS_MAX_IN};
 use crate::backend::wgpu::kernels::{self, Kernel, ELT_WG, MM_ROWS_WG, MOE_MAX_E, MOE_MAX_K};
@@ -182,8 +185,99 @@ pub(crate) fn moe_experts_shared(
     sh: SharedExpert<'_>,
     out: &Tensor,
 ) -> Result<bool> {
-    let op = "moe_experts_shared";
-    let (m, n_ff_sh) = check::moe_experts_shared(x, gate_exps, up_exps, down_exps, ids, weights, sh, out)?;
+    let dims = check::moe_experts_shared(x, gate_exps, up_exps, down_exps, ids, weights, sh, out)?;
+    let w = Weights {
+        x,
+        gate_exps,
+        up_exps,
+        down_exps,
+        sh,
+    };
+    experts_shared(be, "moe_experts_shared", dims, w, None, ids, weights, out)
+}
+
+/// The routing operands of `moe_route_experts_shared`.
+#[derive(Clone, Copy)]
+pub(crate) struct Route<'a> {
+    pub logits: &'a Tensor,
+    pub k: usize,
+    pub scale: f32,
+}
+
+/// `moe_route_experts_shared` as `moe_experts_shared`'s two dispatches, the first routing each
+/// token itself (the module's notes; ids and weights bit for bit `moe_route`'s). `Ok(false)` where
+/// `moe_experts_shared` would compose, or the adapter binds too few storage buffers for the
+/// routing (`Caps::moe_route`), or the routing is past `moe_route`'s limits: nothing done, the
+/// caller runs `moe_route` and `moe_experts_shared`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn moe_route_experts_shared(
+    be: &WgpuBackend,
+    x: &Tensor,
+    route: Route<'_>,
+    gate_exps: &Tensor,
+    up_exps: &Tensor,
+    down_exps: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    sh: SharedExpert<'_>,
+    out: &Tensor,
+) -> Result<bool> {
+    let dims = check::moe_route_experts_shared(
+        x,
+        route.logits,
+        route.k,
+        gate_exps,
+        up_exps,
+        down_exps,
+        ids,
+        weights,
+        sh,
+        out,
+    )?;
+    if !be.caps.moe_route || dims.0.n_exp > MAX_EXPERTS {
+        return Ok(false);
+    }
+    u32_of("moe_route_experts_shared", "logits", route.logits.numel())?;
+    let w = Weights {
+        x,
+        gate_exps,
+        up_exps,
+        down_exps,
+        sh,
+    };
+    experts_shared(be, "moe_route_experts_shared", dims, w, Some(route), ids, weights, out)
+}
+
+/// The input and weights of `moe_experts_shared`.
+struct Weights<'a> {
+    x: &'a Tensor,
+    gate_exps: &'a Tensor,
+    up_exps: &'a Tensor,
+    down_exps: &'a Tensor,
+    sh: SharedExpert<'a>,
+}
+
+/// `moe_experts_shared`'s two dispatches where they apply (`Ok(false)` where not: nothing done),
+/// the first routing each token itself with `route`, reading ids from `ids` without; `dims` from
+/// the op's checks.
+#[allow(clippy::too_many_arguments)]
+fn experts_shared(
+    be: &WgpuBackend,
+    op: &str,
+    (m, n_ff_sh): (check::MoeDims, usize),
+    w: Weights<'_>,
+    route: Option<Route<'_>>,
+    ids: &Tensor,
+    weights: &Tensor,
+    out: &Tensor,
+) -> Result<bool> {
+    let Weights {
+        x,
+        gate_exps,
+        up_exps,
+        down_exps,
+        sh,
+    } = w;
     let check::MoeDims {
         t: n_tok,
         d,
@@ -262,25 +356,29 @@ pub(crate) fn moe_experts_shared(
             row_groups,
             (cols / unit) as u32,
             lanes,
+            route.map_or(0, |r| r.scale.to_bits()),
         ];
         Ok::<_, crate::error::Error>((params, be.grid(n_wg)))
     };
     let (params, [gx, gy]) = geometry(n_ff, d, g_unit, g_rb, entries, 1)?;
-    enc.run(
-        Kernel::MoeSwigluSh,
-        Some(gty),
-        &params,
-        &[
-            pg.bind(gate_exps),
-            pu.bind(up_exps),
-            psg.bind(sh.gate),
-            psu.bind(sh.up),
-            ids.into(),
-            x.into(),
-            (&h).into(),
-        ],
-        [gx, gy, 1],
-    )?;
+    let binds = [
+        pg.bind(gate_exps),
+        pu.bind(up_exps),
+        psg.bind(sh.gate),
+        psu.bind(sh.up),
+        ids.into(),
+        x.into(),
+        (&h).into(),
+    ];
+    match route {
+        // The routing variant also binds the logits (8) and the weights it writes (9).
+        Some(r) => {
+            let [g, u, sg, su, i, xb, hb] = binds;
+            let binds = [g, u, sg, su, i, xb, hb, r.logits.into(), weights.into()];
+            enc.run(Kernel::MoeSwigluRoute, Some(gty), &params, &binds, [gx, gy, 1])?;
+        }
+        None => enc.run(Kernel::MoeSwigluSh, Some(gty), &params, &binds, [gx, gy, 1])?,
+    }
     let (params, [gx, gy]) = geometry(d, n_ff, d_unit, d_rb, n_tok, k + 1)?;
     enc.run(
         Kernel::MoeDownSh,

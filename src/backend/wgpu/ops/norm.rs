@@ -86,8 +86,10 @@ pub(crate) fn gated_rms_norm(
         be,
         "gated_rms_norm",
         Kernel::GatedRmsNorm,
-        // Per head, but the heads together are the output projection's input.
-        Some(Kernel::GatedRmsNormDot),
+        // Per head, but the heads together are the output projection's input; its products read
+        // planes only for one token (linear.rs: the matrix-vector kernels), so a prompt batch
+        // writes none.
+        (x.rows() == 1).then_some(Kernel::GatedRmsNormDot),
         x.numel(),
         d,
         eps,
