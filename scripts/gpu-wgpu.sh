@@ -100,6 +100,8 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     for t in device_linear device_group e2e_fixtures; do
         run_test 45 "$t" nodot RILL_WGPU_MV_DOT=0
     done
+    # The MoE routing inside the experts' gate/up dispatch (off by default; caps.rs).
+    run_test 45 device_moe route RILL_WGPU_MOE_ROUTE=1
 else
     plain_tests() { :; }
 fi
@@ -232,6 +234,9 @@ profile qwen3.5-35b-a3b q4_k_m decode 40 -p "" -n 32
 # The fused decode dispatches off (RILL_WGPU_FUSE=0) and shaders compiled with naga's runtime
 # checks (RILL_WGPU_SHADER_CHECKS=1) against the defaults, and the submission knob
 # (src/backend/wgpu/caps.rs; default every 64): 9B q4_k_m decode.
+# The defaults at tg64 -r 1, the A/Bs' baseline (tg128 above includes no step recording).
+bench qwen3.5-9b q4_k_m tg64 30 -p "" -n 64 -r 1
+bench qwen3.5-35b-a3b q4_k_m tg64 30 -p "" -n 64 -r 1
 RILL_WGPU_FUSE=0 bench qwen3.5-9b q4_k_m nofuse 30 -p "" -n 64 -r 1
 RILL_WGPU_SHADER_CHECKS=1 bench qwen3.5-9b q4_k_m checks 30 -p 102 -n 64 -r 1
 RILL_WGPU_SUBMIT_EVERY=256 bench qwen3.5-9b q4_k_m submit256 30 -p "" -n 64 -r 1
@@ -240,9 +245,12 @@ RILL_WGPU_MV_DOT=0 bench qwen3.5-35b-a3b q4_k_m nodot 30 -p "" -n 64 -r 1
 # The MoE shared expert in dispatches of its own (RILL_WGPU_MOE_SHARED=0), against the default
 # (inside the routed experts' two dispatches): 35B-A3B decode.
 RILL_WGPU_MOE_SHARED=0 bench qwen3.5-35b-a3b q4_k_m noshared 30 -p "" -n 64 -r 1
-# The MoE routing in a dispatch of its own (RILL_WGPU_MOE_ROUTE=0), against the default (inside the
-# gate/up dispatch): 35B-A3B decode.
-RILL_WGPU_MOE_ROUTE=0 bench qwen3.5-35b-a3b q4_k_m noroute 30 -p "" -n 64 -r 1
+# The MoE routing inside the gate/up dispatch (RILL_WGPU_MOE_ROUTE=1), against the default (a
+# dispatch of its own): 35B-A3B decode. The attention's output gate in a dispatch of its own and
+# the SwiGLU without the down product's planes, against the defaults: 9B decode.
+RILL_WGPU_MOE_ROUTE=1 bench qwen3.5-35b-a3b q4_k_m route 30 -p "" -n 64 -r 1
+RILL_WGPU_ATT_GATE=0 bench qwen3.5-9b q4_k_m noattgate 30 -p "" -n 64 -r 1
+RILL_WGPU_SWIGLU_XQ=0 bench qwen3.5-9b q4_k_m noswigluxq 30 -p "" -n 64 -r 1
 save
 # After the numbers: the plain path's tests (the kernels browsers run), then its speed.
 plain_tests

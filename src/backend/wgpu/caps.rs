@@ -11,7 +11,7 @@
 //! | `attn_qk_prep` in one dispatch (`attn_qk_prep.wgsl`) | 11 storage buffers per stage | q and k/v halves (`attn_prep_q.wgsl`, `attn_prep_kv.wgsl`; 7), else the six separate ops |
 //! | the gated attention's output gate (with `mv_dot`, also the output's planes) in the decode merge of the split key range (`attention_combine_gate.wgsl`) | 4 storage buffers per stage | `attention_combine` + `sigmoid_mul_assign` (+ `mv_dot_prep` before the output projection) |
 //! | a decode MoE layer's shared expert inside the routed experts' dispatches, the weighted sum inside the down products (`moe_swiglu_sh.wgsl` + `moe_down_sh.wgsl`) | 7 storage buffers per stage; not `RILL_WGPU_MOE_SHARED=0` | `moe_experts` (gate, up, down, `moe_combine`) + `matmul_swiglu` + `matmul` + `sigmoid_scale_add` |
-//! | with the above, the decode MoE routing inside the gate and up dispatch, each workgroup routing its token (`moe_swiglu_route`: `moe_swiglu_sh.wgsl` with `lib_moe_route.wgsl`) | 9 storage buffers per stage; not `RILL_WGPU_MOE_ROUTE=0` | `moe_route` + `moe_swiglu_sh` |
+//! | with the above, the decode MoE routing inside the gate and up dispatch, each workgroup routing its token (`moe_swiglu_route`: `moe_swiglu_sh.wgsl` with `lib_moe_route.wgsl`) | 9 storage buffers per stage and `RILL_WGPU_MOE_ROUTE=1` (off by default: every workgroup's routing costs more than the dispatch it saves, H200 35B-A3B decode 183.2 -> 172.0 t/s) | `moe_route` + `moe_swiglu_sh` |
 //!
 //! Tuning knobs, for measuring on a new GPU without a rebuild (`scripts/gpu-wgpu-mv-sweep.sh`):
 //! the matrix-vector geometry, `RILL_WGPU_MV_WG` (invocations per workgroup: 64, 128 or 256;
@@ -21,7 +21,8 @@
 //! default 64). Values the kernels do not take keep the default. `RILL_WGPU_FUSE=0` turns the
 //! fused decode dispatches of the table above off (one dispatch per product and per step, as
 //! before them), to measure what they gain; `RILL_WGPU_MOE_SHARED=0` only the MoE shared expert's
-//! (and the routing's), `RILL_WGPU_MOE_ROUTE=0` only the MoE routing's.
+//! (and the routing's); `RILL_WGPU_ATT_GATE=0` only the attention gate's, `RILL_WGPU_SWIGLU_XQ=0`
+//! only the SwiGLU's planes (below); `RILL_WGPU_MOE_ROUTE=1` turns the MoE routing's on.
 //! `RILL_WGPU_MV_DOT=1` (or `0`) turns the Q4_K and Q6_K
 //! decode products on packed integer dot products on (off). By default they are on where the
 //! adapter runs `dot4I8Packed` natively (`native_dot4`): the RMS norms write their output's planes
@@ -249,11 +250,16 @@ pub(crate) struct Caps {
     /// The gated attention's output gate (and, with `mv_dot`, the output's planes) applied by
     /// the dispatch that merges a decode row's split key range (`attention_combine_gate`).
     pub attn_gate: bool,
+    /// With `mv_dot`, the dense FFN's one-token SwiGLU writes its output's planes for the down
+    /// product (`matvec_swiglu_xq`); off: `matvec_swiglu`, and the down product's `mv_dot_prep`.
+    pub swiglu_xq: bool,
     /// A decode MoE layer's shared expert as one more expert per token inside the routed
     /// experts' dispatches (`moe_swiglu_sh` + `moe_down_sh`); off: the trait's composition.
     pub moe_shared: bool,
     /// With `moe_shared`, the decode MoE layer's routing inside its gate and up dispatch
-    /// (`moe_swiglu_route`, two more storage buffers); off: `moe_route` before it.
+    /// (`moe_swiglu_route`, two more storage buffers); off: `moe_route` before it. Off unless
+    /// `RILL_WGPU_MOE_ROUTE=1`: on the H200 (35B-A3B, 576 workgroups each routing 256 experts)
+    /// `moe_swiglu_route` took 80 us a layer in the profile against 68 for the two dispatches.
     pub moe_route: bool,
     /// How `attn_qk_prep` runs.
     pub prep: Prep,
@@ -305,8 +311,13 @@ pub(crate) struct Overrides {
     pub no_fuse: bool,
     /// `RILL_WGPU_MOE_SHARED=0`: the MoE shared expert in dispatches of its own (for A/B runs).
     pub no_moe_shared: bool,
-    /// `RILL_WGPU_MOE_ROUTE=0`: the decode MoE routing in a dispatch of its own (for A/B runs).
-    pub no_moe_route: bool,
+    /// `RILL_WGPU_MOE_ROUTE=1`: the decode MoE routing inside the experts' gate/up dispatch
+    /// (off by default: slower on the H200, see `Caps::moe_route`).
+    pub moe_route: bool,
+    /// `RILL_WGPU_SWIGLU_XQ=0`: the dense SwiGLU does not write its output's planes (for A/B runs).
+    pub no_swiglu_xq: bool,
+    /// `RILL_WGPU_ATT_GATE=0`: the attention's output gate in a dispatch of its own (for A/B runs).
+    pub no_attn_gate: bool,
     /// `RILL_WGPU_MAX_STORAGE=N`: pretend the adapter allows only N storage buffers per kernel.
     pub max_storage: Option<u32>,
     /// `RILL_WGPU_COOP`, `RILL_WGPU_COOP_TILE`, `RILL_WGPU_COOP_BUF`, `RILL_WGPU_COOP_DIRECT`
@@ -344,7 +355,9 @@ impl Overrides {
             shader_checks: env_flag("RILL_WGPU_SHADER_CHECKS"),
             no_fuse: std::env::var_os("RILL_WGPU_FUSE").is_some_and(|v| v == "0"),
             no_moe_shared: std::env::var_os("RILL_WGPU_MOE_SHARED").is_some_and(|v| v == "0"),
-            no_moe_route: std::env::var_os("RILL_WGPU_MOE_ROUTE").is_some_and(|v| v == "0"),
+            moe_route: std::env::var_os("RILL_WGPU_MOE_ROUTE").is_some_and(|v| v == "1"),
+            no_swiglu_xq: std::env::var_os("RILL_WGPU_SWIGLU_XQ").is_some_and(|v| v == "0"),
+            no_attn_gate: std::env::var_os("RILL_WGPU_ATT_GATE").is_some_and(|v| v == "0"),
             max_storage: env_num("RILL_WGPU_MAX_STORAGE").and_then(|v| u32::try_from(v).ok()),
             coop_kernel: env_num("RILL_WGPU_COOP").and_then(|v| u32::try_from(v).ok()),
             coop_tile: std::env::var("RILL_WGPU_COOP_TILE")
@@ -509,9 +522,10 @@ impl Caps {
             max_storage,
             mv_group,
             fused_gates: fits(kernels::GATES_BINDINGS),
-            attn_gate: fits(kernels::ATT_GATE_BINDINGS),
+            attn_gate: !ov.no_attn_gate && fits(kernels::ATT_GATE_BINDINGS),
+            swiglu_xq: !ov.no_swiglu_xq,
             moe_shared: !ov.no_moe_shared && fits(kernels::MOE_SH_BINDINGS),
-            moe_route: !ov.no_moe_shared && !ov.no_moe_route && fits(kernels::MOE_ROUTE_SH_BINDINGS),
+            moe_route: ov.moe_route && !ov.no_moe_shared && fits(kernels::MOE_ROUTE_SH_BINDINGS),
             prep,
             mv_wg,
             mv_rows: ov
@@ -843,15 +857,17 @@ pub(crate) mod tests {
             let c = Caps::select(wgpu::Features::empty(), &lim, Precision::Exact, false, false, ov);
             (c.moe_shared, c.moe_route)
         };
-        assert_eq!(moe(8, none), (true, false));
-        assert_eq!(moe(9, none), (true, true));
-        let no_route = Overrides {
-            no_moe_route: true,
+        // Off by default (slower on the H200), on with RILL_WGPU_MOE_ROUTE=1 where 9 fit.
+        assert_eq!(moe(9, none), (true, false));
+        let route = Overrides {
+            moe_route: true,
             ..Default::default()
         };
-        assert_eq!(moe(9, no_route), (true, false));
+        assert_eq!(moe(8, route), (true, false));
+        assert_eq!(moe(9, route), (true, true));
         let no_shared = Overrides {
             no_moe_shared: true,
+            moe_route: true,
             ..Default::default()
         };
         assert_eq!(moe(9, no_shared), (false, false));

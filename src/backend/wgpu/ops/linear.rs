@@ -406,7 +406,7 @@ pub(crate) fn matmul_swiglu(
         // With the packed-dot units, the variant that also writes out's planes where a K-quant
         // product (the FFN's down) can read them: whole 256-element rows, as the norms (norm.rs).
         // Whatever the gate's format: the down product's decides whether they are read.
-        let kernel = if be.caps.mv_dot && m.n_out.is_multiple_of(256) {
+        let kernel = if be.caps.mv_dot && be.caps.swiglu_xq && m.n_out.is_multiple_of(256) {
             Kernel::MatvecSwigluXq
         } else {
             Kernel::MatvecSwiglu
