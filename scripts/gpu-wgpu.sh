@@ -100,8 +100,11 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     for t in device_linear device_group e2e_fixtures; do
         run_test 45 "$t" nodot RILL_WGPU_MV_DOT=0
     done
-    # The MoE routing inside the experts' gate/up dispatch (off by default; caps.rs).
-    run_test 45 device_moe route RILL_WGPU_MOE_ROUTE=1
+    # The fused paths off by default (caps.rs): the MoE routing inside the experts' gate/up
+    # dispatch, the SwiGLU writing the down product's planes.
+    for t in device_moe device_linear e2e_fixtures; do
+        run_test 45 "$t" offdefault RILL_WGPU_MOE_ROUTE=1 RILL_WGPU_SWIGLU_XQ=1
+    done
 else
     plain_tests() { :; }
 fi
@@ -247,10 +250,10 @@ RILL_WGPU_MV_DOT=0 bench qwen3.5-35b-a3b q4_k_m nodot 30 -p "" -n 64 -r 1
 RILL_WGPU_MOE_SHARED=0 bench qwen3.5-35b-a3b q4_k_m noshared 30 -p "" -n 64 -r 1
 # The MoE routing inside the gate/up dispatch (RILL_WGPU_MOE_ROUTE=1), against the default (a
 # dispatch of its own): 35B-A3B decode. The attention's output gate in a dispatch of its own and
-# the SwiGLU without the down product's planes, against the defaults: 9B decode.
+# the SwiGLU writing the down product's planes, against the defaults: 9B decode.
 RILL_WGPU_MOE_ROUTE=1 bench qwen3.5-35b-a3b q4_k_m route 30 -p "" -n 64 -r 1
 RILL_WGPU_ATT_GATE=0 bench qwen3.5-9b q4_k_m noattgate 30 -p "" -n 64 -r 1
-RILL_WGPU_SWIGLU_XQ=0 bench qwen3.5-9b q4_k_m noswigluxq 30 -p "" -n 64 -r 1
+RILL_WGPU_SWIGLU_XQ=1 bench qwen3.5-9b q4_k_m swigluxq 30 -p "" -n 64 -r 1
 save
 # After the numbers: the plain path's tests (the kernels browsers run), then its speed.
 plain_tests

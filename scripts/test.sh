@@ -102,17 +102,18 @@ wgpu="RILL_TEST_BACKENDS=wgpu"
 #    the shared-expert tests are left to the other passes (their prompt-sized cases compose kernels
 #    these passes cover) except the fused decode shapes (moe_swiglu_sh, moe_swiglu_route and moe_down_sh
 #    take the knobs: experts_shared_decode_shapes, route_experts_shared_decode_shapes). Both passes
-#    and the plain pass's MoE job turn the routing inside the experts' dispatch on
-#    (RILL_WGPU_MOE_ROUTE=1; off by default, slower on the H200).
+#    turn on the fused paths that are off by default (slower on the H200): the routing inside the
+#    experts' dispatch (RILL_WGPU_MOE_ROUTE=1, also in the plain pass's MoE job) and the SwiGLU
+#    that writes the down product's planes (RILL_WGPU_SWIGLU_XQ=1, also in the dot synth job).
 #  - at most 8 storage buffers per kernel (browsers): the fused decode dispatches' fallbacks
 #    (matrix-vector groups of 3, the attention preparation in halves, the gates separate), by op
 #    test and end to end on one dense quantized row (every fallback of a layer), the MoE row and
 #    the prefill-then-decode split, with the packed-integer-dot units.
 #  - fast precision with the cooperative-matrix kernel emulated (lavapipe has no tensor cores).
 plain="$wgpu RILL_WGPU_PLAIN=1"
-mv_a="$wgpu RILL_WGPU_MV_DOT=1 RILL_WGPU_MOE_ROUTE=1 RILL_WGPU_MV_WG=64 RILL_WGPU_MV_ROWS=1 RILL_WGPU_MV_LANES=1"
-mv_b="$wgpu RILL_WGPU_MV_DOT=1 RILL_WGPU_MOE_ROUTE=1 RILL_WGPU_PLAIN=1 RILL_WGPU_MV_WG=256 RILL_WGPU_MV_ROWS=8"
-mv_b="$mv_b RILL_WGPU_MV_LANES=256"
+off="RILL_WGPU_MOE_ROUTE=1 RILL_WGPU_SWIGLU_XQ=1" # the fused paths off by default (caps.rs)
+mv_a="$wgpu RILL_WGPU_MV_DOT=1 $off RILL_WGPU_MV_WG=64 RILL_WGPU_MV_ROWS=1 RILL_WGPU_MV_LANES=1"
+mv_b="$wgpu RILL_WGPU_MV_DOT=1 $off RILL_WGPU_PLAIN=1 RILL_WGPU_MV_WG=256 RILL_WGPU_MV_ROWS=8 RILL_WGPU_MV_LANES=256"
 narrow="$wgpu RILL_WGPU_MAX_STORAGE=8"
 # Longest first (minutes on a 2-core machine, roughly): the end-to-end runs, the MoE and synth
 # suites, then the rest.
@@ -127,7 +128,7 @@ job "e2e_fixtures (8 bindings, dot)" "$narrow RILL_WGPU_MV_DOT=1" e2e_fixtures \
     q4_k_m_matches moe_f16_matches prefill_then_decode
 job "device_moe (plain, checks, routing fused)" "$plain RILL_WGPU_SHADER_CHECKS=1 RILL_WGPU_MOE_ROUTE=1" device_moe
 # The dense FFN's SwiGLU writing the down product's planes (the fixtures' rows are too short for it).
-job "synth_runs (dot)" "$wgpu RILL_WGPU_MV_DOT=1" synth_runs dense_ffn_planes_decode_matches_prefill
+job "synth_runs (dot)" "$wgpu RILL_WGPU_MV_DOT=1 RILL_WGPU_SWIGLU_XQ=1" synth_runs dense_ffn_planes_decode_matches_prefill
 moe_skip=(--skip concurrent_callers --skip experts_shared_f32 --skip experts_shared_q4_k --skip experts_shared_q8_0
     --skip experts_shared_q6_k --skip experts_shared_mixed)
 job "device_moe (mv extremes a)" "$mv_a" device_moe "${moe_skip[@]}"
