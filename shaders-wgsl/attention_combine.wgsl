@@ -1,6 +1,5 @@
-// Flash-decoding, second pass: merge the ATT_SPLITS pieces of each query row written by
-// attention_split.wgsl: M = max m_s, out = sum_s e^(m_s - M) o_s / sum_s e^(m_s - M) l_s.
-// Empty pieces have m = NEG_BIG and l = 0, so they weigh exactly 0. One workgroup per row.
+// Flash-decoding, second pass: the merged row of the ATT_SPLITS pieces attention_split.wgsl wrote
+// (lib_att_merge.wgsl). One workgroup per row.
 struct Params {
     d: u32,
 }
@@ -13,31 +12,11 @@ struct Params {
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
     let row = linear_wg(wg, nwg);
-    let d = P.d;
-    let stride = d + 2u;
-    let base = row * ATT_SPLITS * stride;
-    var m = -3.0e38;
-    for (var s = 0u; s < ATT_SPLITS; s++) {
-        m = max(m, part[base + s * stride]);
-    }
-    var l = 0.0;
-    var o = vec4<f32>(0.0);
-    for (var s = 0u; s < ATT_SPLITS; s++) {
-        let p = base + s * stride;
-        let f = exp(part[p] - m);
-        l += f * part[p + 1u];
-        for (var r = 0u; r < 4u; r++) {
-            let dim = li + r * ATT_WG;
-            if (dim < d) {
-                o[r] += f * part[p + 2u + dim];
-            }
-        }
-    }
-    let inv = 1.0 / l;
+    let o = att_merge(row, li);
     for (var r = 0u; r < 4u; r++) {
         let dim = li + r * ATT_WG;
-        if (dim < d) {
-            out[row * d + dim] = o[r] * inv;
+        if (dim < P.d) {
+            out[row * P.d + dim] = o[r];
         }
     }
 }

@@ -1,4 +1,4 @@
-// attention_combine.wgsl with the gated attention's output gate applied as the output is written:
+// attention_combine.wgsl (lib_att_merge.wgsl) with the gated attention's output gate applied as the output is written:
 // out = sigmoid(gate) * merged (spec/MODEL.md §6), one workgroup per query row. The packed-dot
 // variant (lib_att_xq.wgsl) also writes the row's int8 planes for the output projection's
 // products; the plain one (lib_att_noxq.wgsl) writes none.
@@ -15,34 +15,14 @@ struct Params {
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
     let row = linear_wg(wg, nwg);
-    let d = P.d;
-    let stride = d + 2u;
-    let base = row * ATT_SPLITS * stride;
-    var m = -3.0e38;
-    for (var s = 0u; s < ATT_SPLITS; s++) {
-        m = max(m, part[base + s * stride]);
-    }
-    var l = 0.0;
-    var o = vec4<f32>(0.0);
-    for (var s = 0u; s < ATT_SPLITS; s++) {
-        let p = base + s * stride;
-        let f = exp(part[p] - m);
-        l += f * part[p + 1u];
-        for (var r = 0u; r < 4u; r++) {
-            let dim = li + r * ATT_WG;
-            if (dim < d) {
-                o[r] += f * part[p + 2u + dim];
-            }
-        }
-    }
-    let inv = 1.0 / l;
+    let o = att_merge(row, li);
     var y = vec4<f32>(0.0);
     for (var r = 0u; r < 4u; r++) {
         let dim = li + r * ATT_WG;
-        if (dim < d) {
+        if (dim < P.d) {
             // As sigmoid_mul_assign.wgsl computes x * sigmoid(gate) on the merged value.
-            y[r] = (o[r] * inv) * sigmoid(gate[row * d + dim]);
-            out[row * d + dim] = y[r];
+            y[r] = o[r] * sigmoid(gate[row * P.d + dim]);
+            out[row * P.d + dim] = y[r];
         }
     }
     att_planes(row, li, y);

@@ -343,6 +343,7 @@ const ARGMAX_SCAN: &str = wgsl!("lib_argmax_scan");
 const ATTEND: &str = wgsl!("lib_attention");
 const ATT_XQ: &str = wgsl!("lib_att_xq");
 const ATT_NOXQ: &str = wgsl!("lib_att_noxq");
+const ATT_MERGE: &str = wgsl!("lib_att_merge");
 const COOP_TILES: &str = wgsl!("lib_coop_tiles");
 const COOP2_TILES: &str = wgsl!("lib_coop2_tiles");
 const MM_IO: &str = wgsl!("lib_mm_io");
@@ -463,9 +464,12 @@ impl Kernel {
             Kernel::AttnPrepKv => spec("attn_prep_kv", wgsl!("attn_prep_kv"), None, true).with(&[ROPE, PREP, PREP_KV]),
             Kernel::Attention => spec("attention", wgsl!("attention"), None, false).with(&[ATTEND]),
             Kernel::AttentionSplit => spec("attention_split", wgsl!("attention_split"), None, false).with(&[ATTEND]),
-            Kernel::AttentionCombine => spec("attention_combine", wgsl!("attention_combine"), None, false),
+            Kernel::AttentionCombine => {
+                spec("attention_combine", wgsl!("attention_combine"), None, false).with(&[ATT_MERGE])
+            }
             Kernel::AttentionCombineGate => {
-                spec("attention_combine_gate", wgsl!("attention_combine_gate"), None, false).with(&[ATT_NOXQ])
+                spec("attention_combine_gate", wgsl!("attention_combine_gate"), None, false)
+                    .with(&[ATT_MERGE, ATT_NOXQ])
             }
             Kernel::AttentionCombineGateDot => spec(
                 "attention_combine_gate_dot",
@@ -473,7 +477,7 @@ impl Kernel {
                 None,
                 false,
             )
-            .with(&[DOT_PREP, ATT_XQ]),
+            .with(&[ATT_MERGE, DOT_PREP, ATT_XQ]),
             Kernel::DeltaRecurrent => {
                 spec("delta_rule_recurrent", wgsl!("delta_rule_recurrent"), None, false).with(if caps.subgroups {
                     &[DELTA_ROWS_SG]
