@@ -120,10 +120,12 @@ narrow="$wgpu RILL_WGPU_MAX_STORAGE=8"
 job "e2e_fixtures" "" e2e_fixtures
 job "e2e_fixtures (plain)" "$plain" e2e_fixtures
 job "device_moe" "" device_moe
-# synth_runs' 24-layer models in two jobs of three (a model's tests run a few minutes on lavapipe).
+# synth_runs in four jobs: the 24-layer models in two of three (a model's tests run a few minutes
+# on lavapipe), the tiny MoE shape's every quant, the rest.
 job "synth_runs (deep dense)" "" synth_runs deep_dense
 job "synth_runs (deep moe)" "" synth_runs deep_moe
-job "synth_runs (the rest)" "" synth_runs --skip deep_
+job "synth_runs (tiny moe)" "" synth_runs every_quant_of_tiny_moe
+job "synth_runs (the rest)" "" synth_runs --skip deep_ --skip every_quant_of_tiny_moe
 job "e2e_fixtures (8 bindings, dot)" "$narrow RILL_WGPU_MV_DOT=1" e2e_fixtures \
     q4_k_m_matches moe_f16_matches prefill_then_decode
 job "device_moe (plain, checks, routing fused)" "$plain RILL_WGPU_SHADER_CHECKS=1 RILL_WGPU_MOE_ROUTE=1" device_moe
