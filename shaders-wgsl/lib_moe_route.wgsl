@@ -1,13 +1,20 @@
-// MoE routing of one token by one workgroup of MV_WG invocations, for moe_route.wgsl and the
-// routed experts' gate and up products that route their token themselves (moe_swiglu_sh.wgsl
-// with lib_moe_sh_route.wgsl): one function, so the two give bit for bit the same ids and weights.
+// MoE routing of one token by one workgroup of RT_WG invocations (declared by the including kernel:
+// moe_route.wgsl ROW_WG, the routed experts' gate and up products that route their token themselves,
+// moe_swiglu_sh.wgsl with lib_moe_sh_route.wgsl, MV_WG: 64, 128 or 256), one function, so the two
+// give bit for bit the same ids and weights. The softmax sum is a 256-leaf tree whatever RT_WG:
+// an invocation sums its leaves (li + w RT_WG, elements leaf + 256 n) and folds them as the tree's
+// first levels would (rt_leaves), then the workgroup reduces the rest; the max and the ranks do not
+// depend on the order.
 // Softmax over all E experts (max-subtracted), top-k by rank (ties -> lower index; NaN never beats
 // a number), renormalise the selected probabilities (sum clamped >= 6.1035e-5), times a scale.
 // Reads the including kernel's `logits` binding.
 const MIN_SUM: f32 = 6.1035e-5;
 
 var<workgroup> rt_p: array<f32, MOE_MAX_E>;
-var<workgroup> rt_red: array<f32, MV_WG>;
+var<workgroup> rt_red: array<f32, RT_WG>;
+
+// Leaves of the softmax sum's tree (RT_WG divides it).
+const RT_LEAVES: u32 = 256u;
 var<workgroup> rt_sel: array<f32, MOE_MAX_K>;
 var<workgroup> rt_id: array<u32, MOE_MAX_K>;
 
@@ -55,12 +62,12 @@ fn rank_of(i: u32, v: f32, ne: u32) -> u32 {
 fn rt_route(base: u32, ne: u32, k: u32, li: u32) {
     // Max over the row (NaN ignored, like f32::max).
     var m = from_bits(0xff800000u); // -inf
-    for (var i = li; i < ne; i += MV_WG) {
+    for (var i = li; i < ne; i += RT_WG) {
         let v = logits[base + i];
         m = select(m, v, v > m);
     }
     rt_red[li] = m;
-    for (var off = MV_WG / 2u; off > 0u; off >>= 1u) {
+    for (var off = RT_WG / 2u; off > 0u; off >>= 1u) {
         workgroupBarrier();
         if (li < off) {
             let o = rt_red[li + off];
@@ -72,14 +79,8 @@ fn rt_route(base: u32, ne: u32, k: u32, li: u32) {
     workgroupBarrier();
 
     // exp and sum.
-    var s = 0.0;
-    for (var i = li; i < ne; i += MV_WG) {
-        let e = exp(logits[base + i] - mx);
-        rt_p[i] = e;
-        s += e;
-    }
-    rt_red[li] = s;
-    for (var off = MV_WG / 2u; off > 0u; off >>= 1u) {
+    rt_red[li] = rt_leaves(base, ne, mx, li);
+    for (var off = RT_WG / 2u; off > 0u; off >>= 1u) {
         workgroupBarrier();
         if (li < off) {
             rt_red[li] += rt_red[li + off];
@@ -87,7 +88,7 @@ fn rt_route(base: u32, ne: u32, k: u32, li: u32) {
     }
     workgroupBarrier();
     let sum = rt_red[0];
-    for (var i = li; i < ne; i += MV_WG) {
+    for (var i = li; i < ne; i += RT_WG) {
         rt_p[i] = rt_p[i] / sum;
     }
 
@@ -96,7 +97,7 @@ fn rt_route(base: u32, ne: u32, k: u32, li: u32) {
     // expert has a distinct rank, the number of experts that beat it; the k of rank < k are
     // the selection, in the CPU's order. One barrier instead of k rounds of a reduction tree
     // (k * log2(workgroup) barriers: 37 us per decode token on the H200 at k = 8).
-    for (var i = li; i < ne; i += MV_WG) {
+    for (var i = li; i < ne; i += RT_WG) {
         let v = rt_p[i];
         let rank = rank_of(i, v, ne);
         if (rank < k) {
@@ -116,4 +117,32 @@ fn rt_weight(j: u32, k: u32, scale: u32) -> f32 {
     }
     let norm = bitcast<f32>(scale) / select(MIN_SUM, ssum, ssum >= MIN_SUM);
     return rt_sel[j] * norm;
+}
+
+// Leaf `leaf` of the softmax sum: e = exp(x - mx) of elements leaf, leaf + RT_LEAVES, ... in order
+// (stored in rt_p for the ranks).
+fn rt_leaf(base: u32, ne: u32, mx: f32, leaf: u32) -> f32 {
+    var s = 0.0;
+    for (var i = leaf; i < ne; i += RT_LEAVES) {
+        let e = exp(logits[base + i] - mx);
+        rt_p[i] = e;
+        s += e;
+    }
+    return s;
+}
+
+// Invocation li's part of the 256-leaf tree after its first levels: leaf li alone (RT_WG 256),
+// li + (li + 128) (128), (li + (li + 128)) + ((li + 64) + (li + 192)) (64).
+fn rt_leaves(base: u32, ne: u32, mx: f32, li: u32) -> f32 {
+    let a = rt_leaf(base, ne, mx, li);
+    if (RT_LEAVES / RT_WG == 1u) {
+        return a;
+    }
+    if (RT_LEAVES / RT_WG == 2u) {
+        return a + rt_leaf(base, ne, mx, li + RT_WG);
+    }
+    let b = rt_leaf(base, ne, mx, li + RT_WG);
+    let c = rt_leaf(base, ne, mx, li + 2u * RT_WG);
+    let d = rt_leaf(base, ne, mx, li + 3u * RT_WG);
+    return (a + c) + (b + d);
 }

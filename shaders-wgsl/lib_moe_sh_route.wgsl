@@ -3,6 +3,9 @@
 // saves the routing's dispatch of a decode MoE layer; the token's first workgroup also stores
 // its ids and weights for moe_down_sh, the next dispatch.
 @group(0) @binding(5) var<storage, read_write> ids: array<u32>;
+
+// The routing runs on the kernel's own workgroup (lib_moe_route.wgsl).
+const RT_WG: u32 = MV_WG;
 @group(0) @binding(8) var<storage, read> logits: array<f32>;
 @group(0) @binding(9) var<storage, read_write> weights: array<f32>;
 

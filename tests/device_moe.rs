@@ -779,6 +779,12 @@ fn route_experts_shared_decode_shapes_match_cpu() {
         let q8 = [Some(Q8_0), Some(Q8_0), Some(Q4K)];
         shared_case_routed(&p, q8, q8, [64, 8, 256, 256, 256, 2], Some((&l, 1.0)));
         shared_case_routed(&p, q4km, [Some(Q8_0); 3], [64, 8, 256, 256, 256, 2], Some((&l, 1.0)));
+        // The 35B-A3B's 256 experts, and more than the softmax sum's 256 leaves (several terms a
+        // leaf; lib_moe_route.wgsl): every leaf holds terms, so the fold order of the leaves counts.
+        for e in [256usize, 600] {
+            let l = rng.normals(2 * e, 2.0);
+            shared_case_routed(&p, q4km, q4km, [e, 8, 256, 256, 256, 2], Some((&l, 1.0)));
+        }
         // A prompt batch: the composition.
         let l = rng.normals(9 * 16, 2.0);
         shared_case_routed(&p, q4km, q4km, [16, 4, 256, 256, 256, 9], Some((&l, 1.0)));
