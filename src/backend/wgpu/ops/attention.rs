@@ -149,64 +149,63 @@ fn attend(
     let params = [nh as u32, (nh / nkv) as u32, d as u32, scale.to_bits()];
     let [gx, gy] = be.grid(r32);
     let wg = [gx, gy, 1];
-    if rows > SPLIT_MAX_ROWS {
-        be.encoder()?.run(
-            Kernel::Attention,
-            None,
-            &params,
-            &[pos.dev.into(), q.into(), k_cache.into(), v_cache.into(), out.into()],
-            wg,
-        )?;
-        return match gate {
-            Some(g) => super::sigmoid_mul_assign(be, out, g),
-            None => Ok(()),
-        };
+    // The gate goes into the merge of a split key range; elsewhere it is a dispatch of its own.
+    let fused = gate.filter(|_| be.caps.attn_gate && rows <= SPLIT_MAX_ROWS);
+    {
+        let mut enc = be.encoder()?;
+        if rows > SPLIT_MAX_ROWS {
+            enc.run(
+                Kernel::Attention,
+                None,
+                &params,
+                &[pos.dev.into(), q.into(), k_cache.into(), v_cache.into(), out.into()],
+                wg,
+            )?;
+        } else {
+            let part = enc.scratch("att_part", DType::F32, &[rows, ATT_SPLITS as usize, d + 2])?;
+            enc.run(
+                Kernel::AttentionSplit,
+                None,
+                &params,
+                &[pos.dev.into(), q.into(), k_cache.into(), v_cache.into(), (&part).into()],
+                [gx, gy, ATT_SPLITS],
+            )?;
+            // The planes' blocks of 32 lie within a head, and the products take whole 256-element
+            // rows; they read planes only for one token (linear.rs: the matrix-vector kernels).
+            let planes = be.caps.mv_dot && t_len == 1 && d.is_multiple_of(32) && (nh * d).is_multiple_of(256);
+            match fused {
+                None => enc.run(
+                    Kernel::AttentionCombine,
+                    None,
+                    &[d as u32],
+                    &[(&part).into(), out.into()],
+                    wg,
+                )?,
+                Some(g) if !planes => enc.run(
+                    Kernel::AttentionCombineGate,
+                    None,
+                    &[d as u32],
+                    &[(&part).into(), g.into(), out.into()],
+                    wg,
+                )?,
+                Some(g) => {
+                    let xq = enc.scratch("att_xq", DType::U32, &[kernels::xq_words(t_len * nh * d)])?;
+                    enc.run(
+                        Kernel::AttentionCombineGateDot,
+                        None,
+                        &[d as u32],
+                        &[(&part).into(), g.into(), out.into(), (&xq).into()],
+                        wg,
+                    )?;
+                    enc.set_dot_x(out, xq);
+                }
+            }
+        }
     }
-    let mut enc = be.encoder()?;
-    let part = enc.scratch("att_part", DType::F32, &[rows, ATT_SPLITS as usize, d + 2])?;
-    enc.run(
-        Kernel::AttentionSplit,
-        None,
-        &params,
-        &[pos.dev.into(), q.into(), k_cache.into(), v_cache.into(), (&part).into()],
-        [gx, gy, ATT_SPLITS],
-    )?;
-    let Some(gate) = gate.filter(|_| be.caps.attn_gate) else {
-        enc.run(
-            Kernel::AttentionCombine,
-            None,
-            &[d as u32],
-            &[(&part).into(), out.into()],
-            wg,
-        )?;
-        drop(enc);
-        return match gate {
-            Some(g) => super::sigmoid_mul_assign(be, out, g),
-            None => Ok(()),
-        };
-    };
-    // The planes' blocks of 32 lie within a head, and the products take whole 256-element rows;
-    // they read planes only for one token (linear.rs: the matrix-vector kernels).
-    let planes = be.caps.mv_dot && t_len == 1 && d.is_multiple_of(32) && (nh * d).is_multiple_of(256);
-    if !planes {
-        return enc.run(
-            Kernel::AttentionCombineGate,
-            None,
-            &[d as u32],
-            &[(&part).into(), gate.into(), out.into()],
-            wg,
-        );
+    match (gate, fused) {
+        (Some(g), None) => super::sigmoid_mul_assign(be, out, g),
+        _ => Ok(()),
     }
-    let xq = enc.scratch("att_xq", DType::U32, &[kernels::xq_words(t_len * nh * d)])?;
-    enc.run(
-        Kernel::AttentionCombineGateDot,
-        None,
-        &[d as u32],
-        &[(&part).into(), gate.into(), out.into(), (&xq).into()],
-        wg,
-    )?;
-    enc.set_dot_x(out, xq);
-    Ok(())
 }
 
 /// `split_qgate`, the q and k RMSNorms, RoPE of both and `kv_store` (lib_attn_prep.wgsl): one
