@@ -3,8 +3,9 @@
 // mv_dot_prep.wgsl quantized into three int8 planes under a power-of-two scale s. A segment's
 // 16 quants (small non-negative integers packed one per byte, valid int8) against each plane are
 // four dot4I8Packed each (native OpSDot where the device has VK_KHR_shader_integer_dot_product),
-// the i32 sums exact; the segment's dot is s (A + B / 254 + C / 254^2) in f32: a few operations
-// per 16 weights instead of a decode and an fma per weight.
+// the i32 sums exact; the segment's dot is s (A + B / 254 + C / 254^2), combined in i32 as far as
+// the quants' range allows: a few operations per 16 weights instead of a decode and an fma per
+// weight.
 const MV_UNIT: u32 = 64u;
 const INV254: f32 = 1.0 / 254.0;
 
@@ -53,13 +54,27 @@ fn dot16(q: vec4<u32>, p: vec4<u32>) -> i32 {
     return dot4I8Packed(q.x, p.x) + dot4I8Packed(q.y, p.y) + dot4I8Packed(q.z, p.z) + dot4I8Packed(q.w, p.w);
 }
 
-// sum(q * x) / s over a segment: the i32 plane sums are exact (|sum| <= 16 * 63 * 127), and so
-// are their f32 conversions.
-fn dq_seg(q: vec4<u32>, x: MvXSeg) -> f32 {
-    return fma(fma(f32(dot16(q, x.c)), INV254, f32(dot16(q, x.b))), INV254, f32(dot16(q, x.a)));
+// sum(q * x) / s over a segment of quants q <= 15 (Q4_K): the three plane sums meet in one
+// i32, exactly (|dot16| <= 16 * 15 * 127 = 30480, and 30480 * (254^2 + 254 + 1) < 2^31), so a
+// segment costs one conversion to f32 where it cost three. The conversion rounds once, as the
+// f32 sum of the planes' terms did; scaling by 254^-2 before s keeps the result's range that of
+// x / s (no overflow or underflow that x itself does not have).
+fn dq_seg15(q: vec4<u32>, x: MvXSeg) -> f32 {
+    return f32((dot16(q, x.a) * 254 + dot16(q, x.b)) * 254 + dot16(q, x.c)) * (INV254 * INV254);
 }
 
-// sum(q * x) of the four segments.
-fn dq_unit(qa: vec4<u32>, qb: vec4<u32>, qc: vec4<u32>, qd: vec4<u32>, x: MvX) -> vec4<f32> {
-    return x.s * vec4<f32>(dq_seg(qa, x.a), dq_seg(qb, x.b), dq_seg(qc, x.c), dq_seg(qd, x.d));
+// The same for quants q <= 63 (Q6_K): planes a and b in one i32 (|.| <= 16 * 63 * 127 * 255 <
+// 2^25), plane c added in f32.
+fn dq_seg63(q: vec4<u32>, x: MvXSeg) -> f32 {
+    return fma(f32(dot16(q, x.c)), INV254, f32(dot16(q, x.a) * 254 + dot16(q, x.b))) * INV254;
+}
+
+// sum(q * x) of the four segments, q <= 15.
+fn dq_unit15(qa: vec4<u32>, qb: vec4<u32>, qc: vec4<u32>, qd: vec4<u32>, x: MvX) -> vec4<f32> {
+    return x.s * vec4<f32>(dq_seg15(qa, x.a), dq_seg15(qb, x.b), dq_seg15(qc, x.c), dq_seg15(qd, x.d));
+}
+
+// sum(q * x) of the four segments, q <= 63.
+fn dq_unit63(qa: vec4<u32>, qb: vec4<u32>, qc: vec4<u32>, qd: vec4<u32>, x: MvX) -> vec4<f32> {
+    return x.s * vec4<f32>(dq_seg63(qa, x.a), dq_seg63(qb, x.b), dq_seg63(qc, x.c), dq_seg63(qd, x.d));
 }

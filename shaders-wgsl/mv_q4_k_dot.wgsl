@@ -16,7 +16,7 @@ fn mv_dot(rb: u32, u: u32, x: MvX) -> f32 {
     let r = wq(q0 + 5u + v);
     let lo = vec4<u32>(0x0f0f0f0fu);
     let four = vec4<u32>(4u);
-    let sq = dq_unit(p & lo, (p >> four) & lo, r & lo, (r >> four) & lo, x);
+    let sq = dq_unit15(p & lo, (p >> four) & lo, r & lo, (r >> four) & lo, x);
     let sm = kq_unit_scales(hd, v >> 1u);
     let dm = f16x2(hd.x);
     return dm.x * dot(bytes_f4(sm.x, 0.0), sq) - dm.y * dot(bytes_f4(sm.y, 0.0), x.sum);

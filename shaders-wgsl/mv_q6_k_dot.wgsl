@@ -10,5 +10,5 @@ fn mv_x(u: u32, xb: u32) -> MvX {
 
 fn mv_dot(rb: u32, u: u32, x: MvX) -> f32 {
     let q = q6_unit(rb, u);
-    return q.scale * dot(q.sc, fma(vec4<f32>(-32.0), x.sum, dq_unit(q.a, q.b, q.c, q.d, x)));
+    return q.scale * dot(q.sc, fma(vec4<f32>(-32.0), x.sum, dq_unit63(q.a, q.b, q.c, q.d, x)));
 }

@@ -4,7 +4,9 @@
 mod common;
 
 use common::device::{pos_on, Both, Pt};
-use common::weights::{check_matmul, dequant, product_tolerance, random_weight, upload, WEIGHT_TYPES};
+use common::weights::{
+    check_matmul, dequant, f16_scale_offsets, product_tolerance, random_weight, upload, WEIGHT_TYPES,
+};
 use common::*;
 use rill::backend::{AttnDims, Backend, DType, Tensor, WeightData};
 use rill::gguf::{GgmlType, TensorBytes};
@@ -448,6 +450,33 @@ fn matvec_block_extremes_of_x_match_cpu() {
                     matvec_x_case(&p, ty, &bytes, n_out, n_in, &x, what);
                 }
             }
+        }
+    }
+}
+
+/// Block scales that are subnormal halves (a GGUF may hold them: a block of near-zero weights,
+/// and Q4_K/Q5_K mins are often tiny): every binary16 value is an f32, so the device must
+/// convert them exactly, as the CPU does, not flush them to zero (the wgpu shaders convert with
+/// `unpack2x16float`, common.wgsl). Every format with f16 scales, decode-sized and batched T.
+#[test]
+fn subnormal_scales_match_cpu() {
+    for p in Both::each() {
+        let mut rng = Rng::new(67);
+        for ty in WEIGHT_TYPES {
+            let at = f16_scale_offsets(ty);
+            if at.is_empty() {
+                continue;
+            }
+            let (n_out, n_in) = (40usize, 512usize);
+            let mut bytes = random_weight(ty, n_out, n_in, 0.5, &mut rng);
+            for blk in bytes.chunks_exact_mut(ty.type_size() as usize) {
+                for &o in at {
+                    // A subnormal of either sign: exponent 0, mantissa 1..1023.
+                    let h = (1 + rng.below(0x3ff) as u16) | (rng.below(2) as u16) << 15;
+                    blk[o..o + 2].copy_from_slice(&h.to_le_bytes());
+                }
+            }
+            matmul_case(&p, ty, &bytes, n_out, n_in, &[1, 3, 9], &mut rng);
         }
     }
 }

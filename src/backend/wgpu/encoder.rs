@@ -411,9 +411,9 @@ impl<'a> Encoder<'a> {
         }
         let be = self.be;
         let caps = &be.caps;
-        let src = kernels::source(kernel, fmt, caps)?;
-        let slots = kernels::bindings(&src)?;
         let label = kernels::label(kernel, fmt, caps);
+        let src = kernels::dev_source(&label, kernels::source(kernel, fmt, caps)?)?;
+        let slots = kernels::bindings(&src)?;
         if slots.first() != Some(&Slot::Uniform) || slots[1..].contains(&Slot::Uniform) {
             return Err(gpu_err(format!("{label}: binding 0 must be the only uniform")));
         }

@@ -731,6 +731,33 @@ pub(crate) fn source(kernel: Kernel, fmt: Option<GgmlType>, caps: &Caps) -> Resu
     Ok(src)
 }
 
+/// Kernel development, not for users: `RILL_WGPU_SHADER_DUMP=dir` writes every composed source to
+/// `dir/<label>.wgsl` (the label's `/` as `.`), and `RILL_WGPU_SHADER_DIR=dir` compiles
+/// `dir/<label>.wgsl` instead of the built-in source where that file exists, so that a kernel
+/// variant runs on a GPU machine without a rebuild (`examples/mv_bench.rs`). Read once per
+/// pipeline, never per dispatch.
+#[cfg(not(target_arch = "wasm32"))]
+pub(crate) fn dev_source(label: &str, src: String) -> Result<String> {
+    let file = format!("{}.wgsl", label.replace('/', "."));
+    let io = |p: &std::path::Path, e: std::io::Error| gpu_err(format!("{}: {e}", p.display()));
+    if let Some(dir) = std::env::var_os("RILL_WGPU_SHADER_DUMP") {
+        let p = std::path::Path::new(&dir).join(&file);
+        std::fs::write(&p, &src).map_err(|e| io(&p, e))?;
+    }
+    if let Some(dir) = std::env::var_os("RILL_WGPU_SHADER_DIR") {
+        let p = std::path::Path::new(&dir).join(&file);
+        if p.is_file() {
+            return std::fs::read_to_string(&p).map_err(|e| io(&p, e));
+        }
+    }
+    Ok(src)
+}
+
+#[cfg(target_arch = "wasm32")]
+pub(crate) fn dev_source(_label: &str, src: String) -> Result<String> {
+    Ok(src)
+}
+
 /// How a shader declares binding `n` (parsed from its source): the layout is explicit so that the
 /// parameter block can take a dynamic offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""Make kernel variants from dumped wgpu shaders (RILL_WGPU_SHADER_DUMP): variants.py DUMP OUT
+writes OUT/<variant>/<file>.wgsl for each variant below; run examples/mv_bench with
+RILL_WGPU_SHADER_DIR=OUT/<variant>. Each edit must apply (an edit that finds nothing fails)."""
+import os, sys
+
+F16_OLD = """fn f16x2(w: u32) -> vec2<f32> {
+    return vec2<f32>(f16_to_f32(w & 0xffffu), f16_to_f32(w >> 16u));
+}"""
+F16_NEW = """fn f16x2(w: u32) -> vec2<f32> {
+    return unpack2x16float(w);
+}"""
+SEG_OLD = """fn dq_seg(q: vec4<u32>, x: MvXSeg) -> f32 {
+    return fma(fma(f32(dot16(q, x.c)), INV254, f32(dot16(q, x.b))), INV254, f32(dot16(q, x.a)));
+}
+
+// sum(q * x) of the four segments.
+fn dq_unit(qa: vec4<u32>, qb: vec4<u32>, qc: vec4<u32>, qd: vec4<u32>, x: MvX) -> vec4<f32> {
+    return x.s * vec4<f32>(dq_seg(qa, x.a), dq_seg(qb, x.b), dq_seg(qc, x.c), dq_seg(qd, x.d));
+}"""
+# Q4_K (q <= 15): the three planes' sums meet in one i32 (|v| <= 16 * 15 * 127 * 64771 < 2^31),
+# one conversion per segment.
+SEG_Q4 = """fn dq_seg(q: vec4<u32>, x: MvXSeg) -> f32 {
+    return f32((dot16(q, x.a) * 254 + dot16(q, x.b)) * 254 + dot16(q, x.c));
+}
+
+// sum(q * x) of the four segments.
+fn dq_unit(qa: vec4<u32>, qb: vec4<u32>, qc: vec4<u32>, qd: vec4<u32>, x: MvX) -> vec4<f32> {
+    return (x.s * (INV254 * INV254)) * vec4<f32>(dq_seg(qa, x.a), dq_seg(qb, x.b), dq_seg(qc, x.c), dq_seg(qd, x.d));
+}"""
+# Q6_K (q <= 63): planes a and b in one i32, c added in f32.
+SEG_Q6 = """fn dq_seg(q: vec4<u32>, x: MvXSeg) -> f32 {
+    return fma(f32(dot16(q, x.c)), INV254, f32(dot16(q, x.a) * 254 + dot16(q, x.b)));
+}
+
+// sum(q * x) of the four segments.
+fn dq_unit(qa: vec4<u32>, qb: vec4<u32>, qc: vec4<u32>, qd: vec4<u32>, x: MvX) -> vec4<f32> {
+    return (x.s * INV254) * vec4<f32>(dq_seg(qa, x.a), dq_seg(qb, x.b), dq_seg(qc, x.c), dq_seg(qd, x.d));
+}"""
+
+def f16(src, name):
+    return src.replace(F16_OLD, F16_NEW) if F16_OLD in src else None
+
+def i2f(src, name):
+    if "dq_seg" not in src:
+        return src
+    if SEG_OLD not in src:
+        return None
+    return src.replace(SEG_OLD, SEG_Q4 if "q4_k" in name else SEG_Q6)
+
+RUN_OLD = """fn mv_run(rb_lo: vec4<u32>, rb_hi: vec4<u32>, u0: u32, lw: u32, xb: u32) -> MvAcc {
+    var a = MvAcc(vec4<f32>(0.0), vec4<f32>(0.0));
+    for (var u = u0; u < P.units; u += lw) {
+        a = mv_add(a, rb_lo, rb_hi, u, mv_x(u, xb));
+    }
+    return a;
+}"""
+# Q4_K dot units, MV_R = 2: the next unit's weight words are loaded before this unit's
+# arithmetic (two units' loads in flight per invocation).
+RUN_PF = """struct MvW {
+    hd: vec4<u32>,
+    p: vec4<u32>,
+    r: vec4<u32>,
+}
+
+fn mv_ld(rb: u32, u: u32) -> MvW {
+    let v = u & 3u;
+    let q0 = (rb >> 4u) + 9u * (u >> 2u);
+    return MvW(wq(q0), wq(q0 + 1u + v), wq(q0 + 5u + v));
+}
+
+fn mv_dotw(w: MvW, u: u32, x: MvX) -> f32 {
+    let v = u & 3u;
+    let lo = vec4<u32>(0x0f0f0f0fu);
+    let four = vec4<u32>(4u);
+    let sq = dq_unit(w.p & lo, (w.p >> four) & lo, w.r & lo, (w.r >> four) & lo, x);
+    let sm = kq_unit_scales(w.hd, v >> 1u);
+    let dm = f16x2(w.hd.x);
+    return dm.x * dot(bytes_f4(sm.x, 0.0), sq) - dm.y * dot(bytes_f4(sm.y, 0.0), x.sum);
+}
+
+fn mv_run(rb_lo: vec4<u32>, rb_hi: vec4<u32>, u0: u32, lw: u32, xb: u32) -> MvAcc {
+    var a = vec4<f32>(0.0);
+    var u = u0;
+    if (u >= P.units) {
+        return MvAcc(a, a);
+    }
+    var w0 = mv_ld(rb_lo.x, u);
+    var w1 = mv_ld(rb_lo.y, u);
+    loop {
+        let un = u + lw;
+        let more = un < P.units;
+        let uc = select(u, un, more);
+        let n0 = mv_ld(rb_lo.x, uc);
+        let n1 = mv_ld(rb_lo.y, uc);
+        let x = mv_x(u, xb);
+        a.x += mv_dotw(w0, u, x);
+        a.y += mv_dotw(w1, u, x);
+        if (!more) {
+            break;
+        }
+        w0 = n0;
+        w1 = n1;
+        u = un;
+    }
+    return MvAcc(a, vec4<f32>(0.0));
+}"""
+
+def pf(src, name):
+    if not name.startswith("matvec.q4_k"):
+        return src
+    if RUN_OLD not in src or "const MV_R: u32 = 2u;" not in src:
+        return None
+    return src.replace(RUN_OLD, RUN_PF)
+
+VARIANTS = {
+    "f16": [f16],
+    "i2f": [i2f],
+    "f16i2f": [f16, i2f],
+    "pf": [pf],
+    "f16i2fpf": [f16, i2f, pf],
+}
+
+def main():
+    dump, out = sys.argv[1], sys.argv[2]
+    files = [f for f in os.listdir(dump) if f.endswith(".wgsl") and f.startswith(("matvec", "moe_"))]
+    if not files:
+        sys.exit(f"no matrix-vector shaders in {dump}")
+    for v, edits in VARIANTS.items():
+        os.makedirs(os.path.join(out, v), exist_ok=True)
+        for f in files:
+            src = open(os.path.join(dump, f)).read()
+            for e in edits:
+                new = e(src, f)
+                if new is None:
+                    sys.exit(f"{v}: edit {e.__name__} does not apply to {f}")
+                src = new
+            open(os.path.join(out, v, f), "w").write(src)
+        print(v, len(files), "files")
+
+main()
