@@ -3,7 +3,9 @@
 # `rill bench -n N -r 1` per variant, the variants interleaved over ROUNDS rounds so that drift of
 # the card or the host hits each alike (single runs of one job varied by several t/s). Variants are
 # the lines of $AB: "SHAPE QUANT TAG [ENV=VALUE ...]". Writes $OUT/ab.txt (every run, then each
-# variant's median) and the bench logs into $OUT/ab.tar.gz.
+# variant's median) and the bench logs into $OUT/ab.tar.gz. A variant with BIN=PATH among its
+# settings runs that rill instead (e.g. a previous pack's bundle, unpacked by hand into /tmp/old:
+# BIN=/tmp/old/rill), for an A/B across commits.
 #   AB=$'qwen3.5-9b q4_k_m default\nqwen3.5-9b q4_k_m nodot RILL_WGPU_MV_DOT=0' ROUNDS=3 \
 #       bash scripts/gpu-wgpu-ab.sh
 set -u
@@ -27,8 +29,13 @@ for r in $(seq "$ROUNDS"); do
     for v in "${variants[@]}"; do
         read -r shape quant tag envs <<<"$v"
         log="$logs/$tag-$r.log"
+        # BIN=path in a variant's line: another rill (an older build unpacked beside this one).
+        exe=$rill
+        for e in $envs; do
+            case $e in BIN=*) exe=${e#BIN=} ;; esac
+        done
         # shellcheck disable=SC2086
-        env $envs timeout 120 "$rill" bench -m "$MODELS/$shape-$quant.gguf" --backend wgpu -p "" -n "$N" -r 1 \
+        env $envs timeout 120 "$exe" bench -m "$MODELS/$shape-$quant.gguf" --backend wgpu -p "" -n "$N" -r 1 \
             >"$log" 2>&1
         ts=$(grep -o "tg$N: [0-9.]*" "$log" | head -1 | cut -d' ' -f2)
         echo "round $r $tag ${ts:-failed}" | tee -a "$OUT/ab.txt"

@@ -63,10 +63,10 @@ fn dq_seg15(q: vec4<u32>, x: MvXSeg) -> f32 {
     return f32((dot16(q, x.a) * 254 + dot16(q, x.b)) * 254 + dot16(q, x.c)) * (INV254 * INV254);
 }
 
-// The same for quants q <= 63 (Q6_K): planes a and b in one i32 (|.| <= 16 * 63 * 127 * 255 <
-// 2^25), plane c added in f32.
+// The same for any int8 quants (Q6_K's q <= 63): each plane's sum converted on its own. Combining
+// planes a and b in i32 (|.| < 2^25) measured no faster for Q6_K on the H200 (examples/mv_bench).
 fn dq_seg63(q: vec4<u32>, x: MvXSeg) -> f32 {
-    return fma(f32(dot16(q, x.c)), INV254, f32(dot16(q, x.a) * 254 + dot16(q, x.b))) * INV254;
+    return fma(fma(f32(dot16(q, x.c)), INV254, f32(dot16(q, x.b))), INV254, f32(dot16(q, x.a)));
 }
 
 // sum(q * x) of the four segments, q <= 15.
