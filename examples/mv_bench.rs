@@ -198,35 +198,23 @@ fn time(dev: &dyn Backend, r: &Ready, iters: usize, warm: f64) -> Result<f64> {
     Ok(t.elapsed().as_secs_f64() * 1e6 / iters as f64)
 }
 
+/// The value after flag `what` (e.g. `--iters N`), parsed.
+fn value<T: std::str::FromStr>(args: &mut impl Iterator<Item = String>, what: &str) -> Result<T> {
+    args.next()
+        .and_then(|v| v.parse().ok())
+        .ok_or_else(|| Error::InvalidArgument(what.into()))
+}
+
 fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let (mut name, mut iters, mut copies_mb, mut warm, mut specs) =
         ("wgpu".to_string(), 500usize, 256usize, 0.5f64, Vec::new());
     while let Some(a) = args.next() {
         match a.as_str() {
-            "--backend" => {
-                name = args
-                    .next()
-                    .ok_or_else(|| Error::InvalidArgument("--backend NAME".into()))?
-            }
-            "--iters" => {
-                iters = args
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .ok_or_else(|| Error::InvalidArgument("--iters N".into()))?
-            }
-            "--warm" => {
-                warm = args
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .ok_or_else(|| Error::InvalidArgument("--warm SECONDS".into()))?
-            }
-            "--copies-mb" => {
-                copies_mb = args
-                    .next()
-                    .and_then(|v| v.parse().ok())
-                    .ok_or_else(|| Error::InvalidArgument("--copies-mb N".into()))?
-            }
+            "--backend" => name = value(&mut args, "--backend NAME")?,
+            "--iters" => iters = value(&mut args, "--iters N")?,
+            "--warm" => warm = value(&mut args, "--warm SECONDS")?,
+            "--copies-mb" => copies_mb = value(&mut args, "--copies-mb N")?,
             _ => specs.push(a),
         }
     }
