@@ -73,8 +73,22 @@ def pf(src, name):
         return None
     return src.replace(RUN_OLD, RUN_PF)
 
+Q6_PACK_OLD = """    let lo = (l >> vec4<u32>(4u * hi)) & vec4<u32>(0x0f0f0f0fu);
+    return lo | (((qh >> vec4<u32>(2u * k)) & vec4<u32>(0x03030303u)) << vec4<u32>(4u));"""
+# Q6_K: bits 2k, 2k + 1 of each qh byte to bits 4, 5 with one shift and one mask (k is a
+# constant after inlining, so the select folds).
+Q6_PACK_NEW = """    let lo = (l >> vec4<u32>(4u * hi)) & vec4<u32>(0x0f0f0f0fu);
+    let up = select(qh << vec4<u32>(4u - 2u * min(k, 2u)), qh >> vec4<u32>(2u), k > 2u);
+    return lo | (up & vec4<u32>(0x30303030u));"""
+
+def q6pack(src, name):
+    if "q6_k" not in name:
+        return src
+    return src.replace(Q6_PACK_OLD, Q6_PACK_NEW) if Q6_PACK_OLD in src else None
+
 VARIANTS = {
     "pf": [pf],
+    "q6pack": [q6pack],
 }
 
 def main():
