@@ -14,8 +14,11 @@
 
 use std::time::Instant;
 
+use rayon::prelude::*;
+
 use rill::backend::{self, Backend, DType, Tensor, WeightData};
 use rill::gguf::{GgmlType, TensorBytes};
+use rill::synth::{self, Init};
 use rill::{Error, Result};
 
 /// The 9B Q4_K_M decode products: GDN gate / SSM out / attention out, GDN qkv / attention q (Q4_K
@@ -56,18 +59,14 @@ fn parse(spec: &str) -> Result<Case> {
     })
 }
 
-/// xorshift normals (Box-Muller), deterministic per seed.
-fn normals(n: usize, seed: u64) -> Vec<f32> {
-    let mut s = seed | 1;
-    let mut uni = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        ((s >> 40) as f32 + 0.5) / (1u64 << 24) as f32
-    };
-    (0..n)
-        .map(|_| (-2.0 * uni().ln()).sqrt() * (std::f32::consts::TAU * uni()).cos())
-        .collect()
+/// `n` approximately normal values in rows of `cols`, from rill synth's per-row streams
+/// (`synth::fill_row`), rows in parallel (the LM head case is a billion values).
+fn normals(n: usize, cols: usize, seed: u64) -> Vec<f32> {
+    let mut v = vec![0f32; n];
+    v.par_chunks_mut(cols)
+        .enumerate()
+        .for_each(|(r, row)| synth::fill_row(seed, r as u64, Init::Normal { std: 1.0 }, row));
+    v
 }
 
 fn weight(be: &dyn Backend, ty: GgmlType, rows: usize, cols: usize, bytes: &[u8]) -> Result<Tensor> {
@@ -158,12 +157,12 @@ fn ready(dev: &dyn Backend, cpu: &dyn Backend, c: Case, copies_mb: usize, seed: 
             .ok_or_else(|| Error::InvalidArgument("whole blocks".into()))? as usize;
     let mut bytes = Vec::new();
     for k in 0..n_w {
-        let src = normals(c.rows * c.cols, seed + k as u64);
+        let src = normals(c.rows * c.cols, c.cols, seed + k as u64);
         let mut dst = vec![0u8; row_bytes * c.rows];
         rill::quant::quantize_rows_par(c.ty, &src, c.cols, &mut dst)?;
         bytes.push(dst);
     }
-    let x = normals(c.cols, seed + 7);
+    let x = normals(c.cols, c.cols, seed + 7);
     let per_call = n_w * row_bytes * c.rows;
     let (on, got) = prepare(dev, &c, &bytes, &x, (copies_mb << 20).div_ceil(per_call).clamp(1, 64))?;
     let (_, want) = prepare(cpu, &c, &bytes, &x, 1)?;

@@ -1,7 +1,7 @@
-// attention_combine.wgsl (lib_att_merge.wgsl) with the gated attention's output gate applied as the output is written:
-// out = sigmoid(gate) * merged (spec/MODEL.md §6), one workgroup per query row. The packed-dot
-// variant (lib_att_xq.wgsl) also writes the row's int8 planes for the output projection's
-// products; the plain one (lib_att_noxq.wgsl) writes none.
+// attention_combine.wgsl (lib_att_merge.wgsl) with the gated attention's output gate applied as
+// the output is written: out = sigmoid(gate) * merged (spec/MODEL.md §6), one workgroup per query
+// row. The packed-dot variant (lib_att_xq.wgsl) also writes the row's int8 planes for the output
+// projection's products; the plain one (lib_att_noxq.wgsl) writes none.
 struct Params {
     d: u32,
 }

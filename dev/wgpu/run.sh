@@ -32,7 +32,9 @@ for r in $(seq "$ROUNDS"); do
 done
 # The LM head (Q6_K 248320 x 4096, 834 MB) once per variant.
 for v in base ${HEAD_VARIANTS:-$variants}; do
-    dir=$OUT/var/$v
-    [ "$v" = base ] && dir=/nonexistent
-    RILL_WGPU_SHADER_DIR=$dir "$mv" --iters 50 --copies-mb 1 ${MV_HEAD:-q6_k:248320:4096} | sed "s/^/head $v    /" | tee -a "$OUT/mv.txt"
+    dir=
+    [ "$v" = base ] || dir=$OUT/var/$v
+    # shellcheck disable=SC2086
+    env ${dir:+RILL_WGPU_SHADER_DIR=$dir} "$mv" --iters 50 --copies-mb 1 ${MV_HEAD:-q6_k:248320:4096} |
+        sed "s/^/head $v    /" | tee -a "$OUT/mv.txt"
 done

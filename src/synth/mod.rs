@@ -24,7 +24,7 @@ use crate::error::{Error, Result};
 pub use layout::{tensors, TensorSpec};
 pub use mix::{fallback, quant_names, tensor_type, use_more_bits, Quant, TensorCtx};
 pub use shapes::{shape, shape_names, ShapeParams};
-pub use weights::Init;
+pub use weights::{fill_row, Init};
 
 /// The tokenizer `--tokenizer-from` defaults to: the real Qwen3 vocabulary.
 pub const DEFAULT_TOKENIZER: &str = "tests/fixtures/qwen3-vocab.gguf";
