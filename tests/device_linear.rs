@@ -407,6 +407,27 @@ fn matvec_geometry_edges_match_cpu() {
     }
 }
 
+/// The decode products with a geometry of their own: tall ones (at least 65536 rows, the LM head:
+/// wgpu's `matvec_tall` with its own rows per invocation, CUDA's tall tiling) and long rows (12288
+/// elements and more, the FFN down products: wgpu's lanes for long rows), an odd row count past
+/// the threshold so that the last workgroup is partial.
+#[test]
+fn tall_and_long_row_products_match_cpu() {
+    use GgmlType::*;
+    for p in Both::each() {
+        let mut rng = Rng::new(61);
+        for ty in [Q4K, Q6K, Q8_0, F32] {
+            let (n_out, n_in) = (65536 + 37, 256);
+            let bytes = random_weight(ty, n_out, n_in, 0.5, &mut rng);
+            matmul_case(&p, ty, &bytes, n_out, n_in, &[1], &mut rng);
+            for n_in in [12288usize, 12288 + 4096] {
+                let bytes = random_weight(ty, 33, n_in, 0.5, &mut rng);
+                matmul_case(&p, ty, &bytes, 33, n_in, &[1], &mut rng);
+            }
+        }
+    }
+}
+
 /// One token's `matmul` on both backends for a given x.
 fn matvec_x_case(p: &Both, ty: GgmlType, bytes: &[u8], n_out: usize, n_in: usize, x: &[f32], what: &str) {
     let w = upload_both(p, ty, &[n_out, n_in], bytes);

@@ -7,6 +7,8 @@
 #   mkdir -p .gpu-mv && objcopy --strip-debug $CARGO_TARGET_DIR/release/examples/mv_bench .gpu-mv/mv_bench
 #   run(command="OUT=$OUT bash dev/wgpu/run.sh", carry=[".gpu-mv", ".gpu-wgpu", ".gl"])
 # Cases: MV_CASES (default: mv_bench's qwen3.5-9b products); variants: MV_VARIANTS (default all).
+# GEOMS: launch geometries to time with this build's shaders, `;`-separated, each a list of
+# environment assignments (e.g. "RILL_WGPU_MV_ROWS=1;RILL_WGPU_MV_LANES=64"), in the same rounds.
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/out}
@@ -29,6 +31,11 @@ for r in $(seq "$ROUNDS"); do
         # shellcheck disable=SC2086
         RILL_WGPU_SHADER_DIR=$OUT/var/$v "$mv" --iters "$ITERS" ${MV_CASES:-} | sed "s/^/r$r $v    /" | tee -a "$OUT/mv.txt"
     done
+    IFS=';' read -ra geoms <<<"${GEOMS:-}"
+    for g in "${geoms[@]}"; do
+        # shellcheck disable=SC2086
+        env $g "$mv" --iters "$ITERS" ${MV_CASES:-} | sed "s/^/r$r [$g]    /" | tee -a "$OUT/mv.txt"
+    done
 done
 # The LM head (Q6_K 248320 x 4096, 834 MB) once per variant.
 for v in base ${HEAD_VARIANTS:-$variants}; do
@@ -37,4 +44,8 @@ for v in base ${HEAD_VARIANTS:-$variants}; do
     # shellcheck disable=SC2086
     env ${dir:+RILL_WGPU_SHADER_DIR=$dir} "$mv" --iters 50 --copies-mb 1 ${MV_HEAD:-q6_k:248320:4096} |
         sed "s/^/head $v    /" | tee -a "$OUT/mv.txt"
+done
+for g in "${geoms[@]}"; do
+    # shellcheck disable=SC2086
+    env $g "$mv" --iters 50 --copies-mb 1 ${MV_HEAD:-q6_k:248320:4096} | sed "s/^/head [$g]    /" | tee -a "$OUT/mv.txt"
 done

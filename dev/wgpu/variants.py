@@ -86,9 +86,29 @@ def q6pack(src, name):
         return src
     return src.replace(Q6_PACK_OLD, Q6_PACK_NEW) if Q6_PACK_OLD in src else None
 
+WIN_OLD = """    let v = realign4(a, b, s1, s2);
+    if ((o & 2u) == 0u) {
+        return v;
+    }
+    return half_shift(v, select(select(b.x, b.y, s1), select(b.z, b.w, s1), s2));"""
+# Q6_K windows without the branch on the half-word offset (lanes 4 apart read blocks of
+# different alignment, so the branch diverged): a funnel shift by 0 or 16 bits, the second
+# operand shifted in two steps so that a shift by 0 leaves no bits of it.
+WIN_NEW = """    let v = realign4(a, b, s1, s2);
+    let n = select(select(b.x, b.y, s1), select(b.z, b.w, s1), s2);
+    let sh = vec4<u32>((o & 2u) * 8u);
+    return (v >> sh) | ((vec4<u32>(v.yzw, n) << vec4<u32>(8u)) << (vec4<u32>(24u) - sh));"""
+
+def q6win(src, name):
+    if "q6_k" not in name:
+        return src
+    return src.replace(WIN_OLD, WIN_NEW) if WIN_OLD in src else None
+
 VARIANTS = {
     "pf": [pf],
     "q6pack": [q6pack],
+    "q6win": [q6win],
+    "q6both": [q6pack, q6win],
 }
 
 def main():

@@ -17,8 +17,16 @@
 //! the matrix-vector geometry, `RILL_WGPU_MV_WG` (invocations per workgroup: 64, 128 or 256;
 //! default 128), `RILL_WGPU_MV_ROWS` (rows per invocation: 1, 2, 4 or 8; default 2) and
 //! `RILL_WGPU_MV_LANES` (invocations per row group, a power of two up to the workgroup; default
-//! 32, fewer for short rows), and `RILL_WGPU_SUBMIT_EVERY` (dispatches per submission, 1..=256;
-//! default 64). Values the kernels do not take keep the default. `RILL_WGPU_FUSE=0` turns the
+//! 32, fewer for short rows); per shape, `RILL_WGPU_MV_ROWS_TALL` (rows per invocation of products with
+//! at least `kernels::MV_TALL_ROWS` rows, the LM head: default 4), `RILL_WGPU_MV_ROWS_SWIGLU` (of
+//! the fused SwiGLU products: default 4) and `RILL_WGPU_MV_LANES_LONG` (lanes per row group of rows
+//! of at least `kernels::MV_LONG_UNITS` units, the FFN down products: default 64), each following
+//! `RILL_WGPU_MV_ROWS` / `RILL_WGPU_MV_LANES` when only those are set (H200, examples/mv_bench:
+//! the Q6_K head 357 -> 323 us with 4 rows, the Q4_K SwiGLU 27.2 -> 26.0, the Q4_K down 20.6 ->
+//! 17.6 with 64 lanes, where the other shapes lose with either); `RILL_WGPU_SUBMIT_EVERY` (dispatches per submission, 1..=256;
+//! default 64) and `RILL_WGPU_SUBMIT_FIRST` (dispatches in a decode step's first submission, so
+//! that the GPU, idle while the host read the last token, starts before the step is encoded;
+//! 1..=256, default `SUBMIT_FIRST_DEFAULT`). Values the kernels do not take keep the default. `RILL_WGPU_FUSE=0` turns the
 //! fused decode dispatches of the table above off (one dispatch per product and per step, as
 //! before them), to measure what they gain; `RILL_WGPU_MOE_SHARED=0` only the MoE shared expert's
 //! (and the routing's); `RILL_WGPU_ATT_GATE=0` only the attention gate's; `RILL_WGPU_MOE_ROUTE=1`
@@ -273,8 +281,16 @@ pub(crate) struct Caps {
     pub mv_rows: u32,
     /// Most invocations per matrix-vector row group (`kernels::mv_lanes`).
     pub mv_lanes: u32,
+    /// Rows per invocation of the tall products (`Kernel::MatvecTall`, the LM head).
+    pub mv_rows_tall: u32,
+    /// Rows per invocation of the fused SwiGLU products (`matvec_swiglu*`).
+    pub mv_rows_swiglu: u32,
+    /// Lanes per row group of the products whose rows are long (`kernels::mv_lanes`).
+    pub mv_lanes_long: u32,
     /// Dispatches per submission.
     pub submit_every: u32,
+    /// Dispatches in a recorded or replayed step's first submission.
+    pub submit_first: u32,
     /// Compile shaders with naga's runtime checks (bounds clamps, loop counters).
     pub shader_checks: bool,
     /// Q4_K and Q6_K decode products on packed integer dot products (`mv_q4_k_dot.wgsl`, x quantized
@@ -290,8 +306,12 @@ pub(crate) struct Caps {
 pub(crate) const MV_WG_DEFAULT: u32 = 128;
 pub(crate) const MV_ROWS_DEFAULT: u32 = 2;
 pub(crate) const MV_LANES_DEFAULT: u32 = 32;
+pub(crate) const MV_ROWS_TALL_DEFAULT: u32 = 4;
+pub(crate) const MV_ROWS_SWIGLU_DEFAULT: u32 = 4;
+pub(crate) const MV_LANES_LONG_DEFAULT: u32 = 64;
 pub(crate) const SUBMIT_EVERY_DEFAULT: u32 = 64;
 pub(crate) const SUBMIT_EVERY_MAX: u32 = 256;
+pub(crate) const SUBMIT_FIRST_DEFAULT: u32 = 16;
 
 /// Environment switches, read once.
 #[derive(Debug, Clone, Copy, Default)]
@@ -309,6 +329,13 @@ pub(crate) struct Overrides {
     pub mv_rows: Option<u32>,
     pub mv_lanes: Option<u32>,
     pub submit_every: Option<u32>,
+    /// `RILL_WGPU_MV_ROWS_TALL`, `RILL_WGPU_MV_ROWS_SWIGLU`, `RILL_WGPU_MV_LANES_LONG` (see the
+    /// module comment).
+    pub mv_rows_tall: Option<u32>,
+    pub mv_rows_swiglu: Option<u32>,
+    pub mv_lanes_long: Option<u32>,
+    /// `RILL_WGPU_SUBMIT_FIRST` (see the module comment).
+    pub submit_first: Option<u32>,
     /// `RILL_WGPU_SHADER_CHECKS=1`: compile shaders with naga's runtime checks.
     pub shader_checks: bool,
     /// `RILL_WGPU_FUSE=0`: no fused decode dispatches.
@@ -355,7 +382,11 @@ impl Overrides {
             mv_wg: env_num("RILL_WGPU_MV_WG").and_then(|v| u32::try_from(v).ok()),
             mv_rows: env_num("RILL_WGPU_MV_ROWS").and_then(|v| u32::try_from(v).ok()),
             mv_lanes: env_num("RILL_WGPU_MV_LANES").and_then(|v| u32::try_from(v).ok()),
+            mv_rows_tall: env_num("RILL_WGPU_MV_ROWS_TALL").and_then(|v| u32::try_from(v).ok()),
+            mv_rows_swiglu: env_num("RILL_WGPU_MV_ROWS_SWIGLU").and_then(|v| u32::try_from(v).ok()),
+            mv_lanes_long: env_num("RILL_WGPU_MV_LANES_LONG").and_then(|v| u32::try_from(v).ok()),
             submit_every: env_num("RILL_WGPU_SUBMIT_EVERY").and_then(|v| u32::try_from(v).ok()),
+            submit_first: env_num("RILL_WGPU_SUBMIT_FIRST").and_then(|v| u32::try_from(v).ok()),
             shader_checks: env_flag("RILL_WGPU_SHADER_CHECKS"),
             no_fuse: std::env::var_os("RILL_WGPU_FUSE").is_some_and(|v| v == "0"),
             no_moe_shared: std::env::var_os("RILL_WGPU_MOE_SHARED").is_some_and(|v| v == "0"),
@@ -490,6 +521,10 @@ impl Caps {
             .mv_wg
             .filter(|n| [64, 128, 256].contains(n) && *n <= limits.max_compute_invocations_per_workgroup)
             .unwrap_or(MV_WG_DEFAULT);
+        // Rows per invocation the kernels take; lanes a power of two up to the workgroup (one
+        // lane: a row per invocation).
+        let rows = |n: Option<u32>| n.filter(|n| [1, 2, 4, 8].contains(n));
+        let lanes = |n: Option<u32>| n.filter(|n| n.is_power_of_two() && *n <= mv_wg);
         let max_storage = match ov.max_storage {
             Some(n) => n.max(MIN_STORAGE).min(limits.max_storage_buffers_per_shader_stage),
             None => limits.max_storage_buffers_per_shader_stage,
@@ -532,18 +567,24 @@ impl Caps {
             moe_route: ov.moe_route && !ov.no_moe_shared && fits(kernels::MOE_ROUTE_SH_BINDINGS),
             prep,
             mv_wg,
-            mv_rows: ov
-                .mv_rows
-                .filter(|n| [1, 2, 4, 8].contains(n))
-                .unwrap_or(MV_ROWS_DEFAULT),
-            // Lanes: a power of two up to the workgroup (one lane: a row per invocation).
-            mv_lanes: ov
-                .mv_lanes
-                .filter(|n| n.is_power_of_two() && *n <= mv_wg)
-                .unwrap_or(MV_LANES_DEFAULT.min(mv_wg)),
+            mv_rows: rows(ov.mv_rows).unwrap_or(MV_ROWS_DEFAULT),
+            mv_lanes: lanes(ov.mv_lanes).unwrap_or(MV_LANES_DEFAULT.min(mv_wg)),
+            // Per shape: its own knob, else the general one where that is set, else the default.
+            mv_rows_tall: rows(ov.mv_rows_tall)
+                .or(rows(ov.mv_rows))
+                .unwrap_or(MV_ROWS_TALL_DEFAULT),
+            mv_rows_swiglu: rows(ov.mv_rows_swiglu)
+                .or(rows(ov.mv_rows))
+                .unwrap_or(MV_ROWS_SWIGLU_DEFAULT),
+            mv_lanes_long: lanes(ov.mv_lanes_long)
+                .or(lanes(ov.mv_lanes))
+                .unwrap_or(MV_LANES_LONG_DEFAULT.min(mv_wg)),
             submit_every: ov
                 .submit_every
                 .map_or(SUBMIT_EVERY_DEFAULT, |n| n.clamp(1, SUBMIT_EVERY_MAX)),
+            submit_first: ov
+                .submit_first
+                .map_or(SUBMIT_FIRST_DEFAULT, |n| n.clamp(1, SUBMIT_EVERY_MAX)),
             shader_checks: ov.shader_checks,
             mv_dot: ov.mv_dot.unwrap_or(dot4),
             dot4_native: dot4,
@@ -565,6 +606,34 @@ impl Caps {
             Coop::Off => Precision::Exact,
             Coop::On | Coop::Emulated => Precision::Fast,
         }
+    }
+
+    /// The tuning knobs' values, for `describe`.
+    fn knobs(&self) -> [u32; 8] {
+        [
+            self.mv_wg,
+            self.mv_rows,
+            self.mv_rows_tall,
+            self.mv_rows_swiglu,
+            self.mv_lanes,
+            self.mv_lanes_long,
+            self.submit_every,
+            self.submit_first,
+        ]
+    }
+
+    /// The knobs' defaults (`knobs` order).
+    fn default_knobs(mv_wg: u32) -> [u32; 8] {
+        [
+            MV_WG_DEFAULT,
+            MV_ROWS_DEFAULT,
+            MV_ROWS_TALL_DEFAULT,
+            MV_ROWS_SWIGLU_DEFAULT,
+            MV_LANES_DEFAULT.min(mv_wg),
+            MV_LANES_LONG_DEFAULT.min(mv_wg),
+            SUBMIT_EVERY_DEFAULT,
+            SUBMIT_FIRST_DEFAULT,
+        ]
     }
 
     /// One line for `rill bench` and logs.
@@ -594,14 +663,19 @@ impl Caps {
             self.max_binding >> 20,
             self.describe_fusion(),
             // The knobs only when set away from their defaults.
-            if (self.mv_wg, self.mv_rows, self.mv_lanes, self.submit_every)
-                == (MV_WG_DEFAULT, MV_ROWS_DEFAULT, MV_LANES_DEFAULT, SUBMIT_EVERY_DEFAULT)
-            {
+            if self.knobs() == Caps::default_knobs(self.mv_wg) {
                 String::new()
             } else {
                 format!(
-                    ", matvec workgroup {} rows {} lanes {}, submit every {}",
-                    self.mv_wg, self.mv_rows, self.mv_lanes, self.submit_every
+                    ", matvec workgroup {} rows {} (tall {}, swiglu {}) lanes {} (long rows {}), submit every {} (first {})",
+                    self.mv_wg,
+                    self.mv_rows,
+                    self.mv_rows_tall,
+                    self.mv_rows_swiglu,
+                    self.mv_lanes,
+                    self.mv_lanes_long,
+                    self.submit_every,
+                    self.submit_first
                 )
             },
             if self.shader_checks {
@@ -932,8 +1006,22 @@ pub(crate) mod tests {
             Overrides::default(),
         );
         assert_eq!(
-            (d.mv_wg, d.mv_rows, d.mv_lanes, d.submit_every),
-            (MV_WG_DEFAULT, MV_ROWS_DEFAULT, MV_LANES_DEFAULT, SUBMIT_EVERY_DEFAULT)
+            (d.mv_wg, d.mv_rows, d.mv_lanes, d.submit_every, d.submit_first),
+            (
+                MV_WG_DEFAULT,
+                MV_ROWS_DEFAULT,
+                MV_LANES_DEFAULT,
+                SUBMIT_EVERY_DEFAULT,
+                SUBMIT_FIRST_DEFAULT
+            )
         );
+        let first = |n| {
+            let ov = Overrides {
+                submit_first: Some(n),
+                ..Default::default()
+            };
+            Caps::select(wgpu::Features::empty(), &lim, Precision::Exact, false, false, ov).submit_first
+        };
+        assert_eq!((first(8), first(0), first(9999)), (8, 1, SUBMIT_EVERY_MAX));
     }
 }

@@ -202,6 +202,9 @@ pub(crate) struct State {
     param_buf: wgpu::Buffer,
     param_stride: u64,
     in_submit: u32,
+    /// Dispatches after which the open submission goes: `Caps::submit_every`, or
+    /// `Caps::submit_first` from a step's start to its first submission.
+    submit_at: u32,
     /// Ops' persistent intermediates by slot name (`Encoder::scratch`).
     scratch: HashMap<&'static str, Arc<WgpuBuffer>>,
     /// The norm output whose packed-dot planes are current (`Encoder::set_dot_x`).
@@ -217,6 +220,7 @@ impl State {
         uniform_align: u64,
         profile: bool,
         timestamps: bool,
+        submit_every: u32,
     ) -> State {
         let param_stride = PARAM_BYTES.div_ceil(uniform_align) * uniform_align;
         let param_buf = device.create_buffer(&wgpu::BufferDescriptor {
@@ -258,6 +262,7 @@ impl State {
             param_buf,
             param_stride,
             in_submit: 0,
+            submit_at: submit_every,
             scratch: HashMap::new(),
             dot_x: None,
             profile: Profiler {
@@ -383,6 +388,7 @@ impl<'a> Encoder<'a> {
         let Some(mut enc) = st.encoder.take() else {
             st.params.clear();
             st.in_submit = 0;
+            st.submit_at = self.be.caps.submit_every;
             return;
         };
         let n_ts = if st.profile.pending.is_empty() {
@@ -400,6 +406,7 @@ impl<'a> Encoder<'a> {
         self.be.queue.submit([enc.finish()]);
         st.params.clear();
         st.in_submit = 0;
+        st.submit_at = self.be.caps.submit_every;
         if n_ts > 0 {
             collect_timestamps(self.be, &mut st.profile, n_ts);
         }
@@ -600,7 +607,7 @@ impl<'a> Encoder<'a> {
         p[..params.len()].copy_from_slice(params);
         // The profile's GB/s: a matrix-vector kernel reads each byte of its weight bindings once.
         let weight_bytes = match kernel {
-            Kernel::Matvec => key.b[0][2],
+            Kernel::Matvec | Kernel::MatvecTall => key.b[0][2],
             Kernel::MatvecSwiglu | Kernel::MatvecSwigluXq => key.b[0][2] + key.b[3][2],
             // x, then a weight and an output per product.
             Kernel::MatvecGroup2 | Kernel::MatvecGroup3 | Kernel::MatvecGroup4 => {
@@ -679,7 +686,7 @@ impl<'a> Encoder<'a> {
                 t.weight_bytes += weight_bytes;
             }
         }
-        if self.st.in_submit >= self.be.caps.submit_every {
+        if self.st.in_submit >= self.st.submit_at {
             self.flush();
         }
         Ok(())
@@ -725,6 +732,9 @@ impl<'a> Encoder<'a> {
     /// Returns whether it was replayed.
     pub fn step_begin(&mut self, key: u64) -> Result<bool> {
         self.st.steps.active = None;
+        // The GPU is idle while the host reads a step's result: the next step's first dispatches
+        // go as soon as `submit_first` of them are encoded (what is pending is counted in).
+        self.st.submit_at = self.be.caps.submit_first;
         // A replay runs no op code (nothing tracks the planes): a step uses only planes of its own
         // norms, and none survive a step's boundary.
         self.st.dot_x = None;

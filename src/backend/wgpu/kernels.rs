@@ -128,16 +128,16 @@ pub(crate) const XQ_VEC4: u32 = 7;
 /// Bytes of one parameter block (the shaders' `Params` structs are at most this big).
 pub(crate) const PARAM_BYTES: u64 = 64;
 
-/// The generated WGSL constants (one `const` per shared value). The geometry of the
-/// matrix-vector kernels (`matvec`, `matvec_swiglu`, `moe_matvec`) is tuning knobs of `Caps`:
-/// `MV_WG` invocations per workgroup, `MV_R` rows per invocation (the lanes per row group are a
-/// per-dispatch parameter, `mv_lanes`).
-fn constants(caps: &Caps) -> String {
+/// The generated WGSL constants (one `const` per shared value) of `kernel`'s source. The geometry
+/// of the matrix-vector kernels (`matvec`, `matvec_swiglu`, `moe_matvec`) is tuning knobs of
+/// `Caps`: `MV_WG` invocations per workgroup, `MV_R` rows per invocation (`mv_rows`: per kernel;
+/// the lanes per row group are a per-dispatch parameter, `mv_lanes`).
+fn constants(caps: &Caps, kernel: Kernel) -> String {
     // matmul_coop2's geometry (the default's where the kernel is not selected: unused there).
     let c2 = caps.coop2.unwrap_or(CoopTile::DEFAULT);
     let list: &[(&str, u32)] = &[
         ("MV_WG", caps.mv_wg),
-        ("MV_R", caps.mv_rows),
+        ("MV_R", mv_rows(caps, kernel)),
         ("MM_WG", MM_WG),
         ("MM_ROWS_WG", MM_ROWS_WG),
         ("MM_TILE", MM_TILE),
@@ -191,23 +191,43 @@ fn constants(caps: &Caps) -> String {
     s
 }
 
-/// Lanes per row group of a matrix-vector dispatch over rows of `units` units (`MV_UNIT`
-/// elements each): the `RILL_WGPU_MV_LANES` knob, but no more than the smallest power of two that
-/// covers the row (more would idle), and at most the workgroup.
-pub(crate) fn mv_lanes(caps: &Caps, units: usize) -> u32 {
-    let cover = u32::try_from(units.max(1).next_power_of_two()).unwrap_or(u32::MAX);
-    caps.mv_lanes.min(cover).min(caps.mv_wg).max(1)
+/// Products with at least this many rows (the LM head) run `Kernel::MatvecTall`.
+pub(crate) const MV_TALL_ROWS: usize = 65536;
+/// Rows of at least this many units (the FFN down products: 12288 / 64) take `Caps::mv_lanes_long`.
+pub(crate) const MV_LONG_UNITS: usize = 192;
+
+/// Rows per invocation of a matrix-vector kernel (WGSL `MV_R`).
+pub(crate) fn mv_rows(caps: &Caps, kernel: Kernel) -> u32 {
+    match kernel {
+        Kernel::MatvecTall => caps.mv_rows_tall,
+        Kernel::MatvecSwiglu | Kernel::MatvecSwigluXq => caps.mv_rows_swiglu,
+        _ => caps.mv_rows,
+    }
 }
 
-/// Output rows of one matrix-vector workgroup with `lanes` lanes per row group.
-pub(crate) fn mv_rows_per_wg(caps: &Caps, lanes: u32) -> u32 {
-    caps.mv_wg / lanes * caps.mv_rows
+/// Lanes per row group of a matrix-vector dispatch over rows of `units` units (`MV_UNIT`
+/// elements each): the `RILL_WGPU_MV_LANES` knob (`RILL_WGPU_MV_LANES_LONG` for long rows), but
+/// no more than the smallest power of two that covers the row (more would idle), and at most the
+/// workgroup.
+pub(crate) fn mv_lanes(caps: &Caps, units: usize) -> u32 {
+    let cover = u32::try_from(units.max(1).next_power_of_two()).unwrap_or(u32::MAX);
+    let knob = if units >= MV_LONG_UNITS {
+        caps.mv_lanes_long
+    } else {
+        caps.mv_lanes
+    };
+    knob.min(cover).min(caps.mv_wg).max(1)
+}
+
+/// Output rows of one workgroup of matrix-vector `kernel` with `lanes` lanes per row group.
+pub(crate) fn mv_rows_per_wg(caps: &Caps, kernel: Kernel, lanes: u32) -> u32 {
+    caps.mv_wg / lanes * mv_rows(caps, kernel)
 }
 
 /// Output rows of one `matvec_swiglu_xq` workgroup (its span): whole 32-row blocks of the planes,
 /// in 32 / `mv_rows_per_wg` passes or one pass of several blocks (both powers of two).
 pub(crate) fn mv_xq_span(caps: &Caps, lanes: u32) -> u32 {
-    mv_rows_per_wg(caps, lanes).max(32)
+    mv_rows_per_wg(caps, Kernel::MatvecSwigluXq, lanes).max(32)
 }
 
 // ---- kernels ----------------------------------------------------------------------------------
@@ -247,6 +267,7 @@ kernels! {
     Matmul,
     MatmulRows,
     Matvec,
+    MatvecTall,
     MatvecSwiglu,
     MatvecSwigluXq,
     MatvecGroup2,
@@ -401,6 +422,8 @@ impl Kernel {
             Kernel::Matmul => spec("matmul", wgsl!("matmul"), One, false).with(&[MM_IO]),
             Kernel::MatmulRows => spec("matmul_rows", wgsl!("matmul_rows"), One, false).with(&[MM_IO]),
             Kernel::Matvec => spec("matvec", wgsl!("matvec"), One, false).mv().with(&[MV_IO]),
+            // The same kernel with its own rows per invocation (`mv_rows`).
+            Kernel::MatvecTall => spec("matvec_tall", wgsl!("matvec"), One, false).mv().with(&[MV_IO]),
             Kernel::MatvecSwiglu => spec("matvec_swiglu", wgsl!("matvec_swiglu"), Two, false)
                 .mv()
                 .with(&[MV_IO, MV_SWIGLU]),
@@ -571,6 +594,7 @@ pub(crate) fn mv_dot(caps: &Caps, kernel: Kernel, ty: GgmlType) -> bool {
         && matches!(
             kernel,
             Kernel::Matvec
+                | Kernel::MatvecTall
                 | Kernel::MatvecSwiglu
                 | Kernel::MatvecSwigluXq
                 | Kernel::MatvecGroup2
@@ -678,7 +702,7 @@ pub(crate) fn source(kernel: Kernel, fmt: Option<GgmlType>, caps: &Caps) -> Resu
             src.push_str("enable wgpu_cooperative_matrix;\n");
         }
     }
-    src.push_str(&constants(caps));
+    src.push_str(&constants(caps, kernel));
     src.push_str(COMMON);
     match (sp.weights, fmt) {
         (Weights::None, None) => {}
@@ -973,9 +997,9 @@ mod tests {
             }
             assert_eq!(
                 checked,
-                10 * 16,
-                "matvec, matvec_swiglu (and _xq), the three matvec_groups, moe_matvec, moe_swiglu_sh, moe_down_sh, \
-                 moe_swiglu_route in every format"
+                11 * 16,
+                "matvec, matvec_tall, matvec_swiglu (and _xq), the three matvec_groups, moe_matvec, moe_swiglu_sh, \
+                 moe_down_sh, moe_swiglu_route in every format"
             );
         }
     }

@@ -134,7 +134,14 @@ impl WgpuBackend {
         #[cfg(target_arch = "wasm32")]
         let device_error = web::error_sink(&device);
         let profile = std::env::var_os("RILL_PROFILE").is_some_and(|v| v == "1");
-        let state = State::new(&device, &queue, caps.uniform_align, profile, caps.timestamps_in_passes);
+        let state = State::new(
+            &device,
+            &queue,
+            caps.uniform_align,
+            profile,
+            caps.timestamps_in_passes,
+            caps.submit_every,
+        );
         Ok(WgpuBackend {
             device,
             queue,

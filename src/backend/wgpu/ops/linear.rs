@@ -100,7 +100,12 @@ pub(crate) fn matmul(be: &WgpuBackend, w: &Tensor, x: &Tensor, out: &Tensor) -> 
         return generic(&mut enc, &m, w, x, out);
     }
     if m.t == 1 && matvec_fits(m.ty, m.n_in) {
-        return matvec(&mut enc, Kernel::Matvec, &m, &[w], x, out);
+        let kernel = if m.n_out >= kernels::MV_TALL_ROWS {
+            Kernel::MatvecTall
+        } else {
+            Kernel::Matvec
+        };
+        return matvec(&mut enc, kernel, &m, &[w], x, out);
     }
     if m.n_in % TILE_K as usize == 0 {
         return tiled(&mut enc, &m, w, x, out);
@@ -185,7 +190,7 @@ fn matvec_group(
     let units = m.n_in / kernels::mv_unit(m.ty);
     let caps = &be.caps;
     let lanes = kernels::mv_lanes(caps, units);
-    let per_wg = kernels::mv_rows_per_wg(caps, lanes);
+    let per_wg = kernels::mv_rows_per_wg(caps, kernel, lanes);
     // Rows and first workgroup per product; past the last product the first workgroup is the
     // total, which no workgroup reaches.
     let mut rows = [0u32; MAX_GROUP];
@@ -248,7 +253,7 @@ fn matvec(enc: &mut Encoder<'_>, kernel: Kernel, m: &Mm, ws: &[&Tensor], x: &Ten
     };
     let per_wg = match planes {
         Some(_) => kernels::mv_xq_span(&caps, lanes),
-        None => kernels::mv_rows_per_wg(&caps, lanes),
+        None => kernels::mv_rows_per_wg(&caps, kernel, lanes),
     };
     for p in pieces(&caps, "matmul", ws[0], m.n_out, m.rb)? {
         // The planes' blocks are whole 32 rows of out from the piece's first row.

@@ -111,7 +111,7 @@ pub(crate) fn moe_experts(
         let unit = kernels::mv_unit(ty);
         let short = cols <= MATMUL_ROWS_MAX_IN || !cols.is_multiple_of(unit);
         let lanes = kernels::mv_lanes(&be.caps, cols / unit);
-        let row_groups = (rows as u32).div_ceil(kernels::mv_rows_per_wg(&be.caps, lanes));
+        let row_groups = (rows as u32).div_ceil(kernels::mv_rows_per_wg(&be.caps, Kernel::MoeMatvec, lanes));
         let (kernel, n_wg) = if short {
             // slots · rows fits u32: it is the size of h or y.
             (Kernel::MoeRows, (s32 * rows as u32).div_ceil(MM_ROWS_WG))
@@ -342,7 +342,8 @@ fn experts_shared(
     // `runs` rows' units (the down products run every entry's row of a token in one stride).
     let geometry = |rows: usize, cols: usize, unit: usize, rb: u64, n: usize, runs: usize| {
         let lanes = kernels::mv_lanes(&be.caps, cols / unit * runs);
-        let row_groups = (rows as u32).div_ceil(kernels::mv_rows_per_wg(&be.caps, lanes));
+        // The shared-expert kernels (moe_swiglu_sh, moe_down_sh) take the general rows.
+        let row_groups = (rows as u32).div_ceil(kernels::mv_rows_per_wg(&be.caps, Kernel::MoeSwigluSh, lanes));
         let n_wg = (n as u32)
             .checked_mul(row_groups)
             .ok_or_else(|| gpu_err(format!("{op}: too many workgroups")))?;
