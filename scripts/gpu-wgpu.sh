@@ -100,10 +100,10 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     for t in device_linear device_group e2e_fixtures; do
         run_test 45 "$t" nodot RILL_WGPU_MV_DOT=0
     done
-    # The fused paths off by default (caps.rs): the MoE routing inside the experts' gate/up
-    # dispatch, the SwiGLU writing the down product's planes.
+    # The other side of the default fused-path switches (caps.rs): the MoE routing inside the
+    # experts' gate/up dispatch on, the SwiGLU writing the down product's planes off.
     for t in device_moe device_linear e2e_fixtures; do
-        run_test 45 "$t" offdefault RILL_WGPU_MOE_ROUTE=1 RILL_WGPU_SWIGLU_XQ=1
+        run_test 45 "$t" offdefault RILL_WGPU_MOE_ROUTE=1 RILL_WGPU_SWIGLU_XQ=0
     done
 else
     plain_tests() { :; }
@@ -253,7 +253,7 @@ RILL_WGPU_MOE_SHARED=0 bench qwen3.5-35b-a3b q4_k_m noshared 30 -p "" -n 64 -r 1
 # the SwiGLU writing the down product's planes, against the defaults: 9B decode.
 RILL_WGPU_MOE_ROUTE=1 bench qwen3.5-35b-a3b q4_k_m route 30 -p "" -n 64 -r 1
 RILL_WGPU_ATT_GATE=0 bench qwen3.5-9b q4_k_m noattgate 30 -p "" -n 64 -r 1
-RILL_WGPU_SWIGLU_XQ=1 bench qwen3.5-9b q4_k_m swigluxq 30 -p "" -n 64 -r 1
+RILL_WGPU_SWIGLU_XQ=0 bench qwen3.5-9b q4_k_m noswigluxq 30 -p "" -n 64 -r 1
 save
 # After the numbers: the plain path's tests (the kernels browsers run), then its speed.
 plain_tests

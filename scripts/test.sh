@@ -102,18 +102,19 @@ wgpu="RILL_TEST_BACKENDS=wgpu"
 #    the shared-expert tests are left to the other passes (their prompt-sized cases compose kernels
 #    these passes cover) except the fused decode shapes (moe_swiglu_sh, moe_swiglu_route and moe_down_sh
 #    take the knobs: experts_shared_decode_shapes, route_experts_shared_decode_shapes). Both passes
-#    turn on the fused paths that are off by default (slower on the H200): the routing inside the
-#    experts' dispatch (RILL_WGPU_MOE_ROUTE=1, also in the plain pass's MoE job) and the SwiGLU
-#    that writes the down product's planes (RILL_WGPU_SWIGLU_XQ=1, also in the dot synth job).
+#    turn on the fused path that is off by default (slower on the H200): the routing inside the
+#    experts' dispatch (RILL_WGPU_MOE_ROUTE=1, also in the plain pass's MoE job); the SwiGLU that
+#    writes the down product's planes (on by default with the dot units) runs in pass b and in the
+#    dot synth job, its fallback (the down product's own preparation) in pass a.
 #  - at most 8 storage buffers per kernel (browsers): the fused decode dispatches' fallbacks
 #    (matrix-vector groups of 3, the attention preparation in halves, the gates separate), by op
 #    test and end to end on one dense quantized row (every fallback of a layer), the MoE row and
 #    the prefill-then-decode split, with the packed-integer-dot units.
 #  - fast precision with the cooperative-matrix kernel emulated (lavapipe has no tensor cores).
 plain="$wgpu RILL_WGPU_PLAIN=1"
-off="RILL_WGPU_MOE_ROUTE=1 RILL_WGPU_SWIGLU_XQ=1" # the fused paths off by default (caps.rs)
-mv_a="$wgpu RILL_WGPU_MV_DOT=1 $off RILL_WGPU_MV_WG=64 RILL_WGPU_MV_ROWS=1 RILL_WGPU_MV_LANES=1"
-mv_b="$wgpu RILL_WGPU_MV_DOT=1 $off RILL_WGPU_PLAIN=1 RILL_WGPU_MV_WG=256 RILL_WGPU_MV_ROWS=8 RILL_WGPU_MV_LANES=256"
+off="RILL_WGPU_MOE_ROUTE=1" # the fused path off by default (caps.rs)
+mv_a="$wgpu RILL_WGPU_MV_DOT=1 $off RILL_WGPU_SWIGLU_XQ=0 RILL_WGPU_MV_WG=64 RILL_WGPU_MV_ROWS=1 RILL_WGPU_MV_LANES=1"
+mv_b="$wgpu RILL_WGPU_MV_DOT=1 $off RILL_WGPU_SWIGLU_XQ=1 RILL_WGPU_PLAIN=1 RILL_WGPU_MV_WG=256 RILL_WGPU_MV_ROWS=8 RILL_WGPU_MV_LANES=256"
 narrow="$wgpu RILL_WGPU_MAX_STORAGE=8"
 # Longest first (minutes on a 2-core machine, roughly): the end-to-end runs, the MoE and synth
 # suites, then the rest.

@@ -637,8 +637,8 @@ fn gate_up(p: &Both, ty: GgmlType, n_ff: usize, n_in: usize, rng: &mut Rng) -> G
     }
 }
 
-/// With RILL_WGPU_MV_DOT=1 and RILL_WGPU_SWIGLU_XQ=1 (scripts/test.sh's MV-geometry passes; off by
-/// default) the wgpu `matmul_swiglu` of one token writes its output's packed-dot
+/// With the packed-dot units (RILL_WGPU_MV_DOT=1, scripts/test.sh's MV-geometry passes; by default
+/// where the adapter runs them natively) and unless RILL_WGPU_SWIGLU_XQ=0, the wgpu `matmul_swiglu` of one token writes its output's packed-dot
 /// planes (matvec_swiglu_xq.wgsl: a workgroup owns whole 32-row blocks and writes them from
 /// workgroup memory, each block whole) and the FFN's down product reads them instead
 /// of quantizing the output again: they must be what `mv_dot_prep` makes of the output, bit for

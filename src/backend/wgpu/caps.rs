@@ -29,8 +29,8 @@
 //! 1..=256, default `SUBMIT_FIRST_DEFAULT`). Values the kernels do not take keep the default. `RILL_WGPU_FUSE=0` turns the
 //! fused decode dispatches of the table above off (one dispatch per product and per step, as
 //! before them), to measure what they gain; `RILL_WGPU_MOE_SHARED=0` only the MoE shared expert's
-//! (and the routing's); `RILL_WGPU_ATT_GATE=0` only the attention gate's; `RILL_WGPU_MOE_ROUTE=1`
-//! turns the MoE routing's on and `RILL_WGPU_SWIGLU_XQ=1` the SwiGLU's planes (below), both off by
+//! (and the routing's); `RILL_WGPU_ATT_GATE=0` only the attention gate's and `RILL_WGPU_SWIGLU_XQ=0`
+//! only the SwiGLU's planes (below); `RILL_WGPU_MOE_ROUTE=1` turns the MoE routing's on, off by
 //! default (slower on the H200: measured in interleaved runs, scripts/gpu-wgpu-ab.sh).
 //! `RILL_WGPU_MV_DOT=1` (or `0`) turns the Q4_K and Q6_K
 //! decode products on packed integer dot products on (off). By default they are on where the
@@ -261,9 +261,10 @@ pub(crate) struct Caps {
     pub attn_gate: bool,
     /// With `mv_dot`, the dense FFN's one-token SwiGLU writes its output's planes for the down
     /// product (`matvec_swiglu_xq`); off: `matvec_swiglu`, and the down product's `mv_dot_prep`.
-    /// Off unless `RILL_WGPU_SWIGLU_XQ=1`: on the H200 (9B q4_k_m decode, interleaved runs) 188.6
-    /// t/s against 190.6 without it; its workgroups own whole 32-row blocks, a quarter as many
-    /// doing four passes each, and that costs more than the prep dispatch it saves.
+    /// On unless `RILL_WGPU_SWIGLU_XQ=0`. Its workgroups own whole 32-row blocks: with 2 rows per
+    /// invocation a quarter as many workgroups doing four passes each, which cost more than the
+    /// prep dispatch saved (H200 9B q4_k_m, 188.6 t/s against 190.6); with the SwiGLU's 4 rows
+    /// (`mv_rows_swiglu`) two passes, and it wins: tg128 213.2 against 205.8 (interleaved medians).
     pub swiglu_xq: bool,
     /// A decode MoE layer's shared expert as one more expert per token inside the routed
     /// experts' dispatches (`moe_swiglu_sh` + `moe_down_sh`); off: the trait's composition.
@@ -345,8 +346,9 @@ pub(crate) struct Overrides {
     /// `RILL_WGPU_MOE_ROUTE=1`: the decode MoE routing inside the experts' gate/up dispatch
     /// (off by default: slower on the H200, see `Caps::moe_route`).
     pub moe_route: bool,
-    /// `RILL_WGPU_SWIGLU_XQ=1`: the dense SwiGLU writes its output's planes (off by default).
-    pub swiglu_xq: bool,
+    /// `RILL_WGPU_SWIGLU_XQ=0`: the dense SwiGLU leaves its output's planes to the down product's
+    /// own preparation (for A/B runs and tests).
+    pub no_swiglu_xq: bool,
     /// `RILL_WGPU_ATT_GATE=0`: the attention's output gate in a dispatch of its own (for A/B runs).
     pub no_attn_gate: bool,
     /// `RILL_WGPU_MAX_STORAGE=N`: pretend the adapter allows only N storage buffers per kernel.
@@ -391,7 +393,7 @@ impl Overrides {
             no_fuse: std::env::var_os("RILL_WGPU_FUSE").is_some_and(|v| v == "0"),
             no_moe_shared: std::env::var_os("RILL_WGPU_MOE_SHARED").is_some_and(|v| v == "0"),
             moe_route: std::env::var_os("RILL_WGPU_MOE_ROUTE").is_some_and(|v| v == "1"),
-            swiglu_xq: std::env::var_os("RILL_WGPU_SWIGLU_XQ").is_some_and(|v| v == "1"),
+            no_swiglu_xq: std::env::var_os("RILL_WGPU_SWIGLU_XQ").is_some_and(|v| v == "0"),
             no_attn_gate: std::env::var_os("RILL_WGPU_ATT_GATE").is_some_and(|v| v == "0"),
             max_storage: env_num("RILL_WGPU_MAX_STORAGE").and_then(|v| u32::try_from(v).ok()),
             coop_kernel: env_num("RILL_WGPU_COOP").and_then(|v| u32::try_from(v).ok()),
@@ -562,7 +564,7 @@ impl Caps {
             mv_group,
             fused_gates: fits(kernels::GATES_BINDINGS),
             attn_gate: !ov.no_attn_gate && fits(kernels::ATT_GATE_BINDINGS),
-            swiglu_xq: ov.swiglu_xq,
+            swiglu_xq: !ov.no_swiglu_xq,
             moe_shared: !ov.no_moe_shared && fits(kernels::MOE_SH_BINDINGS),
             moe_route: ov.moe_route && !ov.no_moe_shared && fits(kernels::MOE_ROUTE_SH_BINDINGS),
             prep,
@@ -708,6 +710,9 @@ impl Caps {
         }
         if self.moe_route {
             parts.push("moe routing".to_string());
+        }
+        if self.mv_dot && self.swiglu_xq {
+            parts.push("swiglu planes".to_string());
         }
         match self.prep {
             Prep::One => parts.push("prep in 1".to_string()),

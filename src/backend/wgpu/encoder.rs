@@ -451,6 +451,8 @@ impl<'a> Encoder<'a> {
         // so there it reaches the device's error callback and fails the next read.
         #[cfg(not(target_arch = "wasm32"))]
         let scope = dev.push_error_scope(wgpu::ErrorFilter::Validation);
+        #[cfg(not(target_arch = "wasm32"))]
+        let t0 = std::time::Instant::now();
         let layout = dev.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
             label: Some(&label),
             entries: &entries,
@@ -487,6 +489,15 @@ impl<'a> Encoder<'a> {
         #[cfg(not(target_arch = "wasm32"))]
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(gpu_err(format!("shader {label} failed to compile: {e}")));
+        }
+        // RILL_WGPU_TRACE_COMPILE=1: each pipeline's compile time (a CPU driver such as lavapipe
+        // spends most of a test run compiling large kernels with LLVM).
+        #[cfg(not(target_arch = "wasm32"))]
+        if std::env::var_os("RILL_WGPU_TRACE_COMPILE").is_some_and(|v| v == "1") {
+            eprintln!(
+                "rill wgpu: compiled {label} in {:.0} ms",
+                t0.elapsed().as_secs_f64() * 1e3
+            );
         }
         let st = &mut *self.st;
         let p = Arc::new(Pipe {

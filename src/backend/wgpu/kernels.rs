@@ -585,6 +585,12 @@ fn format(ty: GgmlType) -> Option<Format> {
     })
 }
 
+/// Whether format `ty` has its own whole-word matrix-vector unit (else the generic one, which
+/// decodes element by element through `deq`).
+pub(crate) fn mv_whole_word(ty: GgmlType) -> bool {
+    format(ty).is_some_and(|f| !f.mv.is_empty())
+}
+
 /// Whether `kernel` runs format `ty` on packed integer dot products over x quantized by
 /// `Kernel::MvDotPrep` (`Caps::mv_dot`): Q4_K and Q6_K in the dense decode kernels (their x
 /// binding then holds the quantized x).

@@ -301,6 +301,13 @@ fn experts_shared(
             return Ok(false);
         }
     }
+    // Formats on the generic unit take the composition: in the fused kernels every weight access
+    // of its element-by-element decoding branches over four bindings, and LLVM (lavapipe)
+    // took minutes to compile `moe_swiglu_sh/q5_0` (a CI run's longest job); their kernels of one
+    // binding compile in milliseconds.
+    if !kernels::mv_whole_word(gty) || !kernels::mv_whole_word(dty) {
+        return Ok(false);
+    }
     let (g_unit, d_unit) = (kernels::mv_unit(gty), kernels::mv_unit(dty));
     if !d.is_multiple_of(g_unit) || !n_ff.is_multiple_of(d_unit) {
         return Ok(false);
