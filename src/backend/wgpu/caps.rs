@@ -665,20 +665,12 @@ impl Caps {
             self.max_binding >> 20,
             self.describe_fusion(),
             // The knobs only when set away from their defaults.
-            if self.knobs() == Caps::default_knobs(self.mv_wg) {
-                String::new()
-            } else {
-                format!(
-                    ", matvec workgroup {} rows {} (tall {}, swiglu {}) lanes {} (long rows {}), submit every {} (first {})",
-                    self.mv_wg,
-                    self.mv_rows,
-                    self.mv_rows_tall,
-                    self.mv_rows_swiglu,
-                    self.mv_lanes,
-                    self.mv_lanes_long,
-                    self.submit_every,
-                    self.submit_first
-                )
+            match self.knobs() {
+                k if k == Caps::default_knobs(self.mv_wg) => String::new(),
+                [wg, rows, tall, swiglu, lanes, long, every, first] => format!(
+                    ", matvec workgroup {wg} rows {rows} (tall {tall}, swiglu {swiglu}) lanes {lanes} (long rows \
+                     {long}), submit every {every} (first {first})"
+                ),
             },
             if self.shader_checks {
                 ", shader runtime checks on"
