@@ -490,8 +490,8 @@ impl<'a> Encoder<'a> {
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(gpu_err(format!("shader {label} failed to compile: {e}")));
         }
-        // RILL_WGPU_TRACE_COMPILE=1: each pipeline's compile time (a CPU driver such as lavapipe
-        // spends most of a test run compiling large kernels with LLVM).
+        // RILL_WGPU_TRACE_COMPILE=1: each pipeline's creation time. Drivers that compile lazily
+        // (lavapipe runs LLVM at the first dispatch) show the rest in a `RILL_PROFILE=1` run.
         #[cfg(not(target_arch = "wasm32"))]
         if std::env::var_os("RILL_WGPU_TRACE_COMPILE").is_some_and(|v| v == "1") {
             eprintln!(
