@@ -17,17 +17,18 @@
 //! the matrix-vector geometry, `RILL_WGPU_MV_WG` (invocations per workgroup: 64, 128 or 256;
 //! default 128), `RILL_WGPU_MV_ROWS` (rows per invocation: 1, 2, 4 or 8; default 2) and
 //! `RILL_WGPU_MV_LANES` (invocations per row group, a power of two up to the workgroup; default
-//! 32, fewer for short rows); per shape, `RILL_WGPU_MV_ROWS_TALL` (rows per invocation of products with
-//! at least `kernels::MV_TALL_ROWS` rows, the LM head: default 4), `RILL_WGPU_MV_ROWS_SWIGLU` (of
-//! the fused SwiGLU products: default 4) and `RILL_WGPU_MV_LANES_LONG` (lanes per row group of rows
-//! of at least `kernels::MV_LONG_UNITS` units, the FFN down products: default 64), each following
-//! `RILL_WGPU_MV_ROWS` / `RILL_WGPU_MV_LANES` when only those are set (H200, examples/mv_bench:
-//! the Q6_K head 357 -> 323 us with 4 rows, the Q4_K SwiGLU 27.2 -> 26.0, the Q4_K down 20.6 ->
-//! 17.6 with 64 lanes, where the other shapes lose with either); `RILL_WGPU_SUBMIT_EVERY` (dispatches per submission, 1..=256;
-//! default 64) and `RILL_WGPU_SUBMIT_FIRST` (dispatches in a decode step's first submission, so
-//! that the GPU, idle while the host read the last token, starts before the step is encoded;
-//! 1..=256, default `SUBMIT_FIRST_DEFAULT`). Values the kernels do not take keep the default. `RILL_WGPU_FUSE=0` turns the
-//! fused decode dispatches of the table above off (one dispatch per product and per step, as
+//! 32, fewer for short rows); per shape, `RILL_WGPU_MV_ROWS_TALL` (rows per invocation of
+//! products with at least `kernels::MV_TALL_ROWS` rows, the LM head: default 4),
+//! `RILL_WGPU_MV_ROWS_SWIGLU` (of the fused SwiGLU products: default 4) and
+//! `RILL_WGPU_MV_LANES_LONG` (lanes per row group of rows of at least `kernels::MV_LONG_UNITS`
+//! units, the FFN down products: default 64), each following `RILL_WGPU_MV_ROWS` /
+//! `RILL_WGPU_MV_LANES` when only those are set (H200, examples/mv_bench: the Q6_K head 357 -> 323
+//! us with 4 rows, the Q4_K SwiGLU 27.2 -> 26.0, the Q4_K down 20.6 -> 17.6 with 64 lanes, where
+//! the other shapes lose with either); `RILL_WGPU_SUBMIT_EVERY` (dispatches per submission,
+//! 1..=256; default 64) and `RILL_WGPU_SUBMIT_FIRST` (dispatches in a decode step's first
+//! submission, so that the GPU, idle while the host read the last token, starts before the step
+//! is encoded; 1..=256, default `SUBMIT_FIRST_DEFAULT`). Values the kernels do not take keep the
+//! default. `RILL_WGPU_FUSE=0` turns the fused decode dispatches of the table above off (one dispatch per product and per step, as
 //! before them), to measure what they gain; `RILL_WGPU_MOE_SHARED=0` only the MoE shared expert's
 //! (and the routing's); `RILL_WGPU_ATT_GATE=0` only the attention gate's and `RILL_WGPU_SWIGLU_XQ=0`
 //! only the SwiGLU's planes (below); `RILL_WGPU_MOE_ROUTE=1` turns the MoE routing's on, off by
@@ -375,32 +376,36 @@ fn env_num(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.trim().parse::<u64>().ok())
 }
 
+fn env_u32(name: &str) -> Option<u32> {
+    env_num(name).and_then(|v| u32::try_from(v).ok())
+}
+
 impl Overrides {
     pub fn from_env() -> Overrides {
         Overrides {
             plain: env_flag("RILL_WGPU_PLAIN"),
             coop_emulate: env_flag("RILL_WGPU_COOP_EMULATE"),
             max_binding: env_num("RILL_WGPU_MAX_BINDING"),
-            mv_wg: env_num("RILL_WGPU_MV_WG").and_then(|v| u32::try_from(v).ok()),
-            mv_rows: env_num("RILL_WGPU_MV_ROWS").and_then(|v| u32::try_from(v).ok()),
-            mv_lanes: env_num("RILL_WGPU_MV_LANES").and_then(|v| u32::try_from(v).ok()),
-            mv_rows_tall: env_num("RILL_WGPU_MV_ROWS_TALL").and_then(|v| u32::try_from(v).ok()),
-            mv_rows_swiglu: env_num("RILL_WGPU_MV_ROWS_SWIGLU").and_then(|v| u32::try_from(v).ok()),
-            mv_lanes_long: env_num("RILL_WGPU_MV_LANES_LONG").and_then(|v| u32::try_from(v).ok()),
-            submit_every: env_num("RILL_WGPU_SUBMIT_EVERY").and_then(|v| u32::try_from(v).ok()),
-            submit_first: env_num("RILL_WGPU_SUBMIT_FIRST").and_then(|v| u32::try_from(v).ok()),
+            mv_wg: env_u32("RILL_WGPU_MV_WG"),
+            mv_rows: env_u32("RILL_WGPU_MV_ROWS"),
+            mv_lanes: env_u32("RILL_WGPU_MV_LANES"),
+            mv_rows_tall: env_u32("RILL_WGPU_MV_ROWS_TALL"),
+            mv_rows_swiglu: env_u32("RILL_WGPU_MV_ROWS_SWIGLU"),
+            mv_lanes_long: env_u32("RILL_WGPU_MV_LANES_LONG"),
+            submit_every: env_u32("RILL_WGPU_SUBMIT_EVERY"),
+            submit_first: env_u32("RILL_WGPU_SUBMIT_FIRST"),
             shader_checks: env_flag("RILL_WGPU_SHADER_CHECKS"),
             no_fuse: std::env::var_os("RILL_WGPU_FUSE").is_some_and(|v| v == "0"),
             no_moe_shared: std::env::var_os("RILL_WGPU_MOE_SHARED").is_some_and(|v| v == "0"),
             moe_route: std::env::var_os("RILL_WGPU_MOE_ROUTE").is_some_and(|v| v == "1"),
             no_swiglu_xq: std::env::var_os("RILL_WGPU_SWIGLU_XQ").is_some_and(|v| v == "0"),
             no_attn_gate: std::env::var_os("RILL_WGPU_ATT_GATE").is_some_and(|v| v == "0"),
-            max_storage: env_num("RILL_WGPU_MAX_STORAGE").and_then(|v| u32::try_from(v).ok()),
-            coop_kernel: env_num("RILL_WGPU_COOP").and_then(|v| u32::try_from(v).ok()),
+            max_storage: env_u32("RILL_WGPU_MAX_STORAGE"),
+            coop_kernel: env_u32("RILL_WGPU_COOP"),
             coop_tile: std::env::var("RILL_WGPU_COOP_TILE")
                 .ok()
                 .and_then(|v| CoopTile::parse(&v)),
-            coop_bufs: env_num("RILL_WGPU_COOP_BUF").and_then(|v| u32::try_from(v).ok()),
+            coop_bufs: env_u32("RILL_WGPU_COOP_BUF"),
             coop_staged: std::env::var_os("RILL_WGPU_COOP_DIRECT").is_some_and(|v| v == "0"),
             mv_dot: match std::env::var("RILL_WGPU_MV_DOT").ok().as_deref().map(str::trim) {
                 Some("1") => Some(true),

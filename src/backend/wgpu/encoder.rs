@@ -385,10 +385,10 @@ impl<'a> Encoder<'a> {
     pub fn flush(&mut self) {
         self.st.pass = None;
         let st = &mut *self.st;
+        st.submit_at = self.be.caps.submit_every;
         let Some(mut enc) = st.encoder.take() else {
             st.params.clear();
             st.in_submit = 0;
-            st.submit_at = self.be.caps.submit_every;
             return;
         };
         let n_ts = if st.profile.pending.is_empty() {
@@ -406,7 +406,6 @@ impl<'a> Encoder<'a> {
         self.be.queue.submit([enc.finish()]);
         st.params.clear();
         st.in_submit = 0;
-        st.submit_at = self.be.caps.submit_every;
         if n_ts > 0 {
             collect_timestamps(self.be, &mut st.profile, n_ts);
         }
