@@ -5,8 +5,13 @@
 //! weight that together exceed the GPU's L2 (`--copies-mb`, default 256), so every call streams
 //! its weight from memory as a decode step does.
 //!
-//!   cargo run --release --example mv_bench -- [--backend wgpu] [--iters 500] [--copies-mb 256] [--warm 0.5] [CASE ...]
+//!   cargo run --release --example mv_bench -- [--backend wgpu] [--iters 500] [--copies-mb 256] [--warm 0.5]
+//!       [--tokens 1] [--precision exact|fast] [CASE ...]
 //!
+//! `--tokens T` above 1 times the prefill products instead (T tokens per call, the backend's
+//! GEMM kernels; `--precision fast` selects the tensor-core ones where the backend has them) and
+//! reports TFLOP/s as well as weight GB/s. `--no-check` skips the CPU check (kernel variants that
+//! are timed, not checked: the CPU product of a prefill shape takes seconds).
 //! A case is `TYPE:ROWS:COLS` (`matmul`) or `TYPE:ROWS:COLS:swiglu` (`matmul_swiglu`, two weights
 //! of that shape); without cases, the qwen3.5-9b Q4_K_M products. With the wgpu backend,
 //! `RILL_WGPU_SHADER_DUMP=dir` writes the composed shaders and `RILL_WGPU_SHADER_DIR=dir` runs
@@ -16,7 +21,7 @@ use std::time::Instant;
 
 use rayon::prelude::*;
 
-use rill::backend::{self, Backend, DType, Tensor, WeightData};
+use rill::backend::{self, Backend, BackendOptions, DType, Precision, Tensor, WeightData};
 use rill::gguf::{GgmlType, TensorBytes};
 use rill::synth::{self, Init};
 use rill::{Error, Result};
@@ -37,9 +42,11 @@ struct Case {
     rows: usize,
     cols: usize,
     swiglu: bool,
+    /// Tokens per call (1: a decode product).
+    t: usize,
 }
 
-fn parse(spec: &str) -> Result<Case> {
+fn parse(spec: &str, t: usize) -> Result<Case> {
     let bad = || Error::InvalidArgument(format!("bad case {spec:?}: TYPE:ROWS:COLS[:swiglu]"));
     let p: Vec<&str> = spec.split(':').collect();
     if p.len() < 3 || p.len() > 4 || (p.len() == 4 && p[3] != "swiglu") {
@@ -56,6 +63,7 @@ fn parse(spec: &str) -> Result<Case> {
         rows,
         cols,
         swiglu: p.len() == 4,
+        t,
     })
 }
 
@@ -129,11 +137,14 @@ fn prepare(be: &dyn Backend, c: &Case, bytes: &[Vec<u8>], x: &[f32], n_copies: u
     }
     let on = On {
         copies,
-        x_raw: be.upload_f32(x, &[1, c.cols])?,
+        x_raw: be.upload_f32(x, &[c.t, c.cols])?,
         ones: be.upload_f32(&vec![1.0; c.cols], &[c.cols])?,
-        xt: be.alloc(DType::F32, &[1, c.cols])?,
-        tmp: [be.alloc(DType::F32, &[1, c.rows])?, be.alloc(DType::F32, &[1, c.rows])?],
-        out: be.alloc(DType::F32, &[1, c.rows])?,
+        xt: be.alloc(DType::F32, &[c.t, c.cols])?,
+        tmp: [
+            be.alloc(DType::F32, &[c.t, c.rows])?,
+            be.alloc(DType::F32, &[c.t, c.rows])?,
+        ],
+        out: be.alloc(DType::F32, &[c.t, c.rows])?,
     };
     on.norm(be)?;
     on.call(be, c, 0)?;
@@ -150,7 +161,7 @@ struct Ready {
     err: f32,
 }
 
-fn ready(dev: &dyn Backend, cpu: &dyn Backend, c: Case, copies_mb: usize, seed: u64) -> Result<Ready> {
+fn ready(dev: &dyn Backend, cpu: Option<&dyn Backend>, c: Case, copies_mb: usize, seed: u64) -> Result<Ready> {
     let n_w = if c.swiglu { 2 } else { 1 };
     let row_bytes =
         c.ty.row_size(c.cols as u64)
@@ -162,12 +173,17 @@ fn ready(dev: &dyn Backend, cpu: &dyn Backend, c: Case, copies_mb: usize, seed: 
         rill::quant::quantize_rows_par(c.ty, &src, c.cols, &mut dst)?;
         bytes.push(dst);
     }
-    let x = normals(c.cols, c.cols, seed + 7);
+    let x = normals(c.t * c.cols, c.cols, seed + 7);
     let per_call = n_w * row_bytes * c.rows;
     let (on, got) = prepare(dev, &c, &bytes, &x, (copies_mb << 20).div_ceil(per_call).clamp(1, 64))?;
-    let (_, want) = prepare(cpu, &c, &bytes, &x, 1)?;
-    let scale = want.iter().fold(0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
-    let err = got.iter().zip(&want).fold(0f32, |m, (g, w)| m.max((g - w).abs())) / scale;
+    let err = match cpu {
+        Some(cpu) => {
+            let (_, want) = prepare(cpu, &c, &bytes, &x, 1)?;
+            let scale = want.iter().fold(0f32, |m, v| m.max(v.abs())).max(f32::MIN_POSITIVE);
+            got.iter().zip(&want).fold(0f32, |m, (g, w)| m.max((g - w).abs())) / scale
+        }
+        None => f32::NAN,
+    };
     Ok(Ready {
         case: c,
         on,
@@ -208,19 +224,23 @@ fn main() -> Result<()> {
     let mut args = std::env::args().skip(1);
     let (mut name, mut iters, mut copies_mb, mut warm, mut specs) =
         ("wgpu".to_string(), 500usize, 256usize, 0.5f64, Vec::new());
+    let (mut tokens, mut precision, mut check) = (1usize, Precision::Exact, true);
     while let Some(a) = args.next() {
         match a.as_str() {
             "--backend" => name = value(&mut args, "--backend NAME")?,
             "--iters" => iters = value(&mut args, "--iters N")?,
             "--warm" => warm = value(&mut args, "--warm SECONDS")?,
             "--copies-mb" => copies_mb = value(&mut args, "--copies-mb N")?,
+            "--tokens" => tokens = value::<usize>(&mut args, "--tokens N")?.max(1),
+            "--precision" => precision = value(&mut args, "--precision exact|fast")?,
+            "--no-check" => check = false,
             _ => specs.push(a),
         }
     }
     if specs.is_empty() {
         specs = NINE_B.iter().map(|s| s.to_string()).collect();
     }
-    let dev = backend::create(&name)?;
+    let dev = backend::create_with(&name, &BackendOptions { precision })?;
     let cpu = backend::create("cpu")?;
     // Every case is prepared (and checked) before any is timed, so that the timed calls run
     // back to back on a busy GPU.
@@ -228,19 +248,29 @@ fn main() -> Result<()> {
     for (i, spec) in specs.iter().enumerate() {
         cases.push((
             spec,
-            ready(dev.as_ref(), cpu.as_ref(), parse(spec)?, copies_mb, 1000 + i as u64)?,
+            ready(
+                dev.as_ref(),
+                check.then_some(cpu.as_ref()),
+                parse(spec, tokens)?,
+                copies_mb,
+                1000 + i as u64,
+            )?,
         ));
     }
     println!(
-        "{} ({}), {iters} calls per case after {warm} s of warm-up",
+        "{} ({}, {}), {tokens} token(s), {iters} calls per case after {warm} s of warm-up",
         dev.device_name(),
-        dev.name()
+        dev.name(),
+        dev.precision().name()
     );
     for (spec, r) in &cases {
         let us = time(dev.as_ref(), r, iters, warm)?;
         let gb = r.bytes as f64 / (us * 1e3);
+        let c = &r.case;
+        let n_w = if c.swiglu { 2.0 } else { 1.0 };
+        let tflops = 2.0 * n_w * (c.rows * c.cols * c.t) as f64 / (us * 1e6);
         println!(
-            "{spec:<26} {us:9.2} us  {gb:7.1} GB/s  max err / max |out| {:.2e}",
+            "{spec:<26} {us:9.2} us  {gb:7.1} GB/s  {tflops:6.1} TFLOP/s  max err / max |out| {:.2e}",
             r.err
         );
     }

@@ -1,12 +1,16 @@
 // Shared by matmul_coop2.wgsl and matmul_coop2_emu.wgsl: the staging of one C2_R (rows) x C2_T
 // (tokens) output tile's operands, C2_K elements of the row per k step, both rounded to f16 in
-// workgroup memory, in C2_BUF buffers:
-//   xs2[buf][t][k] (stride C2_SA): A, the tile's x (tokens x k);
-//   ws2[buf][k][r] (stride C2_SB): B, the tile's weights transposed (k x rows), dequantized once
-//   per tile;
+// workgroup memory, in C2_BUF buffers, each in its own order (k contiguous):
+//   xs2[buf][t][k] (stride C2_SA): A, the tile's x (tokens x k), read row-major;
+//   ws2[buf][r][k] (stride C2_SB): the tile's weights (rows x k), dequantized once per tile: B
+//   (k x rows) read column-major;
 // so that C = A B is tokens x rows, the output's own order: a full tile's accumulators go
 // straight to `out` with row-major cooperative stores. The strides carry 16 bytes of padding:
 // the 8 row segments of 16 bytes a cooperative load reads at once fall in different banks.
+// Staging is coalesced: C2_K / 8 neighbouring invocations read one row's (one token's)
+// consecutive bytes of the step, 8 elements each, so a subgroup's loads touch C2_K / 8 times
+// fewer rows than one row per invocation would (on the H200 that mapping was the kernel's main
+// cost: 12288 x 4096 x 512 Q4_K 870 -> 617 us).
 // Subgroup s of C2_WG / 32 owns a C2_SR (rows) x C2_ST (tokens) piece of the tile: eight 16 x 16
 // accumulators, f = 0..7 at tokens 16 (f / C2_NB) and rows 16 (f % C2_NB) of the piece (the
 // product of the piece's A fragment f / C2_NB and B fragment f % C2_NB).
@@ -31,58 +35,48 @@ struct Stage2 {
     x0: H8, x1: H8, x2: H8, x3: H8, x4: H8, x5: H8, x6: H8, x7: H8,
 }
 
-// Weight unit u of invocation li: row id % C2_R of the tile (consecutive invocations, consecutive
-// rows: the transposing stores below are conflict-free), elements 8 (id / C2_R) .. + 8 of the
-// step at k0.
+// Weight unit u of invocation li: row id / (C2_K / 8) of the tile, elements 8 (id % (C2_K / 8))
+// .. + 8 of the step at k0.
 fn c2_w_unit(li: u32, u: u32, k0: u32, r_base: u32) -> H8 {
     let id = li + u * C2_WG;
-    let row = min(r_base + id % C2_R, P.rows - 1u);
-    let e = k0 + 8u * (id / C2_R);
+    let row = min(r_base + id / (C2_K / 8u), P.rows - 1u);
+    let e = k0 + 8u * (id % (C2_K / 8u));
     let w = deq8(row * P.row_bytes + (e / QK) * BLOCK_BYTES, e % QK);
     return H8(vec4<f16>(w.a), vec4<f16>(w.b));
 }
 
 fn c2_w_put(li: u32, u: u32, buf: u32, h: H8) {
     let id = li + u * C2_WG;
-    let o = buf * C2_WS + 8u * (id / C2_R) * C2_SB + id % C2_R;
+    let o = buf * C2_WS + (id / (C2_K / 8u)) * C2_SB + 8u * (id % (C2_K / 8u));
     ws2[o] = h.a.x;
-    ws2[o + C2_SB] = h.a.y;
-    ws2[o + 2u * C2_SB] = h.a.z;
-    ws2[o + 3u * C2_SB] = h.a.w;
-    ws2[o + 4u * C2_SB] = h.b.x;
-    ws2[o + 5u * C2_SB] = h.b.y;
-    ws2[o + 6u * C2_SB] = h.b.z;
-    ws2[o + 7u * C2_SB] = h.b.w;
+    ws2[o + 1u] = h.a.y;
+    ws2[o + 2u] = h.a.z;
+    ws2[o + 3u] = h.a.w;
+    ws2[o + 4u] = h.b.x;
+    ws2[o + 5u] = h.b.y;
+    ws2[o + 6u] = h.b.z;
+    ws2[o + 7u] = h.b.w;
 }
 
-// x unit u of invocation li: token id % C2_T of the tile (a subgroup's 32 invocations, 32
-// consecutive tokens), elements 8 (id / C2_T) .. + 8.
+// x unit u of invocation li: token id / (C2_K / 8) of the tile, elements 8 (id % (C2_K / 8)) .. + 8.
 fn c2_x_unit(li: u32, u: u32, k0: u32, t_base: u32) -> H8 {
     let id = li + u * C2_WG;
-    let tok = min(t_base + id % C2_T, P.n_tok - 1u);
-    let xi = tok * (P.n_in / 4u) + (k0 + 8u * (id / C2_T)) / 4u;
+    let tok = min(t_base + id / (C2_K / 8u), P.n_tok - 1u);
+    let xi = tok * (P.n_in / 4u) + (k0 + 8u * (id % (C2_K / 8u))) / 4u;
     return H8(vec4<f16>(X[xi]), vec4<f16>(X[xi + 1u]));
 }
 
-// Pair p < 4 of h (elements 2p, 2p + 1).
-fn c2_pair(h: H8, p: u32) -> vec2<f16> {
-    return select(select(h.a.xy, h.a.zw, p == 1u), select(h.b.xy, h.b.zw, p == 3u), p >= 2u);
-}
-
-// Tokens t, t + 8, t + 16, t + 24 start their rows in the same bank (the row stride is 4 mod 32
-// words times an odd number), so each writes its four pairs in a different order (pair
-// (j + t / 8) % 4 at step j): a subgroup's 32 stores of a step fall in 32 different banks.
 fn c2_x_put(li: u32, u: u32, buf: u32, h: H8) {
     let id = li + u * C2_WG;
-    let t = id % C2_T;
-    let rot = (t >> 3u) & 3u;
-    let o = buf * C2_XS + t * C2_SA + 8u * (id / C2_T);
-    for (var j = 0u; j < 4u; j++) {
-        let p = (j + rot) & 3u;
-        let v = c2_pair(h, p);
-        xs2[o + 2u * p] = v.x;
-        xs2[o + 2u * p + 1u] = v.y;
-    }
+    let o = buf * C2_XS + (id / (C2_K / 8u)) * C2_SA + 8u * (id % (C2_K / 8u));
+    xs2[o] = h.a.x;
+    xs2[o + 1u] = h.a.y;
+    xs2[o + 2u] = h.a.z;
+    xs2[o + 3u] = h.a.w;
+    xs2[o + 4u] = h.b.x;
+    xs2[o + 5u] = h.b.y;
+    xs2[o + 6u] = h.b.z;
+    xs2[o + 7u] = h.b.w;
 }
 
 // Read the step at k0 (weights and x of the tile at r_base, t_base) into registers.
@@ -182,7 +176,7 @@ fn c2_a_at(buf: u32, t0: u32, i: u32, kk: u32) -> u32 {
 }
 
 fn c2_b_at(buf: u32, r0: u32, j: u32, kk: u32) -> u32 {
-    return buf * C2_WS + kk * C2_SB + r0 + 16u * j;
+    return buf * C2_WS + (r0 + 16u * j) * C2_SB + kk;
 }
 
 // Index in out of token tok, row row of the piece.

@@ -6,9 +6,11 @@
 // products; then the products; then the registers go to the other staging buffer and one barrier
 // ends the step (C2_BUF = 2; with one buffer a second barrier guards the overwrite). Full tiles are
 // stored from the accumulators straight to out; edges go through a per-subgroup scratch.
-// Only the cooperative-matrix forms verified on the H200 (../shared/TOOLCHAIN.md): coopLoadT /
-// coopStoreT (row-major), each pointer offset bound to a `let` first (naga 30's SPIR-V writer
-// panics on an index expression inside the pointer argument), matrices never passed to functions.
+// Cooperative-matrix forms verified on the H200 (../shared/TOOLCHAIN.md; coopLoad on 2026-12-02 by
+// examples/mv_bench against the CPU): coopLoadT / coopStoreT (row-major) and coopLoad (column-major:
+// B, the weights staged rows x k), each pointer offset bound to a `let` first (naga 30's SPIR-V
+// writer panics on an index expression inside the pointer argument), matrices never passed to
+// functions.
 
 // Per subgroup 16 rows of C2_SCS floats: zeros that start the accumulators, and an edge tile's
 // blocks on their way out.
@@ -55,15 +57,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nwg: vec3
             let ob1 = c2_b_at(cur, r0, 1u, kk);
             let a0 = coopLoadT<coop_mat16x16<f16, A>>(&xs2[oa0], C2_SA);
             let a1 = coopLoadT<coop_mat16x16<f16, A>>(&xs2[oa1], C2_SA);
-            let b0 = coopLoadT<coop_mat16x16<f16, B>>(&ws2[ob0], C2_SB);
-            let b1 = coopLoadT<coop_mat16x16<f16, B>>(&ws2[ob1], C2_SB);
+            let b0 = coopLoad<coop_mat16x16<f16, B>>(&ws2[ob0], C2_SB);
+            let b1 = coopLoad<coop_mat16x16<f16, B>>(&ws2[ob1], C2_SB);
             // Accumulator f = A fragment f / C2_NB times B fragment f % C2_NB.
             if (C2_NB == 4u) {
                 // 64 rows x 32 tokens: 2 A fragments, 4 B fragments.
                 let ob2 = c2_b_at(cur, r0, 2u, kk);
                 let ob3 = c2_b_at(cur, r0, 3u, kk);
-                let b2 = coopLoadT<coop_mat16x16<f16, B>>(&ws2[ob2], C2_SB);
-                let b3 = coopLoadT<coop_mat16x16<f16, B>>(&ws2[ob3], C2_SB);
+                let b2 = coopLoad<coop_mat16x16<f16, B>>(&ws2[ob2], C2_SB);
+                let b3 = coopLoad<coop_mat16x16<f16, B>>(&ws2[ob3], C2_SB);
                 acc0 = coopMultiplyAdd(a0, b0, acc0);
                 acc1 = coopMultiplyAdd(a0, b1, acc1);
                 acc2 = coopMultiplyAdd(a0, b2, acc2);

@@ -10,11 +10,11 @@
 // this step's products in buffer buf: f16 operands, f32 sums.
 fn emu_step(c: Deq8, buf: u32, t0: u32, r0: u32, f: u32, lane: u32) -> Deq8 {
     let ao = c2_a_at(buf, t0, f / C2_NB, 0u) + (lane / 16u) * C2_SA;
-    let bo = c2_b_at(buf, r0, f % C2_NB, 0u) + lane % 16u;
+    let bo = c2_b_at(buf, r0, f % C2_NB, 0u) + (lane % 16u) * C2_SB;
     var lo = c.a;
     var hi = c.b;
     for (var k = 0u; k < C2_K; k++) {
-        let b = f32(ws2[bo + k * C2_SB]);
+        let b = f32(ws2[bo + k]);
         let a = ao + k;
         lo += b * vec4<f32>(f32(xs2[a]), f32(xs2[a + 2u * C2_SA]), f32(xs2[a + 4u * C2_SA]),
                             f32(xs2[a + 6u * C2_SA]));

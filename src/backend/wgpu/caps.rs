@@ -132,8 +132,9 @@ impl CoopTile {
         direct: true,
     };
 
-    /// For devices with less workgroup memory than the default needs (28 KiB).
+    /// For devices with less workgroup memory than the default needs (22 KiB; lavapipe has 32).
     pub const SMALL: CoopTile = CoopTile {
+        rows: 64,
         toks: 64,
         ..CoopTile::DEFAULT
     };
@@ -183,7 +184,7 @@ impl CoopTile {
         self.toks * self.k / 8 / self.invocations()
     }
 
-    /// Row strides (in f16) of the staged x tile (tokens x k) and weight tile (k x rows): 16
+    /// Row strides (in f16) of the staged x tile (tokens x k) and weight tile (rows x k): 16
     /// bytes of padding put the 8 row segments of 16 bytes a cooperative load reads at once in
     /// different banks, and keep the strides whole 16 bytes (cooperative loads need that).
     pub fn a_stride(&self) -> u32 {
@@ -191,13 +192,13 @@ impl CoopTile {
     }
 
     pub fn b_stride(&self) -> u32 {
-        self.rows + 8
+        self.k + 8
     }
 
     /// Workgroup memory: the staging buffers, and a 16 x `COOP_SCRATCH_STRIDE` f32 scratch per
     /// subgroup (zeros for the accumulators, the edges' write-out).
     pub fn workgroup_bytes(&self) -> u32 {
-        2 * self.bufs * (self.toks * self.a_stride() + self.k * self.b_stride())
+        2 * self.bufs * (self.toks * self.a_stride() + self.rows * self.b_stride())
             + 4 * self.subgroups() * 16 * COOP_SCRATCH_STRIDE
     }
 
@@ -227,8 +228,10 @@ impl CoopTile {
     }
 }
 
-/// Row stride (f32) of a subgroup's scratch in `matmul_coop2.wgsl`: 80 bytes, whole 16 bytes.
-pub(crate) const COOP_SCRATCH_STRIDE: u32 = 20;
+/// Row stride (f32) of a subgroup's scratch in `matmul_coop2.wgsl`: 64 bytes, whole 16 bytes
+/// (no padding: the scratch carries only the zeros and the edge tiles, and the default geometry
+/// then needs exactly 48 KiB).
+pub(crate) const COOP_SCRATCH_STRIDE: u32 = 16;
 
 /// The adapter's features and limits that select kernels, fixed when the device is created.
 #[derive(Debug, Clone, Copy)]
@@ -847,7 +850,7 @@ pub(crate) mod tests {
                 CoopTile::SMALL.w_units(),
                 CoopTile::SMALL.x_units()
             ),
-            (128, 4, 2)
+            (64, 4, 4)
         );
         let t = pick(Some(2), "64x128x32/32x64", Some(1), true, fast).unwrap();
         assert_eq!(
@@ -878,17 +881,21 @@ pub(crate) mod tests {
             assert_eq!(pick(Some(2), bad, None, false, fast), Some(d), "{bad}");
         }
         assert_eq!(pick(Some(2), "", Some(3), false, fast), Some(d), "three buffers");
-        // Too little workgroup memory for any geometry: the first kernel.
-        let small = wgpu::Limits {
-            max_compute_workgroup_storage_size: 28 << 10,
-            ..wgpu::Limits::default()
-        };
+        // Less workgroup memory than the default needs (lavapipe's 32 KiB, or 28): the small
+        // geometry, which needs less than the first kernel (so a device that holds either holds it).
+        assert!(CoopTile::SMALL.workgroup_bytes() <= kernels::COOP_WORKGROUP_BYTES);
         let ov = Overrides {
             coop_kernel: Some(2),
             ..Default::default()
         };
-        let c = Caps::select(all, &small, fast, true, false, ov);
-        assert_eq!((c.coop, c.coop2), (Coop::On, None));
+        for kib in [28, 32] {
+            let small = wgpu::Limits {
+                max_compute_workgroup_storage_size: kib << 10,
+                ..wgpu::Limits::default()
+            };
+            let c = Caps::select(all, &small, fast, true, false, ov);
+            assert_eq!((c.coop, c.coop2), (Coop::On, Some(CoopTile::SMALL)), "{kib} KiB");
+        }
     }
 
     #[test]

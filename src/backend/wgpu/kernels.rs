@@ -160,7 +160,7 @@ fn constants(caps: &Caps, kernel: Kernel) -> String {
         ("C2_SA", c2.a_stride()),
         ("C2_SB", c2.b_stride()),
         ("C2_XS", c2.toks * c2.a_stride()),
-        ("C2_WS", c2.k * c2.b_stride()),
+        ("C2_WS", c2.rows * c2.b_stride()),
         ("C2_SCS", COOP_SCRATCH_STRIDE),
         ("ROW_WG", ROW_WG),
         ("ARGMAX_CHUNK", ARGMAX_CHUNK),
