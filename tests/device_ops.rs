@@ -583,6 +583,14 @@ fn attention_matches() {
         }
         // Peaked softmax (large scores) over a long context.
         attention_case(&p, &mut rng, 3, 1500, 0, attn(4, 2, 128), 4.0);
+        // Prefill batches (wgpu: the tiled kernel, blocks of 32 query rows of one KV head):
+        // Qwen3.5 9B's 16 heads over 4 KV heads after earlier rows, just past the split path's
+        // 256 rows, query groups of 3 and 8 heads whose blocks straddle tokens, peaked scores.
+        attention_case(&p, &mut rng, 80, 45, 3, attn(16, 4, 256), 1.0);
+        attention_case(&p, &mut rng, 257, 0, 1, attn(1, 1, 64), 1.0);
+        attention_case(&p, &mut rng, 100, 5, 4, attn(6, 2, 33), 1.0);
+        attention_case(&p, &mut rng, 40, 130, 0, attn(16, 2, 128), 1.0);
+        attention_case(&p, &mut rng, 100, 300, 0, attn(4, 2, 128), 4.0);
     }
 }
 
@@ -601,6 +609,7 @@ fn attention_gated_matches() {
         }
         attention_run(&p, &mut rng, 1, 700, 0, attn(4, 2, 256), 1.0, true);
         attention_run(&p, &mut rng, 65, 0, 2, attn(8, 2, 64), 1.0, true);
+        attention_run(&p, &mut rng, 70, 20, 2, attn(16, 4, 256), 1.0, true);
     }
 }
 

@@ -9,6 +9,7 @@
 //! | `matmul_group` of up to 4 (3) same-format products in one decode dispatch (`matvec_group.wgsl`) | 9 (7) storage buffers per stage | one dispatch per product |
 //! | `gdn_conv_gates` in one dispatch (`gdn_conv_gates.wgsl`) | 10 storage buffers per stage | `gdn_gates` + `conv1d_silu_l2qk` |
 //! | `attn_qk_prep` in one dispatch (`attn_qk_prep.wgsl`) | 11 storage buffers per stage | q and k/v halves (`attn_prep_q.wgsl`, `attn_prep_kv.wgsl`; 7), else the six separate ops |
+//! | prefill attention (more than `SPLIT_MAX_ROWS` query rows) over key tiles staged once for a block of 32 query rows of one KV head (`attention_tiled.wgsl`, `AttTile`) | its workgroup memory (`AttTile::DEFAULT` 25 KiB, `AttTile::SMALL` 16 KiB); not `RILL_WGPU_ATT_TILED=0` | a workgroup per query row over the whole key range (`attention.wgsl`) |
 //! | the gated attention's output gate (with `mv_dot`, also the output's planes) in the decode merge of the split key range (`attention_combine_gate.wgsl`) | 4 storage buffers per stage | `attention_combine` + `sigmoid_mul_assign` (+ `mv_dot_prep` before the output projection) |
 //! | a decode MoE layer's shared expert inside the routed experts' dispatches, the weighted sum inside the down products (`moe_swiglu_sh.wgsl` + `moe_down_sh.wgsl`) | 7 storage buffers per stage; not `RILL_WGPU_MOE_SHARED=0` | `moe_experts` (gate, up, down, `moe_combine`) + `matmul_swiglu` + `matmul` + `sigmoid_scale_add` |
 //! | with the above, the decode MoE routing inside the gate and up dispatch, each workgroup routing its token (`moe_swiglu_route`: `moe_swiglu_sh.wgsl` with `lib_moe_route.wgsl`) | 9 storage buffers per stage and `RILL_WGPU_MOE_ROUTE=1` (off by default: every workgroup's routing costs more than the dispatch it saves, H200 35B-A3B decode 190.3 -> 174.1 t/s, interleaved medians) | `moe_route` + `moe_swiglu_sh` |
@@ -31,7 +32,9 @@
 //! default. `RILL_WGPU_FUSE=0` turns the fused decode dispatches of the table above off (one dispatch per product and per step, as
 //! before them), to measure what they gain; `RILL_WGPU_MOE_SHARED=0` only the MoE shared expert's
 //! (and the routing's); `RILL_WGPU_ATT_GATE=0` only the attention gate's and `RILL_WGPU_SWIGLU_XQ=0`
-//! only the SwiGLU's planes (below); `RILL_WGPU_MOE_ROUTE=1` turns the MoE routing's on, off by
+//! only the SwiGLU's planes (below); `RILL_WGPU_ATT_TILED=0` runs the prefill attention a workgroup
+//! per query row (`attention.wgsl`) instead of the tiled kernel (for A/B runs and tests);
+//! `RILL_WGPU_MOE_ROUTE=1` turns the MoE routing's on, off by
 //! default (slower on the H200: measured in interleaved runs, scripts/gpu-wgpu-ab.sh).
 //! `RILL_WGPU_MV_DOT=1` (or `0`) turns the Q4_K and Q6_K
 //! decode products on packed integer dot products on (off). By default they are on where the
@@ -228,6 +231,37 @@ impl CoopTile {
     }
 }
 
+/// The geometry of `attention_tiled.wgsl` besides its fixed 32 query rows x 64 keys per tile
+/// (`kernels::ATT_T_*`): the head dims of q and k staged per step of the scores (`dc`, WGSL
+/// `ATT_T_DC`) and the V rows of head dim `ATT_MAX_D` one staging holds (`v_rows`; the buffer is
+/// shared with the q and k chunks, `stage_vec4s`, WGSL `ATT_T_SH`, and holds more rows of a
+/// smaller head).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct AttTile {
+    pub dc: u32,
+    pub v_rows: u32,
+}
+
+impl AttTile {
+    /// 25,472 bytes of workgroup memory (desktop GPUs offer 32 KiB or more).
+    pub const DEFAULT: AttTile = AttTile { dc: 16, v_rows: 16 };
+    /// 16,256 bytes: within WebGPU's default 16 KiB (twice the barriers per head dim, 7 V rows).
+    pub const SMALL: AttTile = AttTile { dc: 8, v_rows: 7 };
+
+    /// vec4s of the staging buffer: the q and k chunks (rows padded by one vec4) or the V rows.
+    pub fn stage_vec4s(&self) -> u32 {
+        use kernels::{ATT_MAX_D, ATT_T_BK, ATT_T_BQ};
+        ((ATT_T_BQ + ATT_T_BK) * (self.dc / 4 + 1)).max(self.v_rows * ATT_MAX_D / 4)
+    }
+
+    /// Workgroup memory: the staging buffer, the tile's probabilities (rows padded by one), the
+    /// softmax's partial maxima and sums, each row's rescale factor and query offset.
+    pub fn workgroup_bytes(&self) -> u32 {
+        use kernels::{ATT_T_BK, ATT_T_BQ, ATT_T_WG};
+        16 * self.stage_vec4s() + 4 * (ATT_T_BQ * (ATT_T_BK + 1) + ATT_T_WG + 2 * ATT_T_BQ)
+    }
+}
+
 /// Row stride (f32) of a subgroup's scratch in `matmul_coop2.wgsl`: 64 bytes, whole 16 bytes
 /// (no padding: the scratch carries only the zeros and the edge tiles, and the default geometry
 /// then needs exactly 48 KiB).
@@ -280,6 +314,10 @@ pub(crate) struct Caps {
     pub moe_route: bool,
     /// How `attn_qk_prep` runs.
     pub prep: Prep,
+    /// The prefill attention's geometry where it runs tiled (`attention_tiled.wgsl`): the
+    /// first of `AttTile::DEFAULT` and `AttTile::SMALL` whose workgroup memory the device has,
+    /// unless `RILL_WGPU_ATT_TILED=0`; None: a workgroup per query row (`attention.wgsl`).
+    pub att_tiled: Option<AttTile>,
     /// Invocations per matrix-vector workgroup (WGSL `MV_WG`).
     pub mv_wg: u32,
     /// Rows per matrix-vector invocation (WGSL `MV_R`).
@@ -355,6 +393,8 @@ pub(crate) struct Overrides {
     pub no_swiglu_xq: bool,
     /// `RILL_WGPU_ATT_GATE=0`: the attention's output gate in a dispatch of its own (for A/B runs).
     pub no_attn_gate: bool,
+    /// `RILL_WGPU_ATT_TILED=0`: the prefill attention a workgroup per query row (for A/B runs).
+    pub no_att_tiled: bool,
     /// `RILL_WGPU_MAX_STORAGE=N`: pretend the adapter allows only N storage buffers per kernel.
     pub max_storage: Option<u32>,
     /// `RILL_WGPU_COOP`, `RILL_WGPU_COOP_TILE`, `RILL_WGPU_COOP_BUF`, `RILL_WGPU_COOP_DIRECT`
@@ -403,6 +443,7 @@ impl Overrides {
             moe_route: std::env::var_os("RILL_WGPU_MOE_ROUTE").is_some_and(|v| v == "1"),
             no_swiglu_xq: std::env::var_os("RILL_WGPU_SWIGLU_XQ").is_some_and(|v| v == "0"),
             no_attn_gate: std::env::var_os("RILL_WGPU_ATT_GATE").is_some_and(|v| v == "0"),
+            no_att_tiled: std::env::var_os("RILL_WGPU_ATT_TILED").is_some_and(|v| v == "0"),
             max_storage: env_u32("RILL_WGPU_MAX_STORAGE"),
             coop_kernel: env_u32("RILL_WGPU_COOP"),
             coop_tile: std::env::var("RILL_WGPU_COOP_TILE")
@@ -552,6 +593,11 @@ impl Caps {
         } else {
             Prep::Separate
         };
+        let att_tiled = [AttTile::DEFAULT, AttTile::SMALL].into_iter().find(|t| {
+            !ov.no_att_tiled
+                && t.workgroup_bytes() <= limits.max_compute_workgroup_storage_size
+                && kernels::ATT_T_WG <= limits.max_compute_invocations_per_workgroup
+        });
         let max_binding = match ov.max_binding {
             Some(b) => b.min(limits.max_storage_buffer_binding_size),
             None => limits.max_storage_buffer_binding_size,
@@ -576,6 +622,7 @@ impl Caps {
             moe_shared: !ov.no_moe_shared && fits(kernels::MOE_SH_BINDINGS),
             moe_route: ov.moe_route && !ov.no_moe_shared && fits(kernels::MOE_ROUTE_SH_BINDINGS),
             prep,
+            att_tiled,
             mv_wg,
             mv_rows: rows(ov.mv_rows).unwrap_or(MV_ROWS_DEFAULT),
             mv_lanes: lanes(ov.mv_lanes).unwrap_or(MV_LANES_DEFAULT.min(mv_wg)),
@@ -649,7 +696,7 @@ impl Caps {
     /// One line for `rill bench` and logs.
     pub fn describe(&self) -> String {
         format!(
-            "reductions {}, prefill {}{}, binding limit {} MiB, {}{}{}{}",
+            "reductions {}, prefill {}{}{}, binding limit {} MiB, {}{}{}{}",
             if self.subgroups { "subgroup" } else { "workgroup-memory" },
             match self.coop {
                 Coop::Off => "f32 tiles",
@@ -669,6 +716,11 @@ impl Caps {
                     if t.direct { "" } else { ", staged stores" }
                 ),
                 None => String::new(),
+            },
+            match self.att_tiled {
+                Some(AttTile::DEFAULT) => "",
+                Some(_) => ", attention in small tiles",
+                None => ", attention per query row",
             },
             self.max_binding >> 20,
             self.describe_fusion(),
@@ -896,6 +948,34 @@ pub(crate) mod tests {
             let c = Caps::select(all, &small, fast, true, false, ov);
             assert_eq!((c.coop, c.coop2), (Coop::On, Some(CoopTile::SMALL)), "{kib} KiB");
         }
+    }
+
+    /// The tiled prefill attention where the device holds its workgroup memory: the default
+    /// geometry with 32 KiB (and the H200's 48), the small one with WebGPU's default 16 KiB, the
+    /// per-row kernel with less or with `RILL_WGPU_ATT_TILED=0`.
+    #[test]
+    fn tiled_attention_where_its_tiles_fit() {
+        assert_eq!(
+            (AttTile::DEFAULT.workgroup_bytes(), AttTile::SMALL.workgroup_bytes()),
+            (25_472, 16_256)
+        );
+        let pick = |bytes: u32, off: bool| {
+            let lim = wgpu::Limits {
+                max_compute_workgroup_storage_size: bytes,
+                ..wgpu::Limits::default()
+            };
+            let ov = Overrides {
+                no_att_tiled: off,
+                ..Default::default()
+            };
+            Caps::select(wgpu::Features::empty(), &lim, Precision::Exact, false, false, ov).att_tiled
+        };
+        assert_eq!(pick(48 << 10, false), Some(AttTile::DEFAULT));
+        assert_eq!(pick(32 << 10, false), Some(AttTile::DEFAULT));
+        assert_eq!(wgpu::Limits::default().max_compute_workgroup_storage_size, 16 << 10);
+        assert_eq!(pick(16 << 10, false), Some(AttTile::SMALL));
+        assert_eq!(pick(12 << 10, false), None);
+        assert_eq!(pick(48 << 10, true), None);
     }
 
     #[test]

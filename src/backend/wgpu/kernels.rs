@@ -7,7 +7,7 @@
 //! (`dequant_<type>.wgsl` plus the shared snippets it needs), for a reducing kernel the reduction
 //! of the selected variant (`lib_reduce_sg.wgsl` or `lib_reduce_plain.wgsl`), then the op's file.
 
-use super::caps::{Caps, Coop, CoopTile, COOP_SCRATCH_STRIDE};
+use super::caps::{AttTile, Caps, Coop, CoopTile, COOP_SCRATCH_STRIDE};
 use crate::backend::wgpu::gpu_err;
 use crate::error::Result;
 use crate::gguf::GgmlType;
@@ -51,6 +51,15 @@ pub(crate) const ELT_WG: u32 = 256;
 pub(crate) const ATT_WG: u32 = 64;
 pub(crate) const ATT_MAX_D: u32 = 256;
 pub(crate) const ATT_SPLITS: u32 = 32;
+/// The tiled prefill attention (`attention_tiled.wgsl`): invocations (8 x 16), query rows and keys
+/// per tile (each invocation scores 4 rows x 4 keys and accumulates 4 rows x 4 vec4s of dims, so
+/// 4 * 16 vec4s cover ATT_MAX_D). Its chunk of staged dims and V rows are `Caps::att_tiled`.
+pub(crate) const ATT_T_WG: u32 = 128;
+pub(crate) const ATT_T_BQ: u32 = 32;
+pub(crate) const ATT_T_BK: u32 = 64;
+const _: () = assert!(ATT_T_WG == 8 * 16 && ATT_T_BQ == 4 * 8 && ATT_T_BK == 4 * 16 && ATT_MAX_D == 4 * 4 * 16);
+// The softmax pass gives each row four invocations.
+const _: () = assert!(ATT_T_WG == 4 * ATT_T_BQ);
 /// The chunked delta rule: chunk length, largest key head dim, invocations per workgroup of both
 /// kernels, and state rows per workgroup of `delta_rule_chunk_state` (whose phase a gives each
 /// invocation one token and four rows: `DELTA_WG = DELTA_CHUNK · DELTA_ROWS / 4`; the prep kernel
@@ -135,6 +144,8 @@ pub(crate) const PARAM_BYTES: u64 = 64;
 fn constants(caps: &Caps, kernel: Kernel) -> String {
     // matmul_coop2's geometry (the default's where the kernel is not selected: unused there).
     let c2 = caps.coop2.unwrap_or(CoopTile::DEFAULT);
+    // attention_tiled's (likewise).
+    let at = caps.att_tiled.unwrap_or(AttTile::DEFAULT);
     let list: &[(&str, u32)] = &[
         ("MV_WG", caps.mv_wg),
         ("MV_R", mv_rows(caps, kernel)),
@@ -168,6 +179,11 @@ fn constants(caps: &Caps, kernel: Kernel) -> String {
         ("ATT_WG", ATT_WG),
         ("ATT_MAX_D", ATT_MAX_D),
         ("ATT_SPLITS", ATT_SPLITS),
+        ("ATT_T_WG", ATT_T_WG),
+        ("ATT_T_BQ", ATT_T_BQ),
+        ("ATT_T_BK", ATT_T_BK),
+        ("ATT_T_DC", at.dc),
+        ("ATT_T_SH", at.stage_vec4s()),
         ("DELTA_ROWS", DELTA_ROWS),
         ("DELTA_CHUNK", DELTA_CHUNK),
         ("DELTA_MAX_DK", DELTA_MAX_DK),
@@ -306,6 +322,7 @@ kernels! {
     AttnPrepQ,
     AttnPrepKv,
     Attention,
+    AttentionTiled,
     AttentionSplit,
     AttentionCombine,
     AttentionCombineGate,
@@ -486,6 +503,7 @@ impl Kernel {
             Kernel::AttnPrepQ => spec("attn_prep_q", wgsl!("attn_prep_q"), None, true).with(&[ROPE, PREP, PREP_Q]),
             Kernel::AttnPrepKv => spec("attn_prep_kv", wgsl!("attn_prep_kv"), None, true).with(&[ROPE, PREP, PREP_KV]),
             Kernel::Attention => spec("attention", wgsl!("attention"), None, false).with(&[ATTEND]),
+            Kernel::AttentionTiled => spec("attention_tiled", wgsl!("attention_tiled"), None, false),
             Kernel::AttentionSplit => spec("attention_split", wgsl!("attention_split"), None, false).with(&[ATTEND]),
             Kernel::AttentionCombine => {
                 spec("attention_combine", wgsl!("attention_combine"), None, false).with(&[ATT_MERGE])
@@ -1037,6 +1055,26 @@ mod tests {
         }
     }
 
+    /// The tiled prefill attention in both geometries keeps its accumulators in registers (its
+    /// scores in vec4s, its outputs in matrices indexed by constants) and declares exactly the
+    /// workgroup memory `AttTile::workgroup_bytes` says (what caps checks against the device's
+    /// limit), with and without subgroups.
+    #[test]
+    fn tiled_attention_declares_what_caps_assumes() {
+        for plain in [false, true] {
+            for t in [AttTile::DEFAULT, AttTile::SMALL] {
+                let c = Caps {
+                    att_tiled: Some(t),
+                    ..exact_caps(plain)
+                };
+                let what = format!("plain {plain} {t:?}");
+                let module = check_registers(&what, Kernel::AttentionTiled, None, &c);
+                assert_eq!(workgroup_bytes(&module), t.workgroup_bytes(), "{what}");
+            }
+        }
+        assert!(AttTile::SMALL.workgroup_bytes() <= 16 << 10);
+    }
+
     /// The kernels that write packed-dot planes keep each invocation's block data in registers
     /// (the norms: its half block as a matrix, indexed by constants; the whole-block writers:
     /// plain values), with and without subgroups.
@@ -1222,7 +1260,24 @@ mod tests {
                 "subgroups of 8",
                 caps(sg, Precision::Exact, false, Overrides::default()).with_subgroup_sizes(8, 8),
             ),
+            // The tiled attention's geometry for 16 KiB of workgroup memory (browsers).
+            (
+                "plain, small attention tiles",
+                Caps {
+                    att_tiled: Some(AttTile::SMALL),
+                    ..caps(
+                        sg,
+                        Precision::Exact,
+                        false,
+                        Overrides {
+                            plain: true,
+                            ..Default::default()
+                        },
+                    )
+                },
+            ),
         ];
+        assert_eq!(variants[0].1.att_tiled, Some(AttTile::DEFAULT));
         assert_eq!((variants[6].1.mv_rows, variants[7].1.mv_rows), (8, 1));
         assert_eq!(variants[2].1.coop, Coop::On);
         assert_eq!((variants[4].1.mv_wg, variants[5].1.mv_wg), (256, 64));

@@ -6,7 +6,7 @@
 use super::u32_of;
 use crate::backend::wgpu::caps::Prep;
 use crate::backend::wgpu::encoder::Bind;
-use crate::backend::wgpu::kernels::{self, Kernel, ATT_MAX_D, ATT_SPLITS, ELT_WG, PREP_WG};
+use crate::backend::wgpu::kernels::{self, Kernel, ATT_MAX_D, ATT_SPLITS, ATT_T_BQ, ELT_WG, PREP_WG};
 use crate::backend::wgpu::{gpu_err, WgpuBackend};
 use crate::backend::{check, AttnDims, AttnPrep, DType, Pos, Tensor};
 use crate::error::Result;
@@ -84,7 +84,8 @@ pub(crate) fn kv_store(
 
 /// Causal GQA attention of T queries at positions `pos..pos+T` against cache rows `0..=pos+t`.
 /// Few query rows (decode): each row's key range is split over ATT_SPLITS workgroups and merged
-/// by a second dispatch; many rows (prefill): one workgroup per row.
+/// by a second dispatch; many rows (prefill): a workgroup per block of `ATT_T_BQ` rows of one KV
+/// head over key tiles staged once for the block (`Caps::att_tiled`), else one workgroup per row.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention(
     be: &WgpuBackend,
@@ -153,7 +154,19 @@ fn attend(
     let fused = gate.filter(|_| be.caps.attn_gate && rows <= SPLIT_MAX_ROWS);
     {
         let mut enc = be.encoder()?;
-        if rows > SPLIT_MAX_ROWS {
+        if rows > SPLIT_MAX_ROWS && be.caps.att_tiled.is_some() {
+            // The rows of one KV head, token by token (its query heads adjacent), in blocks.
+            let blocks = (t_len * (nh / nkv)).div_ceil(ATT_T_BQ as usize) * nkv;
+            let [bx, by] = enc.grid(u32_of(op, "blocks", blocks)?);
+            let [n_head, group, d32, scale_bits] = params;
+            enc.run(
+                Kernel::AttentionTiled,
+                None,
+                &[n_head, group, d32, scale_bits, u32_of(op, "tokens", t_len)?],
+                &[pos.dev.into(), q.into(), k_cache.into(), v_cache.into(), out.into()],
+                [bx, by, 1],
+            )?;
+        } else if rows > SPLIT_MAX_ROWS {
             enc.run(
                 Kernel::Attention,
                 None,
