@@ -16,7 +16,7 @@
 // product of the piece's A fragment f / C2_NB and B fragment f % C2_NB).
 // Every staged row and token exists: rows past the piece and tokens past the batch re-read the
 // last one (finite values, never stored), so staging has no branches.
-// Uses the kernel's P, X, out and the format's deq8.
+// Uses the kernel's P, X, out and the format's staging (lib_c2w_*.wgsl).
 
 var<workgroup> xs2: array<f16, C2_BUF * C2_XS>;
 var<workgroup> ws2: array<f16, C2_BUF * C2_WS>;
@@ -28,21 +28,22 @@ struct H8 {
 }
 
 // What one invocation stages for one k step, read from global memory one step ahead: units
-// w0 .. of 8 weights (C2_WU of them) and x0 .. of 8 x values (C2_XU); named fields, not arrays,
-// so that they stay in registers (slots past the counts are never written).
+// w0 .. of 8 weights (C2_WU of them; as the format's staging file, lib_c2w_*.wgsl, holds them
+// between the fetch and the put: `W8`, made by `w8_load`, decoded by `w8_decode`) and x0 .. of 8
+// x values (C2_XU); named fields, not arrays, so that they stay in registers (slots past the
+// counts are never written).
 struct Stage2 {
-    w0: H8, w1: H8, w2: H8, w3: H8, w4: H8, w5: H8, w6: H8, w7: H8,
+    w0: W8, w1: W8, w2: W8, w3: W8, w4: W8, w5: W8, w6: W8, w7: W8,
     x0: H8, x1: H8, x2: H8, x3: H8, x4: H8, x5: H8, x6: H8, x7: H8,
 }
 
 // Weight unit u of invocation li: row id / (C2_K / 8) of the tile, elements 8 (id % (C2_K / 8))
 // .. + 8 of the step at k0.
-fn c2_w_unit(li: u32, u: u32, k0: u32, r_base: u32) -> H8 {
+fn c2_w_unit(li: u32, u: u32, k0: u32, r_base: u32) -> W8 {
     let id = li + u * C2_WG;
     let row = min(r_base + id / (C2_K / 8u), P.rows - 1u);
     let e = k0 + 8u * (id % (C2_K / 8u));
-    let w = deq8(row * P.row_bytes + (e / QK) * BLOCK_BYTES, e % QK);
-    return H8(vec4<f16>(w.a), vec4<f16>(w.b));
+    return w8_load(row * P.row_bytes + (e / QK) * BLOCK_BYTES, e % QK);
 }
 
 fn c2_w_put(li: u32, u: u32, buf: u32, h: H8) {
@@ -115,19 +116,19 @@ fn c2_fetch(li: u32, k0: u32, r_base: u32, t_base: u32) -> Stage2 {
 
 // Write a fetched step into staging buffer buf.
 fn c2_put(li: u32, buf: u32, s: Stage2) {
-    c2_w_put(li, 0u, buf, s.w0);
+    c2_w_put(li, 0u, buf, w8_decode(s.w0));
     if (C2_WU > 1u) {
-        c2_w_put(li, 1u, buf, s.w1);
+        c2_w_put(li, 1u, buf, w8_decode(s.w1));
     }
     if (C2_WU > 2u) {
-        c2_w_put(li, 2u, buf, s.w2);
-        c2_w_put(li, 3u, buf, s.w3);
+        c2_w_put(li, 2u, buf, w8_decode(s.w2));
+        c2_w_put(li, 3u, buf, w8_decode(s.w3));
     }
     if (C2_WU > 4u) {
-        c2_w_put(li, 4u, buf, s.w4);
-        c2_w_put(li, 5u, buf, s.w5);
-        c2_w_put(li, 6u, buf, s.w6);
-        c2_w_put(li, 7u, buf, s.w7);
+        c2_w_put(li, 4u, buf, w8_decode(s.w4));
+        c2_w_put(li, 5u, buf, w8_decode(s.w5));
+        c2_w_put(li, 6u, buf, w8_decode(s.w6));
+        c2_w_put(li, 7u, buf, w8_decode(s.w7));
     }
     c2_x_put(li, 0u, buf, s.x0);
     if (C2_XU > 1u) {

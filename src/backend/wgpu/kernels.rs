@@ -570,6 +570,18 @@ const fn fmt(file: &'static str, fast_deq8: bool, mv: &'static [&'static str], k
     }
 }
 
+/// `matmul_coop2`'s weight staging for `ty` (lib_c2w_*.wgsl): Q4_K and Q6_K load a unit's words
+/// at a k step's fetch and decode them at its put, after the step's products (decoded next to
+/// their loads, every step waited on the loads: H200 12288 x 4096 x 512 Q4_K 622 -> 447 us); the
+/// other formats decode at the fetch (`deq8`).
+fn c2_weight_stage(ty: GgmlType) -> &'static str {
+    match ty {
+        GgmlType::Q4K => wgsl!("lib_c2w_q4_k"),
+        GgmlType::Q6K => wgsl!("lib_c2w_q6_k"),
+        _ => wgsl!("lib_c2w_deq8"),
+    }
+}
+
 fn format(ty: GgmlType) -> Option<Format> {
     use GgmlType::*;
     Some(match ty {
@@ -748,6 +760,9 @@ pub(crate) fn source(kernel: Kernel, fmt: Option<GgmlType>, caps: &Caps) -> Resu
             src.push_str(f.file);
             if !f.fast_deq8 {
                 src.push_str(DEQ8_GENERIC);
+            }
+            if kernel == Kernel::MatmulCoop2 {
+                src.push_str(c2_weight_stage(ty));
             }
             // Matrix-vector units only where the kernel defines xv().
             if let Some(unit) = mv_dot_unit(ty).filter(|_| sp.matvec && mv_dot(caps, kernel, ty)) {
