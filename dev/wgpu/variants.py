@@ -111,12 +111,13 @@ VARIANTS = {
     "q6both": [q6pack, q6win],
 }
 
-def main():
-    dump, out = sys.argv[1], sys.argv[2]
-    files = [f for f in os.listdir(dump) if f.endswith(".wgsl") and f.startswith(("matvec", "moe_"))]
+def write_variants(dump, out, prefixes, variants, what):
+    """Each variant's edits applied, in order, to every dumped shader whose name starts with one of
+    `prefixes`, written to out/<variant>/ (shared with gemm_variants.py)."""
+    files = [f for f in os.listdir(dump) if f.endswith(".wgsl") and f.startswith(prefixes)]
     if not files:
-        sys.exit(f"no matrix-vector shaders in {dump}")
-    for v, edits in VARIANTS.items():
+        sys.exit(f"no {what} shaders in {dump}")
+    for v, edits in variants.items():
         os.makedirs(os.path.join(out, v), exist_ok=True)
         for f in files:
             src = open(os.path.join(dump, f)).read()
@@ -128,4 +129,6 @@ def main():
             open(os.path.join(out, v, f), "w").write(src)
         print(v, len(files), "files")
 
-main()
+
+if __name__ == "__main__":
+    write_variants(sys.argv[1], sys.argv[2], ("matvec", "moe_"), VARIANTS, "matrix-vector")
