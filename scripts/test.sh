@@ -96,8 +96,9 @@ wgpu="RILL_TEST_BACKENDS=wgpu"
 #    (RILL_WGPU_SHADER_CHECKS=1) for the op tests, so every kernel runs compiled with and without
 #    them; its end-to-end run (a job of its own, the longest) without them, as the kernels ship.
 #  - the decode kernels' geometry knobs at their extremes: one row per invocation and one lane per
-#    row (no reduction) on the subgroup path; eight rows and a whole 256-invocation workgroup per
-#    row group (two-level reduction) on the plain path; both with the packed-integer-dot K-quant
+#    row (no reduction) on the subgroup path; eight rows (two for the formats decoded element by
+#    element: kernels.rs MV_GENERIC_MAX_ROWS) and a whole 256-invocation workgroup per row group
+#    (two-level reduction) on the plain path; both with the packed-integer-dot K-quant
 #    units (RILL_WGPU_MV_DOT=1, off by default on lavapipe, a CPU adapter). The MoE race test and
 #    the shared-expert tests are left to the other passes (their prompt-sized cases compose kernels
 #    these passes cover) except the fused decode shapes (moe_swiglu_sh, moe_swiglu_route and moe_down_sh

@@ -25,7 +25,8 @@
 //! units, the FFN down products: default 64), each following `RILL_WGPU_MV_ROWS` /
 //! `RILL_WGPU_MV_LANES` when only those are set (H200, examples/mv_bench: the Q6_K head 357 -> 323
 //! us with 4 rows, the Q4_K SwiGLU 27.2 -> 26.0, the Q4_K down 20.6 -> 17.6 with 64 lanes, where
-//! the other shapes lose with either); `RILL_WGPU_SUBMIT_EVERY` (dispatches per submission,
+//! the other shapes lose with either; formats decoded element by element take at most
+//! `kernels::MV_GENERIC_MAX_ROWS` rows); `RILL_WGPU_SUBMIT_EVERY` (dispatches per submission,
 //! 1..=256; default 64) and `RILL_WGPU_SUBMIT_FIRST` (dispatches in a decode step's first
 //! submission, so that the GPU, idle while the host read the last token, starts before the step
 //! is encoded; 1..=256, default `SUBMIT_FIRST_DEFAULT`). Values the kernels do not take keep the

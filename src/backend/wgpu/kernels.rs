@@ -139,16 +139,16 @@ pub(crate) const PARAM_BYTES: u64 = 64;
 
 /// The generated WGSL constants (one `const` per shared value) of `kernel`'s source. The geometry
 /// of the matrix-vector kernels (`matvec`, `matvec_swiglu`, `moe_matvec`) is tuning knobs of
-/// `Caps`: `MV_WG` invocations per workgroup, `MV_R` rows per invocation (`mv_rows`: per kernel;
-/// the lanes per row group are a per-dispatch parameter, `mv_lanes`).
-fn constants(caps: &Caps, kernel: Kernel) -> String {
+/// `Caps`: `MV_WG` invocations per workgroup, `MV_R` rows per invocation (`mv_rows`: per kernel and
+/// format; the lanes per row group are a per-dispatch parameter, `mv_lanes`).
+fn constants(caps: &Caps, kernel: Kernel, fmt: Option<GgmlType>) -> String {
     // matmul_coop2's geometry (the default's where the kernel is not selected: unused there).
     let c2 = caps.coop2.unwrap_or(CoopTile::DEFAULT);
     // attention_tiled's (likewise).
     let at = caps.att_tiled.unwrap_or(AttTile::DEFAULT);
     let list: &[(&str, u32)] = &[
         ("MV_WG", caps.mv_wg),
-        ("MV_R", mv_rows(caps, kernel)),
+        ("MV_R", mv_rows(caps, kernel, fmt)),
         ("MM_WG", MM_WG),
         ("MM_ROWS_WG", MM_ROWS_WG),
         ("MM_TILE", MM_TILE),
@@ -212,12 +212,22 @@ pub(crate) const MV_TALL_ROWS: usize = 65536;
 /// Rows of at least this many units (the FFN down products: 12288 / 64) take `Caps::mv_lanes_long`.
 pub(crate) const MV_LONG_UNITS: usize = 192;
 
-/// Rows per invocation of a matrix-vector kernel (WGSL `MV_R`).
-pub(crate) fn mv_rows(caps: &Caps, kernel: Kernel) -> u32 {
-    match kernel {
+/// Rows per invocation of the matrix-vector kernels on the formats decoded element by element
+/// (no whole-word unit of their own: `mv_whole_word`) at most. Their unit, unrolled over the rows,
+/// makes shaders LLVM compiles slowly (lavapipe, cold: a Q5_0 SwiGLU 6 s at 1 row, 11 s at 2, 38 s
+/// at 4, a Q4_0 one 50 s at 8), and it decodes every element on its own, so more rows share little.
+pub(crate) const MV_GENERIC_MAX_ROWS: u32 = 2;
+
+/// Rows per invocation of matrix-vector `kernel` on weight format `ty` (WGSL `MV_R`).
+pub(crate) fn mv_rows(caps: &Caps, kernel: Kernel, ty: Option<GgmlType>) -> u32 {
+    let rows = match kernel {
         Kernel::MatvecTall => caps.mv_rows_tall,
         Kernel::MatvecSwiglu | Kernel::MatvecSwigluXq => caps.mv_rows_swiglu,
         _ => caps.mv_rows,
+    };
+    match ty {
+        Some(t) if !mv_whole_word(t) => rows.min(MV_GENERIC_MAX_ROWS),
+        _ => rows,
     }
 }
 
@@ -235,15 +245,16 @@ pub(crate) fn mv_lanes(caps: &Caps, units: usize) -> u32 {
     knob.min(cover).min(caps.mv_wg).max(1)
 }
 
-/// Output rows of one workgroup of matrix-vector `kernel` with `lanes` lanes per row group.
-pub(crate) fn mv_rows_per_wg(caps: &Caps, kernel: Kernel, lanes: u32) -> u32 {
-    caps.mv_wg / lanes * mv_rows(caps, kernel)
+/// Output rows of one workgroup of matrix-vector `kernel` on format `ty` with `lanes` lanes per
+/// row group.
+pub(crate) fn mv_rows_per_wg(caps: &Caps, kernel: Kernel, ty: GgmlType, lanes: u32) -> u32 {
+    caps.mv_wg / lanes * mv_rows(caps, kernel, Some(ty))
 }
 
 /// Output rows of one `matvec_swiglu_xq` workgroup (its span): whole 32-row blocks of the planes,
 /// in 32 / `mv_rows_per_wg` passes or one pass of several blocks (both powers of two).
-pub(crate) fn mv_xq_span(caps: &Caps, lanes: u32) -> u32 {
-    mv_rows_per_wg(caps, Kernel::MatvecSwigluXq, lanes).max(32)
+pub(crate) fn mv_xq_span(caps: &Caps, ty: GgmlType, lanes: u32) -> u32 {
+    mv_rows_per_wg(caps, Kernel::MatvecSwigluXq, ty, lanes).max(32)
 }
 
 // ---- kernels ----------------------------------------------------------------------------------
@@ -738,7 +749,7 @@ pub(crate) fn source(kernel: Kernel, fmt: Option<GgmlType>, caps: &Caps) -> Resu
             src.push_str("enable wgpu_cooperative_matrix;\n");
         }
     }
-    src.push_str(&constants(caps, kernel));
+    src.push_str(&constants(caps, kernel, fmt));
     src.push_str(COMMON);
     match (sp.weights, fmt) {
         (Weights::None, None) => {}
@@ -1114,6 +1125,37 @@ mod tests {
     /// one lane: 2048 rows) it must stay within the 16 KiB every WebGPU adapter offers, with and
     /// without subgroups, on the packed-dot units and the f32 ones (the registers as
     /// `matvec_kernels_keep_their_data_in_registers`).
+    /// The element-decoded formats take at most `MV_GENERIC_MAX_ROWS` rows per invocation, in the
+    /// shader and in the dispatch's workgroup count alike; the whole-word formats take the knobs.
+    #[test]
+    fn generic_formats_keep_few_rows() {
+        use crate::backend::wgpu::caps::tests::caps;
+        use crate::backend::wgpu::caps::Overrides;
+        use crate::backend::Precision;
+        let c = caps(
+            wgpu::Features::SUBGROUP,
+            Precision::Exact,
+            false,
+            Overrides {
+                mv_rows: Some(8),
+                mv_rows_swiglu: Some(4),
+                ..Default::default()
+            },
+        );
+        for (ty, rows, swiglu) in [
+            (GgmlType::Q4K, 8, 4),
+            (GgmlType::F32, 8, 4),
+            (GgmlType::Q4_0, 2, 2),
+            (GgmlType::Q5_0, 2, 2),
+        ] {
+            assert_eq!(mv_rows(&c, Kernel::Matvec, Some(ty)), rows, "{ty}");
+            assert_eq!(mv_rows(&c, Kernel::MatvecSwiglu, Some(ty)), swiglu, "{ty}");
+            assert_eq!(mv_rows_per_wg(&c, Kernel::Matvec, ty, 32), c.mv_wg / 32 * rows, "{ty}");
+            let src = source(Kernel::Matvec, Some(ty), &c).unwrap();
+            assert!(src.contains(&format!("const MV_R: u32 = {rows}u;")), "{ty}");
+        }
+    }
+
     #[test]
     fn swiglu_planes_fit_workgroup_memory() {
         use crate::backend::wgpu::caps::tests::caps;
@@ -1133,7 +1175,10 @@ mod tests {
                     ..Default::default()
                 },
             );
-            assert_eq!((c.mv_wg, c.mv_rows, mv_xq_span(&c, mv_lanes(&c, 1))), (256, 8, 2048));
+            assert_eq!(
+                (c.mv_wg, c.mv_rows, mv_xq_span(&c, GgmlType::Q4K, mv_lanes(&c, 1))),
+                (256, 8, 2048)
+            );
             for ty in [GgmlType::Q4K, GgmlType::Q6K] {
                 let what = format!("plain {plain} dot {dot} {ty}");
                 let module = check_registers(&what, Kernel::MatvecSwigluXq, Some(ty), &c);

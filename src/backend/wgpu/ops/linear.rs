@@ -190,7 +190,7 @@ fn matvec_group(
     let units = m.n_in / kernels::mv_unit(m.ty);
     let caps = &be.caps;
     let lanes = kernels::mv_lanes(caps, units);
-    let per_wg = kernels::mv_rows_per_wg(caps, kernel, lanes);
+    let per_wg = kernels::mv_rows_per_wg(caps, kernel, m.ty, lanes);
     // Rows and first workgroup per product; past the last product the first workgroup is the
     // total, which no workgroup reaches.
     let mut rows = [0u32; MAX_GROUP];
@@ -252,8 +252,8 @@ fn matvec(enc: &mut Encoder<'_>, kernel: Kernel, m: &Mm, ws: &[&Tensor], x: &Ten
         _ => None,
     };
     let per_wg = match planes {
-        Some(_) => kernels::mv_xq_span(&caps, lanes),
-        None => kernels::mv_rows_per_wg(&caps, kernel, lanes),
+        Some(_) => kernels::mv_xq_span(&caps, m.ty, lanes),
+        None => kernels::mv_rows_per_wg(&caps, kernel, m.ty, lanes),
     };
     for p in pieces(&caps, "matmul", ws[0], m.n_out, m.rb)? {
         // The planes' blocks are whole 32 rows of out from the piece's first row.

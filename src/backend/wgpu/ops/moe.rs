@@ -20,6 +20,7 @@ use crate::backend::wgpu::kernels::{self, Kernel, ELT_WG, MM_ROWS_WG, MOE_MAX_E,
 use crate::backend::wgpu::{gpu_err, WgpuBackend};
 use crate::backend::{check, DType, SharedExpert, Tensor};
 use crate::error::Result;
+use crate::gguf::GgmlType;
 
 /// Most experts per token (`moe_route.wgsl`/`moe_combine.wgsl` keep per-slot workgroup arrays).
 const MAX_K: usize = MOE_MAX_K as usize;
@@ -111,7 +112,7 @@ pub(crate) fn moe_experts(
         let unit = kernels::mv_unit(ty);
         let short = cols <= MATMUL_ROWS_MAX_IN || !cols.is_multiple_of(unit);
         let lanes = kernels::mv_lanes(&be.caps, cols / unit);
-        let row_groups = (rows as u32).div_ceil(kernels::mv_rows_per_wg(&be.caps, Kernel::MoeMatvec, lanes));
+        let row_groups = (rows as u32).div_ceil(kernels::mv_rows_per_wg(&be.caps, Kernel::MoeMatvec, ty, lanes));
         let (kernel, n_wg) = if short {
             // slots · rows fits u32: it is the size of h or y.
             (Kernel::MoeRows, (s32 * rows as u32).div_ceil(MM_ROWS_WG))
@@ -347,10 +348,10 @@ fn experts_shared(
     // Parameters (lib_moe_sh.wgsl) and workgroups of a projection of `rows` rows of `cols`
     // elements, rb bytes each, for `n` entries or tokens, whose row groups' lanes stride over
     // `runs` rows' units (the down products run every entry's row of a token in one stride).
-    let geometry = |rows: usize, cols: usize, unit: usize, rb: u64, n: usize, runs: usize| {
+    let geometry = |ty: GgmlType, rows: usize, cols: usize, unit: usize, rb: u64, n: usize, runs: usize| {
         let lanes = kernels::mv_lanes(&be.caps, cols / unit * runs);
         // The shared-expert kernels (moe_swiglu_sh, moe_down_sh) take the general rows.
-        let row_groups = (rows as u32).div_ceil(kernels::mv_rows_per_wg(&be.caps, Kernel::MoeSwigluSh, lanes));
+        let row_groups = (rows as u32).div_ceil(kernels::mv_rows_per_wg(&be.caps, Kernel::MoeSwigluSh, ty, lanes));
         let n_wg = (n as u32)
             .checked_mul(row_groups)
             .ok_or_else(|| gpu_err(format!("{op}: too many workgroups")))?;
@@ -368,7 +369,7 @@ fn experts_shared(
         ];
         Ok::<_, crate::error::Error>((params, be.grid(n_wg)))
     };
-    let (params, [gx, gy]) = geometry(n_ff, d, g_unit, g_rb, entries, 1)?;
+    let (params, [gx, gy]) = geometry(gty, n_ff, d, g_unit, g_rb, entries, 1)?;
     let binds = [
         pg.bind(gate_exps),
         pu.bind(up_exps),
@@ -387,7 +388,7 @@ fn experts_shared(
         }
         None => enc.run(Kernel::MoeSwigluSh, Some(gty), &params, &binds, [gx, gy, 1])?,
     }
-    let (params, [gx, gy]) = geometry(d, n_ff, d_unit, d_rb, n_tok, k + 1)?;
+    let (params, [gx, gy]) = geometry(dty, d, n_ff, d_unit, d_rb, n_tok, k + 1)?;
     enc.run(
         Kernel::MoeDownSh,
         Some(dty),
