@@ -2,9 +2,10 @@
 // inputs, f32 accumulation): out[t][row0 + r] = dot(W[r], x[t]) over tiles of C2_R rows x C2_T
 // tokens staged by lib_coop2_tiles.wgsl, each subgroup of 32 invocations multiplying its piece as
 // eight coop_mat16x16 accumulators. Per k step of C2_K: the next step's weights and x are read
-// (and dequantized) into registers first, so their loads are in flight during this step's
-// products; then the products; then the registers go to the other staging buffer and one barrier
-// ends the step (C2_BUF = 2; with one buffer a second barrier guards the overwrite). Full tiles are
+// into registers first, so their loads are in flight during this step's products; then the
+// products; then the registers are decoded (Q4_K, Q6_K: lib_c2w_*.wgsl; other formats decode at
+// the read) into the other staging buffer and one barrier ends the step (C2_BUF = 2; with one
+// buffer a second barrier guards the overwrite). Full tiles are
 // stored from the accumulators straight to out; edges go through a per-subgroup scratch.
 // Cooperative-matrix forms verified on the H200 (../shared/TOOLCHAIN.md; coopLoad on 2026-12-02 by
 // examples/mv_bench against the CPU): coopLoadT / coopStoreT (row-major) and coopLoad (column-major:
