@@ -27,14 +27,51 @@ fn q6x4(w: u32, qh: u32, k: u32) -> vec4<f32> {
         - vec4<f32>(32.0);
 }
 
-fn deq8(bb: u32, i0: u32) -> Deq8 {
+// deq8 in two halves, so that a kernel can issue the loads early and decode later
+// (lib_c2w_words.wgsl): a unit of 8 elements (i0 % 8 == 0) as loaded, the words holding d, its
+// scale byte and its 8 ql and 8 qh bytes (each run three words: blocks start on any even byte),
+// then its arithmetic.
+struct Deq8Words {
+    d: u32,
+    sc: u32,
+    ql: vec3<u32>,
+    qh: vec3<u32>,
+    bb: u32, // the block's first byte (its half-word parity places d, ql and qh)
+    i0: u32,
+}
+
+fn deq8_load(bb: u32, i0: u32) -> Deq8Words {
     let h = i0 >> 7u;
     let k = (i0 >> 5u) & 3u;
     let l = i0 & 31u;
-    let dsc = wf16(bb + 208u) * f32(wi8(bb + 192u + (i0 >> 4u)));
-    let ql = bb + 64u * h + l + 32u * (k & 1u);
-    let qh = bb + 128u + 32u * h + l;
-    return Deq8(dsc * q6x4(wu32e(ql), wu32e(qh), k), dsc * q6x4(wu32e(ql + 4u), wu32e(qh + 4u), k));
+    let ql = (bb + 64u * h + l + 32u * (k & 1u)) >> 2u;
+    let qh = (bb + 128u + 32u * h + l) >> 2u;
+    return Deq8Words(w32((bb + 208u) >> 2u), w32((bb + 192u + (i0 >> 4u)) >> 2u),
+                     vec3<u32>(w32(ql), w32(ql + 1u), w32(ql + 2u)),
+                     vec3<u32>(w32(qh), w32(qh + 1u), w32(qh + 2u)), bb, i0);
+}
+
+// Words 0 and 1 of the 8 bytes of a run at an odd half-word offset (its first byte is byte 2 of
+// v.x) or not.
+fn q6_run_pair(v: vec3<u32>, odd: bool) -> vec2<u32> {
+    return select(v.xy, vec2<u32>((v.x >> 16u) | (v.y << 16u), (v.y >> 16u) | (v.z << 16u)), odd);
+}
+
+fn deq8_words(w: Deq8Words) -> Deq8 {
+    // ql, qh and d sit at the block's parity (their offsets in it are multiples of 4).
+    let odd = (w.bb & 2u) != 0u;
+    let k = (w.i0 >> 5u) & 3u;
+    let d = f16_to_f32(select(w.d & 0xffffu, w.d >> 16u, odd));
+    let sb = w.bb + 192u + (w.i0 >> 4u);
+    let sc = (i32((w.sc >> (8u * (sb & 3u))) & 0xffu) << 24u) >> 24u;
+    let dsc = d * f32(sc);
+    let ql = q6_run_pair(w.ql, odd);
+    let qh = q6_run_pair(w.qh, odd);
+    return Deq8(dsc * q6x4(ql.x, qh.x, k), dsc * q6x4(ql.y, qh.y, k));
+}
+
+fn deq8(bb: u32, i0: u32) -> Deq8 {
+    return deq8_words(deq8_load(bb, i0));
 }
 
 // ---- the matrix-vector units' weights (mv_q6_k.wgsl, mv_q6_k_dot.wgsl) ----

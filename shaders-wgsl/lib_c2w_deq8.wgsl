@@ -1,6 +1,6 @@
-// matmul_coop2's weight staging for the formats without their own (lib_c2w_q4_k.wgsl,
-// lib_c2w_q6_k.wgsl): a unit of 8 weights is decoded (`deq8`) and rounded to f16 at the k step's
-// fetch, and held as such until its put.
+// matmul_coop2's weight staging for the formats whose deq8 is not split into loads and arithmetic
+// (lib_c2w_words.wgsl takes those): a unit of 8 weights is decoded (`deq8`) and rounded to f16 at
+// the k step's fetch, and held as such until its put.
 alias W8 = H8;
 
 fn w8_load(bb: u32, i0: u32) -> W8 {

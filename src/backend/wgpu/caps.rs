@@ -30,8 +30,8 @@
 //! 1..=256; default 64) and `RILL_WGPU_SUBMIT_FIRST` (dispatches in a decode step's first
 //! submission, so that the GPU, idle while the host read the last token, starts before the step
 //! is encoded; 1..=256, default `SUBMIT_FIRST_DEFAULT`). Values the kernels do not take keep the
-//! default. `RILL_WGPU_FUSE=0` turns the fused decode dispatches of the table above off (one dispatch per product and per step, as
-//! before them), to measure what they gain; `RILL_WGPU_MOE_SHARED=0` only the MoE shared expert's
+//! default. `RILL_WGPU_FUSE=0` turns the fused decode dispatches of the table above off (one
+//! dispatch per product and per step, as before them), to measure what they gain; `RILL_WGPU_MOE_SHARED=0` only the MoE shared expert's
 //! (and the routing's); `RILL_WGPU_ATT_GATE=0` only the attention gate's and `RILL_WGPU_SWIGLU_XQ=0`
 //! only the SwiGLU's planes (below); `RILL_WGPU_ATT_TILED=0` runs the prefill attention a workgroup
 //! per query row (`attention.wgsl`) instead of the tiled kernel (for A/B runs and tests);

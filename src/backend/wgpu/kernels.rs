@@ -581,14 +581,13 @@ const fn fmt(file: &'static str, fast_deq8: bool, mv: &'static [&'static str], k
     }
 }
 
-/// `matmul_coop2`'s weight staging for `ty` (lib_c2w_*.wgsl): Q4_K and Q6_K load a unit's words
-/// at a k step's fetch and decode them at its put, after the step's products (decoded next to
-/// their loads, every step waited on the loads: H200 12288 x 4096 x 512 Q4_K 622 -> 447 us); the
-/// other formats decode at the fetch (`deq8`).
+/// `matmul_coop2`'s weight staging for `ty` (lib_c2w_*.wgsl): the formats whose dequant file
+/// splits `deq8` into loads and arithmetic (Q4_K, Q6_K) load a unit at a k step's fetch and decode
+/// it at its put, after the step's products (decoded next to its loads, every step waited on them:
+/// H200 12288 x 4096 x 512 Q4_K 622 -> 447 us); the other formats decode at the fetch.
 fn c2_weight_stage(ty: GgmlType) -> &'static str {
     match ty {
-        GgmlType::Q4K => wgsl!("lib_c2w_q4_k"),
-        GgmlType::Q6K => wgsl!("lib_c2w_q6_k"),
+        GgmlType::Q4K | GgmlType::Q6K => wgsl!("lib_c2w_words"),
         _ => wgsl!("lib_c2w_deq8"),
     }
 }
@@ -1120,11 +1119,6 @@ mod tests {
         }
     }
 
-    /// The SwiGLU that writes its output's planes (matvec_swiglu_xq.wgsl) keeps a workgroup's span
-    /// of outputs in workgroup memory: at the geometry knobs' largest (256 invocations, 8 rows,
-    /// one lane: 2048 rows) it must stay within the 16 KiB every WebGPU adapter offers, with and
-    /// without subgroups, on the packed-dot units and the f32 ones (the registers as
-    /// `matvec_kernels_keep_their_data_in_registers`).
     /// The element-decoded formats take at most `MV_GENERIC_MAX_ROWS` rows per invocation, in the
     /// shader and in the dispatch's workgroup count alike; the whole-word formats take the knobs.
     #[test]
@@ -1156,6 +1150,11 @@ mod tests {
         }
     }
 
+    /// The SwiGLU that writes its output's planes (matvec_swiglu_xq.wgsl) keeps a workgroup's span
+    /// of outputs in workgroup memory: at the geometry knobs' largest (256 invocations, 8 rows,
+    /// one lane: 2048 rows) it must stay within the 16 KiB every WebGPU adapter offers, with and
+    /// without subgroups, on the packed-dot units and the f32 ones (the registers as
+    /// `matvec_kernels_keep_their_data_in_registers`).
     #[test]
     fn swiglu_planes_fit_workgroup_memory() {
         use crate::backend::wgpu::caps::tests::caps;
