@@ -169,6 +169,41 @@ fn greedy(m: &Model, prompt: &[u32], n: usize) -> Vec<u32> {
     out
 }
 
+/// `greedy` with the host one step ahead of the device (`Model::generate_greedy`), checked
+/// against `want` (the reference continuation) twice: whole, and stopped by the callback after
+/// five tokens, where the session must have consumed exactly the tokens the documentation says.
+fn check_greedy_ahead(m: &Model, prompt: &[u32], want: &[u32], tag: &str) {
+    let n = want.len();
+    let mut s = m.new_session(prompt.len() + n + 1).expect("session");
+    let first = m.prefill_greedy(&mut s, prompt, &mut |_, _| {}).expect("prefill");
+    let mut seen = Vec::new();
+    let rest = m
+        .generate_greedy(&mut s, first, n - 1, &mut |t| {
+            seen.push(t);
+            Ok(true)
+        })
+        .expect("generate");
+    assert_eq!(seen, rest, "{tag}: callback order");
+    let mut all = vec![first];
+    all.extend(&rest);
+    assert_eq!(all, want, "{tag}");
+    // `first` and every generated token but the last were fed.
+    assert_eq!(s.pos, prompt.len() + n - 1, "{tag}: positions consumed");
+
+    let mut s = m.new_session(prompt.len() + n + 1).expect("session");
+    let first = m.prefill_greedy(&mut s, prompt, &mut |_, _| {}).expect("prefill");
+    let mut count = 0;
+    let rest = m
+        .generate_greedy(&mut s, first, n - 1, &mut |_| {
+            count += 1;
+            Ok(count < 5)
+        })
+        .expect("generate, stopped");
+    assert_eq!(rest, want[1..6], "{tag}: stopped");
+    // Stopped early: the step fed the refused (fifth) token had been enqueued and ran too.
+    assert_eq!(s.pos, prompt.len() + 6, "{tag}: positions consumed when stopped");
+}
+
 /// Greedy continuation computed from host-side logits of token-by-token decode.
 fn greedy_by_decode(m: &Model, prompt: &[u32], n: usize) -> Vec<u32> {
     let mut s = m.new_session(prompt.len() + n + 1).expect("session");
@@ -234,6 +269,8 @@ enum Mode {
     Greedy,
     /// The same 32 tokens from host-side argmax of token-by-token decode logits.
     GreedyByDecode,
+    /// The same 32 tokens with the host one step ahead of the device (`generate_greedy`).
+    GreedyAhead,
 }
 use Mode::*;
 
@@ -262,6 +299,7 @@ fn check_case(case: &Case) {
                 Decode => check_prompts_to(&m, &r, true, B_SHORT + 1, case.tol, &tag),
                 Greedy => assert_eq!(greedy(&m, &r.prompt_a, 32), r.greedy, "{tag}"),
                 GreedyByDecode => assert_eq!(greedy_by_decode(&m, &r.prompt_a, 32), r.greedy, "{tag}"),
+                GreedyAhead => check_greedy_ahead(&m, &r.prompt_a, &r.greedy[..32], &tag),
             }
         }
     }
@@ -285,28 +323,28 @@ reference_table! {
         ids: "tiny-dense.reference.safetensors",
         logits: "tiny-dense.reference.safetensors",
         tol: F16_TOL,
-        modes: &[Prefill, Decode, Greedy, GreedyByDecode],
+        modes: &[Prefill, Decode, Greedy, GreedyByDecode, GreedyAhead],
     },
     moe_f16_matches_transformers: Case {
         model: "tiny-moe.F16.gguf",
         ids: "tiny-moe.reference.safetensors",
         logits: "tiny-moe.reference.safetensors",
         tol: F16_TOL,
-        modes: &[Prefill, Decode, Greedy, GreedyByDecode],
+        modes: &[Prefill, Decode, Greedy, GreedyByDecode, GreedyAhead],
     },
     q8_0_matches_llamacpp_dequant_f32: Case {
         model: "tiny-dense.Q8_0.gguf",
         ids: "tiny-dense.reference.safetensors",
         logits: "tiny-dense.Q8_0.dequant-f32.llamacpp.safetensors",
         tol: Q_TOL,
-        modes: &[Prefill, Decode, Greedy],
+        modes: &[Prefill, Decode, Greedy, GreedyAhead],
     },
     q4_k_m_matches_llamacpp_dequant_f32: Case {
         model: "tiny-dense.Q4_K_M.gguf",
         ids: "tiny-dense.reference.safetensors",
         logits: "tiny-dense.Q4_K_M.dequant-f32.llamacpp.safetensors",
         tol: Q_TOL,
-        modes: &[Prefill, Decode, Greedy],
+        modes: &[Prefill, Decode, Greedy, GreedyAhead],
     },
 }
 

@@ -41,6 +41,13 @@ fn greedy_fails_on_nan_logits_on_every_backend() {
             Err(Error::NonFiniteLogits) => {}
             other => panic!("{name}: decode: expected NonFiniteLogits, got {other:?}"),
         }
+        // One step ahead: the next step is enqueued fed the sentinel id before the first token is
+        // read; the error reported is the first step's, and no token reaches the callback.
+        let mut s = m.new_session(16).expect("session");
+        match m.generate_greedy(&mut s, 5, 4, &mut |t| panic!("{name}: token {t} of NaN logits")) {
+            Err(Error::NonFiniteLogits) => {}
+            other => panic!("{name}: generate: expected NonFiniteLogits, got {other:?}"),
+        }
     }
     let _ = std::fs::remove_file(path);
 }

@@ -316,6 +316,14 @@ pub trait Backend: Send + Sync {
     fn read_u32_async<'a>(&'a self, t: &'a Tensor) -> ReadFuture<'a, Vec<u32>> {
         Box::pin(std::future::ready(self.read_u32(t)))
     }
+    /// Start reading `t` back: the copy is ordered after every op enqueued so far, ops enqueued
+    /// after this call (which may overwrite `t`) do not change the result, and the future yields
+    /// the values. The executor enqueues the next decode step before it waits for this step's
+    /// token (`Model::generate_greedy`). The default reads at once (same values, no overlap).
+    fn read_u32_ahead(&self, t: &Tensor) -> Result<ReadFuture<'_, Vec<u32>>> {
+        let v = self.read_u32(t);
+        Ok(Box::pin(std::future::ready(v)))
+    }
     /// Fill an F32/U32 tensor with zeros.
     fn zero(&self, t: &Tensor) -> Result<()>;
     /// Copy all of `src` into `dst` (same dtype and element count).

@@ -110,30 +110,36 @@ pub fn run(a: RunArgs) -> Result<()> {
     let mut dec = tok.stream_decoder(a.show_special);
     let t1 = Instant::now();
     let mut generated = 0usize;
-    while generated < a.n_predict {
+    // Shows one generated token; whether to generate another.
+    let mut emit = |t: u32| -> Result<bool> {
         generated += 1;
-        if tok.is_eog(next) {
+        if tok.is_eog(t) {
             if a.show_special {
-                let piece = dec.push(next);
+                let piece = dec.push(t);
                 write_out(&mut out, &piece)?;
             }
-            break;
+            return Ok(false);
         }
-        let piece = dec.push(next);
-        if !write_out(&mut out, &piece)? {
-            break; // the reader closed the pipe: stop generating
-        }
-        if generated == a.n_predict {
-            break;
-        }
-        next = if sampler.is_greedy() {
-            let t = model.decode_greedy(&mut session, next)?;
-            sampler.accept(t);
-            t
+        let piece = dec.push(t);
+        // A closed pipe (the reader went away) stops generating.
+        Ok(write_out(&mut out, &piece)? && generated < a.n_predict)
+    };
+    if a.n_predict > 0 && emit(next)? {
+        if sampler.is_greedy() {
+            // The host one step ahead of the device (`Model::generate_greedy`).
+            model.generate_greedy(&mut session, next, a.n_predict - 1, &mut |t| {
+                sampler.accept(t);
+                emit(t)
+            })?;
         } else {
-            let logits = model.decode(&mut session, next)?;
-            sampler.sample(&logits)?
-        };
+            loop {
+                let logits = model.decode(&mut session, next)?;
+                next = sampler.sample(&logits)?;
+                if !emit(next)? {
+                    break;
+                }
+            }
+        }
     }
     let tail = dec.finish();
     write_out(&mut out, &tail)?;

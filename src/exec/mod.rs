@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use session::{LayerState, Session, Snapshot, SnapshotLayer};
 
-use crate::backend::{AttnPrep, Backend, DType, GdnGates, Pos, SharedExpert, StepMode, Tensor, NON_FINITE};
+use crate::backend::{AttnPrep, Backend, DType, GdnGates, Pos, ReadFuture, SharedExpert, StepMode, Tensor, NON_FINITE};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::model::weights::{AttnWeights, Ffn, GdnWeights, Mixer};
@@ -88,6 +88,24 @@ enum Head {
 }
 
 /// What a forward step returns.
+/// Where a greedy decode step's token id comes from.
+#[derive(Clone, Copy)]
+enum Feed {
+    /// Written from the host.
+    Host(u32),
+    /// The previous greedy step's argmax, copied on the device.
+    Device,
+}
+
+/// The token of a greedy step's argmax read-back.
+fn greedy_token(v: &[u32]) -> Result<u32> {
+    match v.first() {
+        Some(&NON_FINITE) => Err(Error::NonFiniteLogits),
+        Some(&id) => Ok(id),
+        None => Err(Error::Backend("argmax returned nothing".into())),
+    }
+}
+
 enum StepOut {
     None,
     Logits(Vec<f32>),
@@ -197,6 +215,56 @@ impl Model {
     /// Fails with `Error::NonFiniteLogits` when every logit is NaN or -inf.
     pub fn decode_greedy(&self, s: &mut Session, token: u32) -> Result<u32> {
         pollster::block_on(self.decode_greedy_async(s, token))
+    }
+
+    /// Greedy generation of up to `n` tokens, feeding `first` at the session's position, with the
+    /// host one step ahead of the device: step k + 1 is enqueued, its token id copied on the
+    /// device from step k's argmax, before step k's token is read back, so the device does not
+    /// idle while the host waits for a token and records the next step. `on_token` sees each
+    /// token as it arrives and returns whether to go on. Returns the tokens; the session has
+    /// consumed `first` and every token but the last, and, when `on_token` stopped early, the
+    /// refused token too (its step was already enqueued): `Session::pos` counts them.
+    /// `RILL_DECODE_AHEAD=0` runs one step at a time instead (`decode_greedy`), for A/B runs.
+    pub fn generate_greedy(
+        &self,
+        s: &mut Session,
+        first: u32,
+        n: usize,
+        on_token: &mut dyn FnMut(u32) -> Result<bool>,
+    ) -> Result<Vec<u32>> {
+        let mut out = Vec::new();
+        if n == 0 {
+            return Ok(out);
+        }
+        if std::env::var_os("RILL_DECODE_AHEAD").is_some_and(|v| v == "0") {
+            let mut tok = first;
+            while out.len() < n {
+                tok = self.decode_greedy(s, tok)?;
+                out.push(tok);
+                if !on_token(tok)? {
+                    break;
+                }
+            }
+            return Ok(out);
+        }
+        let mut pending = self.enqueue_greedy(s, Feed::Host(first))?;
+        loop {
+            let next = (out.len() + 1 < n).then(|| self.enqueue_greedy(s, Feed::Device));
+            // This step's result first: a non-finite argmax is the error to report, not what the
+            // next step (fed that sentinel) made of it.
+            let tok = greedy_token(&pollster::block_on(pending)?)?;
+            out.push(tok);
+            let go = on_token(tok)?;
+            match next {
+                None => return Ok(out),
+                Some(r) => pending = r?,
+            }
+            if !go {
+                // The step fed the refused token has run; its token is not wanted.
+                pollster::block_on(pending)?;
+                return Ok(out);
+            }
+        }
     }
 
     /// The argmax of the last position of a prefill, computed on the device.
@@ -333,10 +401,61 @@ impl Model {
         let be = self.backend.as_ref();
         let sc = st.scratch(be, &self.config, tokens.len())?;
         be.write_u32(&sc.ids, tokens)?;
+        self.write_pos(sc, s)?;
+        Ok(sc)
+    }
+
+    /// The session's position into the step's device-side position.
+    fn write_pos(&self, sc: &Scratch, s: &Session) -> Result<()> {
         // Session::new keeps n_ctx (and so every position) within u32.
         let pos = u32::try_from(s.pos).map_err(|_| Error::InvalidArgument(format!("position {}", s.pos)))?;
-        be.write_u32(&sc.pos, &[pos])?;
-        Ok(sc)
+        self.backend.write_u32(&sc.pos, &[pos])
+    }
+
+    /// The layers and the head of one batch, a one-token batch offered to the backend for
+    /// recording and replay (`Backend::step_begin`): it is the same ops on the same buffers every
+    /// token.
+    fn run_step(&self, s: &Session, sc: &Scratch, head: Head) -> Result<()> {
+        let be = self.backend.as_ref();
+        let mode = if sc.t == 1 {
+            // Session and scratch uids are below 2^30 in any realistic run; the low bits name
+            // what the head computes.
+            let key = (s.uid << 32) ^ (sc.uid << 2) ^ head as u64;
+            be.step_begin(key).map(|m| (m, key))?
+        } else {
+            (StepMode::Run, 0)
+        };
+        if mode.0 != StepMode::Replayed {
+            let r = self
+                .run_layers(s, sc, Some(head), None)
+                .and_then(|()| self.run_head(sc, head));
+            if sc.t == 1 {
+                be.step_end(mode.1, r.is_ok())?;
+            }
+            r?;
+        }
+        Ok(())
+    }
+
+    /// Enqueue one greedy decode step fed `feed` and start reading its token back
+    /// (`Backend::read_u32_ahead`); the session advances by one position.
+    fn enqueue_greedy(&self, s: &mut Session, feed: Feed) -> Result<ReadFuture<'_, Vec<u32>>> {
+        self.check_room(s, 1)?;
+        let be = self.backend.as_ref();
+        let mut guard = self.lock()?;
+        let sc: &Scratch = match feed {
+            Feed::Host(token) => self.prepare(&mut guard, s, &[token])?,
+            Feed::Device => {
+                let sc = guard.scratch(be, &self.config, 1)?;
+                // The previous step's argmax (this one-token scratch's) is this step's token.
+                be.copy(&sc.head_last.argmax, &sc.ids)?;
+                self.write_pos(sc, s)?;
+                sc
+            }
+        };
+        self.run_step(s, sc, Head::LastArgmax)?;
+        s.pos += 1;
+        be.read_u32_ahead(&sc.head_last.argmax)
     }
 
     /// Run `tokens` through the layers and the head, continuing from `s`, and read back what
@@ -360,23 +479,7 @@ impl Model {
             sc.head_all = Some(HeadBuffers::new(be, &self.config, t)?);
         }
         let sc: &Scratch = sc;
-        let mode = if t == 1 {
-            // Session and scratch uids are below 2^30 in any realistic run; the low bits name
-            // what the head computes.
-            let key = (s.uid << 32) ^ (sc.uid << 2) ^ head as u64;
-            be.step_begin(key).map(|m| (m, key))?
-        } else {
-            (StepMode::Run, 0)
-        };
-        if mode.0 != StepMode::Replayed {
-            let r = self
-                .run_layers(s, sc, Some(head), None)
-                .and_then(|()| self.run_head(sc, head));
-            if t == 1 {
-                be.step_end(mode.1, r.is_ok())?;
-            }
-            r?;
-        }
+        self.run_step(s, sc, head)?;
         s.pos += t;
         match head {
             Head::None => Ok(StepOut::None),
@@ -388,14 +491,9 @@ impl Model {
                     .ok_or_else(|| Error::Backend("head buffers missing".into()))?;
                 Ok(StepOut::Logits(be.read_f32_async(&hb.logits).await?))
             }
-            Head::LastArgmax => {
-                let v = be.read_u32_async(&sc.head_last.argmax).await?;
-                match v.first() {
-                    Some(&NON_FINITE) => Err(Error::NonFiniteLogits),
-                    Some(&id) => Ok(StepOut::Token(id)),
-                    None => Err(Error::Backend("argmax returned nothing".into())),
-                }
-            }
+            Head::LastArgmax => Ok(StepOut::Token(greedy_token(
+                &be.read_u32_async(&sc.head_last.argmax).await?,
+            )?)),
         }
     }
 

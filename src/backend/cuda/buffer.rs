@@ -14,6 +14,23 @@ use crate::error::{Error, Result};
 /// Zero bytes after a weight's data (kernels-cuda/common.cuh, `ldwin`, reads up to 32 past).
 pub(crate) const WEIGHT_PAD: usize = 64;
 
+/// Landing buffers kept for reads started ahead (one is in flight while the next starts).
+const AHEAD_POOL: usize = 4;
+
+/// A pinned landing buffer and the event recorded after the copy into it.
+pub(crate) struct AheadSlot {
+    host: driver::Pinned,
+    done: driver::Event,
+}
+
+/// A read started with `Inner::read_ahead`.
+pub(crate) enum Ahead {
+    /// Read at once (profiling, or nothing to read).
+    Done(Vec<u8>),
+    /// `n` bytes being copied into `slot`.
+    Queued { slot: AheadSlot, n: usize },
+}
+
 pub(crate) struct CudaBuffer {
     pub ptr: DevPtr,
     pub bytes: usize,
@@ -201,6 +218,52 @@ impl Inner {
         let mut out = vec![0u8; t.numel() * 4];
         driver::dtoh(&mut out, p, &self.stream)?;
         self.collect_profile()?;
+        Ok(out)
+    }
+
+    /// Start reading the tensor back (`Backend::read_u32_ahead`): the copy into pinned memory and
+    /// an event after it are queued on the stream now, behind the work enqueued so far;
+    /// `finish_ahead` waits for that event alone. While profiling (kernels timed one by one) the
+    /// read is done at once.
+    pub(crate) fn read_ahead(&self, t: &Tensor, dtype: DType) -> Result<Ahead> {
+        check::dtype("read", "t", t, dtype)?;
+        self.no_host_io_in_step("read")?;
+        let n = t.numel() * 4;
+        if self.profile.is_some() || n == 0 {
+            return Ok(Ahead::Done(self.read(t, dtype)?));
+        }
+        let p = ptr(t, "read")?;
+        self.dev.bind()?;
+        let reused = {
+            let mut pool = self.ahead.lock().map_err(|_| cuda_err("read-ahead lock poisoned"))?;
+            pool.iter().position(|s| s.host.len() >= n).map(|i| pool.swap_remove(i))
+        };
+        let mut slot = match reused {
+            Some(s) => s,
+            None => AheadSlot {
+                host: driver::Pinned::new(n.max(256))?,
+                done: driver::Event::new()?,
+            },
+        };
+        slot.host.dtoh_async(p, n, &self.stream)?;
+        slot.done.record(self.stream.0)?;
+        Ok(Ahead::Queued { slot, n })
+    }
+
+    /// The bytes of a read started with `read_ahead`.
+    pub(crate) fn finish_ahead(&self, a: Ahead) -> Result<Vec<u8>> {
+        let (slot, n) = match a {
+            Ahead::Done(v) => return Ok(v),
+            Ahead::Queued { slot, n } => (slot, n),
+        };
+        self.dev.bind()?;
+        slot.done.sync()?;
+        let out = slot.host.bytes(n).to_vec();
+        if let Ok(mut pool) = self.ahead.lock() {
+            if pool.len() < AHEAD_POOL {
+                pool.push(slot);
+            }
+        }
         Ok(out)
     }
 

@@ -317,6 +317,60 @@ pub(crate) fn dtoh(dst: &mut [u8], src: DevPtr, stream: &Stream) -> Result<()> {
     stream.sync()
 }
 
+/// Page-locked host memory: where an asynchronous device-to-host copy can land while the host
+/// goes on (a copy to pageable memory blocks the host until it is done).
+pub(crate) struct Pinned {
+    ptr: *mut c_void,
+    len: usize,
+}
+
+// SAFETY: plain host memory owned by this value; the driver allows freeing it from any thread.
+unsafe impl Send for Pinned {}
+
+impl Pinned {
+    pub(crate) fn new(len: usize) -> Result<Pinned> {
+        let mut p = ptr::null_mut();
+        // SAFETY: writes one pointer to `len` bytes of page-locked memory.
+        check(unsafe { sys::cuMemAllocHost_v2(&mut p, len.max(1)) }, "cuMemAllocHost")?;
+        Ok(Pinned {
+            ptr: p,
+            len: len.max(1),
+        })
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// The first `n` bytes (`n <= len`); only read after the copy into them has completed.
+    pub(crate) fn bytes(&self, n: usize) -> &[u8] {
+        // SAFETY: `ptr` holds `len` initialised bytes (the driver zero-fills nothing, but every
+        // read follows a completed copy of at least `n` bytes).
+        unsafe { std::slice::from_raw_parts(self.ptr as *const u8, n.min(self.len)) }
+    }
+
+    /// Queue a copy of `n` bytes from `src` into this memory on `stream` (`n <= len`).
+    pub(crate) fn dtoh_async(&mut self, src: DevPtr, n: usize, stream: &Stream) -> Result<()> {
+        if n > self.len {
+            return Err(cuda_err(format!("pinned copy of {n} bytes into {}", self.len)));
+        }
+        // SAFETY: the host range is ours and `n` bytes long; the device range holds at least `n`.
+        check(
+            unsafe { sys::cuMemcpyDtoHAsync_v2(self.ptr, src, n, stream.0) },
+            "cuMemcpyDtoHAsync",
+        )
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemAllocHost, freed once (the context outlives it).
+        unsafe {
+            sys::cuMemFreeHost(self.ptr);
+        }
+    }
+}
+
 pub(crate) fn memset0_async(dst: DevPtr, bytes: usize, stream: sys::CUstream) -> Result<()> {
     if bytes == 0 {
         return Ok(());
@@ -399,6 +453,15 @@ impl Event {
     pub(crate) fn record(&self, stream: sys::CUstream) -> Result<()> {
         // SAFETY: valid event and stream.
         check(unsafe { sys::cuEventRecord(self.0, stream) }, "cuEventRecord")
+    }
+
+    /// Block until the work before the event's record is done.
+    pub(crate) fn sync(&self) -> Result<()> {
+        // SAFETY: valid event.
+        check(
+            unsafe { sys::cuEventSynchronize(self.0) },
+            "cuEventSynchronize (an earlier kernel failed)",
+        )
     }
 
     /// Milliseconds from `start` to `self` (both recorded and complete).

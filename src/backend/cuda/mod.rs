@@ -71,6 +71,8 @@ pub(crate) struct Inner {
     /// outputs (`ops/matvec_tc.rs`): what those kernels prepare themselves from then on.
     tc_learned: ops::matvec_tc::Learned,
     next_id: AtomicU64,
+    /// Pinned landing buffers of reads started ahead (`buffer.rs`).
+    ahead: Mutex<Vec<buffer::AheadSlot>>,
     /// Declared last: dropped (the context released) after everything above.
     dev: Device,
 }
@@ -164,6 +166,7 @@ impl CudaBackend {
             shadows_live: AtomicBool::new(false),
             tc_learned: ops::matvec_tc::Learned::default(),
             next_id: AtomicU64::new(1),
+            ahead: Mutex::new(Vec::new()),
             dev,
         };
         Ok(CudaBackend { inner: Arc::new(inner) })
@@ -275,6 +278,15 @@ impl Backend for CudaBackend {
     }
     fn read_u32_async<'a>(&'a self, t: &'a Tensor) -> ReadFuture<'a, Vec<u32>> {
         Box::pin(std::future::ready(self.read_u32(t)))
+    }
+    fn read_u32_ahead(&self, t: &Tensor) -> Result<ReadFuture<'_, Vec<u32>>> {
+        let started = self.inner.read_ahead(t, DType::U32)?;
+        Ok(Box::pin(async move {
+            let b = self.inner.finish_ahead(started)?;
+            Ok(b.chunks_exact(4)
+                .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect())
+        }))
     }
     fn zero(&self, t: &Tensor) -> Result<()> {
         self.inner.zero(t)

@@ -180,54 +180,6 @@ pub(crate) fn write(be: &WgpuBackend, t: &Tensor, dtype: DType, bytes: &[u8], n:
     Ok(())
 }
 
-/// Submit pending work and copy the tensor's `numel * 4` bytes back to the host.
-pub(crate) fn read(be: &WgpuBackend, t: &Tensor) -> Result<Vec<u8>> {
-    if cfg!(target_arch = "wasm32") {
-        // The map below could never complete: the browser maps buffers from its event loop.
-        return Err(gpu_err(
-            "blocking reads are impossible in the browser: await read_f32_async / read_u32_async",
-        ));
-    }
-    let b = get(t)?;
-    let bytes = (t.numel() as u64) * 4;
-    if bytes == 0 {
-        return Ok(Vec::new());
-    }
-    // One staging buffer, grown on demand and reused: decode reads back a token id every step,
-    // and a fresh buffer per read would allocate in the token loop. The lock also serialises reads.
-    let mut cache = be.readback.lock().map_err(|_| gpu_err("readback lock poisoned"))?;
-    if cache.as_ref().is_none_or(|b| b.size() < words(bytes)) {
-        *cache = Some(be.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("readback"),
-            size: words(bytes).next_power_of_two().max(256),
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        }));
-    }
-    let staging = cache.as_ref().ok_or_else(|| gpu_err("readback buffer missing"))?;
-    {
-        let mut enc = be.encoder()?;
-        enc.host_access();
-        enc.commands()
-            .copy_buffer_to_buffer(&b.buffer, 0, staging, 0, words(bytes));
-        enc.flush();
-    }
-    let slice = staging.slice(..words(bytes));
-    let (tx, rx) = std::sync::mpsc::channel();
-    slice.map_async(wgpu::MapMode::Read, move |r| {
-        let _ = tx.send(r);
-    });
-    be.device
-        .poll(wgpu::PollType::wait_indefinitely())
-        .map_err(|e| gpu_err(format!("device poll: {e}")))?;
-    rx.recv()
-        .map_err(|_| gpu_err("readback callback dropped"))?
-        .map_err(|e| gpu_err(format!("readback map: {e}")))?;
-    let out = mapped_bytes(&slice, bytes);
-    staging.unmap();
-    out
-}
-
 /// The first `bytes` bytes of a mapped readback slice.
 pub(crate) fn mapped_bytes(slice: &wgpu::BufferSlice<'_>, bytes: u64) -> Result<Vec<u8>> {
     let view = slice

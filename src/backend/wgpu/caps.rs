@@ -22,7 +22,9 @@
 //! products with at least `kernels::MV_TALL_ROWS` rows, the LM head: default 4),
 //! `RILL_WGPU_MV_ROWS_SWIGLU` (of the fused SwiGLU products: default 4) and
 //! `RILL_WGPU_MV_LANES_LONG` (lanes per row group of rows of at least `kernels::MV_LONG_UNITS`
-//! units, the FFN down products: default 64), each following `RILL_WGPU_MV_ROWS` /
+//! units, the FFN down products: default 64), `RILL_WGPU_MV_MIN_WG` (a product with fewer
+//! workgroups than this doubles its lanes per row group, up to the workgroup, until it has them:
+//! `kernels::mv_lanes_spread`; default `MV_MIN_WG_DEFAULT`, 0 = off), each following `RILL_WGPU_MV_ROWS` /
 //! `RILL_WGPU_MV_LANES` when only those are set (H200, examples/mv_bench: the Q6_K head 357 -> 323
 //! us with 4 rows, the Q4_K SwiGLU 27.2 -> 26.0, the Q4_K down 20.6 -> 17.6 with 64 lanes, where
 //! the other shapes lose with either; formats decoded element by element take at most
@@ -331,6 +333,8 @@ pub(crate) struct Caps {
     pub mv_rows_swiglu: u32,
     /// Lanes per row group of the products whose rows are long (`kernels::mv_lanes`).
     pub mv_lanes_long: u32,
+    /// Workgroups a matrix-vector dispatch should have at least (`kernels::mv_lanes_spread`).
+    pub mv_min_wg: u32,
     /// Dispatches per submission.
     pub submit_every: u32,
     /// Dispatches in a recorded or replayed step's first submission.
@@ -353,6 +357,9 @@ pub(crate) const MV_LANES_DEFAULT: u32 = 32;
 pub(crate) const MV_ROWS_TALL_DEFAULT: u32 = 4;
 pub(crate) const MV_ROWS_SWIGLU_DEFAULT: u32 = 4;
 pub(crate) const MV_LANES_LONG_DEFAULT: u32 = 64;
+pub(crate) const MV_MIN_WG_DEFAULT: u32 = 0;
+/// `RILL_WGPU_MV_MIN_WG` at most (more only widens every small product to the workgroup).
+pub(crate) const MV_MIN_WG_MAX: u32 = 4096;
 pub(crate) const SUBMIT_EVERY_DEFAULT: u32 = 64;
 pub(crate) const SUBMIT_EVERY_MAX: u32 = 256;
 pub(crate) const SUBMIT_FIRST_DEFAULT: u32 = 16;
@@ -378,6 +385,8 @@ pub(crate) struct Overrides {
     pub mv_rows_tall: Option<u32>,
     pub mv_rows_swiglu: Option<u32>,
     pub mv_lanes_long: Option<u32>,
+    /// `RILL_WGPU_MV_MIN_WG` (see the module comment).
+    pub mv_min_wg: Option<u32>,
     /// `RILL_WGPU_SUBMIT_FIRST` (see the module comment).
     pub submit_first: Option<u32>,
     /// `RILL_WGPU_SHADER_CHECKS=1`: compile shaders with naga's runtime checks.
@@ -436,6 +445,7 @@ impl Overrides {
             mv_rows_tall: env_u32("RILL_WGPU_MV_ROWS_TALL"),
             mv_rows_swiglu: env_u32("RILL_WGPU_MV_ROWS_SWIGLU"),
             mv_lanes_long: env_u32("RILL_WGPU_MV_LANES_LONG"),
+            mv_min_wg: env_u32("RILL_WGPU_MV_MIN_WG"),
             submit_every: env_u32("RILL_WGPU_SUBMIT_EVERY"),
             submit_first: env_u32("RILL_WGPU_SUBMIT_FIRST"),
             shader_checks: env_flag("RILL_WGPU_SHADER_CHECKS"),
@@ -637,6 +647,7 @@ impl Caps {
             mv_lanes_long: lanes(ov.mv_lanes_long)
                 .or(lanes(ov.mv_lanes))
                 .unwrap_or(MV_LANES_LONG_DEFAULT.min(mv_wg)),
+            mv_min_wg: ov.mv_min_wg.map_or(MV_MIN_WG_DEFAULT, |n| n.min(MV_MIN_WG_MAX)),
             submit_every: ov
                 .submit_every
                 .map_or(SUBMIT_EVERY_DEFAULT, |n| n.clamp(1, SUBMIT_EVERY_MAX)),
@@ -667,7 +678,7 @@ impl Caps {
     }
 
     /// The tuning knobs' values, for `describe`.
-    fn knobs(&self) -> [u32; 8] {
+    fn knobs(&self) -> [u32; 9] {
         [
             self.mv_wg,
             self.mv_rows,
@@ -675,13 +686,14 @@ impl Caps {
             self.mv_rows_swiglu,
             self.mv_lanes,
             self.mv_lanes_long,
+            self.mv_min_wg,
             self.submit_every,
             self.submit_first,
         ]
     }
 
     /// The knobs' defaults (`knobs` order).
-    fn default_knobs(mv_wg: u32) -> [u32; 8] {
+    fn default_knobs(mv_wg: u32) -> [u32; 9] {
         [
             MV_WG_DEFAULT,
             MV_ROWS_DEFAULT,
@@ -689,6 +701,7 @@ impl Caps {
             MV_ROWS_SWIGLU_DEFAULT,
             MV_LANES_DEFAULT.min(mv_wg),
             MV_LANES_LONG_DEFAULT.min(mv_wg),
+            MV_MIN_WG_DEFAULT,
             SUBMIT_EVERY_DEFAULT,
             SUBMIT_FIRST_DEFAULT,
         ]
@@ -728,9 +741,9 @@ impl Caps {
             // The knobs only when set away from their defaults.
             match self.knobs() {
                 k if k == Caps::default_knobs(self.mv_wg) => String::new(),
-                [wg, rows, tall, swiglu, lanes, long, every, first] => format!(
+                [wg, rows, tall, swiglu, lanes, long, min_wg, every, first] => format!(
                     ", matvec workgroup {wg} rows {rows} (tall {tall}, swiglu {swiglu}) lanes {lanes} (long rows \
-                     {long}), submit every {every} (first {first})"
+                     {long}, spread to {min_wg} workgroups), submit every {every} (first {first})"
                 ),
             },
             if self.shader_checks {

@@ -383,13 +383,18 @@ impl<'a> Encoder<'a> {
 
     /// Submit everything recorded so far (the parameter arena first, then the commands).
     pub fn flush(&mut self) {
+        self.submit();
+    }
+
+    /// `flush`, returning the submission's index (`None` when nothing was pending).
+    pub fn submit(&mut self) -> Option<wgpu::SubmissionIndex> {
         self.st.pass = None;
         let st = &mut *self.st;
         st.submit_at = self.be.caps.submit_every;
         let Some(mut enc) = st.encoder.take() else {
             st.params.clear();
             st.in_submit = 0;
-            return;
+            return None;
         };
         let n_ts = if st.profile.pending.is_empty() {
             0
@@ -403,12 +408,13 @@ impl<'a> Encoder<'a> {
         if !st.params.is_empty() {
             self.be.queue.write_buffer(&st.param_buf, 0, &st.params);
         }
-        self.be.queue.submit([enc.finish()]);
+        let index = self.be.queue.submit([enc.finish()]);
         st.params.clear();
         st.in_submit = 0;
         if n_ts > 0 {
             collect_timestamps(self.be, &mut st.profile, n_ts);
         }
+        Some(index)
     }
 
     fn pipe(&mut self, kernel: Kernel, fmt: Option<GgmlType>) -> Result<Arc<Pipe>> {

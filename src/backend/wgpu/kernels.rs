@@ -245,6 +245,21 @@ pub(crate) fn mv_lanes(caps: &Caps, units: usize) -> u32 {
     knob.min(cover).min(caps.mv_wg).max(1)
 }
 
+/// Lanes per row group of a matrix-vector dispatch of `rows` rows of `units` units: `mv_lanes`,
+/// doubled (up to the workgroup and the row's cover) while the dispatch would have fewer than
+/// `Caps::mv_min_wg` workgroups. A small product (the MoE router: 256 f32 rows of 2048) then
+/// spreads over more of the GPU, each row's sum over more lanes.
+pub(crate) fn mv_lanes_spread(caps: &Caps, kernel: Kernel, ty: GgmlType, units: usize, rows: usize) -> u32 {
+    let cover = u32::try_from(units.max(1).next_power_of_two()).unwrap_or(u32::MAX);
+    let most = caps.mv_wg.min(cover);
+    let mut lanes = mv_lanes(caps, units);
+    let wgs = |lanes| (rows as u64).div_ceil(u64::from(mv_rows_per_wg(caps, kernel, ty, lanes).max(1)));
+    while lanes * 2 <= most && wgs(lanes) < u64::from(caps.mv_min_wg) {
+        lanes *= 2;
+    }
+    lanes
+}
+
 /// Output rows of one workgroup of matrix-vector `kernel` on format `ty` with `lanes` lanes per
 /// row group.
 pub(crate) fn mv_rows_per_wg(caps: &Caps, kernel: Kernel, ty: GgmlType, lanes: u32) -> u32 {
@@ -1185,6 +1200,37 @@ mod tests {
                 assert!(shared <= 16 << 10, "{what}: {shared} bytes of workgroup memory");
             }
         }
+    }
+
+    /// `mv_lanes_spread` widens a small product's row groups until it has the workgroups asked
+    /// for, never past the workgroup or the row's cover, and leaves everything alone when off.
+    #[test]
+    fn small_products_spread_their_lanes() {
+        use crate::backend::wgpu::caps::tests::caps;
+        use crate::backend::wgpu::caps::Overrides;
+        use crate::backend::Precision;
+        let with = |min_wg| {
+            caps(
+                wgpu::Features::SUBGROUP,
+                Precision::Exact,
+                false,
+                Overrides {
+                    mv_min_wg: min_wg,
+                    ..Default::default()
+                },
+            )
+        };
+        let (off, on) = (with(Some(0)), with(Some(132)));
+        let mv = Kernel::Matvec;
+        // The MoE router, 257 f32 rows of 2048 (256 units of 8, a long row): 64 lanes x 2 rows,
+        // two row groups per workgroup, 65 workgroups; spread, one row group, 129.
+        assert_eq!(mv_lanes_spread(&off, mv, GgmlType::F32, 256, 257), 64);
+        assert_eq!(mv_lanes_spread(&on, mv, GgmlType::F32, 256, 257), 128);
+        assert_eq!(mv_rows_per_wg(&on, mv, GgmlType::F32, 128), 2);
+        // Enough workgroups already (4096 rows / 8 = 512): unchanged.
+        assert_eq!(mv_lanes_spread(&on, mv, GgmlType::Q4K, 16, 4096), mv_lanes(&on, 16));
+        // A short row (2 units) covers only 2 lanes, however few the workgroups.
+        assert_eq!(mv_lanes_spread(&on, mv, GgmlType::F32, 2, 4), 2);
     }
 
     /// The fused decode kernels bind as many storage buffers as `caps` assumes when it picks

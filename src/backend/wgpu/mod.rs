@@ -10,6 +10,7 @@ pub(crate) mod caps;
 mod encoder;
 pub(crate) mod kernels;
 mod ops;
+mod readback;
 mod stream;
 #[cfg(target_arch = "wasm32")]
 mod web;
@@ -31,8 +32,8 @@ pub struct WgpuBackend {
     info: wgpu::AdapterInfo,
     pub(crate) caps: Caps,
     graveyard: Arc<buffer::Graveyard>,
-    /// Reused host-readback staging buffer (see `buffer::read`).
-    readback: Mutex<Option<wgpu::Buffer>>,
+    /// Reusable host-readback staging buffers (readback.rs).
+    readback: readback::Pool,
     state: Mutex<State>,
     /// The browser reports validation errors and a lost device through callbacks, not error
     /// scopes that could be waited on: the first one is kept here and fails the next read.
@@ -148,7 +149,7 @@ impl WgpuBackend {
             info,
             caps,
             graveyard: Arc::default(),
-            readback: Mutex::new(None),
+            readback: readback::Pool::default(),
             state: Mutex::new(state),
             #[cfg(target_arch = "wasm32")]
             device_error,
@@ -288,40 +289,49 @@ impl Backend for WgpuBackend {
             self, name, ggml_type, shape,
         )?)))
     }
-    // The browser cannot block on the device: its reads are awaited (`web::read`); native code
-    // keeps the blocking reads (the default async reads are ready futures of them).
+    // The browser cannot block on the device: its reads are awaited; native code keeps the
+    // blocking reads (the default async reads are ready futures of them).
     #[cfg(target_arch = "wasm32")]
     fn read_f32_async<'a>(&'a self, t: &'a Tensor) -> crate::backend::ReadFuture<'a, Vec<f32>> {
         Box::pin(async move {
             check::dtype("read_f32", "t", t, DType::F32)?;
-            Ok(web::le_words(&web::read(self, t).await?, f32::from_le_bytes))
+            Ok(readback::le_words(
+                &readback::read_async(self, t).await?,
+                f32::from_le_bytes,
+            ))
         })
     }
     #[cfg(target_arch = "wasm32")]
     fn read_u32_async<'a>(&'a self, t: &'a Tensor) -> crate::backend::ReadFuture<'a, Vec<u32>> {
         Box::pin(async move {
             check::dtype("read_u32", "t", t, DType::U32)?;
-            Ok(web::le_words(&web::read(self, t).await?, u32::from_le_bytes))
+            Ok(readback::le_words(
+                &readback::read_async(self, t).await?,
+                u32::from_le_bytes,
+            ))
         })
+    }
+    fn read_u32_ahead(&self, t: &Tensor) -> Result<crate::backend::ReadFuture<'_, Vec<u32>>> {
+        check::dtype("read_u32", "t", t, DType::U32)?;
+        let pending = readback::start(self, t)?;
+        Ok(Box::pin(async move {
+            let bytes = match pending {
+                Some(p) => p.wait_async(self).await?,
+                None => Vec::new(),
+            };
+            Ok(readback::le_words(&bytes, u32::from_le_bytes))
+        }))
     }
     fn write_u32(&self, t: &Tensor, data: &[u32]) -> Result<()> {
         buffer::write(self, t, DType::U32, bytemuck::cast_slice(data), data.len())
     }
     fn read_f32(&self, t: &Tensor) -> Result<Vec<f32>> {
         check::dtype("read_f32", "t", t, DType::F32)?;
-        let bytes = buffer::read(self, t)?;
-        Ok(bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
+        Ok(readback::le_words(&readback::read(self, t)?, f32::from_le_bytes))
     }
     fn read_u32(&self, t: &Tensor) -> Result<Vec<u32>> {
         check::dtype("read_u32", "t", t, DType::U32)?;
-        let bytes = buffer::read(self, t)?;
-        Ok(bytes
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect())
+        Ok(readback::le_words(&readback::read(self, t)?, u32::from_le_bytes))
     }
     fn zero(&self, t: &Tensor) -> Result<()> {
         buffer::zero(self, t)

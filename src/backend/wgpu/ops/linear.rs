@@ -189,7 +189,8 @@ fn matvec_group(
         .ok_or_else(|| gpu_err(format!("{op}: {} products in one dispatch", seg.len())))?;
     let units = m.n_in / kernels::mv_unit(m.ty);
     let caps = &be.caps;
-    let lanes = kernels::mv_lanes(caps, units);
+    let all_rows: usize = seg.iter().filter_map(|&j| ms[j]).map(|mj| mj.n_out).sum();
+    let lanes = kernels::mv_lanes_spread(caps, kernel, m.ty, units, all_rows);
     let per_wg = kernels::mv_rows_per_wg(caps, kernel, m.ty, lanes);
     // Rows and first workgroup per product; past the last product the first workgroup is the
     // total, which no workgroup reaches.
@@ -239,7 +240,11 @@ fn matvec_group(
 fn matvec(enc: &mut Encoder<'_>, kernel: Kernel, m: &Mm, ws: &[&Tensor], x: &Tensor, out: &Tensor) -> Result<()> {
     let units = m.n_in / kernels::mv_unit(m.ty);
     let caps = enc.be.caps;
-    let lanes = kernels::mv_lanes(&caps, units);
+    let lanes = match kernel {
+        // The planes' span follows the lanes (`mv_xq_span`): this kernel keeps its geometry.
+        Kernel::MatvecSwigluXq => kernels::mv_lanes(&caps, units),
+        _ => kernels::mv_lanes_spread(&caps, kernel, m.ty, units, m.n_out),
+    };
     let xq = mv_dot_x(enc, kernel, m, x)?;
     let x = xq.as_ref().unwrap_or(x);
     // After x's planes are taken: a new scratch buffer drops any recorded planes.
