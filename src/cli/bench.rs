@@ -199,12 +199,30 @@ fn measure(a: &BenchArgs, kind: &str, n: usize, mut f: impl FnMut(u64) -> Result
     if !a.no_warmup {
         f(0)?;
     }
+    let (cpu0, t0) = (thread_cpu_seconds(), Instant::now());
     let samples = (0..a.reps).map(|i| f(i as u64 + 1)).collect::<Result<Vec<_>>>()?;
+    // How busy the host thread was (recording, submitting, waiting by spinning): near 100% means
+    // the host, not the device, limits the test.
+    let busy = match (cpu0, thread_cpu_seconds()) {
+        (Some(c0), Some(c1)) => format!(
+            " (host thread busy {:.0}% of the time)",
+            100.0 * (c1 - c0) / t0.elapsed().as_secs_f64().max(1e-9)
+        ),
+        _ => String::new(),
+    };
     let row = Row {
         test: format!("{kind}{n}"),
         n,
         samples,
     };
-    eprintln!("{}: {:.2} ± {:.2} tokens/s", row.test, row.mean(), row.std());
+    eprintln!("{}: {:.2} ± {:.2} tokens/s{busy}", row.test, row.mean(), row.std());
     Ok(row)
+}
+
+/// CPU time this thread has run, in seconds (Linux: /proc/thread-self/schedstat, nanoseconds);
+/// `None` elsewhere.
+fn thread_cpu_seconds() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns: f64 = s.split_whitespace().next()?.parse().ok()?;
+    Some(ns * 1e-9)
 }
