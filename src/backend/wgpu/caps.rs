@@ -31,7 +31,9 @@
 //! `kernels::MV_GENERIC_MAX_ROWS` rows); `RILL_WGPU_SUBMIT_EVERY` (dispatches per submission,
 //! 1..=256; default 64) and `RILL_WGPU_SUBMIT_FIRST` (dispatches in a decode step's first
 //! submission, so that the GPU, idle while the host read the last token, starts before the step
-//! is encoded; 1..=256, default `SUBMIT_FIRST_DEFAULT`). Values the kernels do not take keep the
+//! is encoded; 1..=256, default `SUBMIT_FIRST_DEFAULT`) and `RILL_WGPU_SUBMIT_AHEAD` (dispatches
+//! per submission of a decode step that starts while the device still runs the step before, the
+//! executor one step ahead: 1..=256, default `SUBMIT_AHEAD_DEFAULT`). Values the kernels do not take keep the
 //! default. `RILL_WGPU_FUSE=0` turns the fused decode dispatches of the table above off (one
 //! dispatch per product and per step, as before them), to measure what they gain; `RILL_WGPU_MOE_SHARED=0` only the MoE shared expert's
 //! (and the routing's); `RILL_WGPU_ATT_GATE=0` only the attention gate's and `RILL_WGPU_SWIGLU_XQ=0`
@@ -339,6 +341,9 @@ pub(crate) struct Caps {
     pub submit_every: u32,
     /// Dispatches in a recorded or replayed step's first submission.
     pub submit_first: u32,
+    /// Dispatches per submission of a step that starts while the device still runs the one
+    /// before (the executor one step ahead: nothing waits for the first submission).
+    pub submit_ahead: u32,
     /// Compile shaders with naga's runtime checks (bounds clamps, loop counters).
     pub shader_checks: bool,
     /// Q4_K and Q6_K decode products on packed integer dot products (`mv_q4_k_dot.wgsl`, x quantized
@@ -357,12 +362,18 @@ pub(crate) const MV_LANES_DEFAULT: u32 = 32;
 pub(crate) const MV_ROWS_TALL_DEFAULT: u32 = 4;
 pub(crate) const MV_ROWS_SWIGLU_DEFAULT: u32 = 4;
 pub(crate) const MV_LANES_LONG_DEFAULT: u32 = 64;
-pub(crate) const MV_MIN_WG_DEFAULT: u32 = 0;
+/// H200 (132 SMs), tg128 with the host one step ahead and 256 dispatches per submission: 35B-A3B
+/// 222.6 -> 226.3 t/s (its 256-row F32 router: 65 -> 129 workgroups), 9B 233.2 -> 233.6.
+pub(crate) const MV_MIN_WG_DEFAULT: u32 = 132;
 /// `RILL_WGPU_MV_MIN_WG` at most (more only widens every small product to the workgroup).
 pub(crate) const MV_MIN_WG_MAX: u32 = 4096;
 pub(crate) const SUBMIT_EVERY_DEFAULT: u32 = 64;
 pub(crate) const SUBMIT_EVERY_MAX: u32 = 256;
 pub(crate) const SUBMIT_FIRST_DEFAULT: u32 = 16;
+/// H200, tg128 with the host one step ahead (interleaved medians): 64 -> 256 dispatches per
+/// submission, 35B-A3B 215.1 -> 222.6 t/s, 9B 228.1 -> 233.2 (one step at a time, 256 loses:
+/// the device waits for the first submission).
+pub(crate) const SUBMIT_AHEAD_DEFAULT: u32 = 256;
 
 /// Environment switches, read once.
 #[derive(Debug, Clone, Copy, Default)]
@@ -387,8 +398,9 @@ pub(crate) struct Overrides {
     pub mv_lanes_long: Option<u32>,
     /// `RILL_WGPU_MV_MIN_WG` (see the module comment).
     pub mv_min_wg: Option<u32>,
-    /// `RILL_WGPU_SUBMIT_FIRST` (see the module comment).
+    /// `RILL_WGPU_SUBMIT_FIRST` and `RILL_WGPU_SUBMIT_AHEAD` (see the module comment).
     pub submit_first: Option<u32>,
+    pub submit_ahead: Option<u32>,
     /// `RILL_WGPU_SHADER_CHECKS=1`: compile shaders with naga's runtime checks.
     pub shader_checks: bool,
     /// `RILL_WGPU_FUSE=0`: no fused decode dispatches.
@@ -448,6 +460,7 @@ impl Overrides {
             mv_min_wg: env_u32("RILL_WGPU_MV_MIN_WG"),
             submit_every: env_u32("RILL_WGPU_SUBMIT_EVERY"),
             submit_first: env_u32("RILL_WGPU_SUBMIT_FIRST"),
+            submit_ahead: env_u32("RILL_WGPU_SUBMIT_AHEAD"),
             shader_checks: env_flag("RILL_WGPU_SHADER_CHECKS"),
             no_fuse: std::env::var_os("RILL_WGPU_FUSE").is_some_and(|v| v == "0"),
             no_moe_shared: std::env::var_os("RILL_WGPU_MOE_SHARED").is_some_and(|v| v == "0"),
@@ -654,6 +667,9 @@ impl Caps {
             submit_first: ov
                 .submit_first
                 .map_or(SUBMIT_FIRST_DEFAULT, |n| n.clamp(1, SUBMIT_EVERY_MAX)),
+            submit_ahead: ov
+                .submit_ahead
+                .map_or(SUBMIT_AHEAD_DEFAULT, |n| n.clamp(1, SUBMIT_EVERY_MAX)),
             shader_checks: ov.shader_checks,
             mv_dot: ov.mv_dot.unwrap_or(dot4),
             dot4_native: dot4,
@@ -678,7 +694,7 @@ impl Caps {
     }
 
     /// The tuning knobs' values, for `describe`.
-    fn knobs(&self) -> [u32; 9] {
+    fn knobs(&self) -> [u32; 10] {
         [
             self.mv_wg,
             self.mv_rows,
@@ -689,11 +705,12 @@ impl Caps {
             self.mv_min_wg,
             self.submit_every,
             self.submit_first,
+            self.submit_ahead,
         ]
     }
 
     /// The knobs' defaults (`knobs` order).
-    fn default_knobs(mv_wg: u32) -> [u32; 9] {
+    fn default_knobs(mv_wg: u32) -> [u32; 10] {
         [
             MV_WG_DEFAULT,
             MV_ROWS_DEFAULT,
@@ -704,6 +721,7 @@ impl Caps {
             MV_MIN_WG_DEFAULT,
             SUBMIT_EVERY_DEFAULT,
             SUBMIT_FIRST_DEFAULT,
+            SUBMIT_AHEAD_DEFAULT,
         ]
     }
 
@@ -741,9 +759,9 @@ impl Caps {
             // The knobs only when set away from their defaults.
             match self.knobs() {
                 k if k == Caps::default_knobs(self.mv_wg) => String::new(),
-                [wg, rows, tall, swiglu, lanes, long, min_wg, every, first] => format!(
+                [wg, rows, tall, swiglu, lanes, long, min_wg, every, first, ahead] => format!(
                     ", matvec workgroup {wg} rows {rows} (tall {tall}, swiglu {swiglu}) lanes {lanes} (long rows \
-                     {long}, spread to {min_wg} workgroups), submit every {every} (first {first})"
+                     {long}, spread to {min_wg} workgroups), submit every {every} (first {first}, ahead {ahead})"
                 ),
             },
             if self.shader_checks {

@@ -202,9 +202,12 @@ pub(crate) struct State {
     param_buf: wgpu::Buffer,
     param_stride: u64,
     in_submit: u32,
-    /// Dispatches after which the open submission goes: `Caps::submit_every`, or
+    /// Dispatches after which the open submission goes: `submit_every`, or
     /// `Caps::submit_first` from a step's start to its first submission.
     submit_at: u32,
+    /// Dispatches per submission now: `Caps::submit_every`, or `Caps::submit_ahead` inside a step
+    /// that started while a read started ahead was pending (the device still busy).
+    submit_every: u32,
     /// Ops' persistent intermediates by slot name (`Encoder::scratch`).
     scratch: HashMap<&'static str, Arc<WgpuBuffer>>,
     /// The norm output whose packed-dot planes are current (`Encoder::set_dot_x`).
@@ -263,6 +266,7 @@ impl State {
             param_stride,
             in_submit: 0,
             submit_at: submit_every,
+            submit_every,
             scratch: HashMap::new(),
             dot_x: None,
             profile: Profiler {
@@ -390,7 +394,7 @@ impl<'a> Encoder<'a> {
     pub fn submit(&mut self) -> Option<wgpu::SubmissionIndex> {
         self.st.pass = None;
         let st = &mut *self.st;
-        st.submit_at = self.be.caps.submit_every;
+        st.submit_at = st.submit_every;
         let Some(mut enc) = st.encoder.take() else {
             st.params.clear();
             st.in_submit = 0;
@@ -749,8 +753,17 @@ impl<'a> Encoder<'a> {
     pub fn step_begin(&mut self, key: u64) -> Result<bool> {
         self.st.steps.active = None;
         // The GPU is idle while the host reads a step's result: the next step's first dispatches
-        // go as soon as `submit_first` of them are encoded (what is pending is counted in).
-        self.st.submit_at = self.be.caps.submit_first;
+        // go as soon as `submit_first` of them are encoded (what is pending is counted in). When
+        // the executor runs a step ahead, the device still has the last step's work: nothing
+        // waits for this one's first submission, and fewer, larger submissions cost less.
+        let caps = &self.be.caps;
+        if self.be.reads_ahead_pending() {
+            self.st.submit_every = caps.submit_ahead;
+            self.st.submit_at = caps.submit_ahead;
+        } else {
+            self.st.submit_every = caps.submit_every;
+            self.st.submit_at = caps.submit_first;
+        }
         // A replay runs no op code (nothing tracks the planes): a step uses only planes of its own
         // norms, and none survive a step's boundary.
         self.st.dot_x = None;
@@ -777,6 +790,7 @@ impl<'a> Encoder<'a> {
     /// End the step being recorded; keep it for replay when it completed and stayed replayable.
     pub fn step_end(&mut self, key: u64, ok: bool) {
         self.st.dot_x = None;
+        self.st.submit_every = self.be.caps.submit_every;
         // Another thread's recording is not this call's to end.
         if self.st.steps.active.as_mut().and_then(Active::mine).is_none() {
             return;

@@ -15,6 +15,7 @@ mod stream;
 #[cfg(target_arch = "wasm32")]
 mod web;
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::backend::{
@@ -34,11 +35,29 @@ pub struct WgpuBackend {
     graveyard: Arc<buffer::Graveyard>,
     /// Reusable host-readback staging buffers (readback.rs).
     readback: readback::Pool,
+    /// Reads started ahead (`Backend::read_u32_ahead`) not yet waited for.
+    ahead: Arc<AtomicUsize>,
     state: Mutex<State>,
     /// The browser reports validation errors and a lost device through callbacks, not error
     /// scopes that could be waited on: the first one is kept here and fails the next read.
     #[cfg(target_arch = "wasm32")]
     device_error: Arc<Mutex<Option<String>>>,
+}
+
+/// One read started ahead, counted in `WgpuBackend::ahead` while it lives.
+struct AheadCount(Arc<AtomicUsize>);
+
+impl AheadCount {
+    fn new(n: &Arc<AtomicUsize>) -> AheadCount {
+        n.fetch_add(1, Ordering::Relaxed);
+        AheadCount(Arc::clone(n))
+    }
+}
+
+impl Drop for AheadCount {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 pub(crate) fn gpu_err(msg: impl std::fmt::Display) -> Error {
@@ -150,6 +169,7 @@ impl WgpuBackend {
             caps,
             graveyard: Arc::default(),
             readback: readback::Pool::default(),
+            ahead: Arc::default(),
             state: Mutex::new(state),
             #[cfg(target_arch = "wasm32")]
             device_error,
@@ -165,6 +185,11 @@ impl WgpuBackend {
     pub(crate) fn encoder(&self) -> Result<Encoder<'_>> {
         let st = self.state.lock().map_err(|_| gpu_err("recorder lock poisoned"))?;
         Ok(Encoder::new(self, st))
+    }
+
+    /// Whether a read started ahead is pending: the device may still be running the step before.
+    pub(crate) fn reads_ahead_pending(&self) -> bool {
+        self.ahead.load(Ordering::Relaxed) > 0
     }
 
     /// Whether the adapter is a CPU emulation (lavapipe, SwiftShader, WARP).
@@ -314,7 +339,10 @@ impl Backend for WgpuBackend {
     fn read_u32_ahead(&self, t: &Tensor) -> Result<crate::backend::ReadFuture<'_, Vec<u32>>> {
         check::dtype("read_u32", "t", t, DType::U32)?;
         let pending = readback::start(self, t)?;
+        // Counted until the future is done or dropped (`reads_ahead_pending`).
+        let counted = AheadCount::new(&self.ahead);
         Ok(Box::pin(async move {
+            let _counted = counted;
             let bytes = match pending {
                 Some(p) => p.wait_async(self).await?,
                 None => Vec::new(),
