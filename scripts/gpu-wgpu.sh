@@ -14,7 +14,8 @@
 #      70-token prefill, and 8 tokens decoded through recorded steps);
 #   4. RILL_PROFILE=1 decode runs (per-kernel GPU time and GB/s) of 9B q4_k_m and 35B-A3B, a
 #      9B q4_k_m decode with the tuning knobs (RILL_WGPU_FUSE, RILL_WGPU_MV_WG,
-#      RILL_WGPU_SUBMIT_EVERY) moved, 35B-A3B decode with RILL_WGPU_MOE_SHARED=0, a
+#      RILL_WGPU_SUBMIT_AHEAD, RILL_WGPU_MV_MIN_WG) moved, decode one step at a time
+#      (RILL_DECODE_AHEAD=0), 35B-A3B decode with RILL_WGPU_MOE_SHARED=0, a
 #      Fast prefill profile of 9B q4_k_m, and 9B q4_k_m on the plain kernels (RILL_WGPU_PLAIN=1);
 #   5. a summary, printed last.
 # Everything lands in ONE file, $OUT/wgpu.tar.gz (logs, bench JSON, profiles, summary.txt),
@@ -235,14 +236,18 @@ profile() { # SHAPE QUANT TAG CAP [rill bench args...]
 profile qwen3.5-9b q4_k_m decode 40 -p "" -n 32
 profile qwen3.5-35b-a3b q4_k_m decode 40 -p "" -n 32
 # The fused decode dispatches off (RILL_WGPU_FUSE=0) and shaders compiled with naga's runtime
-# checks (RILL_WGPU_SHADER_CHECKS=1) against the defaults, and the submission knob
-# (src/backend/wgpu/caps.rs; default every 64): 9B q4_k_m decode.
+# checks (RILL_WGPU_SHADER_CHECKS=1) against the defaults, the submission and spread knobs
+# (src/backend/wgpu/caps.rs; a step ahead submits every 256, small products spread to 132
+# workgroups) and the host one step at a time (RILL_DECODE_AHEAD=0): 9B q4_k_m decode.
 # The defaults at tg64 -r 1, the A/Bs' baseline (tg128 above includes no step recording).
 bench qwen3.5-9b q4_k_m tg64 30 -p "" -n 64 -r 1
 bench qwen3.5-35b-a3b q4_k_m tg64 30 -p "" -n 64 -r 1
 RILL_WGPU_FUSE=0 bench qwen3.5-9b q4_k_m nofuse 30 -p "" -n 64 -r 1
 RILL_WGPU_SHADER_CHECKS=1 bench qwen3.5-9b q4_k_m checks 30 -p 102 -n 64 -r 1
-RILL_WGPU_SUBMIT_EVERY=256 bench qwen3.5-9b q4_k_m submit256 30 -p "" -n 64 -r 1
+RILL_WGPU_SUBMIT_AHEAD=64 bench qwen3.5-9b q4_k_m ahead64 30 -p "" -n 64 -r 1
+RILL_WGPU_MV_MIN_WG=0 bench qwen3.5-35b-a3b q4_k_m nospread 30 -p "" -n 64 -r 1
+RILL_DECODE_AHEAD=0 bench qwen3.5-9b q4_k_m sync 30 -p "" -n 64 -r 1
+RILL_DECODE_AHEAD=0 bench qwen3.5-35b-a3b q4_k_m sync 30 -p "" -n 64 -r 1
 RILL_WGPU_MV_DOT=0 bench qwen3.5-9b q4_k_m nodot 30 -p "" -n 64 -r 1
 RILL_WGPU_MV_DOT=0 bench qwen3.5-35b-a3b q4_k_m nodot 30 -p "" -n 64 -r 1
 # The MoE shared expert in dispatches of its own (RILL_WGPU_MOE_SHARED=0), against the default

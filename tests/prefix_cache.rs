@@ -9,7 +9,7 @@ mod common;
 use std::path::Path;
 
 use rill::backend::{self, Backend};
-use rill::cache::{model_fingerprint, read_state, write_state, Engine, Flow, PrefixCache};
+use rill::cache::{model_fingerprint, read_state, write_state, Engine, Finish, Flow, PrefixCache};
 use rill::exec::{Logits, Model, Snapshot};
 use rill::gguf::GgufFile;
 use rill::sample::{Sampler, SamplerConfig};
@@ -309,4 +309,44 @@ fn state_files_round_trip_and_refuse_other_models_and_damage() {
         .expect("a directory"));
     assert!(e.contains("not a regular file"), "{e}");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Greedy generation runs the host one step ahead (`Model::generate_greedy`): a generation the
+/// callback stops has already fed the token it stopped at. The engine must count that token as
+/// consumed, so a follow-up prompt that extends the reply resumes the live session and continues
+/// exactly as a cold run does.
+#[test]
+fn a_stopped_generation_leaves_a_session_that_continues_exactly() {
+    for be in backend_names() {
+        let (a, b) = prompts();
+        let mut warm = Engine::new(load(be, "tiny-dense.F16.gguf"), 512, 64 << 20, 0).expect("engine");
+        let mut cold = Engine::new(load(be, "tiny-dense.F16.gguf"), 512, 0, 0).expect("engine");
+        let greedy = || Sampler::new(SamplerConfig::greedy()).expect("sampler");
+        let mut count = 0;
+        let out = warm
+            .generate(&a, &[], 10, &mut greedy(), &|_| false, &mut |_| {
+                count += 1;
+                Ok(if count == 3 { Flow::Stop } else { Flow::Continue })
+            })
+            .expect("generate");
+        assert_eq!(out.generated.len(), 3, "{be}");
+        assert_eq!(out.finish, Finish::Stopped, "{be}");
+        let mut next = a.clone();
+        next.extend(&out.generated);
+        next.extend(&b[..8]);
+        let go = &mut |_| Ok(Flow::Continue);
+        let w = warm
+            .generate(&next, &[], 6, &mut greedy(), &|_| false, go)
+            .expect("warm");
+        let c = cold
+            .generate(&next, &[], 6, &mut greedy(), &|_| false, go)
+            .expect("cold");
+        assert_eq!(
+            w.cached_tokens,
+            a.len() + 3,
+            "{be}: the live session holds the prompt and the reply"
+        );
+        assert_eq!(c.cached_tokens, 0, "{be}");
+        assert_eq!(w.generated, c.generated, "{be}: the continuation must equal a cold run");
+    }
 }

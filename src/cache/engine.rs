@@ -183,27 +183,52 @@ impl Engine {
         let t1 = Instant::now();
 
         let mut generated = Vec::new();
-        let finish = loop {
-            if is_eog(next) {
-                break Finish::Eog;
+        // What ends generation after `t` was sampled, if anything (the token is kept unless EOG).
+        let mut check = |t: u32, generated: &mut Vec<u32>| -> Result<Option<Finish>> {
+            if is_eog(t) {
+                return Ok(Some(Finish::Eog));
             }
-            generated.push(next);
-            if on_token(next)? == Flow::Stop {
-                break Finish::Stopped;
+            generated.push(t);
+            if on_token(t)? == Flow::Stop {
+                return Ok(Some(Finish::Stopped));
             }
-            if generated.len() >= max_new {
-                break Finish::Length;
-            }
-            let fed = next;
-            next = if sampler.is_greedy() {
-                let t = self.model.decode_greedy(&mut self.session, fed)?;
-                sampler.accept(t);
-                t
-            } else {
+            Ok((generated.len() >= max_new).then_some(Finish::Length))
+        };
+        let finish = if let Some(f) = check(next, &mut generated)? {
+            f
+        } else if sampler.is_greedy() {
+            // The host one step ahead of the device (`Model::generate_greedy`). The session then
+            // also consumes the token generation stopped at (its step was already enqueued):
+            // `self.tokens` follows what it consumed.
+            let pos0 = self.session.pos;
+            let mut finish = Finish::Length;
+            let toks = self
+                .model
+                .generate_greedy(&mut self.session, next, max_new - generated.len(), &mut |t| {
+                    sampler.accept(t);
+                    Ok(match check(t, &mut generated)? {
+                        Some(f) => {
+                            finish = f;
+                            false
+                        }
+                        None => true,
+                    })
+                })?;
+            let fed = self.session.pos - pos0;
+            self.tokens.push(next);
+            self.tokens
+                .extend_from_slice(&toks[..fed.saturating_sub(1).min(toks.len())]);
+            finish
+        } else {
+            loop {
+                let fed = next;
                 let logits = self.model.decode(&mut self.session, fed)?;
-                sampler.sample(&logits)?
-            };
-            self.tokens.push(fed);
+                next = sampler.sample(&logits)?;
+                self.tokens.push(fed);
+                if let Some(f) = check(next, &mut generated)? {
+                    break f;
+                }
+            }
         };
         Ok(Outcome {
             prompt_tokens: prompt.len(),

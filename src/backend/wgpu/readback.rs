@@ -54,7 +54,9 @@ impl Pool {
 pub(super) struct Pending {
     staging: wgpu::Buffer,
     bytes: u64,
-    /// The submission holding the copy (waited for alone, not the work queued after it).
+    /// The submission holding the copy (waited for alone, not the work queued after it; the
+    /// browser resolves the map from its event loop instead).
+    #[cfg_attr(target_arch = "wasm32", allow(dead_code))]
     index: Option<wgpu::SubmissionIndex>,
     mapped: MapDone,
 }
