@@ -114,7 +114,8 @@ wgpu="RILL_TEST_BACKENDS=wgpu"
 #  - fast precision with the cooperative-matrix kernel emulated (lavapipe has no tensor cores).
 plain="$wgpu RILL_WGPU_PLAIN=1"
 off="RILL_WGPU_MOE_ROUTE=1" # the fused path off by default (caps.rs)
-mv_a="$wgpu RILL_WGPU_MV_DOT=1 $off RILL_WGPU_SWIGLU_XQ=0 RILL_WGPU_MV_WG=64 RILL_WGPU_MV_ROWS=1 RILL_WGPU_MV_LANES=1"
+# (RILL_WGPU_MV_MIN_WG=0: small products would otherwise widen their one lane again.)
+mv_a="$wgpu RILL_WGPU_MV_DOT=1 $off RILL_WGPU_SWIGLU_XQ=0 RILL_WGPU_MV_WG=64 RILL_WGPU_MV_ROWS=1 RILL_WGPU_MV_LANES=1 RILL_WGPU_MV_MIN_WG=0"
 mv_b="$wgpu RILL_WGPU_MV_DOT=1 $off RILL_WGPU_SWIGLU_XQ=1 RILL_WGPU_PLAIN=1 RILL_WGPU_MV_WG=256 RILL_WGPU_MV_ROWS=8 RILL_WGPU_MV_LANES=256"
 narrow="$wgpu RILL_WGPU_MAX_STORAGE=8"
 # Longest first (minutes on a 2-core machine, roughly): the end-to-end runs, the MoE and synth

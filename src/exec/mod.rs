@@ -87,16 +87,6 @@ enum Head {
     LastArgmax,
 }
 
-/// What a forward step returns.
-/// Where a greedy decode step's token id comes from.
-#[derive(Clone, Copy)]
-enum Feed {
-    /// Written from the host.
-    Host(u32),
-    /// The previous greedy step's argmax, copied on the device.
-    Device,
-}
-
 /// The token of a greedy step's argmax read-back.
 fn greedy_token(v: &[u32]) -> Result<u32> {
     match v.first() {
@@ -106,6 +96,7 @@ fn greedy_token(v: &[u32]) -> Result<u32> {
     }
 }
 
+/// What a forward step returns.
 enum StepOut {
     None,
     Logits(Vec<f32>),
@@ -247,9 +238,12 @@ impl Model {
             }
             return Ok(out);
         }
-        let mut pending = self.enqueue_greedy(s, Feed::Host(first))?;
+        // The token each step is fed, on the device: this generation's own, so another thread's
+        // steps on the shared scratch between two of ours cannot change it.
+        let carry = self.backend.upload_u32(&[first], &[1])?;
+        let mut pending = self.enqueue_greedy(s, &carry)?;
         loop {
-            let next = (out.len() + 1 < n).then(|| self.enqueue_greedy(s, Feed::Device));
+            let next = (out.len() + 1 < n).then(|| self.enqueue_greedy(s, &carry));
             // This step's result first: a non-finite argmax is the error to report, not what the
             // next step (fed that sentinel) made of it.
             let tok = greedy_token(&pollster::block_on(pending)?)?;
@@ -437,25 +431,21 @@ impl Model {
         Ok(())
     }
 
-    /// Enqueue one greedy decode step fed `feed` and start reading its token back
-    /// (`Backend::read_u32_ahead`); the session advances by one position.
-    fn enqueue_greedy(&self, s: &mut Session, feed: Feed) -> Result<ReadFuture<'_, Vec<u32>>> {
+    /// Enqueue one greedy decode step fed the token in `carry` (U32 `[1]`, on the device), leave
+    /// its argmax there for the next step, and start reading that token back
+    /// (`Backend::read_u32_ahead`); the session advances by one position. Everything is enqueued
+    /// under the state lock, so the steps of other threads cannot come in between.
+    fn enqueue_greedy(&self, s: &mut Session, carry: &Tensor) -> Result<ReadFuture<'_, Vec<u32>>> {
         self.check_room(s, 1)?;
         let be = self.backend.as_ref();
         let mut guard = self.lock()?;
-        let sc: &Scratch = match feed {
-            Feed::Host(token) => self.prepare(&mut guard, s, &[token])?,
-            Feed::Device => {
-                let sc = guard.scratch(be, &self.config, 1)?;
-                // The previous step's argmax (this one-token scratch's) is this step's token.
-                be.copy(&sc.head_last.argmax, &sc.ids)?;
-                self.write_pos(sc, s)?;
-                sc
-            }
-        };
+        let sc: &Scratch = guard.scratch(be, &self.config, 1)?;
+        be.copy(carry, &sc.ids)?;
+        self.write_pos(sc, s)?;
         self.run_step(s, sc, Head::LastArgmax)?;
         s.pos += 1;
-        be.read_u32_ahead(&sc.head_last.argmax)
+        be.copy(&sc.head_last.argmax, carry)?;
+        be.read_u32_ahead(carry)
     }
 
     /// Run `tokens` through the layers and the head, continuing from `s`, and read back what
