@@ -332,6 +332,9 @@ impl Pinned {
         let mut p = ptr::null_mut();
         // SAFETY: writes one pointer to `len` bytes of page-locked memory.
         check(unsafe { sys::cuMemAllocHost_v2(&mut p, len.max(1)) }, "cuMemAllocHost")?;
+        // Zeroed once, so every byte `bytes` can hand out is initialised.
+        // SAFETY: `p` points to `len.max(1)` writable bytes.
+        unsafe { std::ptr::write_bytes(p as *mut u8, 0, len.max(1)) };
         Ok(Pinned {
             ptr: p,
             len: len.max(1),
@@ -342,10 +345,10 @@ impl Pinned {
         self.len
     }
 
-    /// The first `n` bytes (`n <= len`); only read after the copy into them has completed.
+    /// The first `n` bytes (at most `len`): what a copy into them left once it has completed.
     pub(crate) fn bytes(&self, n: usize) -> &[u8] {
-        // SAFETY: `ptr` holds `len` initialised bytes (the driver zero-fills nothing, but every
-        // read follows a completed copy of at least `n` bytes).
+        // SAFETY: `ptr` holds `len` initialised bytes (zeroed at allocation); the caller reads
+        // them only after the copy that writes them has completed (`Event::sync`).
         unsafe { std::slice::from_raw_parts(self.ptr as *const u8, n.min(self.len)) }
     }
 

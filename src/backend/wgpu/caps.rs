@@ -24,8 +24,8 @@
 //! `RILL_WGPU_MV_LANES_LONG` (lanes per row group of rows of at least `kernels::MV_LONG_UNITS`
 //! units, the FFN down products: default 64), `RILL_WGPU_MV_MIN_WG` (a product with fewer
 //! workgroups than this doubles its lanes per row group, up to the workgroup, until it has them:
-//! `kernels::mv_lanes_spread`; default `MV_MIN_WG_DEFAULT`, 0 = off), each following `RILL_WGPU_MV_ROWS` /
-//! `RILL_WGPU_MV_LANES` when only those are set (H200, examples/mv_bench: the Q6_K head 357 -> 323
+//! `kernels::mv_lanes_spread`; default `MV_MIN_WG_DEFAULT`, 0 = off), each following
+//! `RILL_WGPU_MV_ROWS` / `RILL_WGPU_MV_LANES` when only those are set (H200, examples/mv_bench: the Q6_K head 357 -> 323
 //! us with 4 rows, the Q4_K SwiGLU 27.2 -> 26.0, the Q4_K down 20.6 -> 17.6 with 64 lanes, where
 //! the other shapes lose with either; formats decoded element by element take at most
 //! `kernels::MV_GENERIC_MAX_ROWS` rows); `RILL_WGPU_SUBMIT_EVERY` (dispatches per submission,
@@ -33,8 +33,8 @@
 //! submission, so that the GPU, idle while the host read the last token, starts before the step
 //! is encoded; 1..=256, default `SUBMIT_FIRST_DEFAULT`) and `RILL_WGPU_SUBMIT_AHEAD` (dispatches
 //! per submission of a decode step that starts while the device still runs the step before, the
-//! executor one step ahead: 1..=256, default `SUBMIT_AHEAD_DEFAULT`). Values the kernels do not take keep the
-//! default. `RILL_WGPU_FUSE=0` turns the fused decode dispatches of the table above off (one
+//! executor one step ahead: 1..=256, default `SUBMIT_AHEAD_DEFAULT`). Values the kernels do not
+//! take keep the default. `RILL_WGPU_FUSE=0` turns the fused decode dispatches of the table above off (one
 //! dispatch per product and per step, as before them), to measure what they gain; `RILL_WGPU_MOE_SHARED=0` only the MoE shared expert's
 //! (and the routing's); `RILL_WGPU_ATT_GATE=0` only the attention gate's and `RILL_WGPU_SWIGLU_XQ=0`
 //! only the SwiGLU's planes (below); `RILL_WGPU_ATT_TILED=0` runs the prefill attention a workgroup
