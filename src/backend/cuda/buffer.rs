@@ -242,7 +242,7 @@ impl Inner {
             Some(s) => s,
             None => AheadSlot {
                 host: driver::Pinned::new(n.max(256))?,
-                done: driver::Event::new()?,
+                done: driver::Event::new_blocking()?,
             },
         };
         slot.host.dtoh_async(p, n, &self.stream)?;

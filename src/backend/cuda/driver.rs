@@ -458,6 +458,18 @@ impl Event {
         check(unsafe { sys::cuEventRecord(self.0, stream) }, "cuEventRecord")
     }
 
+    /// An event the host waits for by sleeping (not spinning, the driver's default) and that
+    /// takes no timestamps: for reads started ahead, where the device has the next step queued
+    /// and the wake-up latency costs nothing, so a generating process does not hold a core busy.
+    pub(crate) fn new_blocking() -> Result<Event> {
+        use sys::CUevent_flags as F;
+        let flags = F::CU_EVENT_BLOCKING_SYNC as u32 | F::CU_EVENT_DISABLE_TIMING as u32;
+        let mut e = ptr::null_mut();
+        // SAFETY: writes one handle.
+        check(unsafe { sys::cuEventCreate(&mut e, flags) }, "cuEventCreate")?;
+        Ok(Event(e))
+    }
+
     /// Block until the work before the event's record is done.
     pub(crate) fn sync(&self) -> Result<()> {
         // SAFETY: valid event.
