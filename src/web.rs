@@ -399,29 +399,54 @@ impl Engine {
         fed.extend_from_slice(new);
         let mut dec = tokenizer.stream_decoder(false);
         let mut generated = 0;
-        let finish = loop {
+        // Shows one generated token; what ends generation after it, if anything.
+        let mut show = |t: u32| {
             generated += 1;
-            let piece = dec.push(next);
-            let _ = on_token.call2(&JsValue::NULL, &next.into(), &JsValue::from_str(&piece));
-            if tokenizer.is_eog(next) {
-                break Finish::Eog;
-            }
-            if generated >= max_tokens {
-                break Finish::Length;
-            }
-            if self.stop.get() {
-                break Finish::Stopped;
-            }
-            let token = next;
-            next = if sampler.is_greedy() {
-                let t = model.decode_greedy_async(session, token).await?;
-                sampler.accept(t);
-                t
+            let piece = dec.push(t);
+            let _ = on_token.call2(&JsValue::NULL, &t.into(), &JsValue::from_str(&piece));
+            if tokenizer.is_eog(t) {
+                Some(Finish::Eog)
+            } else if generated >= max_tokens {
+                Some(Finish::Length)
+            } else if self.stop.get() {
+                Some(Finish::Stopped)
             } else {
+                None
+            }
+        };
+        let finish = if let Some(f) = show(next) {
+            f
+        } else if sampler.is_greedy() {
+            // The host one step ahead of the device (`Model::generate_greedy_async`): the session
+            // also consumes the token generation stopped at, and `fed` follows what it consumed.
+            let pos0 = session.pos;
+            let mut finish = Finish::Length;
+            let toks = model
+                .generate_greedy_async(session, next, max_tokens - 1, &mut |t| {
+                    sampler.accept(t);
+                    Ok(match show(t) {
+                        Some(f) => {
+                            finish = f;
+                            false
+                        }
+                        None => true,
+                    })
+                })
+                .await?;
+            let consumed = session.pos - pos0;
+            fed.push(next);
+            fed.extend_from_slice(&toks[..consumed.saturating_sub(1).min(toks.len())]);
+            finish
+        } else {
+            loop {
+                let token = next;
                 let logits = model.decode_async(session, token).await?;
-                sampler.sample(&logits)?
-            };
-            fed.push(token);
+                next = sampler.sample(&logits)?;
+                fed.push(token);
+                if let Some(f) = show(next) {
+                    break f;
+                }
+            }
         };
         let tail = dec.finish();
         if !tail.is_empty() {

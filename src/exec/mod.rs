@@ -223,6 +223,17 @@ impl Model {
         n: usize,
         on_token: &mut dyn FnMut(u32) -> Result<bool>,
     ) -> Result<Vec<u32>> {
+        pollster::block_on(self.generate_greedy_async(s, first, n, on_token))
+    }
+
+    /// `generate_greedy`, awaitable (the browser's generation).
+    pub async fn generate_greedy_async(
+        &self,
+        s: &mut Session,
+        first: u32,
+        n: usize,
+        on_token: &mut dyn FnMut(u32) -> Result<bool>,
+    ) -> Result<Vec<u32>> {
         let mut out = Vec::new();
         if n == 0 {
             return Ok(out);
@@ -230,7 +241,7 @@ impl Model {
         if std::env::var_os("RILL_DECODE_AHEAD").is_some_and(|v| v == "0") {
             let mut tok = first;
             while out.len() < n {
-                tok = self.decode_greedy(s, tok)?;
+                tok = self.decode_greedy_async(s, tok).await?;
                 out.push(tok);
                 if !on_token(tok)? {
                     break;
@@ -246,7 +257,7 @@ impl Model {
             let next = (out.len() + 1 < n).then(|| self.enqueue_greedy(s, &carry));
             // This step's result first: a non-finite argmax is the error to report, not what the
             // next step (fed that sentinel) made of it.
-            let tok = greedy_token(&pollster::block_on(pending)?)?;
+            let tok = greedy_token(&pending.await?)?;
             out.push(tok);
             let go = on_token(tok)?;
             match next {
@@ -255,7 +266,7 @@ impl Model {
             }
             if !go {
                 // The step fed the refused token has run; its token is not wanted.
-                pollster::block_on(pending)?;
+                pending.await?;
                 return Ok(out);
             }
         }
