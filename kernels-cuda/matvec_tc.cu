@@ -3,6 +3,7 @@
 // products of any count of vectors (grid.y), as matvec.cu's kernels are batched. Q8_0 and Q6_K:
 // matvec_tc8.cu, matvec_tc6.cu (the same body, their own policies).
 #include "matvec_tc.cuh"
+#include "out_prep.cuh"
 
 // Slots: p0 x (f32 rows of n_in), p1 xa, p2 xs. Grid (n_in / 256, rows of x), 32 threads.
 KERNEL void __launch_bounds__(32) mvtc_prep_Q4_K(const Args a) {
@@ -16,7 +17,10 @@ KERNEL void __launch_bounds__(32) mvtc_prep_Q4_K(const Args a) {
 // 20.1); the fused SwiGLU holds two matrices' loads: R = 1 (8 warps: 4 were slower end to end).
 KERNEL void __launch_bounds__(128) mvtc_tall_Q4_K(const Args a) { mvtc::mv_body<mvtc::TcQ4K, 2, 4, false>(a); }
 KERNEL void __launch_bounds__(256) mvtc_Q4_K(const Args a) { mvtc::mv_body<mvtc::TcQ4K, 1, 8, false>(a); }
-KERNEL void __launch_bounds__(256) mvtc_glu_Q4_K(const Args a) { mvtc::mv_body<mvtc::TcQ4K, 1, 8, true>(a); }
+KERNEL void __launch_bounds__(256) mvtc_glu_Q4_K(const Args a) {
+    mvtc::mv_body<mvtc::TcQ4K, 1, 8, true>(a);
+    mvtc::glu_out_prep<16>(a);  // the down product's input (out_prep.cuh)
+}
 // With a MoE layer's shared expert as one more expert per token (common.cuh MvShared).
 KERNEL void __launch_bounds__(256) mvtc_sh_Q4_K(const Args a) {
     mvtc::mv_body<mvtc::TcQ4K, 1, 8, false, false, true>(a);

@@ -2,6 +2,7 @@
 // (matvec_tc6.cuh), exact (strict tier): x prepared once per vector (mvtc_prep_Q6_K), then dense,
 // fused-SwiGLU and MoE products through matvec_tc.cuh's body (slots documented there).
 #include "matvec_tc6.cuh"
+#include "out_prep.cuh"
 
 // Slots: p0 x (f32 rows of n_in), p1 xb, p2 xs. Grid (n_in / 256, rows of x), 32 threads (one warp
 // per 256 inputs).
@@ -15,7 +16,10 @@ KERNEL void __launch_bounds__(32) mvtc_prep_Q6_K(const Args a) {
 // 4096 rows 9.8 against 11.5, ffn down 23.5 against 31.6, the LM head 390 against 393; R = 2
 // is 1.7x slower: 152 registers against 96, one block per SM instead of two).
 KERNEL void __launch_bounds__(256) mvtc_Q6_K(const Args a) { mvtc::mv_body<mvtc6::TcQ6K, 1, 8, false>(a); }
-KERNEL void __launch_bounds__(256) mvtc_glu_Q6_K(const Args a) { mvtc::mv_body<mvtc6::TcQ6K, 1, 8, true>(a); }
+KERNEL void __launch_bounds__(256) mvtc_glu_Q6_K(const Args a) {
+    mvtc::mv_body<mvtc6::TcQ6K, 1, 8, true>(a);
+    mvtc::glu_out_prep<16>(a);  // the down product's input (out_prep.cuh)
+}
 // With a MoE layer's shared expert as one more expert per token (common.cuh MvShared).
 KERNEL void __launch_bounds__(256) mvtc_sh_Q6_K(const Args a) {
     mvtc::mv_body<mvtc6::TcQ6K, 1, 8, false, false, true>(a);

@@ -2,6 +2,7 @@
 // (matvec_tc8.cuh), exact (strict tier): x prepared once per vector (mvtc_prep_Q8_0), then dense,
 // fused-SwiGLU and MoE products through matvec_tc.cuh's body (slots documented there).
 #include "matvec_tc8.cuh"
+#include "out_prep.cuh"
 
 // Slots: p0 x (f32 rows of n_in), p1 xb, p2 xf. Grid (n_in / 256, rows of x), 32 threads (one warp
 // per 256 inputs).
@@ -18,7 +19,10 @@ KERNEL void __launch_bounds__(32) mvtc_prep_Q8_0(const Args a) {
 KERNEL void __launch_bounds__(128) mvtc_head_Q8_0(const Args a) { mvtc::mv_body<mvtc8::TcQ80, 2, 4, false, true>(a); }
 KERNEL void __launch_bounds__(256) mvtc_tall_Q8_0(const Args a) { mvtc::mv_body<mvtc8::TcQ80, 2, 8, false, true>(a); }
 KERNEL void __launch_bounds__(256) mvtc_Q8_0(const Args a) { mvtc::mv_body<mvtc8::TcQ80, 1, 8, false>(a); }
-KERNEL void __launch_bounds__(256) mvtc_glu_Q8_0(const Args a) { mvtc::mv_body<mvtc8::TcQ80, 1, 8, true>(a); }
+KERNEL void __launch_bounds__(256) mvtc_glu_Q8_0(const Args a) {
+    mvtc::mv_body<mvtc8::TcQ80, 1, 8, true>(a);
+    mvtc::glu_out_prep<16>(a);  // the down product's input (out_prep.cuh)
+}
 // With a MoE layer's shared expert as one more expert per token (common.cuh MvShared).
 KERNEL void __launch_bounds__(256) mvtc_sh_Q8_0(const Args a) {
     mvtc::mv_body<mvtc8::TcQ80, 1, 8, false, false, true>(a);

@@ -21,7 +21,7 @@
 #if defined(__CUDACC__) || defined(PF_EMU)
 // (dev/cuda/emulate.sh's host build has no tensor-core code: it leaves the prepared slots zero;
 // dev/cuda/emu/mvtc_checks.cpp runs the preps here on its emulator.)
-#include "matvec_tc6.cuh"
+#include "out_prep.cuh"
 #endif
 
 // The prepared copies of this block's output row (row blockIdx.x of gridDim.x, n values at
@@ -59,6 +59,140 @@ __device__ __forceinline__ void prep_out_row(const Args& a, const float* out_row
 #else
     (void)out_row;
 #endif
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decode-shaped producers over slices of 256 (grid (n / 256, token rows), 256 threads: thread i
+// owns value 256 blockIdx.x + i of row blockIdx.y). A whole row on one SM (the kernels above) is a
+// long serial step of the decode chain, and a separate prep launch per product input is one more
+// step: here the row is spread over n / 256 SMs and every block prepares its own slice (one
+// super-block, or Q8_0 group) for the products, warp 0 in the Q4_K layout, warp 1 Q8_0, warp 2
+// Q6_K, bit for bit what mvtc_prep_<format> writes.
+
+// The prepared copies of this block's slice (super-block blockIdx.x of row blockIdx.y of out,
+// its n values at out_row). Call from every thread after the slice's outputs are written.
+__device__ __forceinline__ void prep_slice(const Args& a, const float* out_row, int n) {
+    __syncthreads();  // the slice's outputs written (same block: visible)
+#if defined(__CUDACC__) || defined(PF_EMU)
+    __shared__ uint32_t img[mvtc8::IMG_WORDS];
+    const size_t nsb = (size_t)n / 256, sb = blockIdx.x;
+    mvtc::prep_unit_warp(threadIdx.x / 32, out_row + sb * 256, (size_t)blockIdx.y * nsb + sb, (size_t)gridDim.y * nsb,
+                         a.p[7], a.p[5], a.p[4], img);
+#else
+    (void)a, (void)out_row, (void)n;
+#endif
+}
+
+// The blocks of one launch meet here (all of them are resident: the grid is at most a few dozen
+// blocks, and under dependent launch the next kernel is scheduled only once every block of this
+// one has started). `bar` is [0] arrivals, [1] generation, zero before the first launch: the last
+// block to arrive resets the count and opens the generation the others wait on. Memory written
+// before the barrier by any block is visible to every block after it (read it with __ldcg: L1 is
+// not coherent).
+__device__ __forceinline__ void grid_barrier(unsigned* bar) {
+#if defined(__CUDACC__)
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned nb = gridDim.x * gridDim.y * gridDim.z;
+        volatile unsigned* gen = bar + 1;
+        const unsigned g = *gen;  // before arriving: it cannot move until this block has arrived
+        __threadfence();
+        if (atomicAdd(bar, 1u) == nb - 1) {
+            atomicExch(bar, 0u);
+            __threadfence();
+            atomicAdd(bar + 1, 1u);
+        } else {
+            while (*gen == g) __nanosleep(20);
+        }
+        __threadfence();
+    }
+    __syncthreads();
+#else
+    (void)bar;
+#endif
+}
+
+// A float another block wrote before a grid_barrier (from L2: this SM's L1 may hold a stale line).
+__device__ __forceinline__ float load_l2(const float* p) {
+#if defined(__CUDACC__)
+    return __ldcg(p);
+#else
+    return *reinterpret_cast<const volatile float*>(p);
+#endif
+}
+
+// acc += x (when x is given); out = rms_norm(acc; w), over slices: each block adds and squares its
+// slice, writes the slice's sum of squares, and after a grid barrier sums the row's partial sums in
+// one fixed order (every block gets the same scale), normalizes its slice and prepares it. Slots:
+// p0 acc, p1 x or 0, p2 w, p3 out, p4 p5 p7 prepared out or 0; n0 d (a multiple of 256, at most
+// 256 * 32), n2 the sync scratch (barrier words, then partial sums); f0 eps.
+KERNEL void __launch_bounds__(256) rms_norm_slices(const Args a) {
+    kernel_start();
+    __shared__ float sh[32];
+    const int d = (int)a.n[0], nsl = gridDim.x;
+    const size_t o = (size_t)blockIdx.y * d;
+    const int i = blockIdx.x * 256 + threadIdx.x;
+    float* acc = reinterpret_cast<float*>(a.p[0]) + o;
+    const float* x = a.p[1] ? reinterpret_cast<const float*>(a.p[1]) + o : nullptr;
+    const float* w = reinterpret_cast<const float*>(a.p[2]);
+    float* out = reinterpret_cast<float*>(a.p[3]) + o;
+    unsigned* bar = reinterpret_cast<unsigned*>(a.n[2]);
+    float* part = reinterpret_cast<float*>(bar + 32) + (size_t)blockIdx.y * nsl;
+    float v = acc[i];
+    if (x != nullptr) {
+        v = v + x[i];
+        acc[i] = v;
+    }
+    const float ss = block_sum(v * v, sh);
+    if (threadIdx.x == 0) part[blockIdx.x] = ss;
+    grid_barrier(bar);
+    if (threadIdx.x < 32) {
+        const float p = threadIdx.x < (unsigned)nsl ? load_l2(part + threadIdx.x) : 0.0f;
+        const float tot = warp_sum(p);
+        if (threadIdx.x == 0) sh[0] = 1.0f / sqrtf(tot / (float)d + a.f[0]);
+    }
+    __syncthreads();
+    out[i] = __fmul_rn(__fmul_rn(v, sh[0]), w[i]);
+    prep_slice(a, out, d);
+}
+
+// gated_rms_norm over slices: groups of d values (d divides 256, a multiple of 32: 256 / d groups
+// per block, d / 32 warps each), out = rms_norm(x; w) * silu(z). Slots: p0 x, p1 z, p2 w [d], p3 out,
+// p4 p5 p7 prepared out or 0; n0 d, n1 n; f0 eps.
+KERNEL void __launch_bounds__(256) gated_rms_norm_slices(const Args a) {
+    kernel_start();
+    __shared__ float sh[8];
+    const int d = (int)a.n[0], n = (int)a.n[1];
+    const size_t o = (size_t)blockIdx.y * n;
+    const int i = blockIdx.x * 256 + threadIdx.x, warp = threadIdx.x / 32, wpg = d / 32;
+    const float* x = reinterpret_cast<const float*>(a.p[0]) + o;
+    const float* z = reinterpret_cast<const float*>(a.p[1]) + o;
+    const float* w = reinterpret_cast<const float*>(a.p[2]);
+    float* out = reinterpret_cast<float*>(a.p[3]) + o;
+    const float v = x[i];
+    const float ws = warp_sum(v * v);
+    if ((threadIdx.x & 31) == 0) sh[warp] = ws;
+    __syncthreads();
+    const int g0 = warp / wpg * wpg;  // the group's first warp
+    float ss = 0.0f;
+    for (int k = 0; k < wpg; k++) ss += sh[g0 + k];
+    const float s = 1.0f / sqrtf(ss / (float)d + a.f[0]);
+    out[i] = __fmul_rn(__fmul_rn(__fmul_rn(v, s), w[i % d]), siluf_(z[i]));
+    prep_slice(a, out, n);
+}
+
+// x *= sigmoid(gate) over slices (the values of elementwise.cu's sigmoid_mul_assign), in place,
+// then the slice prepared for the attention output projection. Slots: p0 x, p1 gate, p4 p5 p7
+// prepared x or 0; n1 n.
+KERNEL void __launch_bounds__(256) sigmoid_mul_slices(const Args a) {
+    kernel_start();
+    const int n = (int)a.n[1];
+    const size_t o = (size_t)blockIdx.y * n;
+    const int i = blockIdx.x * 256 + threadIdx.x;
+    float* x = reinterpret_cast<float*>(a.p[0]) + o;
+    const float* g = reinterpret_cast<const float*>(a.p[1]) + o;
+    x[i] = x[i] * sigmoidf_(g[i]);
+    prep_slice(a, x, n);
 }
 
 // out[i] = v, and the f16 copy when there is one.

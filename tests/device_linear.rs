@@ -646,8 +646,10 @@ fn gate_up(p: &Both, ty: GgmlType, n_ff: usize, n_in: usize, rng: &mut Rng) -> G
 /// drops them) with the product's own prep; the down product against the dequantized weight
 /// times the device's output, the SwiGLU against the CPU. Rows of 512 (8 units: 32 rows per
 /// pass at the default geometry, one pass), 768 (2 passes) and 2048 (4 passes), 256 (short rows:
-/// no fused kernel); 256 to 1280 outputs; one token and three (no fused kernel, no planes); gate
+/// no fused kernel); 256 to 2048 outputs; one token and three (no fused kernel, no planes); gate
 /// and up in the dot formats and in Q5_K (f32 units that write planes for a dot down product).
+/// On CUDA the same holds for the tensor-core SwiGLU's prepared copies (kernels-cuda/out_prep.cuh:
+/// the last block of each slice of 256 outputs prepares it, for 1 and 3 tokens), Q8_0 downs too.
 /// scripts/test.sh runs it under the geometry knobs' extremes, whose workgroups hold 64 to 256
 /// rows (several blocks in one pass).
 #[test]
@@ -662,10 +664,15 @@ fn swiglu_written_planes_match_the_down_products_own_prep() {
             (Q6K, 512, 256),
             (Q5K, 768, 768),
             (Q4K, 256, 768),
+            // CUDA: the tensor-core SwiGLU prepares whole slices of 256 outputs for the down
+            // products of every tensor-core format (Q6_K's take rows of a multiple of 2048).
+            (Q4K, 512, 2048),
+            (Q8_0, 512, 768),
+            (Q6K, 2048, 512),
         ] {
             let c = gate_up(&p, ty, n_ff, n_in, &mut rng);
             for t in [1usize, 3] {
-                for down in [Q4K, Q6K] {
+                for down in [Q4K, Q6K, Q8_0] {
                     let n_out = 5;
                     let bd = random_weight(down, n_out, n_ff, 0.5, &mut rng);
                     let wd = upload_both(&p, down, &[n_out, n_ff], &bd);

@@ -73,6 +73,10 @@ pub(crate) struct Inner {
     next_id: AtomicU64,
     /// Pinned landing buffers of reads started ahead (`buffer.rs`).
     ahead: Mutex<Vec<buffer::AheadSlot>>,
+    /// Device scratch of the kernels whose blocks meet at a grid barrier (kernels-cuda/norm.cu
+    /// `grid_barrier`: its words, then partial sums), zeroed at creation. Launches on the one
+    /// stream run one after another, so one scratch serves them all.
+    sync_scratch: driver::DevPtr,
     /// Declared last: dropped (the context released) after everything above.
     dev: Device,
 }
@@ -87,6 +91,7 @@ impl Drop for Inner {
             *g = GraphCache::default();
         }
         self.workspaces.free_all();
+        driver::mem_free(self.sync_scratch);
     }
 }
 
@@ -94,6 +99,10 @@ impl Drop for Inner {
 pub struct CudaBackend {
     inner: Arc<Inner>,
 }
+
+/// Bytes of `Inner::sync_scratch`: 32 barrier words, then up to 4 token rows x 32 partial sums
+/// (the decode norms over slices; ops/norm.rs checks their shape against it).
+pub(crate) const SYNC_SCRATCH_BYTES: usize = 4096;
 
 fn env_off(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| v == "0")
@@ -147,6 +156,9 @@ impl CudaBackend {
         let dev = Device::open(0)?;
         let kernels = Kernels::load(dev.max_smem_optin)?;
         let profiling = std::env::var_os("RILL_PROFILE").is_some_and(|v| v == "1");
+        let sync_scratch = driver::mem_alloc(SYNC_SCRATCH_BYTES)
+            .map_err(|e| e.unwrap_or_else(|| cuda_err("out of GPU memory for 4 KB of sync scratch")))?;
+        driver::htod_sync(sync_scratch, &[0u8; SYNC_SCRATCH_BYTES])?;
         let inner = Inner {
             stream: Stream::new()?,
             capture: Mutex::new(Stream::new()?),
@@ -167,6 +179,7 @@ impl CudaBackend {
             tc_learned: ops::matvec_tc::Learned::default(),
             next_id: AtomicU64::new(1),
             ahead: Mutex::new(Vec::new()),
+            sync_scratch,
             dev,
         };
         Ok(CudaBackend { inner: Arc::new(inner) })

@@ -465,7 +465,29 @@ fn run_mv(inner: &Inner, op: &str, m: &Mv, reads: &[&Tensor], writes: &[&Tensor]
                     matvec_tc::prep(inner, f, m.x, rows, m.n_in, dst)?
                 }
             };
-            return matvec_tc::run(inner, op, f, m, x, |nv| mv_flops(m, nv), reads, writes);
+            // The fused SwiGLU prepares its output for the down product itself.
+            let out_prep = match (glu, writes) {
+                (true, [out]) => matvec_tc::OutPrep::ask(inner, m, out, matvec_tc::kernel_of(f, m).1)?,
+                _ => None,
+            };
+            matvec_tc::run(
+                inner,
+                op,
+                f,
+                m,
+                x,
+                |nv| mv_flops(m, nv),
+                reads,
+                writes,
+                out_prep.as_ref(),
+            )?;
+            if let (Some(p), [out]) = (out_prep, writes) {
+                p.made(inner, out)?;
+            }
+            if let (true, 0, None, [out]) = (glu, m.ids, &m.shared, writes) {
+                inner.produced_by(out, matvec_tc::Producer::Glu)?;
+            }
+            return Ok(());
         }
         MvPath::Q8(plan, prefix) => (plan, prefix),
         MvPath::F32 => (
@@ -712,11 +734,14 @@ pub(crate) fn matmul_swiglu(
         // format), and otherwise made from `out` by `f16_of` if a split-format product reads it.
         let (slot, h) = inner.shadow_slot(out, split)?;
         gemm::swiglu_f16(inner, gp, up, h, outp, d.t * d.n_out, g.phase, &[out])?;
-        return inner.shadow_made(slot, out, split);
+        inner.shadow_made(slot, out, split)?;
+        // The down product teaches the decode shape's SwiGLU its layouts (from a prompt).
+        return inner.produced_by(out, matvec_tc::Producer::Glu);
     }
     matmul(inner, w_gate, x, gate_tmp)?;
     matmul(inner, w_up, x, up_tmp)?;
-    super::eltwise::swiglu(inner, gate_tmp, up_tmp, out)
+    super::eltwise::swiglu(inner, gate_tmp, up_tmp, out)?;
+    inner.produced_by(out, matvec_tc::Producer::Glu)
 }
 
 // ---- MoE experts --------------------------------------------------------------------------------

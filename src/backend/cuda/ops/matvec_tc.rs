@@ -154,6 +154,8 @@ pub(crate) enum Producer {
     Norm = 0,
     GatedNorm = 1,
     SigmoidMul = 2,
+    /// The fused SwiGLU product (its output is the down product's input; kernels-cuda/out_prep.cuh).
+    Glu = 3,
 }
 
 /// Which layouts the products have read from each producer's outputs (bit `TcFormat::bit`), per
@@ -162,7 +164,7 @@ pub(crate) enum Producer {
 /// formats (Q4_K_M: some Q6_K projections) teaches both. A model without tensor-core products, or
 /// a product that never reads a producer's output, costs the producers nothing.
 #[derive(Default)]
-pub(crate) struct Learned([AtomicU8; 3]);
+pub(crate) struct Learned([AtomicU8; 4]);
 
 /// `RILL_CUDA_NORM_PREP`: the layouts the producers may write (`none`, the default; `all`; or a
 /// comma-separated list of formats, e.g. `Q4_K,Q6_K`). Read once. Without a layout, every product
@@ -227,6 +229,36 @@ impl Preps {
         threads: u32,
         args: &mut Args,
     ) -> Result<Option<Preps>> {
+        Self::ask_with(inner, who, out, rows, n, threads, allowed(), args)
+    }
+
+    /// `ask` for a kernel over slices of 256 (kernels-cuda/norm.cu `prep_slice`: a block prepares
+    /// its own slice, one warp per layout, with static shared memory): every layout the products
+    /// have read. The env switch does not apply: it exists for the one-block-per-row kernels,
+    /// whose single SM pays for each layout in series.
+    pub(crate) fn ask_slices(
+        inner: &Inner,
+        who: Producer,
+        out: &Tensor,
+        rows: usize,
+        n: usize,
+        args: &mut Args,
+    ) -> Result<Option<Preps>> {
+        let p = Self::ask_with(inner, who, out, rows, n, 256, 7, args)?;
+        Ok(p.map(|p| Preps { smem: 0, ..p }))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn ask_with(
+        inner: &Inner,
+        who: Producer,
+        out: &Tensor,
+        rows: usize,
+        n: usize,
+        threads: u32,
+        allowed: u8,
+        args: &mut Args,
+    ) -> Result<Option<Preps>> {
         if !(1..=MATVEC_MAX_T).contains(&rows)
             || n == 0
             || !n.is_multiple_of(SB)
@@ -235,7 +267,7 @@ impl Preps {
         {
             return Ok(None);
         }
-        let want = inner.tc_learned.0[who as usize].load(Ordering::Relaxed) & allowed();
+        let want = inner.tc_learned.0[who as usize].load(Ordering::Relaxed) & allowed;
         let mut p = Preps {
             copies: [None; 3],
             smem: 0,
@@ -338,6 +370,7 @@ pub(crate) fn run(
     flops: impl Fn(usize) -> f64,
     reads: &[&Tensor],
     writes: &[&Tensor],
+    out_prep: Option<&OutPrep>,
 ) -> Result<()> {
     let (kernel, rows_per_block, threads) = kernel_of(f, m);
     let gx = m.grid_x(op, rows_per_block)?;
@@ -346,6 +379,9 @@ pub(crate) fn run(
         // Slots of its own (matvec_tc.cuh `mv_body`): p2 the prepared words, p6 the sums.
         a.p[2] = x.xa + (x_row0 * nsb * f.words * 4) as u64;
         a.p[6] = x.xs + (x_row0 * nsb * f.sums * 4) as u64;
+        if let Some(o) = out_prep {
+            a.n[7..=10].copy_from_slice(&o.slots);
+        }
         inner.kernel_rw(
             Launch {
                 name: (kernel, m.w.suffix),
@@ -361,4 +397,54 @@ pub(crate) fn run(
         )?;
     }
     Ok(())
+}
+
+/// The fused SwiGLU's output prepared by its own blocks (kernels-cuda/out_prep.cuh): the slots
+/// n7..n10 of its launch and the copies it makes.
+pub(crate) struct OutPrep {
+    slots: [i64; 4],
+    preps: Preps,
+}
+
+/// Words of `Inner::sync_scratch` before the SwiGLU's slice counters (the norms' barrier and
+/// partial sums come first: ops/norm.rs).
+const GLU_COUNTERS_AT: usize = 1024;
+
+impl OutPrep {
+    /// Ask the fused SwiGLU product `m` (a dense decode product on one launch) to prepare its
+    /// output `out` in every layout the products have read from SwiGLU outputs. None where it
+    /// cannot: rows not whole slices of 256, too many slices for the counters, or nothing learned.
+    /// The caller holds the workspace lock until `made`.
+    pub(crate) fn ask(inner: &Inner, m: &Mv, out: &Tensor, rows_per_block: usize) -> Result<Option<OutPrep>> {
+        let n = m.parts.rows();
+        let counters = (crate::backend::cuda::SYNC_SCRATCH_BYTES - GLU_COUNTERS_AT) / 4;
+        if m.w2.is_none()
+            || m.ids != 0
+            || m.shared.is_some()
+            || m.parts.len() != 1
+            || !n.is_multiple_of(SB)
+            || !SB.is_multiple_of(rows_per_block)
+            || m.vectors * (n / SB) > counters
+            || m.vectors > GRID_YZ_MAX
+        {
+            return Ok(None);
+        }
+        let mut a = Args::default();
+        let Some(preps) = Preps::ask_slices(inner, Producer::Glu, out, m.vectors, n, &mut a)? else {
+            return Ok(None);
+        };
+        if preps.copies.iter().all(Option::is_none) {
+            return Ok(None);
+        }
+        let counters_at = inner.sync_scratch + GLU_COUNTERS_AT as u64;
+        Ok(Some(OutPrep {
+            slots: [a.p[7] as i64, a.p[5] as i64, a.p[4] as i64, counters_at as i64],
+            preps,
+        }))
+    }
+
+    /// The product is submitted: its copies of `out` are kept for the down product.
+    pub(crate) fn made(self, inner: &Inner, out: &Tensor) -> Result<()> {
+        self.preps.made(inner, out)
+    }
 }

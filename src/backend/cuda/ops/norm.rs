@@ -1,14 +1,14 @@
 //! RMSNorm (plain, fused with the residual add, gated), the q/k L2 norm, and the decode-shaped
 //! gate of the attention output (kernels-cuda/norm.cu). One block per group of values
-//! (`norm_threads` sizes it), or in decode one per token row for the kernels that prepare their
-//! output for the tensor-core products (`matvec_tc::Preps`).
+//! (`norm_threads` sizes it), or in decode one block per slice of 256 of a token row (`slices`),
+//! which also prepares the slice for the tensor-core products (`matvec_tc::Preps`).
 
 use super::matvec_tc::{Preps, Producer};
 use super::{gemm, grid_u32, group_threads, linear, Launch};
 use crate::backend::cuda::buffer::ptr;
 use crate::backend::cuda::launch::Args;
 use crate::backend::cuda::profile::Phase;
-use crate::backend::cuda::Inner;
+use crate::backend::cuda::{Inner, SYNC_SCRATCH_BYTES};
 use crate::backend::{check, GdnDims, Tensor};
 use crate::error::Result;
 
@@ -29,6 +29,96 @@ fn norm_threads(inner: &Inner, g: usize, d: usize) -> u32 {
 fn decode_rows(out: &Tensor) -> Option<usize> {
     let t = out.shape.first().copied().unwrap_or(0);
     (1..=linear::MATVEC_MAX_T).contains(&t).then_some(t)
+}
+
+/// Whether the decode-shaped kernels run over slices of 256 (`RILL_CUDA_SLICES=0`: one block per
+/// token row, for A/B runs). Read once.
+fn slices_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_SLICES"))
+}
+
+/// Token rows `t` of `n` values that a kernel over slices of 256 can take: a decode shape whose
+/// rows are whole slices, and (`meets`: the RMSNorms' grid barrier) whose partial sums fit the
+/// sync scratch (32 per row, as one warp sums them).
+fn slices_fit(t: usize, n: usize, meets: bool) -> bool {
+    slices_on()
+        && (1..=linear::MATVEC_MAX_T).contains(&t)
+        && n > 0
+        && n.is_multiple_of(256)
+        && (!meets || (n / 256 <= 32 && 128 + t * 32 * 4 <= SYNC_SCRATCH_BYTES))
+}
+
+/// Launch `name` (a `*_slices` kernel of norm.cu) over `t` rows of `n` values of `out`: grid
+/// (n / 256, t), 256 threads, each block preparing its slice in every layout the products have
+/// read from `who`'s outputs.
+#[allow(clippy::too_many_arguments)]
+fn launch_slices(
+    inner: &Inner,
+    name: &'static str,
+    out: &Tensor,
+    t: usize,
+    n: usize,
+    mut args: Args,
+    uses: &[&Tensor],
+    who: Producer,
+    phase: Phase,
+) -> Result<()> {
+    let ws = inner.workspaces()?;
+    let preps = Preps::ask_slices(inner, who, out, t, n, &mut args)?;
+    inner.kernel(
+        Launch {
+            name: (name, ""),
+            grid: [grid_u32(name, "slices", n / 256)?, grid_u32(name, "rows", t)?, 1],
+            block: 256,
+            smem: 0,
+            args,
+            phase,
+        },
+        uses,
+    )?;
+    if let Some(p) = preps {
+        p.made(inner, out)?;
+    }
+    inner.produced_by(out, who)?;
+    drop(ws);
+    Ok(())
+}
+
+/// RMSNorm over slices (norm.cu `rms_norm_slices`), `acc += x` first when `x` is given.
+#[allow(clippy::too_many_arguments)]
+fn rms_norm_slices(
+    inner: &Inner,
+    acc: &Tensor,
+    x: Option<&Tensor>,
+    w: &Tensor,
+    eps: f32,
+    out: &Tensor,
+    t: usize,
+    d: usize,
+) -> Result<()> {
+    let op = "rms_norm_slices";
+    let mut a = Args::default();
+    a.p[0] = ptr(acc, op)?;
+    a.p[1] = match x {
+        Some(x) => ptr(x, op)?,
+        None => 0,
+    };
+    a.p[2] = ptr(w, op)?;
+    a.p[3] = ptr(out, op)?;
+    a.n[0] = d as i64;
+    a.n[2] = inner.sync_scratch as i64;
+    a.f[0] = eps;
+    let mut uses = vec![acc, w, out];
+    uses.extend(x);
+    launch_slices(inner, op, out, t, d, a, &uses, Producer::Norm, Phase::Norms)
+}
+
+/// The token rows of a decode-shaped RMSNorm over `out` (`d` values per row) that runs over slices,
+/// if it does: not when the fast prefill path wants `out`'s f16 copy (never at decode sizes).
+fn norm_slices_rows(inner: &Inner, out: &Tensor, d: usize) -> Option<usize> {
+    let t = decode_rows(out)?;
+    (out.numel() == t * d && slices_fit(t, d, true) && !gemm::fast_batch(inner, t)).then_some(t)
 }
 
 /// What a launch of norm.cu writes besides `out`, and who it is.
@@ -144,6 +234,9 @@ fn norm_groups(
 pub(crate) fn rms_norm(inner: &Inner, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
     let op = "rms_norm";
     let d = check::rms_norm(x, w, out)?;
+    if let Some(t) = norm_slices_rows(inner, out, d) {
+        return rms_norm_slices(inner, x, None, w, eps, out, t, d);
+    }
     let mut a = Args::default();
     a.p[0] = ptr(x, op)?;
     a.p[1] = ptr(w, op)?;
@@ -156,6 +249,9 @@ pub(crate) fn rms_norm(inner: &Inner, x: &Tensor, w: &Tensor, eps: f32, out: &Te
 pub(crate) fn add_rms_norm(inner: &Inner, acc: &Tensor, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
     let op = "add_rms_norm";
     let d = check::add_rms_norm(acc, x, w, out)?;
+    if let Some(t) = norm_slices_rows(inner, out, d) {
+        return rms_norm_slices(inner, acc, Some(x), w, eps, out, t, d);
+    }
     let mut a = Args::default();
     a.p[0] = ptr(acc, op)?;
     a.p[1] = ptr(x, op)?;
@@ -186,6 +282,27 @@ pub(crate) fn gated_rms_norm(inner: &Inner, x: &Tensor, z: &Tensor, w: &Tensor, 
     a.f[0] = eps;
     let uses = [x, z, w, out];
     match decode_rows(out) {
+        // A block per slice of 256: 256 / d groups of d / 32 warps.
+        Some(t)
+            if d.is_multiple_of(32)
+                && 256 % d == 0
+                && out.numel().is_multiple_of(t * 256)
+                && slices_fit(t, out.numel() / t, false) =>
+        {
+            let n = out.numel() / t;
+            a.n[1] = n as i64;
+            launch_slices(
+                inner,
+                "gated_rms_norm_slices",
+                out,
+                t,
+                n,
+                a,
+                &uses,
+                Producer::GatedNorm,
+                Phase::Norms,
+            )
+        }
         // A warp per group of d: up to 32 values per lane.
         Some(t) if d <= 1024 && out.numel().is_multiple_of(t * d) => {
             let n = out.numel() / t;
@@ -217,6 +334,19 @@ pub(crate) fn sigmoid_mul_rows(inner: &Inner, x: &Tensor, gate: &Tensor, t: usiz
     a.p[0] = ptr(x, op)?;
     a.p[1] = ptr(gate, op)?;
     a.n[1] = n as i64;
+    if x.numel() == t * n && slices_fit(t, n, false) {
+        return launch_slices(
+            inner,
+            "sigmoid_mul_slices",
+            x,
+            t,
+            n,
+            a,
+            &[x, gate],
+            Producer::SigmoidMul,
+            Phase::Attention,
+        );
+    }
     let extra = Extra::rows(Producer::SigmoidMul, t, n);
     launch(
         inner,
