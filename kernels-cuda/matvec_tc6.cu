@@ -26,4 +26,5 @@ KERNEL void __launch_bounds__(256) mvtc_sh_Q6_K(const Args a) {
 }
 KERNEL void __launch_bounds__(256) mvtc_glu_sh_Q6_K(const Args a) {
     mvtc::mv_body<mvtc6::TcQ6K, 1, 8, true, false, true>(a);
+    mvtc::glu_out_prep<16>(a);  // the MoE down product's input (out_prep.cuh)
 }

@@ -29,4 +29,5 @@ KERNEL void __launch_bounds__(256) mvtc_sh_Q8_0(const Args a) {
 }
 KERNEL void __launch_bounds__(256) mvtc_glu_sh_Q8_0(const Args a) {
     mvtc::mv_body<mvtc8::TcQ80, 1, 8, true, false, true>(a);
+    mvtc::glu_out_prep<16>(a);  // the MoE down product's input (out_prep.cuh)
 }

@@ -1,14 +1,15 @@
 // out_prep.cuh: a product kernel's output prepared for the next tensor-core product by the
 // product's own blocks, so that no prep launch (mvtc_prep_<format>) follows it in decode.
 //
-// The fused SwiGLU (matvec_tc*.cu `mvtc_glu_*`) writes the down product's input, 16 rows per
-// block: a slice of 256 outputs (one super-block, or one Q8_0 group) is complete when its 16
-// blocks have written it. Each block counts itself in the slice's counter after its stores; the
-// last one prepares the slice (one warp per layout, as norm.cu's producers do) and resets the
-// counter for the next launch. Slots (read only when n10 is non-zero): n7 Q4_K layout, n8 Q8_0,
-// n9 Q6_K (each 0 or the layout's words of every output vector, then their sums or scales, as
-// norm.cu's p7 / p5 / p4), n10 the counters (one u32 per (vector, slice), zero between launches).
-// The output rows must be whole slices (the host asks only then).
+// The fused SwiGLU (matvec_tc*.cu `mvtc_glu_*`, and a MoE layer's `mvtc_glu_sh_*` for its hidden
+// rows) writes the down product's input, 16 rows per block: a slice of 256 outputs (one
+// super-block, or one Q8_0 group) is complete when its 16 blocks have written it. Each block
+// counts itself in the slice's counter after its stores; the last one prepares the slice (one
+// warp per layout, as norm.cu's producers do) and resets the counter for the next launch. Slots
+// (read only when n10 is non-zero): n7 Q4_K layout, n8 Q8_0, n9 Q6_K (each 0 or the layout's
+// words of every output vector, then their sums or scales, as norm.cu's p7 / p5 / p4), n10 the
+// counters (one u32 per (vector, slice), zero between launches). The output rows must be whole
+// slices (the host asks only then).
 #pragma once
 
 #include "matvec_tc6.cuh"

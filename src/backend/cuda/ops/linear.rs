@@ -441,6 +441,20 @@ fn mv_path(inner: &Inner, m: &Mv) -> MvPath {
 
 /// `reads` / `writes`: the tensors the product reads and writes (`Inner::submit_rw`).
 fn run_mv(inner: &Inner, op: &str, m: &Mv, reads: &[&Tensor], writes: &[&Tensor]) -> Result<()> {
+    run_mv_with(inner, op, m, reads, writes, None, None)
+}
+
+/// `run_mv`, on the tensor-core path with x already prepared (`ready`) and/or the output
+/// prepared by the product itself into a buffer the caller hands on (`out_prep`).
+fn run_mv_with(
+    inner: &Inner,
+    op: &str,
+    m: &Mv,
+    reads: &[&Tensor],
+    writes: &[&Tensor],
+    ready: Option<matvec_tc::TcX>,
+    out_prep: Option<matvec_tc::OutPrep>,
+) -> Result<()> {
     if m.vectors == 0 || m.parts.rows() == 0 {
         return Ok(());
     }
@@ -457,17 +471,19 @@ fn run_mv(inner: &Inner, op: &str, m: &Mv, reads: &[&Tensor], writes: &[&Tensor]
         MvPath::Tc(f) => {
             // The prepared x is a workspace: held until the product is submitted.
             let ws = inner.workspaces()?;
-            let x = match m.x_t {
-                Some(t) => inner.tc_x_of(t, m.n_in, f)?,
-                None => {
+            let x = match (ready, m.x_t) {
+                (Some(x), _) => x,
+                (None, Some(t)) => inner.tc_x_of(t, m.n_in, f)?,
+                (None, None) => {
                     let rows = matvec_tc::x_rows(m);
                     let dst = ws.get("mvtc x", f.prep_bytes(rows, m.n_in))?;
                     matvec_tc::prep(inner, f, m.x, rows, m.n_in, dst)?
                 }
             };
             // The fused SwiGLU prepares its output for the down product itself.
-            let out_prep = match (glu, writes) {
-                (true, [out]) => matvec_tc::OutPrep::ask(inner, m, out, matvec_tc::kernel_of(f, m).1)?,
+            let out_prep = match (out_prep, glu, writes) {
+                (Some(p), ..) => Some(p),
+                (None, true, [out]) => matvec_tc::OutPrep::ask(inner, m, out, matvec_tc::kernel_of(f, m).1)?,
                 _ => None,
             };
             matvec_tc::run(
@@ -481,6 +497,7 @@ fn run_mv(inner: &Inner, op: &str, m: &Mv, reads: &[&Tensor], writes: &[&Tensor]
                 writes,
                 out_prep.as_ref(),
             )?;
+            // (A MoE layer's hidden rows are a workspace: nothing to keep.)
             if let (Some(p), [out]) = (out_prep, writes) {
                 p.made(inner, out)?;
             }
@@ -552,11 +569,26 @@ pub(crate) fn matmul(inner: &Inner, w: &Tensor, x: &Tensor, out: &Tensor) -> Res
     matmul_dispatch(inner, &wt, x, op_, d, &[w, x], &[out])
 }
 
-/// `RILL_CUDA_GROUP=0`: every product of a `matmul_group` in a launch of its own (the trait's
-/// default), for A/B runs of the grouped launches. Read once.
-fn group_enabled() -> bool {
-    static G: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *G.get_or_init(|| std::env::var("RILL_CUDA_GROUP").map_or(true, |v| v.trim() != "0"))
+/// How a decode `matmul_group` shares launches (`RILL_CUDA_GROUP`, read once): `0` every product
+/// in a launch of its own (the trait's default), `same` only products that take the same kernel
+/// in the same shape alone (bit for bit their own launches' numbers), otherwise (the default)
+/// also tensor-core products of one format whatever their shapes, in the kernel the tallest
+/// picks (one launch for a Gated DeltaNet layer's qkv, z, beta and alpha; the rows of the
+/// shorter products then take the tall kernel's K split: other roundings, the same bound).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum GroupMode {
+    Off,
+    SameKernel,
+    Format,
+}
+
+fn group_mode() -> GroupMode {
+    static G: std::sync::OnceLock<GroupMode> = std::sync::OnceLock::new();
+    *G.get_or_init(|| match std::env::var("RILL_CUDA_GROUP").as_deref().map(str::trim) {
+        Ok("0") => GroupMode::Off,
+        Ok("same") => GroupMode::SameKernel,
+        _ => GroupMode::Format,
+    })
 }
 
 /// What fixes the bits of a product's rows: its kernel and shape (`kernel_key`).
@@ -579,10 +611,12 @@ fn kernel_key(inner: &Inner, path: &MvPath, m: &Mv) -> KernelKey {
 }
 
 /// `outs[i] = x · ws[i]ᵀ` for the products of one x (a layer's projections). On the decode path
-/// (every product a matvec) the products that run the same kernel in the same shape
-/// (`kernel_key`) and count in the same profile phase go out as one launch, its grid over all
-/// their rows (the segment table, kernels-cuda/common.cuh): one launch ramp and tail instead of
-/// one per product (where the kernels take groups: `takes_group`), the same numbers bit for bit.
+/// (every product a matvec) the products of one format that count in the same profile phase go
+/// out as one launch (tensor-core ones whatever their shapes, in the kernel the tallest picks;
+/// the others when they run the same kernel in the same shape, `kernel_key`, the same numbers bit
+/// for bit), its grid over all their rows (the segment table, kernels-cuda/common.cuh): one
+/// launch ramp and tail instead of one per product (where the kernels take groups: `takes_group`;
+/// `group_mode`).
 /// A tensor-core launch reads x in the prepared layout its producer wrote or, failing that, one
 /// prep per format (`Inner::tc_x_of` keeps the copy for the next launch of the format).
 /// Batches take other kernels per product (as `matmul`).
@@ -591,7 +625,7 @@ pub(crate) fn matmul_group(inner: &Inner, ws: &[&Tensor], x: &Tensor, outs: &[&T
     let dims = check::matmul_group(ws, x, outs)?;
     // Every pair reads the same x: one T and n_in.
     let (t, n_in) = (dims[0].t, dims[0].n_in);
-    if t > MATVEC_MAX_T || t == 0 || n_in == 0 || !group_enabled() {
+    if t > MATVEC_MAX_T || t == 0 || n_in == 0 || group_mode() == GroupMode::Off {
         return ws.iter().zip(outs).try_for_each(|(w, out)| matmul(inner, w, x, out));
     }
     let weights = ws
@@ -610,7 +644,11 @@ pub(crate) fn matmul_group(inner: &Inner, ws: &[&Tensor], x: &Tensor, outs: &[&T
         let solo = Mv::dense(&weights[i], None, x, outp[i], *d)?;
         let path = mv_path(inner, &solo);
         // None: a kernel that takes one product per launch.
-        let key = takes_group(&path, weights[i].ty).then(|| kernel_key(inner, &path, &solo));
+        let key = takes_group(&path, weights[i].ty).then(|| match path {
+            // One launch per format: the kernel is the tallest member's (`matvec_tc::kernel_of`).
+            MvPath::Tc(_) if group_mode() == GroupMode::Format => ("mvtc", 0),
+            _ => kernel_key(inner, &path, &solo),
+        });
         let joins = key.and_then(|_| {
             families.iter().position(|(k, members)| {
                 let j = members[0];
@@ -914,8 +952,57 @@ fn experts_mv(
         w2: w2.map_or(0, |w| w.ptr),
         gate_logits: 0,
     };
+    // Down: out[t] = sum_j weights[t*k + j] * down_{ids[t*k + j]} h[t*per_token + j] (+ the
+    // shared expert's sigmoid(gate logit[t]) * down_sh h[t*per_token + k]).
+    let down = Mv {
+        w: dn,
+        w2: None,
+        x: h,
+        x_t: None,
+        parts: Parts::one(dn.ptr, outp, d),
+        ids: idp,
+        scales: wp,
+        n_in: f,
+        expert_bytes: d * dn.row_bytes,
+        n_experts: e,
+        x_group: 1,
+        nsum: per_token,
+        vectors: t,
+        shared: sh.map(|s| MvShared {
+            w: s.down.ptr,
+            w2: 0,
+            gate_logits: s.gate_logits,
+        }),
+    };
+    // With a tensor-core down product, the SwiGLU's own blocks prepare the hidden rows for it
+    // (kernels-cuda/out_prep.cuh) instead of a prep launch between the two.
+    let mut ready = None;
     if g.ty == u.ty {
-        gate_up(g, Some(u), sh.map(|s| shared(&s.gate, Some(&s.up))), h)?;
+        let glu = Mv {
+            w: g,
+            w2: Some(u),
+            x: xp,
+            x_t: Some(x),
+            parts: Parts::one(g.ptr, h, f),
+            ids: idp,
+            scales: 0,
+            n_in: d,
+            expert_bytes: f * g.row_bytes,
+            n_experts: e,
+            x_group: per_token,
+            nsum: 1,
+            vectors: entries,
+            shared: sh.map(|s| shared(&s.gate, Some(&s.up))),
+        };
+        let mut out_prep = None;
+        if let (MvPath::Tc(gf), MvPath::Tc(df)) = (mv_path(inner, &glu), mv_path(inner, &down)) {
+            let hx = ws.get("moe_hidden_x", df.prep_bytes(entries, f))?;
+            out_prep = matvec_tc::OutPrep::into_buffer(inner, &glu, df, hx, matvec_tc::kernel_of(gf, &glu).1);
+            if out_prep.is_some() {
+                ready = Some(df.planes(hx, entries, f));
+            }
+        }
+        run_mv_with(inner, op, &glu, reads, &[], None, out_prep)?;
     } else {
         // Different formats: the two products separately, then swiglu.
         let gt = ws.get("moe_gate", entries * f * 4)?;
@@ -941,34 +1028,7 @@ fn experts_mv(
             &[],
         )?;
     }
-    // Down: out[t] = sum_j weights[t*k + j] * down_{ids[t*k + j]} h[t*per_token + j] (+ the
-    // shared expert's sigmoid(gate logit[t]) * down_sh h[t*per_token + k]).
-    run_mv(
-        inner,
-        op,
-        &Mv {
-            w: dn,
-            w2: None,
-            x: h,
-            x_t: None,
-            parts: Parts::one(dn.ptr, outp, d),
-            ids: idp,
-            scales: wp,
-            n_in: f,
-            expert_bytes: d * dn.row_bytes,
-            n_experts: e,
-            x_group: 1,
-            nsum: per_token,
-            vectors: t,
-            shared: sh.map(|s| MvShared {
-                w: s.down.ptr,
-                w2: 0,
-                gate_logits: s.gate_logits,
-            }),
-        },
-        reads,
-        &[out],
-    )
+    run_mv_with(inner, op, &down, reads, &[out], ready, None)
 }
 
 // ---- fast-tier matrix-vector kernels ------------------------------------------------------------

@@ -403,10 +403,17 @@ pub(crate) fn run(
 /// n7..n10 of its launch and the copies it makes.
 pub(crate) struct OutPrep {
     slots: [i64; 4],
-    preps: Preps,
+    /// The copies of an output tensor (a dense SwiGLU's), kept for the products; none for a
+    /// workspace the caller hands on itself (the MoE hidden rows).
+    preps: Option<Preps>,
 }
 
-/// Words of `Inner::sync_scratch` before the SwiGLU's slice counters (the norms' barrier and
+/// Where the SwiGLU's slice counters are (kernels-cuda/out_prep.cuh: zero between launches).
+fn counters(inner: &Inner) -> i64 {
+    (inner.sync_scratch + GLU_COUNTERS_AT as u64) as i64
+}
+
+/// Bytes of `Inner::sync_scratch` before the SwiGLU's slice counters (the norms' barrier and
 /// partial sums come first: ops/norm.rs).
 const GLU_COUNTERS_AT: usize = 1024;
 
@@ -417,14 +424,14 @@ impl OutPrep {
     /// The caller holds the workspace lock until `made`.
     pub(crate) fn ask(inner: &Inner, m: &Mv, out: &Tensor, rows_per_block: usize) -> Result<Option<OutPrep>> {
         let n = m.parts.rows();
-        let counters = (crate::backend::cuda::SYNC_SCRATCH_BYTES - GLU_COUNTERS_AT) / 4;
+        let max = (crate::backend::cuda::SYNC_SCRATCH_BYTES - GLU_COUNTERS_AT) / 4;
         if m.w2.is_none()
             || m.ids != 0
             || m.shared.is_some()
             || m.parts.len() != 1
             || !n.is_multiple_of(SB)
             || !SB.is_multiple_of(rows_per_block)
-            || m.vectors * (n / SB) > counters
+            || m.vectors * (n / SB) > max
             || m.vectors > GRID_YZ_MAX
         {
             return Ok(None);
@@ -436,15 +443,49 @@ impl OutPrep {
         if preps.copies.iter().all(Option::is_none) {
             return Ok(None);
         }
-        let counters_at = inner.sync_scratch + GLU_COUNTERS_AT as u64;
         Ok(Some(OutPrep {
-            slots: [a.p[7] as i64, a.p[5] as i64, a.p[4] as i64, counters_at as i64],
-            preps,
+            slots: [a.p[7] as i64, a.p[5] as i64, a.p[4] as i64, counters(inner)],
+            preps: Some(preps),
         }))
+    }
+
+    /// The SwiGLU product `m` of a MoE layer's entries prepares its hidden rows (`rows` of `n`) in
+    /// format `f`'s layout at `dst` (`f.prep_bytes(rows, n)`), which the down product then reads
+    /// (`f.planes(dst, rows, n)`). None where it cannot (as `ask`).
+    pub(crate) fn into_buffer(
+        inner: &Inner,
+        m: &Mv,
+        f: TcFormat,
+        dst: DevPtr,
+        rows_per_block: usize,
+    ) -> Option<OutPrep> {
+        let n = m.parts.rows();
+        let max = (crate::backend::cuda::SYNC_SCRATCH_BYTES - GLU_COUNTERS_AT) / 4;
+        if m.w2.is_none()
+            || m.parts.len() != 1
+            || !n.is_multiple_of(SB)
+            || !n.is_multiple_of(f.n_in_multiple)
+            || !SB.is_multiple_of(rows_per_block)
+            || m.vectors * (n / SB) > max
+        {
+            return None;
+        }
+        let mut slots = [0, 0, 0, counters(inner)];
+        // The layout's slot (norm.cu's p7 / p5 / p4 order: Q4_K, Q8_0, Q6_K).
+        let i = match f.slot {
+            7 => 0,
+            5 => 1,
+            _ => 2,
+        };
+        slots[i] = dst as i64;
+        Some(OutPrep { slots, preps: None })
     }
 
     /// The product is submitted: its copies of `out` are kept for the down product.
     pub(crate) fn made(self, inner: &Inner, out: &Tensor) -> Result<()> {
-        self.preps.made(inner, out)
+        match self.preps {
+            Some(p) => p.made(inner, out),
+            None => Ok(()),
+        }
     }
 }
