@@ -111,6 +111,7 @@ KERNEL void moe_route_warp(const Args a) {
 
     uint32_t taken = 0;  // bit i: expert lane + 32 i is taken
     float sel_sum = 0.0f;  // the same in every lane
+    float mine = 0.0f;     // lane j < 32: the probability of pick j
     for (int j = 0; j < k; ++j) {
         float bv = 0.0f;
         int bi = -1;
@@ -126,12 +127,15 @@ KERNEL void moe_route_warp(const Args a) {
         if (bi % 32 == lane) taken |= 1u << (bi / 32);
         if (lane == 0) {
             ids[j] = (uint32_t)bi;
-            wts[j] = bv;
+            if (j >= 32) wts[j] = bv;
         }
+        if (lane == j) mine = bv;
         sel_sum += bv;
     }
-    if (lane == 0) {  // the lane that wrote them
-        const float norm = a.f[0] / fmaxf(sel_sum, 6.1035e-5f);
-        for (int j = 0; j < k; ++j) wts[j] = wts[j] * norm;
-    }
+    // Each weight scaled by the lane that holds it: no read-back of stores still in flight, which
+    // cost one L2 round trip per pick in series (the routing is on the decode step's critical path).
+    const float norm = a.f[0] / fmaxf(sel_sum, 6.1035e-5f);
+    if (lane < k) wts[lane] = mine * norm;
+    if (lane == 0)  // more picks than lanes (no Qwen3.5 shape): read back
+        for (int j = 32; j < k; ++j) wts[j] = wts[j] * norm;
 }

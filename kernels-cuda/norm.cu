@@ -69,17 +69,20 @@ __device__ __forceinline__ void prep_out_row(const Args& a, const float* out_row
 // super-block, or Q8_0 group) for the products, warp 0 in the Q4_K layout, warp 1 Q8_0, warp 2
 // Q6_K, bit for bit what mvtc_prep_<format> writes.
 
-// The prepared copies of this block's slice (super-block blockIdx.x of row blockIdx.y of out,
-// its n values at out_row). Call from every thread after the slice's outputs are written.
-__device__ __forceinline__ void prep_slice(const Args& a, const float* out_row, int n) {
-    __syncthreads();  // the slice's outputs written (same block: visible)
+// The prepared copies of this block's slice (super-block blockIdx.x of row blockIdx.y of an output
+// of rows of n): `v` is this thread's output value; the slice goes through shared memory (the
+// preparing warps read it there, not back from L2). Call from every thread of the 256.
+__device__ __forceinline__ void prep_slice(const Args& a, float v, int n) {
 #if defined(__CUDACC__) || defined(PF_EMU)
+    __shared__ float ys[256];
     __shared__ uint32_t img[mvtc8::IMG_WORDS];
+    ys[threadIdx.x] = v;
+    __syncthreads();
     const size_t nsb = (size_t)n / 256, sb = blockIdx.x;
-    mvtc::prep_unit_warp(threadIdx.x / 32, out_row + sb * 256, (size_t)blockIdx.y * nsb + sb, (size_t)gridDim.y * nsb,
-                         a.p[7], a.p[5], a.p[4], img);
+    mvtc::prep_unit_warp(threadIdx.x / 32, ys, (size_t)blockIdx.y * nsb + sb, (size_t)gridDim.y * nsb, a.p[7], a.p[5],
+                         a.p[4], img);
 #else
-    (void)a, (void)out_row, (void)n;
+    (void)a, (void)v, (void)n;
 #endif
 }
 
@@ -152,8 +155,9 @@ KERNEL void __launch_bounds__(256) rms_norm_slices(const Args a) {
         if (threadIdx.x == 0) sh[0] = 1.0f / sqrtf(tot / (float)d + a.f[0]);
     }
     __syncthreads();
-    out[i] = __fmul_rn(__fmul_rn(v, sh[0]), w[i]);
-    prep_slice(a, out, d);
+    const float y = __fmul_rn(__fmul_rn(v, sh[0]), w[i]);
+    out[i] = y;
+    prep_slice(a, y, d);
 }
 
 // gated_rms_norm over slices: groups of d values (d divides 256, a multiple of 32: 256 / d groups
@@ -177,8 +181,9 @@ KERNEL void __launch_bounds__(256) gated_rms_norm_slices(const Args a) {
     float ss = 0.0f;
     for (int k = 0; k < wpg; k++) ss += sh[g0 + k];
     const float s = 1.0f / sqrtf(ss / (float)d + a.f[0]);
-    out[i] = __fmul_rn(__fmul_rn(__fmul_rn(v, s), w[i % d]), siluf_(z[i]));
-    prep_slice(a, out, n);
+    const float y = __fmul_rn(__fmul_rn(__fmul_rn(v, s), w[i % d]), siluf_(z[i]));
+    out[i] = y;
+    prep_slice(a, y, n);
 }
 
 // x *= sigmoid(gate) over slices (the values of elementwise.cu's sigmoid_mul_assign), in place,
@@ -191,8 +196,9 @@ KERNEL void __launch_bounds__(256) sigmoid_mul_slices(const Args a) {
     const int i = blockIdx.x * 256 + threadIdx.x;
     float* x = reinterpret_cast<float*>(a.p[0]) + o;
     const float* g = reinterpret_cast<const float*>(a.p[1]) + o;
-    x[i] = x[i] * sigmoidf_(g[i]);
-    prep_slice(a, x, n);
+    const float y = x[i] * sigmoidf_(g[i]);
+    x[i] = y;
+    prep_slice(a, y, n);
 }
 
 // out[i] = v, and the f16 copy when there is one.

@@ -12,11 +12,11 @@
 #   4. fast against exact on the real shapes: the logits of a 100-token prompt on the same file
 #      (rel L2 and argmax agreement per position);
 #   5. decode kernel variants end to end (RILL_CUDA_MATVEC=exact and q8: tg128 of each model, the
-#      q8 logits of token-by-token decode against the exact ones, a q8 decode profile; the prepared
-#      inputs written by the norms or by prep launches: tg128 with RILL_CUDA_NORM_PREP=none against
-#      the default for the 9B files, and a decode profile of q8_0; RILL_CUDA_GROUP=0, one launch
-#      per grouped projection, against the default; RILL_CUDA_MOE_SHARED=0, the MoE shared expert
-#      in launches of its own, against the default on the 35B-A3B);
+#      q8 logits of token-by-token decode against the exact ones, a q8 decode profile; the decode
+#      producers over slices against one block per row (RILL_CUDA_SLICES=0) and the projections of
+#      one input grouped per format against per kernel shape (RILL_CUDA_GROUP=same) for the 9B
+#      files; RILL_CUDA_MOE_SHARED=0, the MoE shared expert in launches of its own, against the
+#      default on the 35B-A3B);
 #   6. the prefill kernel harness (dev/cuda/prefill_bench all --quick), then the decode harness
 #      (matvec_bench: every decode matvec variant checked and timed, its winner table), each in the
 #      time left;
@@ -205,28 +205,20 @@ for m in "${models[@]}"; do
 done
 
 # ---- 5. decode kernel variants end to end ---------------------------------------------------------
-# The tensor-core products' prepared inputs: written by the producer kernels themselves (norms, the
-# delta-rule output's gated norm, the attention output's gate; RILL_CUDA_NORM_PREP=all) or by one
-# prep launch per product input (none, the default): tg128 of each, then where a q8_0 decode step's
-# time goes with the default (its prep launches were 129 per token before the producers wrote the
-# Q8_0 layout).
+# The decode producers over slices of 256 (the default: the RMSNorms, the gated norm and the
+# attention gate spread over n / 256 blocks, each preparing its slice for the tensor-core products)
+# against one block per row with a prep launch per product input (RILL_CUDA_SLICES=0); the
+# projections of one input in one launch per format (the default) against one per format and
+# kernel shape (RILL_CUDA_GROUP=same): tg128 of each.
 for q in q4_k_m q8_0; do
     ready qwen3.5-9b $q || continue
     [ "$(left)" -gt 100 ] || break
-    # Q4_K_M reads Q4_K and Q6_K products (Q4_K only: what the norms wrote before they learned
-    # every layout); Q8_0 only Q8_0.
-    nps="none all"
-    [ $q = q4_k_m ] && nps="none Q4_K all"
-    for np in $nps; do
-        log "decode RILL_CUDA_NORM_PREP=$np: qwen3.5-9b $q"
-        RILL_CUDA_NORM_PREP=$np timeout "$(limit 60)" $rill bench -m "$(model_file qwen3.5-9b $q)" --backend cuda \
-            -p "" -n 128 -r 3 --json >"$LOGS/normprep-$np-qwen3.5-9b-$q.json" 2>"$LOGS/normprep-$np-qwen3.5-9b-$q.log"
+    for v in "slices-1 RILL_CUDA_SLICES=1" "slices-0 RILL_CUDA_SLICES=0" "group-same RILL_CUDA_GROUP=same"; do
+        tag=${v%% *}
+        log "decode ${v#* }: qwen3.5-9b $q"
+        env "${v#* }" timeout "$(limit 60)" $rill bench -m "$(model_file qwen3.5-9b $q)" --backend cuda \
+            -p "" -n 128 -r 2 --json >"$LOGS/$tag-qwen3.5-9b-$q.json" 2>"$LOGS/$tag-qwen3.5-9b-$q.log"
     done
-    # The projections of one input in one matvec launch per format and kernel shape (the default,
-    # `normprep-none` above) against one launch per product (RILL_CUDA_GROUP=0).
-    log "decode RILL_CUDA_GROUP=0: qwen3.5-9b $q"
-    RILL_CUDA_GROUP=0 timeout "$(limit 60)" $rill bench -m "$(model_file qwen3.5-9b $q)" --backend cuda \
-        -p "" -n 128 -r 2 --json >"$LOGS/group0-qwen3.5-9b-$q.json" 2>"$LOGS/group0-qwen3.5-9b-$q.log"
 done
 # A MoE layer's shared expert as one more expert per token inside the experts' matvec launches (the
 # default) against launches of its own (RILL_CUDA_MOE_SHARED=0): tg128 of the 35B-A3B, each.
@@ -347,14 +339,10 @@ def tg(file, label):
         return f"{label} {j['tests'][0]['tokens_per_s_mean']:.1f}"
     except Exception as e:
         return f"{label} ({type(e).__name__})"
-print("prepared inputs by the producers (RILL_CUDA_NORM_PREP), tg128 tokens/s:")
+print("decode producers over slices (RILL_CUDA_SLICES), grouped projections (RILL_CUDA_GROUP), tg128 tokens/s:")
 for q in ("q4_k_m", "q8_0"):
-    nps = ("none", "Q4_K", "all") if q == "q4_k_m" else ("none", "all")
-    cells = [tg(f"normprep-{np}-qwen3.5-9b-{q}.json", np) for np in nps]
-    print(f"  qwen3.5-9b-{q:<16} {' | '.join(cells)}")
-print("grouped projections (RILL_CUDA_GROUP), tg128 tokens/s:")
-for q in ("q4_k_m", "q8_0"):
-    cells = [tg(f"group0-qwen3.5-9b-{q}.json", "0"), tg(f"normprep-none-qwen3.5-9b-{q}.json", "default")]
+    cells = [tg(f"{tag}-qwen3.5-9b-{q}.json", label) for tag, label in
+             (("slices-1", "default"), ("slices-0", "SLICES=0"), ("group-same", "GROUP=same"))]
     print(f"  qwen3.5-9b-{q:<16} {' | '.join(cells)}")
 print("shared expert inside the MoE expert launches (RILL_CUDA_MOE_SHARED), tg128 tokens/s:")
 cells = [tg(f"moeshared-{ms}-qwen3.5-35b-a3b-q4_k_m.json", label) for ms, label in (("0", "0"), ("1", "default"))]
