@@ -86,9 +86,9 @@ __device__ __forceinline__ void prep_slice(const Args& a, float v, int n) {
 #endif
 }
 
-// The blocks of one launch meet here (all of them are resident: the grid is at most a few dozen
-// blocks, and under dependent launch the next kernel is scheduled only once every block of this
-// one has started). `bar` is [0] arrivals, [1] generation, zero before the first launch: the last
+// The blocks of one launch meet here (all of them are resident: the host launches at most one
+// block per SM, src/backend/cuda/ops/norm.rs `slices_fit`, and under dependent launch the next
+// kernel is scheduled only once every block of this one has started). `bar` is [0] arrivals, [1] generation, zero before the first launch: the last
 // block to arrive resets the count and opens the generation the others wait on. Memory written
 // before the barrier by any block is visible to every block after it (read it with __ldcg: L1 is
 // not coherent).

@@ -40,13 +40,15 @@ fn slices_on() -> bool {
 
 /// Token rows `t` of `n` values that a kernel over slices of 256 can take: a decode shape whose
 /// rows are whole slices, and (`meets`: the RMSNorms' grid barrier) whose partial sums fit the
-/// sync scratch (32 per row, as one warp sums them).
-fn slices_fit(t: usize, n: usize, meets: bool) -> bool {
+/// sync scratch (32 per row, as one warp sums them) and whose blocks are at most one per SM, so
+/// that all of them are resident at once on any GPU (the barrier waits for every block: one that
+/// could not be scheduled would hang the others).
+fn slices_fit(inner: &Inner, t: usize, n: usize, meets: bool) -> bool {
     slices_on()
         && (1..=linear::MATVEC_MAX_T).contains(&t)
         && n > 0
         && n.is_multiple_of(256)
-        && (!meets || (n / 256 <= 32 && 128 + t * 32 * 4 <= SYNC_SCRATCH_BYTES))
+        && (!meets || (n / 256 <= 32 && 128 + t * 32 * 4 <= SYNC_SCRATCH_BYTES && t * (n / 256) <= inner.sms()))
 }
 
 /// Launch `name` (a `*_slices` kernel of norm.cu) over `t` rows of `n` values of `out`: grid
@@ -118,7 +120,7 @@ fn rms_norm_slices(
 /// if it does: not when the fast prefill path wants `out`'s f16 copy (never at decode sizes).
 fn norm_slices_rows(inner: &Inner, out: &Tensor, d: usize) -> Option<usize> {
     let t = decode_rows(out)?;
-    (out.numel() == t * d && slices_fit(t, d, true) && !gemm::fast_batch(inner, t)).then_some(t)
+    (out.numel() == t * d && slices_fit(inner, t, d, true) && !gemm::fast_batch(inner, t)).then_some(t)
 }
 
 /// What a launch of norm.cu writes besides `out`, and who it is.
@@ -287,7 +289,7 @@ pub(crate) fn gated_rms_norm(inner: &Inner, x: &Tensor, z: &Tensor, w: &Tensor, 
             if d.is_multiple_of(32)
                 && 256 % d == 0
                 && out.numel().is_multiple_of(t * 256)
-                && slices_fit(t, out.numel() / t, false) =>
+                && slices_fit(inner, t, out.numel() / t, false) =>
         {
             let n = out.numel() / t;
             a.n[1] = n as i64;
@@ -334,7 +336,7 @@ pub(crate) fn sigmoid_mul_rows(inner: &Inner, x: &Tensor, gate: &Tensor, t: usiz
     a.p[0] = ptr(x, op)?;
     a.p[1] = ptr(gate, op)?;
     a.n[1] = n as i64;
-    if x.numel() == t * n && slices_fit(t, n, false) {
+    if x.numel() == t * n && slices_fit(inner, t, n, false) {
         return launch_slices(
             inner,
             "sigmoid_mul_slices",
