@@ -82,7 +82,6 @@ static inline uint4 ld16(const void* p) {
     memcpy(&v, p, 16);
     return v;
 }
-static inline uint4 ld16w(const void* p) { return ld16(p); }
 static inline void mma(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
     const uint32_t a[4] = {a0, a1, a2, a3}, b[2] = {b0, b1};
     ::pf_emu::mma_f16(c, a, b);
@@ -103,22 +102,6 @@ static __device__ __forceinline__ uint32_t nib_f16(uint32_t w) {
     return r;
 }
 static __device__ __forceinline__ uint4 ld16(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
-// A weight load: weights are read once per token, so with MVTC_WEIGHT_EVICT_FIRST they are marked
-// first to leave L2 (dev/cuda/l2pf_bench.cu measures whether that keeps lines prefetched for the
-// next product resident); otherwise a plain read-only load.
-static __device__ __forceinline__ uint4 ld16w(const void* p) {
-#ifdef MVTC_WEIGHT_EVICT_FIRST
-    uint64_t pol;
-    asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(pol));
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p), "l"(pol));
-    return v;
-#else
-    return ld16(p);
-#endif
-}
 static __device__ __forceinline__ void mma(float* c, uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
                                            uint32_t b1) {
     asm volatile(
@@ -266,9 +249,9 @@ static __device__ __forceinline__ void q4k_rows(const uint8_t* const (&rows)[2 *
 #pragma unroll
         for (int r = 0; r < 2 * R; r++) {
             const uint8_t* b = rows[r] + (size_t)sb * 144;
-            hd[r] = ld16w(b);
-            q0[r] = ld16w(b + 16 + 32 * t);
-            q1[r] = ld16w(b + 32 + 32 * t);
+            hd[r] = ld16(b);
+            q0[r] = ld16(b + 16 + 32 * t);
+            q1[r] = ld16(b + 32 + 32 * t);
         }
         uint32_t xb[32];
         if (g < 3) {

@@ -50,7 +50,6 @@
 namespace mvtc6 {
 
 using mvtc::ld16;
-using mvtc::ld16w;
 using mvtc8::i2f;
 using mvtc8::mma_s8;
 
@@ -128,7 +127,7 @@ struct Args {
 // 16 bytes at byte offset OFF + 4i of the 32 bytes at the aligned address a (two loads).
 template <int OFF, int NW>
 static __device__ __forceinline__ void window(const uint8_t* a, uint32_t (&o)[NW]) {
-    const uint4 u = ld16w(a), v = ld16w(a + 16);
+    const uint4 u = ld16(a), v = ld16(a + 16);
     const uint32_t w[8] = {u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w};
     constexpr int Q = OFF / 4;
 #pragma unroll
@@ -153,7 +152,7 @@ static __device__ __forceinline__ void load_row(const uint8_t* b, int t, Row6& r
         window<OFF>(a + 64 * h + 16 * t, r.ql[h]);
         window<OFF>(a + 128 + 32 * h + 16 * (t & 1), r.qh[h]);
     }
-    const uint4 u = ld16w(a + 192), v = ld16w(a + 208);
+    const uint4 u = ld16(a + 192), v = ld16(a + 208);
     const uint32_t w[8] = {u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w};
     constexpr int Q = OFF / 4;
 #pragma unroll

@@ -54,7 +54,6 @@
 namespace mvtc8 {
 
 using mvtc::ld16;
-using mvtc::ld16w;
 using mvtc::shfl;
 
 constexpr int G_WORDS = 32 * 24;  // B words per group of 256 inputs: 24 per lane (6 per pair)
@@ -258,7 +257,7 @@ static __device__ __forceinline__ void q80_rows(const uint8_t* const (&rows)[2 *
             const uint8_t* b = rows[r] + (size_t)grp * 272;
 #pragma unroll
             for (int i = 0; i < 5; i++) {
-                const uint4 v = ld16w(b + 16 * (i < 4 ? t + 4 * i : 16));
+                const uint4 v = ld16(b + 16 * (i < 4 ? t + 4 * i : 16));
                 wq[r][4 * i] = v.x;
                 wq[r][4 * i + 1] = v.y;
                 wq[r][4 * i + 2] = v.z;

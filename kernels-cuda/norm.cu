@@ -39,22 +39,10 @@ __device__ __forceinline__ void prep_out_row(const Args& a, const float* out_row
     for (int task = warp; task < tasks; task += warps) {
         unsigned m = mask;  // the (task / nsb)-th layout asked for
         for (int k = task / (int)nsb; k > 0; k--) m &= m - 1;
-        const size_t sb = (size_t)(task % (int)nsb), u = row * nsb + sb;  // unit over all rows
-        const float* x = out_row + sb * 256;
-        if (m & 1u) {
-            uint32_t* xa = reinterpret_cast<uint32_t*>(a.p[7]);
-            mvtc::prep_sb_warp(x, xa + u * mvtc::SB_WORDS,
-                               reinterpret_cast<float*>(xa + rows * nsb * mvtc::SB_WORDS) + u * mvtc::SB_SUMS);
-        } else if (m & 2u) {
-            uint32_t* xb = reinterpret_cast<uint32_t*>(a.p[5]);
-            mvtc8::prep_grp_warp(x, xb + u * mvtc8::G_WORDS,
-                                 reinterpret_cast<float*>(xb + rows * nsb * mvtc8::G_WORDS) + u * mvtc8::G_FACT,
-                                 img_all + warp * mvtc8::IMG_WORDS);
-        } else {
-            uint32_t* xb = reinterpret_cast<uint32_t*>(a.p[4]);
-            mvtc6::prep_sb_warp(x, xb + u * mvtc6::SB_WORDS,
-                                reinterpret_cast<float*>(xb + rows * nsb * mvtc6::SB_WORDS) + u);
-        }
+        const size_t sb = (size_t)(task % (int)nsb);
+        const int layout = (m & 1u) ? 0 : (m & 2u) ? 1 : 2;  // its lowest bit
+        mvtc::prep_unit_warp(layout, out_row + sb * 256, row * nsb + sb, rows * nsb, a.p[7], a.p[5], a.p[4],
+                             img_all + warp * mvtc8::IMG_WORDS);
     }
 #else
     (void)out_row;
@@ -79,6 +67,7 @@ __device__ __forceinline__ void prep_slice(const Args& a, float v, int n) {
     ys[threadIdx.x] = v;
     __syncthreads();
     const size_t nsb = (size_t)n / 256, sb = blockIdx.x;
+    // Warp w prepares layout w.
     mvtc::prep_unit_warp(threadIdx.x / 32, ys, (size_t)blockIdx.y * nsb + sb, (size_t)gridDim.y * nsb, a.p[7], a.p[5],
                          a.p[4], img);
 #else
@@ -88,10 +77,10 @@ __device__ __forceinline__ void prep_slice(const Args& a, float v, int n) {
 
 // The blocks of one launch meet here (all of them are resident: the host launches at most one
 // block per SM, src/backend/cuda/ops/norm.rs `slices_fit`, and under dependent launch the next
-// kernel is scheduled only once every block of this one has started). `bar` is [0] arrivals, [1] generation, zero before the first launch: the last
-// block to arrive resets the count and opens the generation the others wait on. Memory written
-// before the barrier by any block is visible to every block after it (read it with __ldcg: L1 is
-// not coherent).
+// kernel is scheduled only once every block of this one has started). `bar` is [0] arrivals, [1]
+// generation, zero before the first launch: the last block to arrive resets the count and opens
+// the generation the others wait on. Memory written before the barrier by any block is visible to
+// every block after it (read it with __ldcg: L1 is not coherent).
 __device__ __forceinline__ void grid_barrier(unsigned* bar) {
 #if defined(__CUDACC__)
     __syncthreads();

@@ -16,21 +16,22 @@
 
 namespace mvtc {
 
-// Warp `warp` of a block prepares the 256 values at x, unit u of `units` (every output row's
-// slices), in its layout: warp 0 Q4_K into q4k, warp 1 Q8_0 into q80 (img: the warp's shared
-// image, mvtc8::IMG_WORDS), warp 2 Q6_K into q6k; each pointer 0 (skipped) or the layout's words
-// of all units, then their sums or scales. The producers of norm.cu and the SwiGLU below share it.
-static __device__ __forceinline__ void prep_unit_warp(int warp, const float* x, size_t u, size_t units,
+// One warp prepares the 256 values at x, unit u of `units` (every output row's slices), in layout
+// `layout`: 0 Q4_K into q4k, 1 Q8_0 into q80 (img: the warp's shared image, mvtc8::IMG_WORDS),
+// 2 Q6_K into q6k; each pointer 0 (skipped) or the layout's words of all units, then their sums
+// or scales. Every producer that prepares its own output goes through here (norm.cu, the SwiGLU
+// below).
+static __device__ __forceinline__ void prep_unit_warp(int layout, const float* x, size_t u, size_t units,
                                                       unsigned long long q4k, unsigned long long q80,
                                                       unsigned long long q6k, uint32_t* img) {
-    if (warp == 0 && q4k) {
+    if (layout == 0 && q4k) {
         uint32_t* xa = reinterpret_cast<uint32_t*>(q4k);
         prep_sb_warp(x, xa + u * SB_WORDS, reinterpret_cast<float*>(xa + units * SB_WORDS) + u * SB_SUMS);
-    } else if (warp == 1 && q80) {
+    } else if (layout == 1 && q80) {
         uint32_t* xb = reinterpret_cast<uint32_t*>(q80);
         mvtc8::prep_grp_warp(x, xb + u * mvtc8::G_WORDS,
                              reinterpret_cast<float*>(xb + units * mvtc8::G_WORDS) + u * mvtc8::G_FACT, img);
-    } else if (warp == 2 && q6k) {
+    } else if (layout == 2 && q6k) {
         uint32_t* xb = reinterpret_cast<uint32_t*>(q6k);
         mvtc6::prep_sb_warp(x, xb + u * mvtc6::SB_WORDS, reinterpret_cast<float*>(xb + units * mvtc6::SB_WORDS) + u);
     }
@@ -65,6 +66,7 @@ static __device__ __forceinline__ void glu_out_prep(const ::Args& a) {
     // Other blocks' outputs: from L2 (this SM's L1 may hold none of them, but never trust it).
     for (int i = threadIdx.x; i < 256; i += blockDim.x) xs[i] = __ldcg(out_v + (size_t)sb * 256 + i);
     __syncthreads();
+    // Warp w prepares layout w.
     prep_unit_warp(threadIdx.x / 32, xs, (size_t)blockIdx.y * nsb + sb, (size_t)gridDim.y * nsb, a.n[7], a.n[8],
                    a.n[9], img);
 #endif

@@ -100,9 +100,27 @@ pub struct CudaBackend {
     inner: Arc<Inner>,
 }
 
-/// Bytes of `Inner::sync_scratch`: 32 barrier words, then up to 4 token rows x 32 partial sums
-/// (the decode norms over slices; ops/norm.rs checks their shape against it).
+/// Bytes of `Inner::sync_scratch`. Its layout: the decode RMSNorm's grid barrier (32 words at 0,
+/// kernels-cuda/norm.cu `grid_barrier`) and the partial sums after it (at 128 bytes, as the kernel
+/// reads them: `SYNC_PARTIALS` floats), then the slice counters of the kernels whose last block
+/// per slice prepares it (at `SYNC_COUNTERS_AT`: `SYNC_COUNTERS` words, kernels-cuda/out_prep.cuh).
 pub(crate) const SYNC_SCRATCH_BYTES: usize = 4096;
+const SYNC_COUNTERS_AT: usize = 1024;
+/// Partial sums the RMSNorm's blocks can leave before the counters.
+pub(crate) const SYNC_PARTIALS: usize = (SYNC_COUNTERS_AT - 128) / 4;
+/// Slice counters.
+pub(crate) const SYNC_COUNTERS: usize = (SYNC_SCRATCH_BYTES - SYNC_COUNTERS_AT) / 4;
+
+impl Inner {
+    /// The grid barrier's words and partial sums (`SYNC_SCRATCH_BYTES` above).
+    pub(crate) fn sync_barrier(&self) -> driver::DevPtr {
+        self.sync_scratch
+    }
+    /// The slice counters (`SYNC_SCRATCH_BYTES` above).
+    pub(crate) fn sync_counters(&self) -> driver::DevPtr {
+        self.sync_scratch + SYNC_COUNTERS_AT as u64
+    }
+}
 
 fn env_off(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| v == "0")

@@ -905,12 +905,12 @@ pub(crate) fn moe_experts_shared(
 /// weights (every expert's), `reads` every tensor the products read. With a shared expert, each
 /// token has k + 1 entries, the shared expert's last (kernels-cuda/common.cuh `MvShared`).
 #[allow(clippy::too_many_arguments)]
-fn experts_mv(
+fn experts_mv<'a>(
     inner: &Inner,
     op: &str,
     m: check::MoeDims,
-    x: &Tensor,
-    w: [&Weight; 3],
+    x: &'a Tensor,
+    w: [&'a Weight; 3],
     ids: &Tensor,
     weights: &Tensor,
     sh: Option<&SharedMv>,
@@ -928,24 +928,21 @@ fn experts_mv(
     let h = ws.get("moe_hidden", entries * f * 4)?;
     // The gate/up products of every entry (x row = entry / per_token), one or both weights
     // (`w2`: the fused SwiGLU), the shared expert's given as `shared`.
-    let gate_up = |w: &'_ Weight, w2: Option<&'_ Weight>, shared: Option<MvShared>, dst: DevPtr| -> Result<()> {
-        let mv = Mv {
-            w,
-            w2,
-            x: xp,
-            x_t: Some(x),
-            parts: Parts::one(w.ptr, dst, f),
-            ids: idp,
-            scales: 0,
-            n_in: d,
-            expert_bytes: f * w.row_bytes,
-            n_experts: e,
-            x_group: per_token,
-            nsum: 1,
-            vectors: entries,
-            shared,
-        };
-        run_mv(inner, op, &mv, reads, &[])
+    let gate_up = |w: &'a Weight, w2: Option<&'a Weight>, shared: Option<MvShared>, dst: DevPtr| Mv {
+        w,
+        w2,
+        x: xp,
+        x_t: Some(x),
+        parts: Parts::one(w.ptr, dst, f),
+        ids: idp,
+        scales: 0,
+        n_in: d,
+        expert_bytes: f * w.row_bytes,
+        n_experts: e,
+        x_group: per_token,
+        nsum: 1,
+        vectors: entries,
+        shared,
     };
     let shared = |w: &Weight, w2: Option<&Weight>| MvShared {
         w: w.ptr,
@@ -978,22 +975,7 @@ fn experts_mv(
     // (kernels-cuda/out_prep.cuh) instead of a prep launch between the two.
     let mut ready = None;
     if g.ty == u.ty {
-        let glu = Mv {
-            w: g,
-            w2: Some(u),
-            x: xp,
-            x_t: Some(x),
-            parts: Parts::one(g.ptr, h, f),
-            ids: idp,
-            scales: 0,
-            n_in: d,
-            expert_bytes: f * g.row_bytes,
-            n_experts: e,
-            x_group: per_token,
-            nsum: 1,
-            vectors: entries,
-            shared: sh.map(|s| shared(&s.gate, Some(&s.up))),
-        };
+        let glu = gate_up(g, Some(u), sh.map(|s| shared(&s.gate, Some(&s.up))), h);
         let mut out_prep = None;
         if let (MvPath::Tc(gf), MvPath::Tc(df)) = (mv_path(inner, &glu), mv_path(inner, &down)) {
             let hx = ws.get("moe_hidden_x", df.prep_bytes(entries, f))?;
@@ -1007,8 +989,20 @@ fn experts_mv(
         // Different formats: the two products separately, then swiglu.
         let gt = ws.get("moe_gate", entries * f * 4)?;
         let ut = ws.get("moe_up", entries * f * 4)?;
-        gate_up(g, None, sh.map(|s| shared(&s.gate, None)), gt)?;
-        gate_up(u, None, sh.map(|s| shared(&s.up, None)), ut)?;
+        run_mv(
+            inner,
+            op,
+            &gate_up(g, None, sh.map(|s| shared(&s.gate, None)), gt),
+            reads,
+            &[],
+        )?;
+        run_mv(
+            inner,
+            op,
+            &gate_up(u, None, sh.map(|s| shared(&s.up, None)), ut),
+            reads,
+            &[],
+        )?;
         let mut a = Args::default();
         a.p[0] = gt;
         a.p[1] = ut;

@@ -20,7 +20,7 @@ use super::{grid_u32, Launch, GRID_YZ_MAX};
 use crate::backend::cuda::driver::DevPtr;
 use crate::backend::cuda::launch::Args;
 use crate::backend::cuda::profile::Phase;
-use crate::backend::cuda::Inner;
+use crate::backend::cuda::{Inner, SYNC_COUNTERS};
 use crate::backend::Tensor;
 use crate::error::Result;
 use crate::gguf::GgmlType;
@@ -206,6 +206,18 @@ pub(crate) fn read_by(inner: &Inner, x: &Tensor, ty: GgmlType, n_in: usize) {
     }
 }
 
+/// How a producer kernel prepares its output (`Preps::ask`).
+#[derive(Clone, Copy)]
+pub(crate) enum PrepBy {
+    /// One block of this many threads per row (kernels-cuda/norm.cu `prep_out_row`: the row's
+    /// units as tasks of its warps, the Q8_0 layout's image in dynamic shared memory). Only the
+    /// layouts `RILL_CUDA_NORM_PREP` allows: its single SM pays for each in series.
+    Rows(u32),
+    /// One block per slice of 256 (norm.cu `prep_slice`, out_prep.cuh `glu_out_prep`: warp w
+    /// prepares layout w, static shared memory), every layout the products have read.
+    Slices,
+}
+
 /// The prepared copies a producer kernel writes of its output, claimed (`shadow.rs`) before its
 /// launch and registered after it (`made`).
 pub(crate) struct Preps {
@@ -215,50 +227,24 @@ pub(crate) struct Preps {
 }
 
 impl Preps {
-    /// Ask the kernel of producer `who` to prepare its output `out` (`rows` rows of `n`, one
-    /// block of `threads` per row): in every layout the products have read from `who`'s outputs,
-    /// the env switch allows and a product could read at this `n`, each into a claimed slot named
-    /// in `args`. None where it cannot (not a decode shape, rows not whole units, the tensor-core
-    /// products off). The caller holds the workspace lock until `made`.
+    /// Ask the kernel of producer `who` to prepare its output `out` (`rows` rows of `n`, by
+    /// `by`): in every layout the products have read from `who`'s outputs and a product could read
+    /// at this `n` (and, for the one-block-per-row kernels, the env switch allows), each into a
+    /// claimed slot named in `args`. None where it cannot (not a decode shape, rows not whole
+    /// units, the tensor-core products off). The caller holds the workspace lock until `made`.
     pub(crate) fn ask(
         inner: &Inner,
         who: Producer,
         out: &Tensor,
         rows: usize,
         n: usize,
-        threads: u32,
+        by: PrepBy,
         args: &mut Args,
     ) -> Result<Option<Preps>> {
-        Self::ask_with(inner, who, out, rows, n, threads, allowed(), args)
-    }
-
-    /// `ask` for a kernel over slices of 256 (kernels-cuda/norm.cu `prep_slice`: a block prepares
-    /// its own slice, one warp per layout, with static shared memory): every layout the products
-    /// have read. The env switch does not apply: it exists for the one-block-per-row kernels,
-    /// whose single SM pays for each layout in series.
-    pub(crate) fn ask_slices(
-        inner: &Inner,
-        who: Producer,
-        out: &Tensor,
-        rows: usize,
-        n: usize,
-        args: &mut Args,
-    ) -> Result<Option<Preps>> {
-        let p = Self::ask_with(inner, who, out, rows, n, 256, 7, args)?;
-        Ok(p.map(|p| Preps { smem: 0, ..p }))
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn ask_with(
-        inner: &Inner,
-        who: Producer,
-        out: &Tensor,
-        rows: usize,
-        n: usize,
-        threads: u32,
-        allowed: u8,
-        args: &mut Args,
-    ) -> Result<Option<Preps>> {
+        let (threads, allowed) = match by {
+            PrepBy::Rows(threads) => (threads, allowed()),
+            PrepBy::Slices => (256, 7),
+        };
         if !(1..=MATVEC_MAX_T).contains(&rows)
             || n == 0
             || !n.is_multiple_of(SB)
@@ -279,7 +265,7 @@ impl Preps {
             let (slot, base) = inner.tc_slot(out, n, f)?;
             args.p[f.slot] = base;
             *copy = Some((slot, f));
-            if f.ty == GgmlType::Q8_0 {
+            if f.ty == GgmlType::Q8_0 && matches!(by, PrepBy::Rows(_)) {
                 p.smem = threads / 32 * Q8_0_IMG_BYTES;
             }
         }
@@ -408,43 +394,38 @@ pub(crate) struct OutPrep {
     preps: Option<Preps>,
 }
 
-/// Where the SwiGLU's slice counters are (kernels-cuda/out_prep.cuh: zero between launches).
-fn counters(inner: &Inner) -> i64 {
-    (inner.sync_scratch + GLU_COUNTERS_AT as u64) as i64
-}
-
-/// Bytes of `Inner::sync_scratch` before the SwiGLU's slice counters (the norms' barrier and
-/// partial sums come first: ops/norm.rs).
-const GLU_COUNTERS_AT: usize = 1024;
-
 impl OutPrep {
     /// Ask the fused SwiGLU product `m` (a dense decode product on one launch) to prepare its
     /// output `out` in every layout the products have read from SwiGLU outputs. None where it
     /// cannot: rows not whole slices of 256, too many slices for the counters, or nothing learned.
     /// The caller holds the workspace lock until `made`.
     pub(crate) fn ask(inner: &Inner, m: &Mv, out: &Tensor, rows_per_block: usize) -> Result<Option<OutPrep>> {
-        let n = m.parts.rows();
-        let max = (crate::backend::cuda::SYNC_SCRATCH_BYTES - GLU_COUNTERS_AT) / 4;
-        if m.w2.is_none()
-            || m.ids != 0
-            || m.shared.is_some()
-            || m.parts.len() != 1
-            || !n.is_multiple_of(SB)
-            || !SB.is_multiple_of(rows_per_block)
-            || m.vectors * (n / SB) > max
-            || m.vectors > GRID_YZ_MAX
-        {
+        if m.ids != 0 || m.shared.is_some() || !Self::fits(m, rows_per_block, SB) {
             return Ok(None);
         }
         let mut a = Args::default();
-        let Some(preps) = Preps::ask_slices(inner, Producer::Glu, out, m.vectors, n, &mut a)? else {
+        let Some(preps) = Preps::ask(
+            inner,
+            Producer::Glu,
+            out,
+            m.vectors,
+            m.parts.rows(),
+            PrepBy::Slices,
+            &mut a,
+        )?
+        else {
             return Ok(None);
         };
         if preps.copies.iter().all(Option::is_none) {
             return Ok(None);
         }
         Ok(Some(OutPrep {
-            slots: [a.p[7] as i64, a.p[5] as i64, a.p[4] as i64, counters(inner)],
+            slots: [
+                a.p[7] as i64,
+                a.p[5] as i64,
+                a.p[4] as i64,
+                inner.sync_counters() as i64,
+            ],
             preps: Some(preps),
         }))
     }
@@ -459,18 +440,10 @@ impl OutPrep {
         dst: DevPtr,
         rows_per_block: usize,
     ) -> Option<OutPrep> {
-        let n = m.parts.rows();
-        let max = (crate::backend::cuda::SYNC_SCRATCH_BYTES - GLU_COUNTERS_AT) / 4;
-        if m.w2.is_none()
-            || m.parts.len() != 1
-            || !n.is_multiple_of(SB)
-            || !n.is_multiple_of(f.n_in_multiple)
-            || !SB.is_multiple_of(rows_per_block)
-            || m.vectors * (n / SB) > max
-        {
+        if !Self::fits(m, rows_per_block, f.n_in_multiple) {
             return None;
         }
-        let mut slots = [0, 0, 0, counters(inner)];
+        let mut slots = [0, 0, 0, inner.sync_counters() as i64];
         // The layout's slot (norm.cu's p7 / p5 / p4 order: Q4_K, Q8_0, Q6_K).
         let i = match f.slot {
             7 => 0,
@@ -479,6 +452,20 @@ impl OutPrep {
         };
         slots[i] = dst as i64;
         Some(OutPrep { slots, preps: None })
+    }
+
+    /// Whether the SwiGLU product `m` (one launch, `rows_per_block` rows per tile) can prepare its
+    /// output rows, whole units of `unit` (a multiple of 256): each tile in one slice, a counter
+    /// per (vector, slice).
+    fn fits(m: &Mv, rows_per_block: usize, unit: usize) -> bool {
+        let n = m.parts.rows();
+        m.w2.is_some()
+            && m.parts.len() == 1
+            && n.is_multiple_of(SB)
+            && n.is_multiple_of(unit)
+            && SB.is_multiple_of(rows_per_block)
+            && m.vectors <= GRID_YZ_MAX
+            && m.vectors * (n / SB) <= SYNC_COUNTERS
     }
 
     /// The product is submitted: its copies of `out` are kept for the down product.

@@ -3,12 +3,12 @@
 //! (`norm_threads` sizes it), or in decode one block per slice of 256 of a token row (`slices`),
 //! which also prepares the slice for the tensor-core products (`matvec_tc::Preps`).
 
-use super::matvec_tc::{Preps, Producer};
+use super::matvec_tc::{PrepBy, Preps, Producer};
 use super::{gemm, grid_u32, group_threads, linear, Launch};
 use crate::backend::cuda::buffer::ptr;
 use crate::backend::cuda::launch::Args;
 use crate::backend::cuda::profile::Phase;
-use crate::backend::cuda::{Inner, SYNC_SCRATCH_BYTES};
+use crate::backend::cuda::{Inner, SYNC_PARTIALS};
 use crate::backend::{check, GdnDims, Tensor};
 use crate::error::Result;
 
@@ -40,7 +40,7 @@ fn slices_on() -> bool {
 
 /// Token rows `t` of `n` values that a kernel over slices of 256 can take: a decode shape whose
 /// rows are whole slices, and (`meets`: the RMSNorms' grid barrier) whose partial sums fit the
-/// sync scratch (32 per row, as one warp sums them) and whose blocks are at most one per SM, so
+/// sync scratch (at most 32 per row, as one warp sums them) and whose blocks are at most one per SM, so
 /// that all of them are resident at once on any GPU (the barrier waits for every block: one that
 /// could not be scheduled would hang the others).
 fn slices_fit(inner: &Inner, t: usize, n: usize, meets: bool) -> bool {
@@ -48,7 +48,7 @@ fn slices_fit(inner: &Inner, t: usize, n: usize, meets: bool) -> bool {
         && (1..=linear::MATVEC_MAX_T).contains(&t)
         && n > 0
         && n.is_multiple_of(256)
-        && (!meets || (n / 256 <= 32 && 128 + t * 32 * 4 <= SYNC_SCRATCH_BYTES && t * (n / 256) <= inner.sms()))
+        && (!meets || (n / 256 <= 32 && t * (n / 256) <= SYNC_PARTIALS.min(inner.sms())))
 }
 
 /// Launch `name` (a `*_slices` kernel of norm.cu) over `t` rows of `n` values of `out`: grid
@@ -67,7 +67,7 @@ fn launch_slices(
     phase: Phase,
 ) -> Result<()> {
     let ws = inner.workspaces()?;
-    let preps = Preps::ask_slices(inner, who, out, t, n, &mut args)?;
+    let preps = Preps::ask(inner, who, out, t, n, PrepBy::Slices, &mut args)?;
     inner.kernel(
         Launch {
             name: (name, ""),
@@ -109,7 +109,7 @@ fn rms_norm_slices(
     a.p[2] = ptr(w, op)?;
     a.p[3] = ptr(out, op)?;
     a.n[0] = d as i64;
-    a.n[2] = inner.sync_scratch as i64;
+    a.n[2] = inner.sync_barrier() as i64;
     a.f[0] = eps;
     let mut uses = vec![acc, w, out];
     uses.extend(x);
@@ -170,7 +170,7 @@ fn launch(
         None
     };
     let preps = match (extra.who, extra.rows) {
-        (Some(who), Some((rows, n))) => Preps::ask(inner, who, out, rows, n, threads, &mut args)?,
+        (Some(who), Some((rows, n))) => Preps::ask(inner, who, out, rows, n, PrepBy::Rows(threads), &mut args)?,
         _ => None,
     };
     inner.kernel(
