@@ -296,6 +296,30 @@ __device__ __forceinline__ bool mv_shared_entry(const MvShared& sh, int b, int& 
     return SHARED && b - tok * sh.G == sh.G - 1;
 }
 
+// A MoE down product sums its `nsum` entries (experts) per output in series, each a round trip for
+// its weights: after the dependency wait (the routing kernel wrote the ids), pull every entry's rows
+// row0 .. row0 + rows of this block (output vector ov) into L2 at once, so that only the first
+// entry waits on DRAM. Threads split the (entry, 128-byte line) pairs.
+template <bool SHARED>
+__device__ __forceinline__ void mv_prefetch_entries(const uint8_t* W, const uint32_t* ids, const MvShared& sh,
+                                                    int ov, int nsum, uint32_t n_experts, size_t expert_bytes,
+                                                    int row0, int rows, size_t row_bytes) {
+    const int lines = (int)(((size_t)rows * row_bytes + 127) / 128);
+    for (int i = threadIdx.x; i < nsum * lines; i += blockDim.x) {
+        const int j = i / lines, b = ov * nsum + j;
+        int tok;
+        const uint8_t* We = W;
+        if (mv_shared_entry<SHARED>(sh, b, tok)) {
+            We = sh.w;
+        } else {
+            const uint32_t e = ids[b - tok];
+            if (e >= n_experts) continue;
+            We = W + (size_t)e * expert_bytes;
+        }
+        prefetch_l2(We + (size_t)row0 * row_bytes + (size_t)(i % lines) * 128);
+    }
+}
+
 // The shared expert's scale in token tok's sum.
 __device__ __forceinline__ float mv_shared_scale(const MvShared& sh, int tok) {
     return sh.gate_logits != nullptr ? sigmoidf_(sh.gate_logits[tok]) : 1.0f;

@@ -39,6 +39,7 @@
 #define MV_RPT_MAX 8  // rows per thread, plain products
 #define MV_RPT_MAX_GLU 4  // rows per thread with two weights (gate and up)
 #define MV_XPAD 36  // floats per unit in shared memory (32 + 4 of padding)
+#define MV_EIDS 64   // MoE entries per output whose expert ids a block keeps in shared memory
 
 // Segments a plain kernel of format F takes (common.cuh): a group, except for F16 and BF16, whose
 // kernels sit at the 128-register bound of two blocks per SM and would spill with a per-block
@@ -147,46 +148,66 @@ __device__ __forceinline__ void matvec(const Args& a) {
 
     if (ids == nullptr) mv_prefetch_rows(W, GLU ? W2 : nullptr, row0, min(rows_per_block, n_out - row0), row_bytes);
     kernel_start();
-
-    // The activation vectors of this block, one per summed entry.
-    if (x_in_smem) {
-        for (int j = 0; j < nsum; ++j) {
-            const float* xv = X + (size_t)((ov * nsum + j) / x_group) * x_stride;
-            float* dst = xs + (size_t)j * units * MV_XPAD;
-            // Four values per load through the read-only path: a thread's loads are independent
-            // and all in flight at once (one element per iteration was one L2 round trip each,
-            // a prologue as long as a small block's whole share of the weights).
-            const bool vec = n_in % 4 == 0 && (reinterpret_cast<uintptr_t>(xv) & 15) == 0;
-#pragma unroll 4
-            for (int i = t; i < units * 8; i += MV_THREADS) {
-                const int e = 4 * i;  // first of the four elements
-                float4 v;
-                if (vec && e + 4 <= n_in) {
-                    v = __ldg(reinterpret_cast<const float4*>(xv) + i);
-                } else {
-                    v.x = e < n_in ? xv[e] : 0.0f;
-                    v.y = e + 1 < n_in ? xv[e + 1] : 0.0f;
-                    v.z = e + 2 < n_in ? xv[e + 2] : 0.0f;
-                    v.w = e + 3 < n_in ? xv[e + 3] : 0.0f;
-                }
-                *reinterpret_cast<float4*>(dst + (e / 32) * MV_XPAD + (e % 32)) = v;
-            }
+    if (ids != nullptr && nsum > 1 && !GLU)
+        mv_prefetch_entries<SHARED>(W, ids, shx, ov, nsum, n_experts, expert_bytes, row0,
+                                    min(rows_per_block, n_out - row0), row_bytes);
+    // A MoE sum's expert ids, read once here, before the barrier below, rather than one L2 round
+    // trip per entry in series in the loop (the 35B-A3B's downs sum 9 entries).
+    __shared__ uint32_t eid[MV_EIDS];
+    const bool eid_smem = ids != nullptr && nsum > 1 && nsum <= MV_EIDS;
+    if (eid_smem)
+        for (int j = t; j < nsum; j += MV_THREADS) {
+            int tok;
+            const int b = ov * nsum + j;
+            eid[j] = mv_shared_entry<SHARED>(shx, b, tok) ? 0u : ids[b - tok];
         }
-        __syncthreads();
+
+    // The activation vectors of this block, one per summed entry, in one pass over all of them:
+    // four values per load through the read-only path, every load of a thread independent and in
+    // flight at once (one element, or one entry, per round trip was a prologue as long as a small
+    // block's whole share of the weights).
+    if (x_in_smem) {
+        const int per = units * 8;  // float4s per entry
+#pragma unroll 4
+        for (int i = t; i < nsum * per; i += MV_THREADS) {
+            const int j = i / per, q = i - j * per;
+            const float* xv = X + (size_t)((ov * nsum + j) / x_group) * x_stride;
+            const int e = 4 * q;  // first of the four elements
+            float4 v;
+            if (n_in % 4 == 0 && (reinterpret_cast<uintptr_t>(xv) & 15) == 0 && e + 4 <= n_in) {
+                v = __ldg(reinterpret_cast<const float4*>(xv) + q);
+            } else {
+                v.x = e < n_in ? xv[e] : 0.0f;
+                v.y = e + 1 < n_in ? xv[e + 1] : 0.0f;
+                v.z = e + 2 < n_in ? xv[e + 2] : 0.0f;
+                v.w = e + 3 < n_in ? xv[e + 3] : 0.0f;
+            }
+            *reinterpret_cast<float4*>(xs + (size_t)j * units * MV_XPAD + (e / 32) * MV_XPAD + (e % 32)) = v;
+        }
     }
+    if (x_in_smem || eid_smem) __syncthreads();
 
     float acc[RPT_MAX], accu[RPT_MAX];
 #pragma unroll
     for (int i = 0; i < RPT_MAX; ++i) acc[i] = accu[i] = 0.0f;
 
-    for (int j = 0; j < nsum; ++j) {
+    // A MoE sum over rows shorter than the unit lanes (the 35B-A3B's downs: 16 units of n_ff 512
+    // on 32 lanes) would leave lanes idle while the entries run in series: the lanes then split
+    // into groups of u2 (the units rounded up to a power of two), group q taking the entries q,
+    // q + UT / u2, ... (each lane's terms still meet in the row group's warp sum).
+    int u2 = 1;
+    while (u2 < units) u2 <<= 1;
+    const int egroups = !GLU && nsum > 1 && 2 * u2 <= UT ? UT / u2 : 1;
+    const int ulane = egroups > 1 ? ut % u2 : ut, ustep = egroups > 1 ? u2 : UT;
+
+    for (int j = egroups > 1 ? ut / u2 : 0; j < nsum; j += egroups) {
         const int b = ov * nsum + j;
         int tok;
         const bool shared = mv_shared_entry<SHARED>(shx, b, tok);
         uint32_t e = 0;
         if (ids != nullptr && !shared) {
-            e = ids[b - tok];
-            if (e >= n_experts) continue;  // uniform over the block
+            e = eid_smem ? eid[j] : ids[b - tok];
+            if (e >= n_experts) continue;  // no barrier below before the loop ends
         }
         const uint8_t* We = shared ? shx.w : W + (size_t)e * expert_bytes;
         const uint8_t* W2e = GLU ? (shared ? shx.w2 : W2 + (size_t)e * expert_bytes) : nullptr;
@@ -196,7 +217,7 @@ __device__ __forceinline__ void matvec(const Args& a) {
 #pragma unroll
         for (int i = 0; i < RPT_MAX; ++i) sg[i] = su[i] = 0.0f;
 
-        for (int u = ut; u < units; u += UT) {
+        for (int u = ulane; u < units; u += ustep) {
             // This unit's 32 activations.
             float xr[32];
             if (x_in_smem) {

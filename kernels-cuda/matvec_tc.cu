@@ -21,6 +21,13 @@ KERNEL void __launch_bounds__(256) mvtc_glu_Q4_K(const Args a) {
     mvtc::mv_body<mvtc::TcQ4K, 1, 8, true>(a);
     mvtc::glu_out_prep<16>(a);  // the down product's input (out_prep.cuh)
 }
+// The SwiGLU of 8192 rows and more on the tall kernels' geometry (dev/cuda/matvec_bench.cu: one
+// 12288 x 4096 product 13.4 us at R = 2, KW = 4 against 15.6 at R = 1, KW = 8); the two matrices'
+// loads are taken one after the other (mv_body), so R = 2 fits. `RILL_CUDA_GLU_TALL=0`: mvtc_glu_.
+KERNEL void __launch_bounds__(128) mvtc_glu_tall_Q4_K(const Args a) {
+    mvtc::mv_body<mvtc::TcQ4K, 2, 4, true>(a);
+    mvtc::glu_out_prep<32>(a);
+}
 // With a MoE layer's shared expert as one more expert per token (common.cuh MvShared).
 KERNEL void __launch_bounds__(256) mvtc_sh_Q4_K(const Args a) {
     mvtc::mv_body<mvtc::TcQ4K, 1, 8, false, false, true>(a);

@@ -235,15 +235,17 @@ static __device__ __forceinline__ void k4_word(uint32_t w, const K4Scales& k, ui
 // the B operand (16 k x 8 columns: columns 0, 1, 2 = hi, mid, lo, 3..7 zero; lane (g, t) with
 // g < 3 supplies term g). C: lane (g, t) holds rows g, g+8 x terms 2t, 2t+1 (t < 2 useful).
 //
-// One weight matrix's share of this warp: super-blocks warp, warp + KW, ... of the 2R rows
-// rows[r] (rows 8r + g of the block: tile r / 2, half r % 2), against the prepared x of one vector
-// (xa, xs at its first super-block). Adds the lane's partial dot products (scaled by d / s) to
-// acc and its min terms to macc.
-template <int R, int KW>
-static __device__ __forceinline__ void q4k_rows(const uint8_t* const (&rows)[2 * R], const uint32_t* xa,
-                                                const float* xs, int nsb, float (&acc)[2 * R], float (&macc)[2 * R]) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
-    for (int sb = warp; sb < nsb; sb += KW) {
+// One weight matrix's share of this warp: super-blocks first, first + step, ... (the warp index
+// and KW unless a MoE sum splits its warps over entries: mv_body) of the 2R rows rows[r] (rows
+// 8r + g of the block: tile r / 2, half r % 2), against the prepared x of one vector (xa, xs at
+// its first super-block). Adds the lane's partial dot products (scaled by d / s) to acc and its
+// min terms to macc.
+template <int R>
+static __device__ __forceinline__ void q4k_rows_from(int first, int step, const uint8_t* const (&rows)[2 * R],
+                                                     const uint32_t* xa, const float* xs, int nsb, float (&acc)[2 * R],
+                                                     float (&macc)[2 * R]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    for (int sb = first; sb < nsb; sb += step) {
         // All weight loads of this super-block first: per row a header and 32 quant bytes.
         uint4 hd[2 * R], q0[2 * R], q1[2 * R];
 #pragma unroll
@@ -295,21 +297,31 @@ static __device__ __forceinline__ void q4k_rows(const uint8_t* const (&rows)[2 *
     }
 }
 
+// The warp's own share: super-blocks warp, warp + KW, ...
+template <int R, int KW>
+static __device__ __forceinline__ void q4k_rows(const uint8_t* const (&rows)[2 * R], const uint32_t* xa,
+                                                const float* xs, int nsb, float (&acc)[2 * R], float (&macc)[2 * R]) {
+    q4k_rows_from<R>((int)(threadIdx.x >> 5), KW, rows, xa, xs, nsb, acc, macc);
+}
+
 // The format policy of the production body (mv_body, below; matvec_tc8.cuh and matvec_tc6.cuh
 // have one each): the prepared x's A/B words and f32 sums per 256 inputs, the products a plain
-// launch may hold (SEGS: the segment table, common.cuh), and `rows`, one weight
-// matrix's share of the warp: sets part[r] to the lane's partial dot product of row 8r + g (the
-// block's 2R rows, as q4k_rows takes them; the four lanes t of a row add up to the row's value).
+// launch may hold (SEGS: the segment table, common.cuh), whether a warp can start at any
+// super-block (ANY_FIRST: mv_body may then split a MoE sum's warps over its entries), and `rows`,
+// one weight matrix's share of the warp (super-blocks first, first + step, ...): sets part[r] to
+// the lane's partial dot product of row 8r + g (the block's 2R rows, as q4k_rows takes them; the
+// four lanes t of a row add up to the row's value).
 struct TcQ4K {
     static constexpr int WORDS = SB_WORDS, SUMS = SB_SUMS;
     static constexpr int SEGS = MV_SEGS;  // products per launch (common.cuh's segment table)
+    static constexpr bool ANY_FIRST = true;
     template <int R, int KW>
     static __device__ __forceinline__ void rows(const uint8_t* const (&w)[2 * R], const uint32_t* xa, const float* xs,
-                                                int nsb, float (&part)[2 * R]) {
+                                                int nsb, int first, int step, float (&part)[2 * R]) {
         float acc[2 * R], macc[2 * R];
 #pragma unroll
         for (int r = 0; r < 2 * R; r++) acc[r] = macc[r] = 0.0f;
-        q4k_rows<R, KW>(w, xa, xs, nsb, acc, macc);
+        q4k_rows_from<R>(first, step, w, xa, xs, nsb, acc, macc);
 #pragma unroll
         for (int r = 0; r < 2 * R; r++) part[r] = acc[r] - macc[r];
     }
@@ -429,20 +441,31 @@ static __device__ __forceinline__ void mv_body(const ::Args& a) {
         }
     }
     kernel_start();
+    if (!DENSE && ids != nullptr && nsum > 1 && !GLU)
+        mv_prefetch_entries<SHARED>(W[0], ids, shx, ov, nsum, n_experts, expert_bytes, row0, min(16 * R, n_out - row0),
+                                    row_bytes);
+
+    // A MoE sum whose rows have fewer super-blocks than the block has warps (the 35B-A3B's downs:
+    // 2 of 8) would leave warps idle and take its entries in series: the warps split into KW / nsb
+    // groups of nsb, group q taking entries q, q + KW / nsb, ... (the block still sums the warps'
+    // partials in one fixed order). Only in the kernels with a shared expert, which every MoE
+    // layer of the Qwen3.5 family takes: the others, mostly dense products, keep their registers.
+    const int groups = SHARED && F::ANY_FIRST && nsum > 1 && nsb < KW && KW % nsb == 0 ? KW / nsb : 1;
+    const int first = groups > 1 ? warp % nsb : warp, step = groups > 1 ? nsb : KW;
 
     float tot[NW][2 * R];
 #pragma unroll
     for (int m = 0; m < NW; m++)
 #pragma unroll
         for (int r = 0; r < 2 * R; r++) tot[m][r] = 0.0f;
-    for (int j = 0; j < nsum; j++) {
+    for (int j = groups > 1 ? warp / nsb : 0; j < nsum; j += groups) {
         const int b = ov * nsum + j;
         int tok;
         const bool shared = mv_shared_entry<SHARED>(shx, b, tok);
         uint32_t e = 0;
         if (ids != nullptr && !shared) {
             e = ids[b - tok];
-            if (e >= n_experts) continue;  // uniform over the block
+            if (e >= n_experts) continue;  // uniform over the warp
         }
         const int xrow = b / x_group;
         const uint32_t* xa_b = xa + (size_t)xrow * nsb * F::WORDS;
@@ -454,7 +477,7 @@ static __device__ __forceinline__ void mv_body(const ::Args& a) {
             const uint8_t* Wsh = m == 0 ? shx.w : shx.w2;
             row_ptrs<R>(shared ? Wsh : W[m] + (size_t)e * expert_bytes, row0, n_out, row_bytes, rows);
             float part[2 * R];
-            F::template rows<R, KW>(rows, xa_b, xs_b, nsb, part);
+            F::template rows<R, KW>(rows, xa_b, xs_b, nsb, first, step, part);
 #pragma unroll
             for (int r = 0; r < 2 * R; r++) tot[m][r] = fmaf(s, part[r], tot[m][r]);
         }

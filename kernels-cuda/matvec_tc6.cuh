@@ -254,9 +254,11 @@ struct TcQ6K {
     // product (the LM head, half the FFN down projections of Q4_K_M); and Q4_K_M groups hold one
     // Q6_K product at most (qkv or v). ops/linear.rs `takes_group` says the same.
     static constexpr int SEGS = 1;
+    // Warp w must read super-blocks w, w + 8, ... (its loads are compiled for their alignment).
+    static constexpr bool ANY_FIRST = false;
     template <int R, int KWB>
     static __device__ __forceinline__ void rows(const uint8_t* const (&w)[2 * R], const uint32_t* xb, const float* xs,
-                                                int nsb, float (&part)[2 * R]) {
+                                                int nsb, int, int, float (&part)[2 * R]) {
         static_assert(KWB == KW, "the Q6_K loads assume 8 warps per block");
 #pragma unroll
         for (int r = 0; r < 2 * R; r++) part[r] = 0.0f;

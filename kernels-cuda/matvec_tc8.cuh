@@ -240,17 +240,19 @@ struct Args {
     size_t row_bytes;
 };
 
-// One weight matrix's share of this warp: groups warp, warp + KW, ... of the 2R rows rows[r] (rows
-// 8r + g of the block: tile r / 2, half r % 2) against the prepared x of one vector (xb, xf at its
-// first group). Adds the lane's partial dot products to acc.
-template <int R, int KW>
-static __device__ __forceinline__ void q80_rows(const uint8_t* const (&rows)[2 * R], const uint32_t* xbp,
-                                                const float* xf, int ngrp, float (&acc)[2 * R]) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
+// One weight matrix's share of this warp: groups first, first + step, ... (the warp index and KW
+// unless a MoE sum splits its warps over entries: matvec_tc.cuh mv_body) of the 2R rows rows[r]
+// (rows 8r + g of the block: tile r / 2, half r % 2) against the prepared x of one vector (xb, xf
+// at its first group). Adds the lane's partial dot products to acc.
+template <int R>
+static __device__ __forceinline__ void q80_rows_from(int first, int step, const uint8_t* const (&rows)[2 * R],
+                                                     const uint32_t* xbp, const float* xf, int ngrp,
+                                                     float (&acc)[2 * R]) {
+    const int lane = threadIdx.x & 31, t = lane & 3;
     // lanes 0, 2 pack their d halves (even block: low, odd block: high) as {row g, row g+8}
     const uint32_t dsel = (t & 2) ? 0x7632u : 0x5410u;
     const int zero[4] = {0, 0, 0, 0};
-    for (int grp = warp; grp < ngrp; grp += KW) {
+    for (int grp = first; grp < ngrp; grp += step) {
         uint32_t wq[2 * R][20];
 #pragma unroll
         for (int r = 0; r < 2 * R; r++) {
@@ -303,16 +305,24 @@ static __device__ __forceinline__ void q80_rows(const uint8_t* const (&rows)[2 *
     }
 }
 
-// The format policy of the production body (matvec_tc.cuh mv_body).
+// The warp's own share: groups warp, warp + KW, ...
+template <int R, int KW>
+static __device__ __forceinline__ void q80_rows(const uint8_t* const (&rows)[2 * R], const uint32_t* xbp,
+                                                const float* xf, int ngrp, float (&acc)[2 * R]) {
+    q80_rows_from<R>((int)(threadIdx.x >> 5), KW, rows, xbp, xf, ngrp, acc);
+}
+
+// The format policy of the production body (matvec_tc.cuh mv_body, TcQ4K there says what it holds).
 struct TcQ80 {
     static constexpr int WORDS = G_WORDS, SUMS = G_FACT;
     static constexpr int SEGS = MV_SEGS;
+    static constexpr bool ANY_FIRST = true;
     template <int R, int KW>
     static __device__ __forceinline__ void rows(const uint8_t* const (&w)[2 * R], const uint32_t* xb, const float* xf,
-                                                int ngrp, float (&part)[2 * R]) {
+                                                int ngrp, int first, int step, float (&part)[2 * R]) {
 #pragma unroll
         for (int r = 0; r < 2 * R; r++) part[r] = 0.0f;
-        q80_rows<R, KW>(w, xb, xf, ngrp, part);
+        q80_rows_from<R>(first, step, w, xb, xf, ngrp, part);
     }
 };
 

@@ -77,65 +77,77 @@ KERNEL void moe_route(const Args a) {
     }
 }
 
-// The same routing with one warp per token, for E <= 32 * ROUTE_PER_LANE (decode: 256 experts):
-// lane l holds the probabilities of experts l, l + 32, ...; the softmax reductions and each of the
-// k picks are warp shuffles, with no block barriers (the block kernel above waits at two barriers
-// per pick). Same rules: NaN never wins, ties keep the lower index, the top-k sum in pick order.
-// Slots as moe_route. Grid: T; block 32.
-#define ROUTE_PER_LANE 16
-KERNEL void moe_route_warp(const Args a) {
+// The same routing by rank, for E <= 256 * ROUTE_PER_THREAD (decode: 256 experts). route_better's
+// order is a total order, so an expert's place among the picks is the number of experts that beat
+// it: each thread counts that for its experts (i, i + 256, ...) against every key in shared memory,
+// and the experts with rank < k write themselves as pick `rank`. One parallel pass instead of k
+// selections in series (a single warp selecting 8 of 256 took ~17 us per layer on the H200, a
+// chain of dependent compares and shuffles). Key: probability bits + 1 (probabilities are >= 0, so
+// their bits order as the values), NaN 0 (never beats a number); ties go to the lower index by
+// counting an equal key as better only before the expert's own index. The top-k sum is added in
+// pick order, as the CPU reference does. Slots as moe_route. Grid: T; block 256.
+#define ROUTE_PER_THREAD 4
+KERNEL void __launch_bounds__(256) moe_route_rank(const Args a) {
     kernel_start();
-    const int E = (int)a.n[0], k = (int)a.n[1], lane = threadIdx.x;
+    __shared__ __align__(16) uint32_t key[256 * ROUTE_PER_THREAD];
+    __shared__ float picked[256 * ROUTE_PER_THREAD];  // probability of pick r
+    __shared__ float sh[32];
+    const int E = (int)a.n[0], k = (int)a.n[1], tid = threadIdx.x;
     const float* l = reinterpret_cast<const float*>(a.p[0]) + (size_t)blockIdx.x * E;
     uint32_t* ids = reinterpret_cast<uint32_t*>(a.p[1]) + (size_t)blockIdx.x * k;
     float* wts = reinterpret_cast<float*>(a.p[2]) + (size_t)blockIdx.x * k;
-    float p[ROUTE_PER_LANE];
+    float p[ROUTE_PER_THREAD];
     float mx = -INFINITY;
 #pragma unroll
-    for (int i = 0; i < ROUTE_PER_LANE; ++i) {
-        const int e = lane + 32 * i;
-        p[i] = e < E ? l[e] : -INFINITY;
-        if (e < E) mx = fmaxf(mx, p[i]);
+    for (int q = 0; q < ROUTE_PER_THREAD; ++q) {
+        const int e = tid + 256 * q;
+        p[q] = e < E ? l[e] : -INFINITY;
+        if (e < E) mx = fmaxf(mx, p[q]);
     }
-    mx = warp_max(mx);
+    mx = block_max(mx, sh);
     float s = 0.0f;
 #pragma unroll
-    for (int i = 0; i < ROUTE_PER_LANE; ++i)
-        if (lane + 32 * i < E) {
-            p[i] = expf(p[i] - mx);
-            s += p[i];
+    for (int q = 0; q < ROUTE_PER_THREAD; ++q)
+        if (tid + 256 * q < E) {
+            p[q] = expf(p[q] - mx);
+            s += p[q];
         }
-    s = warp_sum(s);
+    s = block_sum(s, sh);
+    // Keys past E up to a multiple of 4 are 0: they beat nothing (a key 0 ties only with a NaN,
+    // and an index past E is never below the expert's own).
+    const int E4 = (E + 3) & ~3;
 #pragma unroll
-    for (int i = 0; i < ROUTE_PER_LANE; ++i) p[i] = p[i] / s;
-
-    uint32_t taken = 0;  // bit i: expert lane + 32 i is taken
-    float sel_sum = 0.0f;  // the same in every lane
-    float mine = 0.0f;     // lane j < 32: the probability of pick j
-    for (int j = 0; j < k; ++j) {
-        float bv = 0.0f;
-        int bi = -1;
-#pragma unroll
-        for (int i = 0; i < ROUTE_PER_LANE; ++i) {
-            const int e = lane + 32 * i;
-            if (e < E && !((taken >> i) & 1u) && route_better(p[i], e, bv, bi)) {
-                bv = p[i];
-                bi = e;
-            }
-        }
-        warp_pick<int, route_better>(bv, bi);  // every lane gets the pick; k <= E: bi >= 0
-        if (bi % 32 == lane) taken |= 1u << (bi / 32);
-        if (lane == 0) {
-            ids[j] = (uint32_t)bi;
-            if (j >= 32) wts[j] = bv;
-        }
-        if (lane == j) mine = bv;
-        sel_sum += bv;
+    for (int q = 0; q < ROUTE_PER_THREAD; ++q) {
+        const int e = tid + 256 * q;
+        p[q] = p[q] / s;
+        if (e < E4) key[e] = e < E ? (isnan(p[q]) ? 0u : __float_as_uint(p[q]) + 1u) : 0u;
     }
-    // Each weight scaled by the lane that holds it: no read-back of stores still in flight, which
-    // cost one L2 round trip per pick in series (the routing is on the decode step's critical path).
-    const float norm = a.f[0] / fmaxf(sel_sum, 6.1035e-5f);
-    if (lane < k) wts[lane] = mine * norm;
-    if (lane == 0)  // more picks than lanes (no Qwen3.5 shape): read back
-        for (int j = 32; j < k; ++j) wts[j] = wts[j] * norm;
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < ROUTE_PER_THREAD; ++q) {
+        const int e = tid + 256 * q;
+        if (e >= E) break;
+        const uint32_t me = key[e];
+        // Four keys per (broadcast) load, the loads independent of the counting: the loop is not
+        // one shared-memory round trip per key. A key beats e's if larger, or equal at a lower index.
+        int rank = 0;
+#pragma unroll 4
+        for (int j = 0; j < E4; j += 4) {
+            const uint4 v = *reinterpret_cast<const uint4*>(key + j);
+            rank += (v.x > me || (v.x == me && j < e)) + (v.y > me || (v.y == me && j + 1 < e)) +
+                    (v.z > me || (v.z == me && j + 2 < e)) + (v.w > me || (v.w == me && j + 3 < e));
+        }
+        if (rank < k) {
+            ids[rank] = (uint32_t)e;
+            picked[rank] = p[q];
+        }
+    }
+    __syncthreads();
+    if (tid == 0) {
+        float sel_sum = 0.0f;
+        for (int r = 0; r < k; ++r) sel_sum += picked[r];
+        sh[0] = a.f[0] / fmaxf(sel_sum, 6.1035e-5f);
+    }
+    __syncthreads();
+    for (int r = tid; r < k; r += 256) wts[r] = picked[r] * sh[0];
 }

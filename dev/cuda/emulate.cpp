@@ -1215,8 +1215,8 @@ static void test_attn_prep() {
 }
 
 // MoE routing: softmax, top-k with ties to the lower index, renormalise, scale; the block kernel
-// and the one-warp kernel (E <= 512) with the backend's launch geometry.
-static void test_route(void (*kernel)(const Args), const char* name, int E, int k, bool warp) {
+// and the rank kernel (E <= 1024) with the backend's launch geometry.
+static void test_route(void (*kernel)(const Args), const char* name, int E, int k, bool rank) {
     const int T = 3;
     auto l = normals((size_t)T * E, 2.0f);
     l[3] = l[9] = 9.0f;  // a tie in token 0
@@ -1229,8 +1229,8 @@ static void test_route(void (*kernel)(const Args), const char* name, int E, int 
     a.n[0] = E;
     a.n[1] = k;
     a.f[0] = 1.5f;
-    if (warp)
-        emu_launch(kernel, Dim3{(unsigned)T, 1, 1}, 32, 0, a);
+    if (rank)
+        emu_launch(kernel, Dim3{(unsigned)T, 1, 1}, 256, 0, a);
     else
         emu_launch(kernel, Dim3{(unsigned)T, 1, 1}, 256, (size_t)E * 4 + (E + 3) / 4 * 4, a);
     auto ids = I.get<uint32_t>(T * k);
@@ -1262,7 +1262,8 @@ static void test_route(void (*kernel)(const Args), const char* name, int E, int 
 
 static void test_route_argmax_elementwise() {
     test_route(moe_route, "moe_route", 37, 5, false);
-    for (int E : {37, 256, 512}) test_route(moe_route_warp, "moe_route_warp", E, E == 37 ? 37 : 8, true);
+    for (int E : {37, 256, 512, 1000}) test_route(moe_route_rank, "moe_route_rank", E, E == 37 ? 37 : 8, true);
+    test_route(moe_route_rank, "moe_route_rank", 1024, 300, true);
 
     // argmax: ties, NaN, -inf, all-NaN rows (NON_FINITE), over a row longer than one block's chunk.
     const int V = 10000, R = 5;
@@ -1354,6 +1355,8 @@ int main(int argc, char** argv) {
         test_moe<FmtQ8_0>("Q8_0", matvec_glu_Q8_0, matvec_Q8_0, 64, 96);
         test_moe_shared<FmtQ4_K>("Q4_K", false, matvec_glu_Q4_K, matvec_Q4_K, matvec_glu_sh_Q4_K, matvec_sh_Q4_K, 256, 512);
         test_moe_shared<FmtQ6_K>("Q6_K", false, matvec_glu_Q6_K, matvec_Q6_K, matvec_glu_sh_Q6_K, matvec_sh_Q6_K, 256, 256);
+        // The 35B-A3B down shape: rows of 512 (16 units: two groups of entries on 32 lanes).
+        test_moe_shared<FmtQ6_K>("Q6_K", false, matvec_glu_Q6_K, matvec_Q6_K, matvec_glu_sh_Q6_K, matvec_sh_Q6_K, 256, 512);
         test_moe_shared<FmtQ8_0>("Q8_0", false, matvec_glu_Q8_0, matvec_Q8_0, matvec_glu_sh_Q8_0, matvec_sh_Q8_0, 64, 96);
         test_moe_shared<FmtF32>("F32", false, matvec_glu_F32, matvec_F32, matvec_glu_sh_F32, matvec_sh_F32, 37, 45);
     }

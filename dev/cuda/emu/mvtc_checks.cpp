@@ -566,6 +566,55 @@ static void check_group(const char* name, int fmt, std::vector<int> rows, int n_
     dev_free(x), dev_free(xp.xa), dev_free(xp.xs);
 }
 
+// The fused SwiGLU (mv_body with GLU) of T dense vectors at geometry R, KW, against the f64
+// reference silu(g x) (u x): |err| <= 1e-5 (|u x| sum|g x| + |silu(g x)| sum|u x|) per output.
+// `swap`: the two weights exchanged (must fail).
+template <int R, int KW>
+static void check_glu(int n_out, int n_in, int T, int xkind, bool swap = false) {
+    const auto hg = random_q4k(n_out, n_in), hu = random_q4k(n_out, n_in);
+    const size_t rb = hg.size() / n_out;
+    const std::vector<float> hx = make_x(xkind, T * n_in);
+    uint8_t *g = dev_alloc<uint8_t>(hg.size()), *u = dev_alloc<uint8_t>(hu.size());
+    memcpy(g, hg.data(), hg.size()), memcpy(u, hu.data(), hu.size());
+    float* x = dev_alloc<float>(hx.size());
+    memcpy(x, hx.data(), hx.size() * 4);
+    float* out = dev_alloc<float>((size_t)T * n_out);
+    const TcPrep xp = prep_tc(host::Q4K, x, T, n_in);
+    ::Args a;
+    memset(&a, 0, sizeof a);
+    a.seg[0] = MvSeg{(unsigned long long)(swap ? u : g), (unsigned long long)out, n_out, 0};
+    a.p[1] = (unsigned long long)(swap ? g : u), a.p[2] = (unsigned long long)xp.xa, a.p[6] = (unsigned long long)xp.xs;
+    a.n[1] = n_in, a.n[2] = (long long)rb, a.n[4] = 1, a.n[5] = 1, a.n[6] = 1;
+    pf_emu::launch(dim3((n_out + 16 * R - 1) / (16 * R), T), dim3(32 * KW), 0, pf_emu::EARLY,
+                   [&] { mvtc::mv_body<mvtc::TcQ4K, R, KW, true>(a); });
+    std::vector<float> yg(n_in), yu(n_in);
+    double worst = 0;
+    for (int o = 0; o < n_out; o++) {
+        host::deq_row(host::Q4K, hg.data() + (size_t)o * rb, n_in, yg.data());
+        host::deq_row(host::Q4K, hu.data() + (size_t)o * rb, n_in, yu.data());
+        for (int t = 0; t < T; t++) {
+            double sg = 0, su = 0, mg = 0, mu = 0;
+            for (int i = 0; i < n_in; i++) {
+                const double xi = hx[(size_t)t * n_in + i];
+                sg += yg[i] * xi, su += yu[i] * xi, mg += fabs(yg[i] * xi), mu += fabs(yu[i] * xi);
+            }
+            const double sil = sg / (1.0 + exp(-sg)), ref = sil * su;
+            const double mag = fabs(su) * mg + fabs(sil) * mu + 1e-300;
+            const double e = fabs((double)out[(size_t)t * n_out + o] - ref) / mag;
+            worst = std::isnan(e) ? INFINITY : std::max(worst, e);
+        }
+    }
+    const bool pass = worst <= 1e-5;
+    const bool ok = swap ? !pass : pass;
+    g_checks++;
+    if (!ok) g_fail++;
+    printf("%s mvtc glu   q4k R=%d KW=%d%s rows %d n_in %d T %d %s: worst |err| / magnitude %.2e%s\n", ok ? "ok  " : "FAIL",
+           R, KW, swap ? " MUTATION weights swapped" : "", n_out, n_in, T, KINDS[xkind], worst,
+           swap ? " (must exceed the bound)" : "");
+    fflush(stdout);
+    dev_free(g), dev_free(u), dev_free(x), dev_free(out), dev_free(xp.xa), dev_free(xp.xs);
+}
+
 // ---------------------------------------------------------------------------------------------
 // The production body (matvec_tc.cuh mv_body) with a MoE layer's shared expert as expert k of
 // each token's k + 1 (the `_sh_` kernels, common.cuh MvShared), against the composition the
@@ -778,9 +827,22 @@ int main() {
     check_group<mvtc6::TcQ6K, 1, 8, false>("q6k", host::Q6K, {7}, 4096, 1);
     check_group<mvtc::TcQ4K, 1, 8, false>("q4k", host::Q4K, {32, 32}, 512, 1, true);
 
+    // The fused SwiGLU at both production geometries (mvtc_glu_, mvtc_glu_tall_): a partial last
+    // tile (rows 16 * 37 + 8), several vectors.
+    for (int k = 0; k < 3; k++) {
+        check_glu<1, 8>(600, 2048, 2, k);
+        check_glu<2, 4>(600, 2048, 2, k);
+    }
+    check_glu<2, 4>(256, 1024, 1, 0, true);
+
     // The shared expert in the production kernels: several tokens, the 35B-A3B's k = 8.
     check_shared<mvtc::TcQ4K>("q4k", host::Q4K, 6, 3, 3, 512, 256);
     check_shared<mvtc::TcQ4K>("q4k", host::Q4K, 12, 8, 1, 256, 256);
+    // Rows of 512 (the 35B-A3B's downs: 2 super-blocks, the warps split over 4 groups of entries)
+    // and of 768 (3 super-blocks: no split).
+    check_shared<mvtc::TcQ4K>("q4k", host::Q4K, 12, 8, 2, 256, 512);
+    check_shared<mvtc::TcQ4K>("q4k", host::Q4K, 5, 4, 1, 256, 768);
+    check_shared<mvtc8::TcQ80>("q80", host::Q80, 10, 8, 1, 512, 1024);
     check_shared<mvtc8::TcQ80>("q80", host::Q80, 6, 3, 2, 256, 512);
     check_shared<mvtc6::TcQ6K>("q6k", host::Q6K, 3, 2, 1, 2048, 2048);
     check_shared<mvtc::TcQ4K>("q4k", host::Q4K, 6, 3, 2, 256, 256, true);

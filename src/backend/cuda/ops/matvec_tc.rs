@@ -128,6 +128,10 @@ impl TcFormat {
 /// The Q4_K kernel, rows per block and threads for a product of `n_out` rows (`glu`: the fused
 /// SwiGLU).
 fn q4k_geometry(n_out: usize, glu: bool) -> (&'static str, usize, u32) {
+    if glu && n_out >= TALL_ROWS && glu_tall_on() {
+        // The tall kernels' geometry (kernels-cuda/matvec_tc.cu `mvtc_glu_tall_Q4_K`).
+        return ("mvtc_glu_tall_", 32, 128);
+    }
     if glu {
         // 8 warps: 4 were slower end to end (9B Q4_K_M decode 210.8 against 221.2 t/s on the H200).
         return ("mvtc_glu_", 16, 256);
@@ -137,6 +141,13 @@ fn q4k_geometry(n_out: usize, glu: bool) -> (&'static str, usize, u32) {
     } else {
         ("mvtc_", 16, 256)
     }
+}
+
+/// `RILL_CUDA_GLU_TALL=0`: a tall dense Q4_K SwiGLU takes `mvtc_glu_` (R = 1, KW = 8) as before,
+/// for A/B runs.
+fn glu_tall_on() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_GLU_TALL"))
 }
 
 /// A prepared x: the A (or B) words of every row, then the sums of every row.

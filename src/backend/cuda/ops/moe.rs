@@ -11,8 +11,8 @@ use crate::backend::cuda::Inner;
 use crate::backend::{check, Tensor};
 use crate::error::Result;
 
-/// Most experts `moe_route_warp` takes (32 lanes x ROUTE_PER_LANE in kernels-cuda/moe.cu).
-const ROUTE_WARP_MAX: usize = 32 * 16;
+/// Most experts `moe_route_rank` takes (256 threads x ROUTE_PER_THREAD in kernels-cuda/moe.cu).
+const ROUTE_RANK_MAX: usize = 256 * 4;
 
 pub(crate) fn moe_route(
     inner: &Inner,
@@ -36,15 +36,15 @@ pub(crate) fn moe_route(
     a.n[0] = e as i64;
     a.n[1] = k as i64;
     a.f[0] = scale;
-    // Up to ROUTE_WARP_MAX experts one warp per token does it with shuffles only (decode: a
-    // launch of a few us less per MoE layer); more experts take the block kernel.
-    let warp = e <= ROUTE_WARP_MAX;
+    // Up to ROUTE_RANK_MAX experts every pick is found in one parallel pass (each expert counts
+    // the experts that beat it); more experts take the k selections in series.
+    let rank = e <= ROUTE_RANK_MAX;
     inner.kernel(
         Launch {
-            name: (if warp { "moe_route_warp" } else { "moe_route" }, ""),
+            name: (if rank { "moe_route_rank" } else { "moe_route" }, ""),
             grid: [grid_u32(op, "tokens", t)?, 1, 1],
-            block: if warp { 32 } else { 256 },
-            smem: if warp { 0 } else { smem as u32 },
+            block: 256,
+            smem: if rank { 0 } else { smem as u32 },
             args: a,
             phase: Phase::FfnMoe,
         },
