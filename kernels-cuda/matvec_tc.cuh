@@ -402,7 +402,8 @@ static __device__ __forceinline__ void q4k_body(const Args& p) {
 // Slots: the segment table (W, out, n_out of each product; output vector v at out + v * n_out),
 //        p1 W2 (GLU) or 0, p2 xa, p4 expert ids (u32) or 0, p5 scales or 0, p6 xs, p3 and p7 the
 //        shared expert (SHARED: common.cuh mv_shared_slots).
-//        n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts, n5 x_group, n6 nsum.
+//        n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts, n5 x_group, n6 nsum, n11 the L2
+//        prefetches (bit 0: a dense block's rows before the wait, bit 1: a MoE sum's entries).
 //
 // DENSE: one vector per output, no experts (slots p4, p5, n3..n6 unread). The loop over summed
 // entries then vanishes: with it, nvcc keeps the group loop's invariants live across it (Q8_0
@@ -431,9 +432,10 @@ static __device__ __forceinline__ void mv_body(const ::Args& a) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     const int row0 = ((int)blockIdx.x - seg.block0) * 16 * R, ov = blockIdx.y;
 
-    // Dense weights are written by no kernel: pull this block's rows into L2 while the previous
-    // kernel finishes (programmatic dependent launch; matvec.cuh does the same).
-    if (ids == nullptr) {
+    // Dense weights are written by no kernel: this block's rows may be pulled into L2 while the
+    // previous kernel finishes (n11 bit 0; off by default: it measured slower on the H200, the
+    // prefetches competing with the running kernel's loads).
+    if (ids == nullptr && (a.n[11] & 1)) {
         const size_t bytes = (size_t)min(16 * R, n_out - row0) * row_bytes;
         for (size_t off = (size_t)threadIdx.x * 128; off < bytes; off += (size_t)blockDim.x * 128) {
 #pragma unroll
@@ -441,7 +443,7 @@ static __device__ __forceinline__ void mv_body(const ::Args& a) {
         }
     }
     kernel_start();
-    if (!DENSE && ids != nullptr && nsum > 1 && !GLU)
+    if (!DENSE && ids != nullptr && nsum > 1 && !GLU && (a.n[11] & 2))
         mv_prefetch_entries<SHARED>(W[0], ids, shx, ov, nsum, n_experts, expert_bytes, row0, min(16 * R, n_out - row0),
                                     row_bytes);
 

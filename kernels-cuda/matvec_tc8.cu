@@ -23,6 +23,12 @@ KERNEL void __launch_bounds__(256) mvtc_glu_Q8_0(const Args a) {
     mvtc::mv_body<mvtc8::TcQ80, 1, 8, true>(a);
     mvtc::glu_out_prep<16>(a);  // the down product's input (out_prep.cuh)
 }
+// The dense SwiGLU of 8192+ rows at R = 2, KW = 4, as Q4_K's (9B q8_0 tg128 236.2 -> 243.3 t/s on
+// the H200; `RILL_CUDA_GLU_TALL=0`: mvtc_glu_Q8_0).
+KERNEL void __launch_bounds__(128) mvtc_glu_tall_Q8_0(const Args a) {
+    mvtc::mv_body<mvtc8::TcQ80, 2, 4, true, true>(a);
+    mvtc::glu_out_prep<32>(a);
+}
 // With a MoE layer's shared expert as one more expert per token (common.cuh MvShared).
 KERNEL void __launch_bounds__(256) mvtc_sh_Q8_0(const Args a) {
     mvtc::mv_body<mvtc8::TcQ80, 1, 8, false, false, true>(a);

@@ -12,11 +12,11 @@
 #   4. fast against exact on the real shapes: the logits of a 100-token prompt on the same file
 #      (rel L2 and argmax agreement per position);
 #   5. decode kernel variants end to end (RILL_CUDA_MATVEC=exact and q8: tg128 of each model, the
-#      q8 logits of token-by-token decode against the exact ones, a q8 decode profile; the decode
-#      producers over slices against one block per row (RILL_CUDA_SLICES=0) and the projections of
-#      one input grouped per format against per kernel shape (RILL_CUDA_GROUP=same) for the 9B
-#      files; RILL_CUDA_MOE_SHARED=0, the MoE shared expert in launches of its own, against the
-#      default on the 35B-A3B);
+#      q8 logits of token-by-token decode against the exact ones, a q8 decode profile; the tensor-
+#      core products with the L2 prefetch of their weights (RILL_CUDA_TC_PF=3) and the dense SwiGLU
+#      on the 16-row geometry (RILL_CUDA_GLU_TALL=0) against the defaults for the 9B files;
+#      RILL_CUDA_MOE_SHARED=0, the MoE shared expert in launches of its own, and RILL_CUDA_TC_PF=0|3
+#      against the default on the 35B-A3B);
 #   6. the prefill kernel harness (dev/cuda/prefill_bench all --quick), then the decode harness
 #      (matvec_bench: every decode matvec variant checked and timed, its winner table), each in the
 #      time left;
@@ -205,15 +205,13 @@ for m in "${models[@]}"; do
 done
 
 # ---- 5. decode kernel variants end to end ---------------------------------------------------------
-# The decode producers over slices of 256 (the default: the RMSNorms, the gated norm and the
-# attention gate spread over n / 256 blocks, each preparing its slice for the tensor-core products)
-# against one block per row with a prep launch per product input (RILL_CUDA_SLICES=0); the
-# projections of one input in one launch per format (the default) against one per format and
-# kernel shape (RILL_CUDA_GROUP=same): tg128 of each.
+# The tensor-core products without an L2 prefetch of a dense block's rows (the default) against
+# with it (RILL_CUDA_TC_PF=3), and the dense SwiGLU on the tall geometry (the default) against the
+# 16-row one (RILL_CUDA_GLU_TALL=0): tg128 of each.
 for q in q4_k_m q8_0; do
     ready qwen3.5-9b $q || continue
     [ "$(left)" -gt 100 ] || break
-    for v in "slices-1 RILL_CUDA_SLICES=1" "slices-0 RILL_CUDA_SLICES=0" "group-same RILL_CUDA_GROUP=same"; do
+    for v in "default RILL_CUDA_SLICES=1" "tcpf-3 RILL_CUDA_TC_PF=3" "glutall-0 RILL_CUDA_GLU_TALL=0"; do
         tag=${v%% *}
         log "decode ${v#* }: qwen3.5-9b $q"
         env "${v#* }" timeout "$(limit 60)" $rill bench -m "$(model_file qwen3.5-9b $q)" --backend cuda \
@@ -223,11 +221,13 @@ done
 # A MoE layer's shared expert as one more expert per token inside the experts' matvec launches (the
 # default) against launches of its own (RILL_CUDA_MOE_SHARED=0): tg128 of the 35B-A3B, each.
 if ready qwen3.5-35b-a3b q4_k_m && [ "$(left)" -gt 100 ]; then
-    for ms in 1 0; do
-        log "decode RILL_CUDA_MOE_SHARED=$ms: qwen3.5-35b-a3b q4_k_m"
-        RILL_CUDA_MOE_SHARED=$ms timeout "$(limit 60)" $rill bench -m "$(model_file qwen3.5-35b-a3b q4_k_m)" \
-            --backend cuda -p "" -n 128 -r 2 --json >"$LOGS/moeshared-$ms-qwen3.5-35b-a3b-q4_k_m.json" \
-            2>"$LOGS/moeshared-$ms-qwen3.5-35b-a3b-q4_k_m.log"
+    for v in "moeshared-1 RILL_CUDA_MOE_SHARED=1" "moeshared-0 RILL_CUDA_MOE_SHARED=0" "tcpf-0 RILL_CUDA_TC_PF=0" \
+        "tcpf-3 RILL_CUDA_TC_PF=3"; do
+        tag=${v%% *}
+        log "decode ${v#* }: qwen3.5-35b-a3b q4_k_m"
+        env "${v#* }" timeout "$(limit 60)" $rill bench -m "$(model_file qwen3.5-35b-a3b q4_k_m)" \
+            --backend cuda -p "" -n 128 -r 2 --json >"$LOGS/$tag-qwen3.5-35b-a3b-q4_k_m.json" \
+            2>"$LOGS/$tag-qwen3.5-35b-a3b-q4_k_m.log"
     done
 fi
 # `decode_profile QUANT SECONDS`: where a 9B decode step's time goes with the default kernels, per
@@ -339,13 +339,15 @@ def tg(file, label):
         return f"{label} {j['tests'][0]['tokens_per_s_mean']:.1f}"
     except Exception as e:
         return f"{label} ({type(e).__name__})"
-print("decode producers over slices (RILL_CUDA_SLICES), grouped projections (RILL_CUDA_GROUP), tg128 tokens/s:")
+print("L2 prefetch of the tensor-core products' weights (RILL_CUDA_TC_PF), the SwiGLU's tall geometry "
+      "(RILL_CUDA_GLU_TALL), tg128 tokens/s:")
 for q in ("q4_k_m", "q8_0"):
     cells = [tg(f"{tag}-qwen3.5-9b-{q}.json", label) for tag, label in
-             (("slices-1", "default"), ("slices-0", "SLICES=0"), ("group-same", "GROUP=same"))]
+             (("default", "default"), ("tcpf-3", "TC_PF=3"), ("glutall-0", "GLU_TALL=0"))]
     print(f"  qwen3.5-9b-{q:<16} {' | '.join(cells)}")
-print("shared expert inside the MoE expert launches (RILL_CUDA_MOE_SHARED), tg128 tokens/s:")
-cells = [tg(f"moeshared-{ms}-qwen3.5-35b-a3b-q4_k_m.json", label) for ms, label in (("0", "0"), ("1", "default"))]
+print("shared expert inside the MoE expert launches (RILL_CUDA_MOE_SHARED), prefetch (RILL_CUDA_TC_PF), tg128 tokens/s:")
+cells = [tg(f"{tag}-qwen3.5-35b-a3b-q4_k_m.json", label) for tag, label in
+         (("moeshared-1", "default"), ("moeshared-0", "MOE_SHARED=0"), ("tcpf-0", "TC_PF=0"), ("tcpf-3", "TC_PF=3"))]
 print(f"  qwen3.5-35b-a3b-q4_k_m    {' | '.join(cells)}")
 for f in sorted(glob.glob(os.path.join(out, "test-*.log"))):
     res = [l.strip() for l in open(f, errors="replace") if l.startswith("test result:")]

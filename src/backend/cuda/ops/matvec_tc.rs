@@ -101,10 +101,12 @@ impl TcFormat {
     /// read nothing else; `shared`: MoE experts with a shared expert, the `_sh_` kernels).
     fn geometry(&self, n_out: usize, glu: bool, dense: bool, shared: bool) -> (&'static str, usize, u32) {
         match self.ty {
+            GgmlType::Q4K if shared && glu => ("mvtc_glu_sh_", 16, 128),
             _ if shared && glu => ("mvtc_glu_sh_", 16, 256),
             _ if shared => ("mvtc_sh_", 16, 256),
             GgmlType::Q8_0 if dense && !glu && n_out >= Q8_HEAD_ROWS => ("mvtc_head_", 32, 128),
             GgmlType::Q8_0 if dense && !glu && n_out >= TALL_ROWS => ("mvtc_tall_", 32, 256),
+            GgmlType::Q8_0 if dense && glu && n_out >= TALL_ROWS && glu_tall_on() => ("mvtc_glu_tall_", 32, 128),
             GgmlType::Q8_0 | GgmlType::Q6K if glu => ("mvtc_glu_", 16, 256),
             GgmlType::Q8_0 | GgmlType::Q6K => ("mvtc_", 16, 256),
             _ => q4k_geometry(n_out, glu),
@@ -143,11 +145,26 @@ fn q4k_geometry(n_out: usize, glu: bool) -> (&'static str, usize, u32) {
     }
 }
 
-/// `RILL_CUDA_GLU_TALL=0`: a tall dense Q4_K SwiGLU takes `mvtc_glu_` (R = 1, KW = 8) as before,
-/// for A/B runs.
+/// `RILL_CUDA_GLU_TALL=0`: a tall dense Q4_K or Q8_0 SwiGLU takes `mvtc_glu_` (R = 1, KW = 8) as
+/// before, for A/B runs.
 fn glu_tall_on() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_GLU_TALL"))
+}
+
+/// `RILL_CUDA_TC_PF`: which tensor-core products pull their weights into L2 ahead of their loads
+/// (kernels-cuda/matvec_tc.cuh, n11): bit 0 a dense product's block rows before the dependency
+/// wait, bit 1 a MoE sum's entries after it. Default 2: the dense prefetch measured slower (H200
+/// tg128 9B q4_k_m 300.6 -> 315.6 t/s without it, q8_0 236.2 -> 255.4).
+fn tc_prefetch() -> i64 {
+    static V: OnceLock<i64> = OnceLock::new();
+    *V.get_or_init(|| {
+        std::env::var("RILL_CUDA_TC_PF")
+            .ok()
+            .and_then(|v| v.parse::<i64>().ok())
+            .filter(|v| (0..=3).contains(v))
+            .unwrap_or(2)
+    })
 }
 
 /// A prepared x: the A (or B) words of every row, then the sums of every row.
@@ -379,6 +396,7 @@ pub(crate) fn run(
         if let Some(o) = out_prep {
             a.n[7..=10].copy_from_slice(&o.slots);
         }
+        a.n[11] = tc_prefetch();
         inner.kernel_rw(
             Launch {
                 name: (kernel, m.w.suffix),
