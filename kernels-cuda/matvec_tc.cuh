@@ -433,8 +433,9 @@ static __device__ __forceinline__ void mv_body(const ::Args& a) {
     const int row0 = ((int)blockIdx.x - seg.block0) * 16 * R, ov = blockIdx.y;
 
     // Dense weights are written by no kernel: this block's rows may be pulled into L2 while the
-    // previous kernel finishes (n11 bit 0; off by default: it measured slower on the H200, the
-    // prefetches competing with the running kernel's loads).
+    // previous kernel finishes (n11 bit 0; by default only for launches of at most 16 MiB: for
+    // larger ones it measured slower on the H200, the prefetches competing with the running
+    // kernel's loads).
     if (ids == nullptr && (a.n[11] & 1)) {
         const size_t bytes = (size_t)min(16 * R, n_out - row0) * row_bytes;
         for (size_t off = (size_t)threadIdx.x * 128; off < bytes; off += (size_t)blockDim.x * 128) {

@@ -205,8 +205,8 @@ for m in "${models[@]}"; do
 done
 
 # ---- 5. decode kernel variants end to end ---------------------------------------------------------
-# The tensor-core products without an L2 prefetch of a dense block's rows (the default) against
-# with it (RILL_CUDA_TC_PF=3), and the dense SwiGLU on the tall geometry (the default) against the
+# The tensor-core products with an L2 prefetch of a dense block's rows for small launches only (the
+# default) against every launch (RILL_CUDA_TC_PF=3), and the dense SwiGLU on the tall geometry (the default) against the
 # 16-row one (RILL_CUDA_GLU_TALL=0): tg128 of each.
 for q in q4_k_m q8_0; do
     ready qwen3.5-9b $q || continue

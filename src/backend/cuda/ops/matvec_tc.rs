@@ -154,17 +154,31 @@ fn glu_tall_on() -> bool {
 
 /// `RILL_CUDA_TC_PF`: which tensor-core products pull their weights into L2 ahead of their loads
 /// (kernels-cuda/matvec_tc.cuh, n11): bit 0 a dense product's block rows before the dependency
-/// wait, bit 1 a MoE sum's entries after it. Default 2: the dense prefetch measured slower (H200
-/// tg128 9B q4_k_m 300.6 -> 315.6 t/s without it, q8_0 236.2 -> 255.4).
+/// wait, bit 1 a MoE sum's entries after it, bit 2 the dense prefetch only for launches of at most
+/// `SMALL_PF_BYTES` of weights. Default 6 (MoE entries, small dense launches): the dense prefetch
+/// of every launch measured slower (H200 tg128 9B q4_k_m 300.6 -> 315.6 t/s without it, q8_0
+/// 236.2 -> 255.4); of the small launches only, a little faster than none (35B-A3B 358.7 -> 361.7,
+/// 9B q4_k_m 317.8 -> 319.2, q8_0 equal).
 fn tc_prefetch() -> i64 {
     static V: OnceLock<i64> = OnceLock::new();
     *V.get_or_init(|| {
         std::env::var("RILL_CUDA_TC_PF")
             .ok()
             .and_then(|v| v.parse::<i64>().ok())
-            .filter(|v| (0..=3).contains(v))
-            .unwrap_or(2)
+            .filter(|v| (0..=7).contains(v))
+            .unwrap_or(6)
     })
+}
+
+/// The largest launch (weight bytes) that `RILL_CUDA_TC_PF` bit 2 prefetches.
+const SMALL_PF_BYTES: usize = 16 << 20;
+
+/// The n11 prefetch bits of a launch of `m` (`tc_prefetch`).
+fn prefetch_bits(m: &Mv) -> i64 {
+    let pf = tc_prefetch();
+    let bytes = m.parts.rows() * m.w.row_bytes * if m.w2.is_some() { 2 } else { 1 };
+    let small = pf & 4 != 0 && bytes <= SMALL_PF_BYTES;
+    (pf & 3) | i64::from(small)
 }
 
 /// A prepared x: the A (or B) words of every row, then the sums of every row.
@@ -396,7 +410,7 @@ pub(crate) fn run(
         if let Some(o) = out_prep {
             a.n[7..=10].copy_from_slice(&o.slots);
         }
-        a.n[11] = tc_prefetch();
+        a.n[11] = prefetch_bits(m);
         inner.kernel_rw(
             Launch {
                 name: (kernel, m.w.suffix),
