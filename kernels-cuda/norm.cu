@@ -77,23 +77,26 @@ __device__ __forceinline__ void prep_slice(const Args& a, float v, int n) {
 
 // The blocks of one launch meet here (all of them are resident: the host launches at most one
 // block per SM, src/backend/cuda/ops/norm.rs `slices_fit`, and under dependent launch the next
-// kernel is scheduled only once every block of this one has started). `bar` is [0] arrivals, [1]
-// generation, zero before the first launch: the last block to arrive resets the count and opens
-// the generation the others wait on. Memory written before the barrier by any block is visible to
-// every block after it (read it with __ldcg: L1 is not coherent).
-__device__ __forceinline__ void grid_barrier(unsigned* bar) {
+// kernel is scheduled only once every block of this one has started). `bar` is one 64-bit word,
+// zero before the first launch: arrivals in the low half, the generation in the high half. A
+// block's arrival returns the generation it waits to see change; the last to arrive resets the
+// count and opens the next generation in one atomic (count nb + 2^32 - nb carries into the high
+// half). One atomic round trip per block and one more for the last: an arrival count and a
+// generation word in two words took a read, an exchange and an add in series. Memory written
+// before the barrier by any block is visible to every block after it (read it with __ldcg: L1 is
+// not coherent).
+__device__ __forceinline__ void grid_barrier(unsigned long long* bar) {
 #if defined(__CUDACC__)
     __syncthreads();
     if (threadIdx.x == 0) {
         const unsigned nb = gridDim.x * gridDim.y * gridDim.z;
-        volatile unsigned* gen = bar + 1;
-        const unsigned g = *gen;  // before arriving: it cannot move until this block has arrived
-        __threadfence();
-        if (atomicAdd(bar, 1u) == nb - 1) {
-            atomicExch(bar, 0u);
-            __threadfence();
-            atomicAdd(bar + 1, 1u);
+        __threadfence();  // this block's writes before its arrival
+        const unsigned long long old = atomicAdd(bar, 1ull);
+        if ((unsigned)old == nb - 1) {
+            atomicAdd(bar, (1ull << 32) - nb);
         } else {
+            const unsigned g = (unsigned)(old >> 32);
+            const volatile unsigned* gen = reinterpret_cast<const volatile unsigned*>(bar) + 1;  // high half
             while (*gen == g) __nanosleep(20);
         }
         __threadfence();
@@ -128,8 +131,8 @@ KERNEL void __launch_bounds__(256) rms_norm_slices(const Args a) {
     const float* x = a.p[1] ? reinterpret_cast<const float*>(a.p[1]) + o : nullptr;
     const float* w = reinterpret_cast<const float*>(a.p[2]);
     float* out = reinterpret_cast<float*>(a.p[3]) + o;
-    unsigned* bar = reinterpret_cast<unsigned*>(a.n[2]);
-    float* part = reinterpret_cast<float*>(bar + 32) + (size_t)blockIdx.y * nsl;
+    unsigned long long* bar = reinterpret_cast<unsigned long long*>(a.n[2]);
+    float* part = reinterpret_cast<float*>(bar + 16) + (size_t)blockIdx.y * nsl;  // 128 bytes on
     float v = acc[i];
     if (x != nullptr) {
         v = v + x[i];

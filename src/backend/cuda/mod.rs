@@ -100,7 +100,7 @@ pub struct CudaBackend {
     inner: Arc<Inner>,
 }
 
-/// Bytes of `Inner::sync_scratch`. Its layout: the decode RMSNorm's grid barrier (32 words at 0,
+/// Bytes of `Inner::sync_scratch`. Its layout: the decode RMSNorm's grid barrier (one 64-bit word at 0,
 /// kernels-cuda/norm.cu `grid_barrier`) and the partial sums after it (at 128 bytes, as the kernel
 /// reads them: `SYNC_PARTIALS` floats), then the slice counters of the kernels whose last block
 /// per slice prepares it (at `SYNC_COUNTERS_AT`: `SYNC_COUNTERS` words, kernels-cuda/out_prep.cuh).
