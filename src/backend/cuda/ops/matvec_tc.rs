@@ -101,6 +101,7 @@ impl TcFormat {
     /// read nothing else; `shared`: MoE experts with a shared expert, the `_sh_` kernels).
     fn geometry(&self, n_out: usize, glu: bool, dense: bool, shared: bool) -> (&'static str, usize, u32) {
         match self.ty {
+            // 4 warps: a 35B-A3B layer's 9 x 32 blocks in one wave (kernels-cuda/matvec_tc.cu).
             GgmlType::Q4K if shared && glu => ("mvtc_glu_sh_", 16, 128),
             _ if shared && glu => ("mvtc_glu_sh_", 16, 256),
             _ if shared => ("mvtc_sh_", 16, 256),
