@@ -296,6 +296,17 @@ __device__ __forceinline__ bool mv_shared_entry(const MvShared& sh, int b, int& 
     return SHARED && b - tok * sh.G == sh.G - 1;
 }
 
+// Dense weights do not depend on earlier kernels: pull this block's rows row0 .. row0 + rows (of W
+// and, for a SwiGLU, W2) into L2 while the previous kernel finishes (programmatic dependent launch).
+__device__ __forceinline__ void mv_prefetch_rows(const uint8_t* W, const uint8_t* W2, int row0, int rows,
+                                                 size_t row_bytes) {
+    const size_t bytes = (size_t)rows * row_bytes;
+    for (size_t off = (size_t)threadIdx.x * 128; off < bytes; off += (size_t)blockDim.x * 128) {
+        prefetch_l2(W + (size_t)row0 * row_bytes + off);
+        if (W2 != nullptr) prefetch_l2(W2 + (size_t)row0 * row_bytes + off);
+    }
+}
+
 // A MoE down product sums its `nsum` entries (experts) per output in series, each a round trip for
 // its weights: after the dependency wait (the routing kernel wrote the ids), pull every entry's rows
 // row0 .. row0 + rows of this block (output vector ov) into L2 at once, so that only the first

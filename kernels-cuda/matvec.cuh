@@ -58,17 +58,6 @@ struct MvSegs<FmtBF16> {
     static constexpr int N = 1;
 };
 
-// Dense weights do not depend on earlier kernels: start pulling this block's rows (of W and, for
-// GLU, W2) into L2 while the previous kernel finishes (programmatic dependent launch).
-__device__ __forceinline__ void mv_prefetch_rows(const uint8_t* W, const uint8_t* W2, int row0, int rows,
-                                                 size_t row_bytes) {
-    const size_t bytes = (size_t)rows * row_bytes;
-    for (size_t off = (size_t)threadIdx.x * 128; off < bytes; off += (size_t)MV_THREADS * 128) {
-        prefetch_l2(W + (size_t)row0 * row_bytes + off);
-        if (W2 != nullptr) prefetch_l2(W2 + (size_t)row0 * row_bytes + off);
-    }
-}
-
 // The end of a matvec block: reduce each of the thread's RPT rows over the UT threads of its row
 // group (within warps, then across the UT/32 warps through `red`) and write out[ov][row]
 // (silu(gate) * up for GLU). `red` is [MV_THREADS/32][RPT_MAX * (GLU ? 2 : 1)].

@@ -436,13 +436,8 @@ static __device__ __forceinline__ void mv_body(const ::Args& a) {
     // previous kernel finishes (n11 bit 0; by default only for launches of at most 16 MiB: for
     // larger ones it measured slower on the H200, the prefetches competing with the running
     // kernel's loads).
-    if (ids == nullptr && (a.n[11] & 1)) {
-        const size_t bytes = (size_t)min(16 * R, n_out - row0) * row_bytes;
-        for (size_t off = (size_t)threadIdx.x * 128; off < bytes; off += (size_t)blockDim.x * 128) {
-#pragma unroll
-            for (int m = 0; m < NW; m++) prefetch_l2(W[m] + (size_t)row0 * row_bytes + off);
-        }
-    }
+    if (ids == nullptr && (a.n[11] & 1))
+        mv_prefetch_rows(W[0], GLU ? W[1] : nullptr, row0, min(16 * R, n_out - row0), row_bytes);
     kernel_start();
     if (!DENSE && ids != nullptr && nsum > 1 && !GLU && (a.n[11] & 2))
         mv_prefetch_entries<SHARED>(W[0], ids, shx, ov, nsum, n_experts, expert_bytes, row0, min(16 * R, n_out - row0),
