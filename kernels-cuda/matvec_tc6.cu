@@ -11,12 +11,10 @@ KERNEL void __launch_bounds__(32) mvtc_prep_Q6_K(const Args a) {
                                        reinterpret_cast<float*>(a.p[2])});
 }
 
-// dev/cuda/matvec_bench.cu on the H200, x prepared once (session 16): below 8192 rows 16 rows per
-// block of 8 warps (ffn down 22.8 us, 4096 rows 9.1, 1024 rows 6.0), from 8192 rows 32 rows per
-// block of 4 warps (`_tall_`: qkv 15.7 us against 15.9, the LM head 339 against 403 at R = 1).
-// The shared-expert kernels may split their warps over a MoE sum's entries (rows of 2 super-
-// blocks: the 35B-A3B's downs), matvec_tc.cuh.
-KERNEL void __launch_bounds__(128) mvtc_tall_Q6_K(const Args a) { mvtc::mv_body<mvtc6::TcQ6K, 2, 4, false, true>(a); }
+// 16 rows per block of 8 warps (the loads' alignment scheme needs KW = 8): dev/cuda/matvec_bench.cu
+// on the H200, x prepared once, R = 1 at every size (qkv 17.2 us against the f32 kernels' 19.1,
+// 4096 rows 9.8 against 11.5, ffn down 23.5 against 31.6, the LM head 390 against 393; R = 2
+// is 1.7x slower: 152 registers against 96, one block per SM instead of two).
 KERNEL void __launch_bounds__(256) mvtc_Q6_K(const Args a) { mvtc::mv_body<mvtc6::TcQ6K, 1, 8, false>(a); }
 KERNEL void __launch_bounds__(256) mvtc_glu_Q6_K(const Args a) {
     mvtc::mv_body<mvtc6::TcQ6K, 1, 8, true>(a);

@@ -22,34 +22,27 @@
 //     sums for rows g, g+8 (|C| <= 2 * 8 * 128 * 128: exact): v = (C0 + 256 C1) + 65536 (C2 +
 //     256 C3), two int32 sums each rounded once to f32; acc_sb += v * sc in f32, and per
 //     super-block acc += acc_sb * (d / 4s).
-//   * Alignment: a 210-byte super-block sits at any even address. Lane (g, t) reads each of its
-//     16-byte windows as five 4-byte words from the window's start rounded down to 4 and one
-//     funnel shift per word (by 0 or 16 bits, known at run time): one loop body for every offset,
-//     so any warp may take any super-block (the body may split a MoE sum's warps over its
-//     entries) and rows need only an even length (n_in % 256 == 0: the 35B-A3B's 512-wide expert
-//     rows of 420 bytes too). The word holding d reaches two bytes past the super-block when it
-//     starts 4-byte aligned: past a row's end only into the weights' padding
-//     (src/backend/cuda/buffer.rs WEIGHT_PAD).
-//     The former scheme (a template per 16-byte offset, 8 warps striding so that warp w always saw
-//     offset 2w: two aligned 16-byte loads per window and compile-time word picks) gave each warp
-//     of a block its own copy of the loop; ncu on the LM head showed 39% of the stall cycles
-//     waiting on instruction fetch, and it tied every kernel to KW = 8 and 16-byte aligned rows.
-//     H200 harness, product alone (dev/cuda/matvec_bench.cu, MVB_PDL=1): LM head 387.5 -> 339.3
-//     us at R = 2, KW = 4 (58% of the copy bandwidth), ffn down 23.5 -> 22.8, qkv 16.4 -> 15.7.
+//   * Alignment: a 210-byte super-block sits at (2 sb) mod 16 of a 16-byte aligned row (n_in %
+//     2048 == 0), so with KW = 8 warps striding over super-blocks, warp w always sees offset 2w:
+//     the loop body is a template on that offset (8 instances, chosen once per warp), each
+//     16-byte window is two aligned 16-byte loads and a compile-time word pick, plus one funnel
+//     shift per word for the odd offsets. The last super-block of a row (offset 14) ends exactly
+//     at the row end: nothing is read past a row.
 //
 // Instructions per weight (lane, super-block, row tile = 128 weights per lane): weight loads
-// 2 x 25 LDG.32, realignment 2 x 21 SHF, decode 2 x 64 (1 per weight), 16 IMMA, epilogue
-// 8 x (2 IMAD, 2 I2F, FFMA, byte extract, I2F, FFMA) + 2 x 3, and 8 LDG.128 of B per super-block
-// shared by the R tiles. The decode compiles to 3 LOP3 + 2 shifts per 4 weights (mask, combine,
-// sign flip are not fused). Left to cut: A = 4q as u8 (mma .u8.s8) with the -32 q carried by the
-// first MMA's C input (-128 x the digit sums of the sub-block, from the prep kernel) saves the
-// flip and a mask: ~1.5 per 4 weights, ~0.35 per weight. Registers (-Xptxas -v, no spills):
-// R=1 KW=8 ~94 (two blocks of 256 per SM), R=2 KW=4 150; prep_x 43.
+// 2 x 10 LDG.128, realignment 2 x 18 SHF on half the warps, decode 2 x 64 (1 per weight),
+// 16 IMMA, epilogue 8 x (2 IMAD, 2 I2F, FFMA, byte extract, I2F, FFMA) + 2 x 3, and 8 LDG.128 of B per
+// super-block shared by the R tiles: ~1.9 per weight on paper. SASS (nvcc 13.0, sm_90, main loop
+// per super-block): R=1 318-332 instructions (even offsets) / 368-371 (odd: the funnel shifts) =
+// 2.5-2.9 per weight; R=2 584-600 / 680 per 256 = 2.3-2.65 (the f32 kernels: ~5). The decode
+// compiles to 3 LOP3 + 2 shifts per 4 weights (mask, combine, sign flip are not fused). Left to
+// cut: A = 4q as u8 (mma .u8.s8) with the -32 q carried by the first MMA's C input (-128 x the
+// digit sums of the sub-block, from the prep kernel) saves the flip and a mask: ~1.5 per 4
+// weights, ~0.35 per weight. Registers (-Xptxas -v, no spills): R=1 96, R=2 152; prep_x 43.
 //
-// Two launches: mvtc6::prep_x (x -> B words and 1/4s per super-block; one warp) and the product
-// (mvtc6::q6k<R, KW> here, matvec_tc.cuh's mv_body in production: KW warps own 16R rows).
-// Requirements: n_in % 256 == 0, W 4-byte aligned and padded. NaN or inf in a super-block of x makes
-// its scale NaN: every output that reads it is NaN.
+// Two launches: mvtc6::prep_x (x -> B words and 1/4s per super-block; one warp) and
+// mvtc6::q6k<R> (KW = 8 warps own 16R rows). Requirements: n_in % 2048 == 0, W 16-byte aligned. NaN or inf in a
+// super-block of x makes its scale NaN: every output that reads it is NaN.
 #pragma once
 
 #include "matvec_tc8.cuh"
@@ -60,6 +53,7 @@ using mvtc::ld16;
 using mvtc8::i2f;
 using mvtc8::mma_s8;
 
+constexpr int KW = 8;             // warps per block (the alignment scheme needs 8)
 constexpr int SB_WORDS = 8 * 32;  // B words per super-block: 8 active lanes x 32
 
 // ---------------------------------------------------------------------------------------------
@@ -130,6 +124,16 @@ struct Args {
     size_t row_bytes;
 };
 
+// 16 bytes at byte offset OFF + 4i of the 32 bytes at the aligned address a (two loads).
+template <int OFF, int NW>
+static __device__ __forceinline__ void window(const uint8_t* a, uint32_t (&o)[NW]) {
+    const uint4 u = ld16(a), v = ld16(a + 16);
+    const uint32_t w[8] = {u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w};
+    constexpr int Q = OFF / 4;
+#pragma unroll
+    for (int i = 0; i < NW; i++) o[i] = (OFF & 2) ? pf::funnel_r(w[Q + i], w[Q + i + 1], 16) : w[Q + i];
+}
+
 // 4 (q - 32) of four quants as signed bytes: nibbles at bits 2..5 of `nib`, qh bits at 6..7 of `hb`.
 static __device__ __forceinline__ uint32_t q6_bytes(uint32_t nib, uint32_t hb) {
     return ((nib & 0x3C3C3C3Cu) | (hb & 0xC0C0C0C0u)) ^ 0x80808080u;
@@ -140,61 +144,34 @@ struct Row6 {
     uint32_t ql[2][4], qh[2][4], sc[4];
     uint32_t d;  // f16 bits
 };
-// 4-byte loads (weights: 4-byte aligned words around a 2-byte aligned super-block).
-#ifdef PF_EMU
-static inline uint32_t ld4(const uint32_t* p) {
-    if (reinterpret_cast<uintptr_t>(p) % 4) ::pf_emu::fail("mvtc6: misaligned 4-byte load");
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-#else
-static __device__ __forceinline__ uint32_t ld4(const uint32_t* p) { return __ldg(p); }
-#endif
-
-// The NW words that start sh / 8 bytes (0 or 2) after the aligned word w (NW + 1 4-byte loads);
-// `last` is the last word loaded.
-template <int NW>
-static __device__ __forceinline__ void window(const uint32_t* w, int sh, uint32_t (&o)[NW], uint32_t& last) {
-    uint32_t v[NW + 1];
-#pragma unroll
-    for (int i = 0; i <= NW; i++) v[i] = ld4(w + i);
-#pragma unroll
-    for (int i = 0; i < NW; i++) o[i] = pf::funnel_r(v[i], v[i + 1], sh);
-    last = v[NW];
-}
-
-// One row's super-block at b (any even address): its words, realigned, into r.
+template <int OFF>
 static __device__ __forceinline__ void load_row(const uint8_t* b, int t, Row6& r) {
-    const uintptr_t pa = reinterpret_cast<uintptr_t>(b);
-    const uint32_t* w = reinterpret_cast<const uint32_t*>(pa & ~(uintptr_t)3);
-    const int sh = (int)(pa & 2) * 8;
-    uint32_t last;
+    const uint8_t* a = b - OFF;  // 16-byte aligned
 #pragma unroll
     for (int h = 0; h < 2; h++) {
-        window<4>(w + 16 * h + 4 * t, sh, r.ql[h], last);
-        window<4>(w + 32 + 8 * h + 4 * (t & 1), sh, r.qh[h], last);
+        window<OFF>(a + 64 * h + 16 * t, r.ql[h]);
+        window<OFF>(a + 128 + 32 * h + 16 * (t & 1), r.qh[h]);
     }
-    window<4>(w + 48, sh, r.sc, last);  // bytes 192..207; `last` holds d (bytes 208, 209)
-    r.d = (last >> sh) & 0xffffu;
+    const uint4 u = ld16(a + 192), v = ld16(a + 208);
+    const uint32_t w[8] = {u.x, u.y, u.z, u.w, v.x, v.y, v.z, v.w};
+    constexpr int Q = OFF / 4;
+#pragma unroll
+    for (int i = 0; i < 4; i++) r.sc[i] = (OFF & 2) ? pf::funnel_r(w[Q + i], w[Q + i + 1], 16) : w[Q + i];
+    r.d = (OFF & 2) ? w[4 + Q] >> 16 : w[4 + Q] & 0xffffu;
 }
 
-// One weight matrix's share of a warp: super-blocks first, first + step, ... of the 2R rows
-// rows[r] (rows 8r + g of the block) against the prepared x of one vector (xbp, xs at its first
-// super-block). Adds the lane's partial dot products to acc.
-template <int R>
-static __device__ __forceinline__ void q6k_rows_from(int first, int step, const uint8_t* const (&rows)[2 * R],
-                                                     const uint32_t* xbp, const float* xs, int nsb,
-                                                     float (&acc)[2 * R]) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+template <int R, int OFF>
+static __device__ __forceinline__ void q6k_loop(const uint8_t* const (&rows)[2 * R], const uint32_t* xbp,
+                                                const float* xs, int nsb, float (&acc)[2 * R], int warp, int lane) {
+    const int g = lane >> 2, t = lane & 3;
     const bool active = (g >> 1) == t;
     const int sl = 6 - 2 * (t >> 1), shh = 2 - 2 * (t >> 1);  // qh field of the low / high nibble -> bits 6..7
     const int sct = 8 * t;  // sc byte t of a word: this lane's sub-block
     const int zero[4] = {0, 0, 0, 0};
-    for (int sb = first; sb < nsb; sb += step) {
+    for (int sb = warp; sb < nsb; sb += KW) {
         Row6 rw[2 * R];
 #pragma unroll
-        for (int r = 0; r < 2 * R; r++) load_row(rows[r] + (size_t)sb * 210, t, rw[r]);
+        for (int r = 0; r < 2 * R; r++) load_row<OFF>(rows[r] + (size_t)sb * 210, t, rw[r]);
         uint32_t xb[32];
         if (active) {
             const uint32_t* src = xbp + ((size_t)sb * 8 + g) * 32;
@@ -248,28 +225,49 @@ static __device__ __forceinline__ void q6k_rows_from(int first, int step, const 
     }
 }
 
-// The format policy of the production body (matvec_tc.cuh mv_body): one f32 (1 / 4s) per
-// super-block; any warp count, any first super-block.
+// One weight matrix's share of this warp (KW = 8 warps): super-blocks warp, warp + 8, ... of the
+// 2R rows rows[r] (rows 8r + g of the block) against the prepared x of one vector (xb, xs at its
+// first super-block). Adds the lane's partial dot products to acc.
+template <int R>
+static __device__ __forceinline__ void q6k_rows(const uint8_t* const (&rows)[2 * R], const uint32_t* xb,
+                                                const float* xs, int nsb, float (&acc)[2 * R]) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    // Warp w reads super-blocks w, w + 8, ...: all at byte offset 2w of a 16-byte boundary.
+    switch (warp) {
+        case 0: q6k_loop<R, 0>(rows, xb, xs, nsb, acc, warp, lane); break;
+        case 1: q6k_loop<R, 2>(rows, xb, xs, nsb, acc, warp, lane); break;
+        case 2: q6k_loop<R, 4>(rows, xb, xs, nsb, acc, warp, lane); break;
+        case 3: q6k_loop<R, 6>(rows, xb, xs, nsb, acc, warp, lane); break;
+        case 4: q6k_loop<R, 8>(rows, xb, xs, nsb, acc, warp, lane); break;
+        case 5: q6k_loop<R, 10>(rows, xb, xs, nsb, acc, warp, lane); break;
+        case 6: q6k_loop<R, 12>(rows, xb, xs, nsb, acc, warp, lane); break;
+        default: q6k_loop<R, 14>(rows, xb, xs, nsb, acc, warp, lane); break;
+    }
+}
+
+// The format policy of the production body (matvec_tc.cuh mv_body): KW = 8 only (the alignment
+// scheme), one f32 (1 / 4s) per super-block.
 struct TcQ6K {
     static constexpr int WORDS = SB_WORDS, SUMS = 1;
-    // One product per launch: with a per-block weight pointer the kernel would lose a block per SM
-    // to registers (mvtc_Q6_K 110 against 80 registers with the former loads, nvcc 13.0); and
-    // Q4_K_M groups hold one Q6_K product at most (qkv or v). ops/linear.rs `takes_group` says
-    // the same.
+    // One product per launch: with a per-block weight pointer mvtc_Q6_K takes 110 registers
+    // against 80 (ptxas -v, nvcc 13.0), two blocks per SM instead of three, on every Q6_K
+    // product (the LM head, half the FFN down projections of Q4_K_M); and Q4_K_M groups hold one
+    // Q6_K product at most (qkv or v). ops/linear.rs `takes_group` says the same.
     static constexpr int SEGS = 1;
-    static constexpr bool ANY_FIRST = true;
-    template <int R, int KW>
+    // Warp w must read super-blocks w, w + 8, ... (its loads are compiled for their alignment).
+    static constexpr bool ANY_FIRST = false;
+    template <int R, int KWB>
     static __device__ __forceinline__ void rows(const uint8_t* const (&w)[2 * R], const uint32_t* xb, const float* xs,
-                                                int nsb, int first, int step, float (&part)[2 * R]) {
+                                                int nsb, int, int, float (&part)[2 * R]) {
+        static_assert(KWB == KW, "the Q6_K loads assume 8 warps per block");
 #pragma unroll
         for (int r = 0; r < 2 * R; r++) part[r] = 0.0f;
-        q6k_rows_from<R>(first, step, w, xb, xs, nsb, part);
+        q6k_rows<R>(w, xb, xs, nsb, part);
     }
 };
 
-// The candidate of dev/cuda/matvec_bench.cu: one dense product, out = W x (KW warps over the
-// super-blocks).
-template <int R, int KW>
+// The candidate of dev/cuda/matvec_bench.cu: one dense product, out = W x.
+template <int R>
 static __device__ __forceinline__ void q6k_body(const Args& p) {
     const int row0 = blockIdx.x * 16 * R;
     const uint8_t* rows[2 * R];
@@ -278,16 +276,16 @@ static __device__ __forceinline__ void q6k_body(const Args& p) {
 #pragma unroll
     for (int r = 0; r < 2 * R; r++) acc[r] = 0.0f;
     pf::pdl_wait();
-    q6k_rows_from<R>((int)(threadIdx.x >> 5), KW, rows, p.xb, p.xs, p.n_in / 256, acc);
+    q6k_rows<R>(rows, p.xb, p.xs, p.n_in / 256, acc);
     mvtc::bench_store<R, KW>(acc, row0, p.n_out, p.out);
 }
 
 #if !defined(PF_EMU) && defined(MVTC_BENCH_KERNELS)
 // The harness's kernels (dev/cuda/matvec_bench.cu defines MVTC_BENCH_KERNELS).
 static __global__ void __launch_bounds__(32) prep_x(const PrepArgs p) { prep_x_body(p); }
-template <int R, int KW, int MINB = 1>  // MINB: blocks per SM asked of ptxas (registers)
-static __global__ void __launch_bounds__(32 * KW, MINB) q6k(const Args p) {
-    q6k_body<R, KW>(p);
+template <int R>
+static __global__ void __launch_bounds__(32 * KW) q6k(const Args p) {
+    q6k_body<R>(p);
 }
 #endif
 

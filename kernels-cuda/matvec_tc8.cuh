@@ -343,8 +343,8 @@ static __device__ __forceinline__ void q80_body(const Args& p) {
 #if !defined(PF_EMU) && defined(MVTC_BENCH_KERNELS)
 // The harness's kernels (dev/cuda/matvec_bench.cu defines MVTC_BENCH_KERNELS).
 static __global__ void __launch_bounds__(32) prep_x(const PrepArgs p) { prep_x_body(p); }
-template <int R, int KW, int MINB = 1>  // MINB: blocks per SM asked of ptxas (registers)
-static __global__ void __launch_bounds__(32 * KW, MINB) q80(const Args p) {
+template <int R, int KW>
+static __global__ void __launch_bounds__(32 * KW) q80(const Args p) {
     q80_body<R, KW>(p);
 }
 #endif

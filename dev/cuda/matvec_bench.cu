@@ -22,7 +22,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <array>
 #include <string>
 #include <vector>
 
@@ -280,7 +279,6 @@ struct Variant {
     int tc = 0;         // matvec_tc*.cuh (Q4_K, Q6_K, Q8_0): 16-row tiles per block (0: not that kernel)
     int tc_kw = 0;      // its warps per block (split over the super-blocks)
     bool tc_prep = true;  // time the x split (prep_x) with every call (false: once per case)
-    int tc_minb = 1;      // blocks per SM asked of ptxas (__launch_bounds__' second argument)
 };
 
 // x split into operand words for the tensor-core kernels (one per case: every variant reads the
@@ -306,19 +304,19 @@ static void tc_prep(const float* x, int n_in, cudaStream_t st) {
     else
         launch_k(mvtc8::prep_x, dim3(n_in / 256), dim3(32), 0, st, mvtc8::PrepArgs{x, g_tc_xa, g_tc_xs});
 }
-template <int R, int KW, int MINB = 1>
+template <int R, int KW>
 static void tc_launch(const uint8_t* W, float* out, int n_out, int n_in, size_t row_bytes, cudaStream_t st) {
-    launch_k(mvtc::q4k<R, KW, MINB>, dim3((n_out + 16 * R - 1) / (16 * R)), dim3(32 * KW), 0, st,
+    launch_k(mvtc::q4k<R, KW>, dim3((n_out + 16 * R - 1) / (16 * R)), dim3(32 * KW), 0, st,
              mvtc::Args{W, g_tc_xa, g_tc_xs, out, n_out, n_in, row_bytes});
 }
-template <int R, int KW, int MINB = 1>
+template <int R>
 static void tc6_launch(const uint8_t* W, float* out, int n_out, int n_in, size_t row_bytes, cudaStream_t st) {
-    launch_k(mvtc6::q6k<R, KW, MINB>, dim3((n_out + 16 * R - 1) / (16 * R)), dim3(32 * KW), 0, st,
+    launch_k(mvtc6::q6k<R>, dim3((n_out + 16 * R - 1) / (16 * R)), dim3(32 * mvtc6::KW), 0, st,
              mvtc6::Args{W, g_tc_xa, g_tc_xs, out, n_out, n_in, row_bytes});
 }
-template <int R, int KW, int MINB = 1>
+template <int R, int KW>
 static void tc8_launch(const uint8_t* W, float* out, int n_out, int n_in, size_t row_bytes, cudaStream_t st) {
-    launch_k(mvtc8::q80<R, KW, MINB>, dim3((n_out + 16 * R - 1) / (16 * R)), dim3(32 * KW), 0, st,
+    launch_k(mvtc8::q80<R, KW>, dim3((n_out + 16 * R - 1) / (16 * R)), dim3(32 * KW), 0, st,
              mvtc8::Args{W, g_tc_xa, g_tc_xs, out, n_out, n_in, row_bytes});
 }
 
@@ -336,31 +334,24 @@ static void launch(const Variant& v, const uint8_t* W, const float* x, float* ou
                    size_t row_bytes, cudaStream_t st) {
     if (v.tc) {
         if (v.tc_prep) tc_prep<F>(x, n_in, st);
-        const int key = v.tc * 100 + v.tc_kw + 1000 * (v.tc_minb - 1);
+        const int key = v.tc * 100 + v.tc_kw;
         if constexpr (std::is_same_v<F, FmtQ4_K>) {
             switch (key) {
                 case 108: tc_launch<1, 8>(W, out, n_out, n_in, row_bytes, st); return;
                 case 204: tc_launch<2, 4>(W, out, n_out, n_in, row_bytes, st); return;
                 case 208: tc_launch<2, 8>(W, out, n_out, n_in, row_bytes, st); return;
                 case 404: tc_launch<4, 4>(W, out, n_out, n_in, row_bytes, st); return;
-                case 2108: tc_launch<1, 8, 3>(W, out, n_out, n_in, row_bytes, st); return;
-                case 4204: tc_launch<2, 4, 5>(W, out, n_out, n_in, row_bytes, st); return;
             }
         } else if constexpr (std::is_same_v<F, FmtQ6_K>) {
             switch (key) {
-                case 108: tc6_launch<1, 8>(W, out, n_out, n_in, row_bytes, st); return;
-                case 104: tc6_launch<1, 4>(W, out, n_out, n_in, row_bytes, st); return;
-                case 204: tc6_launch<2, 4>(W, out, n_out, n_in, row_bytes, st); return;
-                case 2108: tc6_launch<1, 8, 3>(W, out, n_out, n_in, row_bytes, st); return;
-                case 3204: tc6_launch<2, 4, 4>(W, out, n_out, n_in, row_bytes, st); return;
+                case 108: tc6_launch<1>(W, out, n_out, n_in, row_bytes, st); return;
+                case 208: tc6_launch<2>(W, out, n_out, n_in, row_bytes, st); return;
             }
         } else if constexpr (std::is_same_v<F, FmtQ8_0>) {
             switch (key) {
                 case 108: tc8_launch<1, 8>(W, out, n_out, n_in, row_bytes, st); return;
                 case 204: tc8_launch<2, 4>(W, out, n_out, n_in, row_bytes, st); return;
                 case 208: tc8_launch<2, 8>(W, out, n_out, n_in, row_bytes, st); return;
-                case 2108: tc8_launch<1, 8, 3>(W, out, n_out, n_in, row_bytes, st); return;
-                case 4204: tc8_launch<2, 4, 5>(W, out, n_out, n_in, row_bytes, st); return;
             }
         }
         fprintf(stderr, "no tensor-core instance R=%d KW=%d for this format\n", v.tc, v.tc_kw);
@@ -533,10 +524,11 @@ static Best run_case(const FmtInfo& f, const Shape& s, double copy_gbs, bool qui
     }
     // Tensor cores (exact tier): "tc R=.. KW=.." times the x split and the product together, "tc*
     // ..." the product alone (the split is per x, shared by every product that reads it). Q4_K:
-    // matvec_tc.cuh; Q6_K: matvec_tc6.cuh; Q8_0: matvec_tc8.cuh.
+    // matvec_tc.cuh; Q6_K: matvec_tc6.cuh (KW = 8 only, n_in % 2048 == 0); Q8_0: matvec_tc8.cuh.
     std::vector<std::pair<int, int>> tc_geo;
     if constexpr (std::is_same_v<F, FmtQ4_K>) tc_geo = {{1, 8}, {2, 4}, {2, 8}, {4, 4}};
-    if constexpr (std::is_same_v<F, FmtQ6_K>) tc_geo = {{1, 8}, {1, 4}, {2, 4}};
+    if constexpr (std::is_same_v<F, FmtQ6_K>)
+        if (n_in % 2048 == 0) tc_geo = {{1, 8}, {2, 8}};
     if constexpr (std::is_same_v<F, FmtQ8_0>) tc_geo = {{1, 8}, {2, 4}, {2, 8}};
     if (!tc_geo.empty()) {
         tc_alloc<F>(n_in);
@@ -548,15 +540,6 @@ static Best run_case(const FmtInfo& f, const Shape& s, double copy_gbs, bool qui
             a.tc_kw = kw;
             vars.push_back(a);
             a.name = "tc*" + geo;
-            a.tc_prep = false;
-            vars.push_back(a);
-        }
-        // Products at more blocks per SM than their registers give (ptxas caps them).
-        for (auto [r, kw, mb] : std::vector<std::array<int, 3>>{{1, 8, 3}, {2, 4, std::is_same_v<F, FmtQ6_K> ? 4 : 5}}) {
-            Variant a{"tc* R=" + std::to_string(r) + " KW=" + std::to_string(kw) + " minb=" + std::to_string(mb), 1, false};
-            a.tc = r;
-            a.tc_kw = kw;
-            a.tc_minb = mb;
             a.tc_prep = false;
             vars.push_back(a);
         }

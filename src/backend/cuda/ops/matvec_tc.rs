@@ -35,8 +35,7 @@ const TALL_ROWS: usize = 8192;
 const Q8_HEAD_ROWS: usize = 65536;
 
 /// What differs between the formats: the prepared copy's words and sums per unit of 256 inputs
-/// (the cuh files' `WORDS`, `SUMS`), what a row's length must be a multiple of, what its bytes
-/// (and an expert's) must be a multiple of (the loads' alignment), and how the
+/// (the cuh files' `WORDS`, `SUMS`), what a row's length must be a multiple of, and how the
 /// producer kernels (kernels-cuda/norm.cu) take the layout: its bit in their records (and in
 /// `RILL_CUDA_NORM_PREP`) and the pointer slot of their `Args`, and whether a plain launch may
 /// hold several products (the policies' `SEGS`: not Q6_K, whose kernel would lose a block per SM
@@ -47,7 +46,6 @@ pub(crate) struct TcFormat {
     words: usize,
     sums: usize,
     n_in_multiple: usize,
-    row_align: usize,
     bit: u8,
     slot: usize,
     pub(crate) groups: bool,
@@ -58,7 +56,6 @@ const Q4K: TcFormat = TcFormat {
     words: 4 * 3 * 32,
     sums: 16,
     n_in_multiple: SB,
-    row_align: 16,
     bit: 1,
     slot: 7,
     groups: true,
@@ -68,19 +65,17 @@ const Q8_0: TcFormat = TcFormat {
     words: 32 * 24,
     sums: 16,
     n_in_multiple: SB,
-    row_align: 16,
     bit: 2,
     slot: 5,
     groups: true,
 };
-/// Q6_K's loads take 210-byte super-blocks at any even address (4-byte words, realigned at run
-/// time: matvec_tc6.cuh), so rows need only an even length: the 35B-A3B's 420-byte expert rows.
+/// Q6_K's loads assume 8 warps striding over the super-blocks of rows that start 16-byte
+/// aligned: 210-byte super-blocks realign every 8 (matvec_tc6.cuh).
 const Q6K: TcFormat = TcFormat {
     ty: GgmlType::Q6K,
     words: 8 * 32,
     sums: 1,
-    n_in_multiple: SB,
-    row_align: 2,
+    n_in_multiple: 8 * SB,
     bit: 4,
     slot: 4,
     groups: false,
@@ -113,7 +108,6 @@ impl TcFormat {
             GgmlType::Q8_0 if dense && !glu && n_out >= Q8_HEAD_ROWS => ("mvtc_head_", 32, 128),
             GgmlType::Q8_0 if dense && !glu && n_out >= TALL_ROWS => ("mvtc_tall_", 32, 256),
             GgmlType::Q8_0 if dense && glu && n_out >= TALL_ROWS && glu_tall_on() => ("mvtc_glu_tall_", 32, 128),
-            GgmlType::Q6K if dense && !glu && n_out >= TALL_ROWS && q6_tall_on() => ("mvtc_tall_", 32, 128),
             GgmlType::Q8_0 | GgmlType::Q6K if glu => ("mvtc_glu_", 16, 256),
             GgmlType::Q8_0 | GgmlType::Q6K => ("mvtc_", 16, 256),
             _ => q4k_geometry(n_out, glu),
@@ -157,12 +151,6 @@ fn q4k_geometry(n_out: usize, glu: bool) -> (&'static str, usize, u32) {
 fn glu_tall_on() -> bool {
     static ON: OnceLock<bool> = OnceLock::new();
     *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_GLU_TALL"))
-}
-
-/// `RILL_CUDA_Q6_TALL=0`: a tall dense Q6_K product takes `mvtc_Q6_K` (R = 1, KW = 8), for A/B runs.
-fn q6_tall_on() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_Q6_TALL"))
 }
 
 /// `RILL_CUDA_TC_PF`: which tensor-core products pull their weights into L2 ahead of their loads
@@ -338,8 +326,7 @@ impl Preps {
 
 /// The format whose kernels run the product `m`, if they do: Q4_K, Q8_0 or Q6_K weights (both
 /// of a SwiGLU, the same format), rows a multiple of the format's unit, 16-byte aligned weights
-/// (every product's, a shared expert's too), rows and experts whose bytes keep the format's
-/// alignment, and x rows within one grid.
+/// (every product's, a shared expert's too) and experts, and x rows within one grid.
 pub(crate) fn applies(m: &Mv) -> Option<TcFormat> {
     let f = TcFormat::of(m.w.ty)?;
     let ok = |w: &super::linear::Weight| w.ty == f.ty && w.ptr.is_multiple_of(16);
@@ -352,8 +339,8 @@ pub(crate) fn applies(m: &Mv) -> Option<TcFormat> {
         && m.parts.iter().all(|p| p.w.is_multiple_of(16))
         && m.w2.is_none_or(ok)
         && shared_ok
-        && m.w.row_bytes.is_multiple_of(f.row_align)
-        && m.expert_bytes.is_multiple_of(f.row_align)
+        && m.w.row_bytes.is_multiple_of(16)
+        && m.expert_bytes.is_multiple_of(16)
         && x_rows(m) <= GRID_YZ_MAX)
         .then_some(f)
 }
