@@ -28,6 +28,15 @@
 //     16-byte window is two aligned 16-byte loads and a compile-time word pick, plus one funnel
 //     shift per word for the odd offsets. The last super-block of a row (offset 14) ends exactly
 //     at the row end: nothing is read past a row.
+//     MoE rows (the shared-expert kernels, policy TcQ6KAny) need more: the 35B-A3B's expert rows of
+//     512 inputs are 420 bytes, so rows start at any multiple of 4 and lanes of one warp (rows
+//     8r + g) see different offsets. There each window is five 4-byte loads from its start
+//     rounded down to 4 and one funnel shift per word by 0 or 16 bits, chosen at run time
+//     (`load_row_any`): one body for any address, first super-block and warp count. The word that
+//     holds d then reaches two bytes past the super-block: past a row's end only into the weights'
+//     padding (src/backend/cuda/buffer.rs WEIGHT_PAD). Not for the dense products: the same body
+//     there measured faster alone but slower in the 9B decode chain (H200, session 16: 320.5 ->
+//     310.5 t/s), while on the MoE downs it replaces the f32 kernels (35B-A3B 365.1 -> 369.6).
 //
 // Instructions per weight (lane, super-block, row tile = 128 weights per lane): weight loads
 // 2 x 10 LDG.128, realignment 2 x 18 SHF on half the warps, decode 2 x 64 (1 per weight),
@@ -41,8 +50,9 @@
 // weights, ~0.35 per weight. Registers (-Xptxas -v, no spills): R=1 96, R=2 152; prep_x 43.
 //
 // Two launches: mvtc6::prep_x (x -> B words and 1/4s per super-block; one warp) and
-// mvtc6::q6k<R> (KW = 8 warps own 16R rows). Requirements: n_in % 2048 == 0, W 16-byte aligned. NaN or inf in a
-// super-block of x makes its scale NaN: every output that reads it is NaN.
+// mvtc6::q6k<R> (KW = 8 warps own 16R rows). Requirements: n_in % 2048 == 0, W 16-byte aligned
+// (TcQ6KAny: n_in % 256 == 0, W 4-byte aligned and padded). NaN or inf in a super-block of x makes
+// its scale NaN: every output that reads it is NaN.
 #pragma once
 
 #include "matvec_tc8.cuh"
@@ -160,18 +170,63 @@ static __device__ __forceinline__ void load_row(const uint8_t* b, int t, Row6& r
     r.d = (OFF & 2) ? w[4 + Q] >> 16 : w[4 + Q] & 0xffffu;
 }
 
+// 4-byte loads of weight words (the run-time realignment below).
+#ifdef PF_EMU
+static inline uint32_t ld4(const uint32_t* p) {
+    if (reinterpret_cast<uintptr_t>(p) % 4) ::pf_emu::fail("mvtc6: misaligned 4-byte load");
+    uint32_t v;
+    memcpy(&v, p, 4);
+    return v;
+}
+#else
+static __device__ __forceinline__ uint32_t ld4(const uint32_t* p) { return __ldg(p); }
+#endif
+
+// The 4 words that start sh / 8 bytes (0 or 2) after the aligned word w (five 4-byte loads);
+// `last` is the fifth.
+static __device__ __forceinline__ void window_any(const uint32_t* w, int sh, uint32_t (&o)[4], uint32_t& last) {
+    uint32_t v[5];
+#pragma unroll
+    for (int i = 0; i < 5; i++) v[i] = ld4(w + i);
+#pragma unroll
+    for (int i = 0; i < 4; i++) o[i] = pf::funnel_r(v[i], v[i + 1], sh);
+    last = v[4];
+}
+
+// load_row for a super-block at any even address b, realigned at run time.
+static __device__ __forceinline__ void load_row_any(const uint8_t* b, int t, Row6& r) {
+    const uintptr_t pa = reinterpret_cast<uintptr_t>(b);
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(pa & ~(uintptr_t)3);
+    const int sh = (int)(pa & 2) * 8;
+    uint32_t last;
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        window_any(w + 16 * h + 4 * t, sh, r.ql[h], last);
+        window_any(w + 32 + 8 * h + 4 * (t & 1), sh, r.qh[h], last);
+    }
+    window_any(w + 48, sh, r.sc, last);  // bytes 192..207; `last` holds d (bytes 208, 209)
+    r.d = (last >> sh) & 0xffffu;
+}
+
+// Super-blocks first, first + step, ... of the 2R rows: every one at byte offset OFF of a 16-byte
+// boundary, or anywhere (OFF = -1: load_row_any).
 template <int R, int OFF>
-static __device__ __forceinline__ void q6k_loop(const uint8_t* const (&rows)[2 * R], const uint32_t* xbp,
-                                                const float* xs, int nsb, float (&acc)[2 * R], int warp, int lane) {
-    const int g = lane >> 2, t = lane & 3;
+static __device__ __forceinline__ void q6k_loop(int first, int step, const uint8_t* const (&rows)[2 * R],
+                                                const uint32_t* xbp, const float* xs, int nsb, float (&acc)[2 * R]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const bool active = (g >> 1) == t;
     const int sl = 6 - 2 * (t >> 1), shh = 2 - 2 * (t >> 1);  // qh field of the low / high nibble -> bits 6..7
     const int sct = 8 * t;  // sc byte t of a word: this lane's sub-block
     const int zero[4] = {0, 0, 0, 0};
-    for (int sb = warp; sb < nsb; sb += KW) {
+    for (int sb = first; sb < nsb; sb += step) {
         Row6 rw[2 * R];
 #pragma unroll
-        for (int r = 0; r < 2 * R; r++) load_row<OFF>(rows[r] + (size_t)sb * 210, t, rw[r]);
+        for (int r = 0; r < 2 * R; r++) {
+            if constexpr (OFF < 0)
+                load_row_any(rows[r] + (size_t)sb * 210, t, rw[r]);
+            else
+                load_row<OFF>(rows[r] + (size_t)sb * 210, t, rw[r]);
+        }
         uint32_t xb[32];
         if (active) {
             const uint32_t* src = xbp + ((size_t)sb * 8 + g) * 32;
@@ -231,17 +286,17 @@ static __device__ __forceinline__ void q6k_loop(const uint8_t* const (&rows)[2 *
 template <int R>
 static __device__ __forceinline__ void q6k_rows(const uint8_t* const (&rows)[2 * R], const uint32_t* xb,
                                                 const float* xs, int nsb, float (&acc)[2 * R]) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int warp = threadIdx.x >> 5;
     // Warp w reads super-blocks w, w + 8, ...: all at byte offset 2w of a 16-byte boundary.
     switch (warp) {
-        case 0: q6k_loop<R, 0>(rows, xb, xs, nsb, acc, warp, lane); break;
-        case 1: q6k_loop<R, 2>(rows, xb, xs, nsb, acc, warp, lane); break;
-        case 2: q6k_loop<R, 4>(rows, xb, xs, nsb, acc, warp, lane); break;
-        case 3: q6k_loop<R, 6>(rows, xb, xs, nsb, acc, warp, lane); break;
-        case 4: q6k_loop<R, 8>(rows, xb, xs, nsb, acc, warp, lane); break;
-        case 5: q6k_loop<R, 10>(rows, xb, xs, nsb, acc, warp, lane); break;
-        case 6: q6k_loop<R, 12>(rows, xb, xs, nsb, acc, warp, lane); break;
-        default: q6k_loop<R, 14>(rows, xb, xs, nsb, acc, warp, lane); break;
+        case 0: q6k_loop<R, 0>(warp, KW, rows, xb, xs, nsb, acc); break;
+        case 1: q6k_loop<R, 2>(warp, KW, rows, xb, xs, nsb, acc); break;
+        case 2: q6k_loop<R, 4>(warp, KW, rows, xb, xs, nsb, acc); break;
+        case 3: q6k_loop<R, 6>(warp, KW, rows, xb, xs, nsb, acc); break;
+        case 4: q6k_loop<R, 8>(warp, KW, rows, xb, xs, nsb, acc); break;
+        case 5: q6k_loop<R, 10>(warp, KW, rows, xb, xs, nsb, acc); break;
+        case 6: q6k_loop<R, 12>(warp, KW, rows, xb, xs, nsb, acc); break;
+        default: q6k_loop<R, 14>(warp, KW, rows, xb, xs, nsb, acc); break;
     }
 }
 
@@ -263,6 +318,21 @@ struct TcQ6K {
 #pragma unroll
         for (int r = 0; r < 2 * R; r++) part[r] = 0.0f;
         q6k_rows<R>(w, xb, xs, nsb, part);
+    }
+};
+
+// The policy of the MoE (shared-expert) kernels: rows at any even address, any warp count, any
+// first super-block (so mv_body may split a sum's warps over its entries), the weights padded.
+struct TcQ6KAny {
+    static constexpr int WORDS = SB_WORDS, SUMS = 1;
+    static constexpr int SEGS = 1;
+    static constexpr bool ANY_FIRST = true;
+    template <int R, int KWB>
+    static __device__ __forceinline__ void rows(const uint8_t* const (&w)[2 * R], const uint32_t* xb, const float* xs,
+                                                int nsb, int first, int step, float (&part)[2 * R]) {
+#pragma unroll
+        for (int r = 0; r < 2 * R; r++) part[r] = 0.0f;
+        q6k_loop<R, -1>(first, step, w, xb, xs, nsb, part);
     }
 };
 

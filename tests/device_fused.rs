@@ -13,8 +13,9 @@
 mod common;
 
 use common::device::{pos_on, Both, Pt, Side, Steps};
+use common::weights::{random_weight, upload};
 use common::*;
-use rill::backend::{AttnPrep, Backend, GdnDims, GdnGates, Pos};
+use rill::backend::{AttnPrep, Backend, GdnDims, GdnGates, Pos, StepMode};
 
 const TS: [usize; 4] = [1, 3, 64, 65];
 
@@ -351,6 +352,91 @@ fn recorded_fused_step_replays_at_new_positions() {
             p.check(&format!("{what} v cache"), vc, 0.0, 0.0);
         }
         p.assert_replayed(&record, steps);
+    }
+}
+
+/// A decode step's product, its residual add and RMSNorm (`add_rms_norm` of the product's output),
+/// and a product of the normed rows, recorded into a step and replayed (CUDA runs the norm there as
+/// the first product's tail: kernels-cuda/out_prep.cuh `add_norm_tail`; the MoE sums' tail is in
+/// tests/device_moe.rs' decode cases and the models below), for the tensor-core formats, rows of
+/// 512 to 2048 and 1 or 3 token rows: every step against the CPU (the residual accumulates over the
+/// steps), and on the device bit for bit what the same ops give run one by one, unrecorded.
+#[test]
+fn recorded_product_then_norm_matches_cpu() {
+    use rill::gguf::GgmlType::{Q4K, Q6K, Q8_0};
+    for p in Both::each() {
+        let mut rng = Rng::new(47);
+        for (ty, d, n_in, t) in [
+            (Q4K, 512, 512, 1),
+            (Q6K, 1024, 2048, 1),
+            (Q8_0, 512, 1024, 3),
+            (Q4K, 2048, 256, 3),
+        ] {
+            let weight = |rng: &mut Rng, rows: usize, cols: usize| {
+                let b = random_weight(ty, rows, cols, 0.5, rng);
+                Pt {
+                    dev: upload(p.dev.as_ref(), ty, &[rows, cols], &b),
+                    cpu: upload(p.cpu.as_ref(), ty, &[rows, cols], &b),
+                }
+            };
+            let (w, w2) = (weight(&mut rng, d, n_in), weight(&mut rng, 256, d));
+            let vocab = 5;
+            let table = p.up(&rng.normals(vocab * n_in, 1.0), &[vocab, n_in]);
+            let norm_w = p.up(&rng.normals(d, 1.0), &[d]);
+            let h0 = rng.normals(t * d, 4.0);
+            let ids = p.zeros_u32(&[t]);
+            // Two sets of buffers: the recorded steps', and (device only) the plain runs'.
+            let bufs = || {
+                (
+                    p.up(&h0, &[t, d]),
+                    p.zeros(&[t, n_in]),
+                    p.zeros(&[t, d]),
+                    p.zeros(&[t, d]),
+                    p.zeros(&[t, 256]),
+                )
+            };
+            let (h, x, mix, xn, y) = bufs();
+            let (ph, px, pmix, pxn, py) = bufs();
+            let ops = |be: &dyn Backend, s: Side, bs: [&Pt; 5]| -> rill::Result<()> {
+                let [h, x, mix, xn, y] = bs;
+                be.embed(table.on(s), ids.on(s), x.on(s))?;
+                be.matmul(w.on(s), x.on(s), mix.on(s))?;
+                be.add_rms_norm(h.on(s), mix.on(s), norm_w.on(s), 1e-6, xn.on(s))?;
+                be.matmul(w2.on(s), xn.on(s), y.on(s))
+            };
+            let key = 0x4e0a_0000 + d as u64 + t as u64;
+            for step in 0..4usize {
+                let toks: Vec<u32> = (0..t).map(|i| ((step * 3 + i * 2) % vocab) as u32).collect();
+                p.run("recorded step", |be, s| {
+                    be.write_u32(ids.on(s), &toks)?;
+                    let mode = be.step_begin(key)?;
+                    let r = if mode == StepMode::Replayed {
+                        Ok(())
+                    } else {
+                        ops(be, s, [&h, &x, &mix, &xn, &y])
+                    };
+                    be.step_end(key, r.is_ok())?;
+                    r
+                });
+                let what = format!("{ty} d={d} n_in={n_in} T={t} step {step}");
+                p.check_tier(&format!("{what} product"), &mix, 2e-3, 1e-4);
+                p.check_tier(&format!("{what} residual"), &h, 2e-3, 1e-4);
+                p.check_tier(&format!("{what} normed"), &xn, 1e-4, 1e-4);
+                p.check_tier(&format!("{what} product of the normed rows"), &y, 2e-3, 1e-4);
+                ops(p.dev.as_ref(), Side::Dev, [&ph, &px, &pmix, &pxn, &py]).expect("plain device ops");
+                for (name, a, b) in [("residual", &h, &ph), ("normed", &xn, &pxn), ("product", &y, &py)] {
+                    let (ra, rb) = (
+                        p.dev.read_f32(&a.dev).expect("read"),
+                        p.dev.read_f32(&b.dev).expect("read"),
+                    );
+                    assert!(
+                        ra.iter().zip(&rb).all(|(u, v)| u.to_bits() == v.to_bits()),
+                        "{} {what}: the {name} differs between the recorded step and the plain ops",
+                        p.name()
+                    );
+                }
+            }
+        }
     }
 }
 

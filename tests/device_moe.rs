@@ -711,8 +711,9 @@ fn experts_shared_q8_0_match_cpu() {
 fn experts_shared_q6_k_match_cpu() {
     use GgmlType::Q6K;
     shared_cases(Some(Q6K));
-    // Rows of 2048 (Q6_K's tensor-core decode kernels need n_in % 2048 == 0): the gate and up
-    // products of the first, the down products of the second.
+    // Rows of 2048 (the CUDA Q6_K dense kernels' loads need n_in % 2048 == 0; the shared-expert
+    // ones above take rows of 256 and 512 too): the gate and up products of the first, the down
+    // products of the second.
     for p in Both::each() {
         shared_case(&p, [Some(Q6K); 3], [Some(Q6K); 3], 8, 2, 2048, 256, 256, 3);
         shared_case(&p, [Some(Q6K); 3], [Some(Q6K); 3], 8, 2, 256, 2048, 2048, 1);

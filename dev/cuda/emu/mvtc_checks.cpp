@@ -660,8 +660,9 @@ static void check_shared(const char* name, int fmt, int E, int k, int T, int d, 
     };
     auto up = [](const auto& v) {
         using T_ = typename std::decay_t<decltype(v)>::value_type;
-        T_* p = dev_alloc<T_>(v.size());
+        T_* p = dev_alloc<T_>(v.size() + 64);  // the backend's weight padding (buffer.rs WEIGHT_PAD)
         memcpy(p, v.data(), v.size() * sizeof(T_));
+        memset(p + v.size(), 0, 64 * sizeof(T_));
         return p;
     };
     const auto hg = random_w(E * f, d), hu = random_w(E * f, d), hd = random_w(E * d, f);
@@ -845,6 +846,11 @@ int main() {
     check_shared<mvtc8::TcQ80>("q80", host::Q80, 10, 8, 1, 512, 1024);
     check_shared<mvtc8::TcQ80>("q80", host::Q80, 6, 3, 2, 256, 512);
     check_shared<mvtc6::TcQ6K>("q6k", host::Q6K, 3, 2, 1, 2048, 2048);
+    // The shared-expert kernels' Q6_K policy (rows realigned at run time): the 35B-A3B's down rows
+    // of 420 bytes (the warps split over the entries), rows of 3 super-blocks, and 16-byte rows.
+    check_shared<mvtc6::TcQ6KAny>("q6k any", host::Q6K, 12, 8, 2, 512, 512);
+    check_shared<mvtc6::TcQ6KAny>("q6k any", host::Q6K, 6, 3, 1, 768, 256);
+    check_shared<mvtc6::TcQ6KAny>("q6k any", host::Q6K, 3, 2, 1, 2048, 2048);
     check_shared<mvtc::TcQ4K>("q4k", host::Q4K, 6, 3, 2, 256, 256, true);
 
     printf("%s: %d of %d mvtc checks failed\n", g_fail ? "FAIL" : "PASS", g_fail, g_checks);

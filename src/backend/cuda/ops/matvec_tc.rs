@@ -19,6 +19,7 @@ use super::linear::{Mv, MATVEC_MAX_T};
 use super::{grid_u32, Launch, GRID_YZ_MAX};
 use crate::backend::cuda::driver::DevPtr;
 use crate::backend::cuda::launch::Args;
+use crate::backend::cuda::launch::NormHost;
 use crate::backend::cuda::profile::Phase;
 use crate::backend::cuda::{Inner, SYNC_COUNTERS};
 use crate::backend::Tensor;
@@ -35,7 +36,8 @@ const TALL_ROWS: usize = 8192;
 const Q8_HEAD_ROWS: usize = 65536;
 
 /// What differs between the formats: the prepared copy's words and sums per unit of 256 inputs
-/// (the cuh files' `WORDS`, `SUMS`), what a row's length must be a multiple of, and how the
+/// (the cuh files' `WORDS`, `SUMS`), what a row's length must be a multiple of (the layout's unit,
+/// and for the products' loads, `rows_fit`), and how the
 /// producer kernels (kernels-cuda/norm.cu) take the layout: its bit in their records (and in
 /// `RILL_CUDA_NORM_PREP`) and the pointer slot of their `Args`, and whether a plain launch may
 /// hold several products (the policies' `SEGS`: not Q6_K, whose kernel would lose a block per SM
@@ -46,6 +48,9 @@ pub(crate) struct TcFormat {
     words: usize,
     sums: usize,
     n_in_multiple: usize,
+    /// What the plain (not shared-expert) kernels' loads need: rows of a multiple of this many
+    /// inputs, 16-byte aligned.
+    load_n_in_multiple: usize,
     bit: u8,
     slot: usize,
     pub(crate) groups: bool,
@@ -56,6 +61,7 @@ const Q4K: TcFormat = TcFormat {
     words: 4 * 3 * 32,
     sums: 16,
     n_in_multiple: SB,
+    load_n_in_multiple: SB,
     bit: 1,
     slot: 7,
     groups: true,
@@ -65,17 +71,20 @@ const Q8_0: TcFormat = TcFormat {
     words: 32 * 24,
     sums: 16,
     n_in_multiple: SB,
+    load_n_in_multiple: SB,
     bit: 2,
     slot: 5,
     groups: true,
 };
-/// Q6_K's loads assume 8 warps striding over the super-blocks of rows that start 16-byte
-/// aligned: 210-byte super-blocks realign every 8 (matvec_tc6.cuh).
+/// Q6_K's plain loads assume 8 warps striding over the super-blocks of rows that start 16-byte
+/// aligned: 210-byte super-blocks realign every 8; its shared-expert kernels realign at run time
+/// and take rows at any even address (matvec_tc6.cuh TcQ6KAny: the 35B-A3B's 420-byte expert rows).
 const Q6K: TcFormat = TcFormat {
     ty: GgmlType::Q6K,
     words: 8 * 32,
     sums: 1,
-    n_in_multiple: 8 * SB,
+    n_in_multiple: SB,
+    load_n_in_multiple: 8 * SB,
     bit: 4,
     slot: 4,
     groups: false,
@@ -112,6 +121,18 @@ impl TcFormat {
             GgmlType::Q8_0 | GgmlType::Q6K => ("mvtc_", 16, 256),
             _ => q4k_geometry(n_out, glu),
         }
+    }
+
+    /// Whether the loads of the kernel that runs `m` take its rows: the shared-expert Q6_K kernels
+    /// any even row length (realigned at run time), every other kernel rows of a multiple of
+    /// `load_n_in_multiple` inputs whose bytes (and an expert's) keep 16-byte alignment.
+    fn rows_fit(&self, m: &Mv) -> bool {
+        if self.ty == GgmlType::Q6K && m.shared.is_some() {
+            return m.w.row_bytes.is_multiple_of(2) && m.expert_bytes.is_multiple_of(2);
+        }
+        m.n_in.is_multiple_of(self.load_n_in_multiple)
+            && m.w.row_bytes.is_multiple_of(16)
+            && m.expert_bytes.is_multiple_of(16)
     }
 
     /// Bytes of the prepared copy of `rows` vectors of `n_in` (a multiple of 256).
@@ -325,8 +346,9 @@ impl Preps {
 }
 
 /// The format whose kernels run the product `m`, if they do: Q4_K, Q8_0 or Q6_K weights (both
-/// of a SwiGLU, the same format), rows a multiple of the format's unit, 16-byte aligned weights
-/// (every product's, a shared expert's too) and experts, and x rows within one grid.
+/// of a SwiGLU, the same format), rows a multiple of the format's unit that its kernel's loads
+/// take (`rows_fit`), 16-byte aligned weights (every product's, a shared expert's too), and x rows
+/// within one grid.
 pub(crate) fn applies(m: &Mv) -> Option<TcFormat> {
     let f = TcFormat::of(m.w.ty)?;
     let ok = |w: &super::linear::Weight| w.ty == f.ty && w.ptr.is_multiple_of(16);
@@ -339,8 +361,7 @@ pub(crate) fn applies(m: &Mv) -> Option<TcFormat> {
         && m.parts.iter().all(|p| p.w.is_multiple_of(16))
         && m.w2.is_none_or(ok)
         && shared_ok
-        && m.w.row_bytes.is_multiple_of(16)
-        && m.expert_bytes.is_multiple_of(16)
+        && f.rows_fit(m)
         && x_rows(m) <= GRID_YZ_MAX)
         .then_some(f)
 }
@@ -404,6 +425,7 @@ pub(crate) fn run(
     let (kernel, rows_per_block, threads) = kernel_of(f, m);
     let gx = m.grid_x(op, rows_per_block)?;
     let nsb = m.n_in / SB;
+    let mut launches = Vec::new();
     for (mut a, nv, x_row0) in m.chunks(rows_per_block) {
         // Slots of its own (matvec_tc.cuh `mv_body`): p2 the prepared words, p6 the sums.
         a.p[2] = x.xa + (x_row0 * nsb * f.words * 4) as u64;
@@ -412,6 +434,7 @@ pub(crate) fn run(
             a.n[7..=10].copy_from_slice(&o.slots);
         }
         a.n[11] = prefetch_bits(m);
+        launches.push((a.seg[0].out, nv));
         inner.kernel_rw(
             Launch {
                 name: (kernel, m.w.suffix),
@@ -425,6 +448,23 @@ pub(crate) fn run(
             reads,
             writes,
         )?;
+    }
+    // One launch of one product (not a SwiGLU, whose own tail prepares its output) in a kernel
+    // with a norm tail: a decode `add_rms_norm` of its output may become that tail (ops/norm.rs).
+    let tail_kernel = match kernel {
+        "mvtc_" => Some("mvtc_norm_"),
+        "mvtc_sh_" => Some("mvtc_sh_"),
+        _ => None,
+    };
+    if let (Some(k), [(out, vectors)], 1, None) = (tail_kernel, launches.as_slice(), m.parts.len(), m.w2) {
+        if SB.is_multiple_of(rows_per_block) {
+            inner.offer_norm_host(NormHost {
+                out: *out,
+                n_out: m.parts.rows(),
+                vectors: *vectors,
+                kernel: (k, m.w.suffix),
+            })?;
+        }
     }
     Ok(())
 }
