@@ -31,12 +31,12 @@ struct MvSeg {
 
 struct Args {
     unsigned long long p[8];
-    long long n[14];
+    long long n[12];
     float f[4];
     MvSeg seg[MV_SEGS];
 };
 // The layout launch.rs fills (a mismatch would shift every slot).
-static_assert(sizeof(Args) == 288, "struct Args must match src/backend/cuda/launch.rs");
+static_assert(sizeof(Args) == 272, "struct Args must match src/backend/cuda/launch.rs");
 
 // This block's segment: the last used one of the first SEGS whose first block is at or before
 // blockIdx.x. Constant indices only (the loop unrolls), so the table is read from the parameter

@@ -17,12 +17,6 @@ KERNEL void __launch_bounds__(32) mvtc_prep_Q4_K(const Args a) {
 // 20.1); the fused SwiGLU holds two matrices' loads: R = 1 (8 warps: 4 were slower end to end).
 KERNEL void __launch_bounds__(128) mvtc_tall_Q4_K(const Args a) { mvtc::mv_body<mvtc::TcQ4K, 2, 4, false>(a); }
 KERNEL void __launch_bounds__(256) mvtc_Q4_K(const Args a) { mvtc::mv_body<mvtc::TcQ4K, 1, 8, false>(a); }
-// The same with a decode add_rms_norm of its output as its tail (out_prep.cuh; a kernel of its own:
-// the tail's code in mvtc_Q4_K cost it registers in the main loop).
-KERNEL void __launch_bounds__(256) mvtc_norm_Q4_K(const Args a) {
-    mvtc::mv_body<mvtc::TcQ4K, 1, 8, false>(a);
-    mvtc::add_norm_tail<16>(a);
-}
 KERNEL void __launch_bounds__(256) mvtc_glu_Q4_K(const Args a) {
     mvtc::mv_body<mvtc::TcQ4K, 1, 8, true>(a);
     mvtc::glu_out_prep<16>(a);  // the down product's input (out_prep.cuh)
@@ -37,7 +31,6 @@ KERNEL void __launch_bounds__(128) mvtc_glu_tall_Q4_K(const Args a) {
 // With a MoE layer's shared expert as one more expert per token (common.cuh MvShared).
 KERNEL void __launch_bounds__(256) mvtc_sh_Q4_K(const Args a) {
     mvtc::mv_body<mvtc::TcQ4K, 1, 8, false, false, true>(a);
-    mvtc::add_norm_tail<16>(a);  // a decode add_rms_norm of the output (out_prep.cuh)
 }
 // A MoE layer's SwiGLU rows on blocks of 4 warps: the 35B-A3B's (9 entries x 32 blocks) were 1.1
 // waves of two 8-warp blocks per SM on the H200; at 4 warps (five blocks per SM) they are one

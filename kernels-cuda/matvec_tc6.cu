@@ -16,12 +16,6 @@ KERNEL void __launch_bounds__(32) mvtc_prep_Q6_K(const Args a) {
 // 4096 rows 9.8 against 11.5, ffn down 23.5 against 31.6, the LM head 390 against 393; R = 2
 // is 1.7x slower: 152 registers against 96, one block per SM instead of two).
 KERNEL void __launch_bounds__(256) mvtc_Q6_K(const Args a) { mvtc::mv_body<mvtc6::TcQ6K, 1, 8, false>(a); }
-// The same with a decode add_rms_norm of its output as its tail (out_prep.cuh; a kernel of its own:
-// the tail's code in mvtc_Q6_K cost it registers in the main loop).
-KERNEL void __launch_bounds__(256) mvtc_norm_Q6_K(const Args a) {
-    mvtc::mv_body<mvtc6::TcQ6K, 1, 8, false>(a);
-    mvtc::add_norm_tail<16>(a);
-}
 KERNEL void __launch_bounds__(256) mvtc_glu_Q6_K(const Args a) {
     mvtc::mv_body<mvtc6::TcQ6K, 1, 8, true>(a);
     mvtc::glu_out_prep<16>(a);  // the down product's input (out_prep.cuh)
@@ -31,7 +25,6 @@ KERNEL void __launch_bounds__(256) mvtc_glu_Q6_K(const Args a) {
 // a down product's entries (mvtc_sh_Q6_K 12.4 us per layer alone against matvec_sh_Q6_K's 16.6).
 KERNEL void __launch_bounds__(256) mvtc_sh_Q6_K(const Args a) {
     mvtc::mv_body<mvtc6::TcQ6KAny, 1, 8, false, false, true>(a);
-    mvtc::add_norm_tail<16>(a);  // a decode add_rms_norm of the output (out_prep.cuh)
 }
 KERNEL void __launch_bounds__(256) mvtc_glu_sh_Q6_K(const Args a) {
     mvtc::mv_body<mvtc6::TcQ6KAny, 1, 8, true, false, true>(a);

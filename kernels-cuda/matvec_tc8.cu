@@ -19,12 +19,6 @@ KERNEL void __launch_bounds__(32) mvtc_prep_Q8_0(const Args a) {
 KERNEL void __launch_bounds__(128) mvtc_head_Q8_0(const Args a) { mvtc::mv_body<mvtc8::TcQ80, 2, 4, false, true>(a); }
 KERNEL void __launch_bounds__(256) mvtc_tall_Q8_0(const Args a) { mvtc::mv_body<mvtc8::TcQ80, 2, 8, false, true>(a); }
 KERNEL void __launch_bounds__(256) mvtc_Q8_0(const Args a) { mvtc::mv_body<mvtc8::TcQ80, 1, 8, false>(a); }
-// The same with a decode add_rms_norm of its output as its tail (out_prep.cuh; a kernel of its own:
-// the tail's code in mvtc_Q8_0 cost it registers in the main loop).
-KERNEL void __launch_bounds__(256) mvtc_norm_Q8_0(const Args a) {
-    mvtc::mv_body<mvtc8::TcQ80, 1, 8, false>(a);
-    mvtc::add_norm_tail<16>(a);
-}
 KERNEL void __launch_bounds__(256) mvtc_glu_Q8_0(const Args a) {
     mvtc::mv_body<mvtc8::TcQ80, 1, 8, true>(a);
     mvtc::glu_out_prep<16>(a);  // the down product's input (out_prep.cuh)
@@ -38,7 +32,6 @@ KERNEL void __launch_bounds__(128) mvtc_glu_tall_Q8_0(const Args a) {
 // With a MoE layer's shared expert as one more expert per token (common.cuh MvShared).
 KERNEL void __launch_bounds__(256) mvtc_sh_Q8_0(const Args a) {
     mvtc::mv_body<mvtc8::TcQ80, 1, 8, false, false, true>(a);
-    mvtc::add_norm_tail<16>(a);  // a decode add_rms_norm of the output (out_prep.cuh)
 }
 KERNEL void __launch_bounds__(256) mvtc_glu_sh_Q8_0(const Args a) {
     mvtc::mv_body<mvtc8::TcQ80, 1, 8, true, false, true>(a);

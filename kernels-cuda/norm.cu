@@ -18,7 +18,6 @@
 // barrier but the one after the outputs; the Q8_0 layout needs IMG_WORDS of dynamic shared memory
 // per warp. Rows that are not a multiple of 256 are not prepared.
 #include "common.cuh"
-#include "slice_norm.cuh"
 #if defined(__CUDACC__) || defined(PF_EMU)
 // (dev/cuda/emulate.sh's host build has no tensor-core code: it leaves the prepared slots zero;
 // dev/cuda/emu/mvtc_checks.cpp runs the preps here on its emulator.)
@@ -63,7 +62,7 @@ __device__ __forceinline__ void prep_out_row(const Args& a, const float* out_row
 // preparing warps read it there, not back from L2). Call from every thread of the 256.
 __device__ __forceinline__ void prep_slice(const Args& a, float v, int n) {
 #if defined(__CUDACC__) || defined(PF_EMU)
-    __shared__ __align__(32) float ys[256];  // the Q8_0 prep reads it as float4 (matvec_tc8.cuh ld8)
+    __shared__ float ys[256];
     __shared__ uint32_t img[mvtc8::IMG_WORDS];
     ys[threadIdx.x] = v;
     __syncthreads();
@@ -76,19 +75,81 @@ __device__ __forceinline__ void prep_slice(const Args& a, float v, int n) {
 #endif
 }
 
-// acc += x (when x is given); out = rms_norm(acc; w), over slices (slice_norm.cuh: each block adds
-// and squares its slice, writes the slice's sum of squares, and after a grid barrier sums the row's
-// partial sums in one fixed order, normalizes its slice), then prepares its slice. Slots:
+// The blocks of one launch meet here (all of them are resident: the host launches at most one
+// block per SM, src/backend/cuda/ops/norm.rs `slices_fit`, and under dependent launch the next
+// kernel is scheduled only once every block of this one has started). `bar` is one 64-bit word,
+// zero before the first launch: arrivals in the low half, the generation in the high half. A
+// block's arrival returns the generation it waits to see change; the last to arrive resets the
+// count and opens the next generation in one atomic (count nb + 2^32 - nb carries into the high
+// half). One atomic round trip per block and one more for the last: an arrival count and a
+// generation word in two words took a read, an exchange and an add in series. Memory written
+// before the barrier by any block is visible to every block after it (read it with __ldcg: L1 is
+// not coherent).
+__device__ __forceinline__ void grid_barrier(unsigned long long* bar) {
+#if defined(__CUDACC__)
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned nb = gridDim.x * gridDim.y * gridDim.z;
+        __threadfence();  // this block's writes before its arrival
+        const unsigned long long old = atomicAdd(bar, 1ull);
+        if ((unsigned)old == nb - 1) {
+            atomicAdd(bar, (1ull << 32) - nb);
+        } else {
+            const unsigned g = (unsigned)(old >> 32);
+            const volatile unsigned* gen = reinterpret_cast<const volatile unsigned*>(bar) + 1;  // high half
+            while (*gen == g) __nanosleep(20);
+        }
+        __threadfence();
+    }
+    __syncthreads();
+#else
+    (void)bar;
+#endif
+}
+
+// A float another block wrote before a grid_barrier (from L2: this SM's L1 may hold a stale line).
+__device__ __forceinline__ float load_l2(const float* p) {
+#if defined(__CUDACC__)
+    return __ldcg(p);
+#else
+    return *reinterpret_cast<const volatile float*>(p);
+#endif
+}
+
+// acc += x (when x is given); out = rms_norm(acc; w), over slices: each block adds and squares its
+// slice, writes the slice's sum of squares, and after a grid barrier sums the row's partial sums in
+// one fixed order (every block gets the same scale), normalizes its slice and prepares it. Slots:
 // p0 acc, p1 x or 0, p2 w, p3 out, p4 p5 p7 prepared out or 0; n0 d (a multiple of 256, at most
 // 256 * 32), n2 the sync scratch (barrier words, then partial sums); f0 eps.
 KERNEL void __launch_bounds__(256) rms_norm_slices(const Args a) {
     kernel_start();
-    __shared__ __align__(32) float ys[256];  // the Q8_0 prep reads it as float4 (matvec_tc8.cuh ld8)
-    const int d = (int)a.n[0];
-    slice_rms_norm(reinterpret_cast<float*>(a.p[0]), reinterpret_cast<const float*>(a.p[1]),
-                   reinterpret_cast<const float*>(a.p[2]), reinterpret_cast<float*>(a.p[3]), d, blockIdx.y, blockIdx.x,
-                   a.f[0], reinterpret_cast<unsigned long long*>(a.n[2]), gridDim.x * gridDim.y, ys);
-    prep_slice(a, ys[threadIdx.x], d);
+    __shared__ float sh[32];
+    const int d = (int)a.n[0], nsl = gridDim.x;
+    const size_t o = (size_t)blockIdx.y * d;
+    const int i = blockIdx.x * 256 + threadIdx.x;
+    float* acc = reinterpret_cast<float*>(a.p[0]) + o;
+    const float* x = a.p[1] ? reinterpret_cast<const float*>(a.p[1]) + o : nullptr;
+    const float* w = reinterpret_cast<const float*>(a.p[2]);
+    float* out = reinterpret_cast<float*>(a.p[3]) + o;
+    unsigned long long* bar = reinterpret_cast<unsigned long long*>(a.n[2]);
+    float* part = reinterpret_cast<float*>(bar + 16) + (size_t)blockIdx.y * nsl;  // 128 bytes on
+    float v = acc[i];
+    if (x != nullptr) {
+        v = v + x[i];
+        acc[i] = v;
+    }
+    const float ss = block_sum(v * v, sh);
+    if (threadIdx.x == 0) part[blockIdx.x] = ss;
+    grid_barrier(bar);
+    if (threadIdx.x < 32) {
+        const float p = threadIdx.x < (unsigned)nsl ? load_l2(part + threadIdx.x) : 0.0f;
+        const float tot = warp_sum(p);
+        if (threadIdx.x == 0) sh[0] = 1.0f / sqrtf(tot / (float)d + a.f[0]);
+    }
+    __syncthreads();
+    const float y = __fmul_rn(__fmul_rn(v, sh[0]), w[i]);
+    out[i] = y;
+    prep_slice(a, y, d);
 }
 
 // gated_rms_norm over slices: groups of d values (d divides 256, a multiple of 32: 256 / d groups

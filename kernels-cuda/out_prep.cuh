@@ -13,7 +13,6 @@
 #pragma once
 
 #include "matvec_tc6.cuh"
-#include "slice_norm.cuh"
 
 namespace mvtc {
 
@@ -45,7 +44,7 @@ static __device__ __forceinline__ void glu_out_prep(const ::Args& a) {
     static_assert(256 % ROWS == 0, "a block's rows lie in one slice");
     if (a.n[10] == 0) return;
 #if !defined(PF_EMU)
-    __shared__ __align__(32) float xs[256];  // the Q8_0 prep reads it as float4 (matvec_tc8.cuh ld8)
+    __shared__ float xs[256];
     __shared__ uint32_t img[mvtc8::IMG_WORDS];
     __shared__ int last;
     const int n_out = a.seg[0].rows, nsb = n_out / 256;
@@ -70,47 +69,6 @@ static __device__ __forceinline__ void glu_out_prep(const ::Args& a) {
     // Warp w prepares layout w.
     prep_unit_warp(threadIdx.x / 32, xs, (size_t)blockIdx.y * nsb + sb, (size_t)gridDim.y * nsb, a.n[7], a.n[8],
                    a.n[9], img);
-#endif
-}
-
-// The residual add and RMSNorm of a product's output as the product's tail (src/backend/cuda/ops/
-// norm.rs: a decode step's `add_rms_norm` right after the product that wrote its x, when recorded):
-// the last block of each slice of 256 outputs runs slice_norm.cuh's body on it (acc += out, then the
-// normalized slice into the norm's output), and its warps prepare the slice in the layouts asked
-// for, as norm.cu's rms_norm_slices would. The tails meet at one grid barrier (one block per slice of
-// every output vector: the host asks only when they are fewer than the SMs). Call from every thread
-// of a dense or MoE-sum product block after mv_body (one segment, ROWS output rows per block, vector
-// blockIdx.y). Slots (read only when n12 is non-zero): p0 acc, n0 the norm's weight, n12 its
-// output, n13 the sync scratch (barrier word, partial sums); f0 eps; n7 / n8 / n9 the prepared
-// copies (Q4_K, Q8_0, Q6_K, as glu_out_prep's), n10 the slice counters (zero between launches).
-template <int ROWS>
-static __device__ __forceinline__ void add_norm_tail(const ::Args& a) {
-    static_assert(256 % ROWS == 0, "a block's rows lie in one slice");
-    if (a.n[12] == 0) return;
-#if !defined(PF_EMU)
-    __shared__ __align__(32) float ys[256];  // the Q8_0 prep reads it as float4 (matvec_tc8.cuh ld8)
-    __shared__ uint32_t img[mvtc8::IMG_WORDS];
-    __shared__ int last;
-    const int d = a.seg[0].rows, nsl = d / 256;
-    const int sb = (int)blockIdx.x * ROWS / 256, row = blockIdx.y;
-    unsigned* cnt = reinterpret_cast<unsigned*>(a.n[10]) + (size_t)row * nsl + sb;
-    __threadfence();  // this thread's outputs (if any) visible on the GPU before the count
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        const unsigned old = atomicAdd(cnt, 1u);
-        last = old == 256 / ROWS - 1;
-        if (last) {
-            atomicExch(cnt, 0u);  // every block of the slice has counted: ready for the next launch
-            __threadfence();
-        }
-    }
-    __syncthreads();
-    if (!last) return;
-    slice_rms_norm(reinterpret_cast<float*>(a.p[0]), reinterpret_cast<const float*>(a.seg[0].out),
-                   reinterpret_cast<const float*>(a.n[0]), reinterpret_cast<float*>(a.n[12]), d, row, sb, a.f[0],
-                   reinterpret_cast<unsigned long long*>(a.n[13]), gridDim.y * nsl, ys);
-    // Warp w prepares layout w.
-    prep_unit_warp(threadIdx.x / 32, ys, (size_t)row * nsl + sb, (size_t)gridDim.y * nsl, a.n[7], a.n[8], a.n[9], img);
 #endif
 }
 

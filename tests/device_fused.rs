@@ -356,11 +356,12 @@ fn recorded_fused_step_replays_at_new_positions() {
 }
 
 /// A decode step's product, its residual add and RMSNorm (`add_rms_norm` of the product's output),
-/// and a product of the normed rows, recorded into a step and replayed (CUDA runs the norm there as
-/// the first product's tail: kernels-cuda/out_prep.cuh `add_norm_tail`; the MoE sums' tail is in
-/// tests/device_moe.rs' decode cases and the models below), for the tensor-core formats, rows of
-/// 512 to 2048 and 1 or 3 token rows: every step against the CPU (the residual accumulates over the
-/// steps), and on the device bit for bit what the same ops give run one by one, unrecorded.
+/// and a product of the normed rows, recorded into a step and replayed (a CUDA graph, in which the
+/// norm prepares its output for the second product), for the tensor-core formats, rows of 512 to
+/// 2048 and 1 or 3 token rows: every step against the CPU (the residual accumulates over the
+/// steps), and on the device bit for bit what the same ops give run one by one, unrecorded (a
+/// backend that fuses recorded ops must keep their bits: session 17 measured the norm as the
+/// product's tail this way).
 #[test]
 fn recorded_product_then_norm_matches_cpu() {
     use rill::gguf::GgmlType::{Q4K, Q6K, Q8_0};

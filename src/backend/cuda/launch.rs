@@ -30,7 +30,7 @@ use crate::error::Result;
 #[derive(Clone, Copy, Default, bytemuck::Pod, bytemuck::Zeroable)]
 pub(crate) struct Args {
     pub p: [u64; 8],
-    pub n: [i64; 14],
+    pub n: [i64; 12],
     pub f: [f32; 4],
     pub seg: [MvSeg; MV_SEGS],
 }
@@ -38,7 +38,7 @@ pub(crate) struct Args {
 /// Products one matrix-vector launch can hold (common.cuh `MV_SEGS`): a whole `matmul_group`.
 pub(crate) const MV_SEGS: usize = crate::backend::MAX_GROUP;
 const _: () = assert!(
-    MV_SEGS == 4 && std::mem::size_of::<Args>() == 288,
+    MV_SEGS == 4 && std::mem::size_of::<Args>() == 272,
     "common.cuh `struct Args`"
 );
 
@@ -102,20 +102,6 @@ pub(crate) struct Recording {
     /// Buffers the ops use: kept alive until the step ends; their ids name the graph's inputs.
     keep: Vec<Arc<dyn DeviceBuffer>>,
     ids: HashSet<u64>,
-    /// The index of the op recorded as a `NormHost`, and what it writes.
-    norm_host: Option<(usize, NormHost)>,
-}
-
-/// A recorded product launch that can take the residual add and RMSNorm of its output as its tail
-/// (kernels-cuda/out_prep.cuh `add_norm_tail`; ops/norm.rs asks, while it is the last op recorded).
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct NormHost {
-    /// Its output: `vectors` rows of `n_out` floats from `out`.
-    pub out: DevPtr,
-    pub n_out: usize,
-    pub vectors: usize,
-    /// The kernel that runs the product with the tail.
-    pub kernel: (&'static str, &'static str),
 }
 
 /// Recorded steps, by key.
@@ -180,75 +166,6 @@ impl Inner {
         }
         self.dev.bind()?;
         self.issue(&op, self.stream.0)
-    }
-
-    /// The op the calling thread recorded last is the product `host` (`NormHost`).
-    pub(crate) fn offer_norm_host(&self, host: NormHost) -> Result<()> {
-        if self.recording_threads.load(Ordering::Acquire) == 0 {
-            return Ok(());
-        }
-        let mut recs = self
-            .recordings
-            .lock()
-            .map_err(|_| driver::cuda_err("recording lock poisoned"))?;
-        if let Some(r) = recs.get_mut(&me()) {
-            if let Some(last) = r.ops.len().checked_sub(1) {
-                r.norm_host = Some((last, host));
-            }
-        }
-        Ok(())
-    }
-
-    /// The product that wrote `out` (rows at this pointer), if it is the op the calling thread
-    /// recorded last and can take a norm as its tail.
-    pub(crate) fn norm_host(&self, out: DevPtr) -> Option<NormHost> {
-        if self.recording_threads.load(Ordering::Acquire) == 0 {
-            return None;
-        }
-        let recs = self.recordings.lock().ok()?;
-        let r = recs.get(&me())?;
-        let (i, h) = r.norm_host?;
-        (i + 1 == r.ops.len() && h.out == out).then_some(h)
-    }
-
-    /// Turn the last recorded op, the product `host` (`norm_host`), into its kernel with the norm
-    /// tail: `patch` fills the tail's slots; `uses` are the tensors the tail reads or writes.
-    pub(crate) fn patch_norm_host(
-        &self,
-        host: NormHost,
-        patch: impl FnOnce(&mut Args),
-        uses: &[&Tensor],
-    ) -> Result<()> {
-        let f = self.kernels.get_with_smem(host.kernel.0, host.kernel.1, 0)?;
-        self.shadows_written(uses);
-        let mut recs = self
-            .recordings
-            .lock()
-            .map_err(|_| driver::cuda_err("recording lock poisoned"))?;
-        let r = recs
-            .get_mut(&me())
-            .ok_or_else(|| driver::cuda_err("norm tail: not recording"))?;
-        let last = r.ops.len().checked_sub(1);
-        match (r.norm_host.take(), last.and_then(|i| r.ops.get_mut(i))) {
-            (Some((i, h)), Some(Op::Kernel { f: kf, name, args, .. })) if Some(i) == last && h.out == host.out => {
-                *kf = f;
-                *name = host.kernel;
-                patch(args);
-            }
-            _ => {
-                return Err(driver::cuda_err(
-                    "norm tail: its product is no longer the last op recorded",
-                ))
-            }
-        }
-        for t in uses {
-            if let Some(b) = t.buf.as_any().downcast_ref::<super::buffer::CudaBuffer>() {
-                if r.ids.insert(b.id) {
-                    r.keep.push(Arc::clone(&t.buf));
-                }
-            }
-        }
-        Ok(())
     }
 
     /// Whether the calling thread is recording a step (host reads and writes are then errors).

@@ -19,7 +19,6 @@ use super::linear::{Mv, MATVEC_MAX_T};
 use super::{grid_u32, Launch, GRID_YZ_MAX};
 use crate::backend::cuda::driver::DevPtr;
 use crate::backend::cuda::launch::Args;
-use crate::backend::cuda::launch::NormHost;
 use crate::backend::cuda::profile::Phase;
 use crate::backend::cuda::{Inner, SYNC_COUNTERS};
 use crate::backend::Tensor;
@@ -262,7 +261,8 @@ fn allowed() -> u8 {
 /// producer outputs that came before their first reader.)
 pub(crate) fn read_by(inner: &Inner, x: &Tensor, ty: GgmlType, n_in: usize) {
     let Some(f) = TcFormat::of(ty) else { return };
-    if !n_in.is_multiple_of(f.n_in_multiple) || !super::linear::tc_enabled(inner) {
+    // The plain kernels' rows (a producer's output is a dense product's input).
+    if !n_in.is_multiple_of(f.load_n_in_multiple) || !super::linear::tc_enabled(inner) {
         return;
     }
     if let Some(who) = inner.writer_of(x) {
@@ -425,7 +425,6 @@ pub(crate) fn run(
     let (kernel, rows_per_block, threads) = kernel_of(f, m);
     let gx = m.grid_x(op, rows_per_block)?;
     let nsb = m.n_in / SB;
-    let mut launches = Vec::new();
     for (mut a, nv, x_row0) in m.chunks(rows_per_block) {
         // Slots of its own (matvec_tc.cuh `mv_body`): p2 the prepared words, p6 the sums.
         a.p[2] = x.xa + (x_row0 * nsb * f.words * 4) as u64;
@@ -434,7 +433,6 @@ pub(crate) fn run(
             a.n[7..=10].copy_from_slice(&o.slots);
         }
         a.n[11] = prefetch_bits(m);
-        launches.push((a.seg[0].out, nv));
         inner.kernel_rw(
             Launch {
                 name: (kernel, m.w.suffix),
@@ -448,23 +446,6 @@ pub(crate) fn run(
             reads,
             writes,
         )?;
-    }
-    // One launch of one product (not a SwiGLU, whose own tail prepares its output) in a kernel
-    // with a norm tail: a decode `add_rms_norm` of its output may become that tail (ops/norm.rs).
-    let tail_kernel = match kernel {
-        "mvtc_" => Some("mvtc_norm_"),
-        "mvtc_sh_" => Some("mvtc_sh_"),
-        _ => None,
-    };
-    if let (Some(k), [(out, vectors)], 1, None) = (tail_kernel, launches.as_slice(), m.parts.len(), m.w2) {
-        if SB.is_multiple_of(rows_per_block) {
-            inner.offer_norm_host(NormHost {
-                out: *out,
-                n_out: m.parts.rows(),
-                vectors: *vectors,
-                kernel: (k, m.w.suffix),
-            })?;
-        }
     }
     Ok(())
 }

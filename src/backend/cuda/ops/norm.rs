@@ -116,71 +116,6 @@ fn rms_norm_slices(
     launch_slices(inner, op, out, t, d, a, &uses, Producer::Norm, Phase::Norms)
 }
 
-/// Whether a decode `add_rms_norm` may run as the tail of the product that wrote its x
-/// (`RILL_CUDA_NORM_TAIL=0`: never, for A/B runs). Read once.
-fn tail_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_NORM_TAIL"))
-}
-
-/// A decode `add_rms_norm` (`t` rows of `d`, over slices) as the tail of the product that wrote `x`
-/// (kernels-cuda/out_prep.cuh `add_norm_tail`): where that product is the last op this thread
-/// recorded for a CUDA graph, its launch becomes the product's kernel with the tail, in which the
-/// last block of each slice of 256 outputs adds, normalizes and prepares that slice exactly as
-/// `rms_norm_slices` would (kernels-cuda/slice_norm.cuh: the same bits), and the norm's own launch,
-/// a serial step of ~4 us in the decode chain on the H200, goes. The slices' blocks meet at a grid
-/// barrier while the product's other blocks may still wait for an SM, so they must be fewer than
-/// the SMs. Returns whether it did.
-#[allow(clippy::too_many_arguments)]
-fn norm_as_tail(
-    inner: &Inner,
-    acc: &Tensor,
-    x: &Tensor,
-    w: &Tensor,
-    eps: f32,
-    out: &Tensor,
-    t: usize,
-    d: usize,
-) -> Result<bool> {
-    let op = "add_rms_norm";
-    if !tail_on() || t * (d / 256) >= inner.sms() {
-        return Ok(false);
-    }
-    let Some(host) = inner.norm_host(ptr(x, op)?) else {
-        return Ok(false);
-    };
-    if host.n_out != d || host.vectors != t {
-        return Ok(false);
-    }
-    let ws = inner.workspaces()?;
-    // The layouts (slots p7, p5, p4 of a norm kernel's Args), moved into the tail's n7..n9.
-    let mut pa = Args::default();
-    let preps = Preps::ask(inner, Producer::Norm, out, t, d, PrepBy::Slices, &mut pa)?;
-    let (acc_p, w_p, out_p) = (ptr(acc, op)?, ptr(w, op)?, ptr(out, op)?);
-    let (bar, counters) = (inner.sync_barrier(), inner.sync_counters());
-    inner.patch_norm_host(
-        host,
-        |a| {
-            a.p[0] = acc_p;
-            a.n[0] = w_p as i64;
-            a.n[12] = out_p as i64;
-            a.n[13] = bar as i64;
-            a.f[0] = eps;
-            a.n[7] = pa.p[7] as i64;
-            a.n[8] = pa.p[5] as i64;
-            a.n[9] = pa.p[4] as i64;
-            a.n[10] = counters as i64;
-        },
-        &[acc, w, out, x],
-    )?;
-    if let Some(p) = preps {
-        p.made(inner, out)?;
-    }
-    inner.produced_by(out, Producer::Norm)?;
-    drop(ws);
-    Ok(true)
-}
-
 /// The token rows of a decode-shaped RMSNorm over `out` (`d` values per row) that runs over slices,
 /// if it does: not when the fast prefill path wants `out`'s f16 copy (never at decode sizes).
 fn norm_slices_rows(inner: &Inner, out: &Tensor, d: usize) -> Option<usize> {
@@ -317,9 +252,6 @@ pub(crate) fn add_rms_norm(inner: &Inner, acc: &Tensor, x: &Tensor, w: &Tensor, 
     let op = "add_rms_norm";
     let d = check::add_rms_norm(acc, x, w, out)?;
     if let Some(t) = norm_slices_rows(inner, out, d) {
-        if norm_as_tail(inner, acc, x, w, eps, out, t, d)? {
-            return Ok(());
-        }
         return rms_norm_slices(inner, acc, Some(x), w, eps, out, t, d);
     }
     let mut a = Args::default();
