@@ -15,7 +15,7 @@ mod common;
 use common::device::{pos_on, Both, Pt, Side, Steps};
 use common::weights::{random_weight, upload};
 use common::*;
-use rill::backend::{AttnPrep, Backend, GdnDims, GdnGates, Pos, StepMode};
+use rill::backend::{AttnPrep, Backend, GdnDims, GdnGates, Pos};
 
 const TS: [usize; 4] = [1, 3, 64, 65];
 
@@ -338,7 +338,7 @@ fn recorded_fused_step_replays_at_new_positions() {
         let (key, record) = (0xf05e, Steps::default());
         for step in 0..steps {
             let token = (step * 5 + 2) as u32 % vocab as u32;
-            p.step(&record, key, &ids, token, &pos, step, ops);
+            p.step(&record, key, &ids, &[token], &pos, step, ops);
             let what = format!("step {step}");
             p.check(&format!("{what} conv state"), &state, 0.0, 0.0);
             p.check_conv_l2qk(&what, &out, dims, 1);
@@ -385,7 +385,7 @@ fn recorded_product_then_norm_matches_cpu() {
             let table = p.up(&rng.normals(vocab * n_in, 1.0), &[vocab, n_in]);
             let norm_w = p.up(&rng.normals(d, 1.0), &[d]);
             let h0 = rng.normals(t * d, 4.0);
-            let ids = p.zeros_u32(&[t]);
+            let (ids, pos) = (p.zeros_u32(&[t]), p.zeros_u32(&[1]));
             // Two sets of buffers: the recorded steps', and (device only) the plain runs'.
             let bufs = || {
                 (
@@ -398,33 +398,25 @@ fn recorded_product_then_norm_matches_cpu() {
             };
             let (h, x, mix, xn, y) = bufs();
             let (ph, px, pmix, pxn, py) = bufs();
-            let ops = |be: &dyn Backend, s: Side, bs: [&Pt; 5]| -> rill::Result<()> {
+            let run = |be: &dyn Backend, s: Side, bs: [&Pt; 5]| -> rill::Result<()> {
                 let [h, x, mix, xn, y] = bs;
                 be.embed(table.on(s), ids.on(s), x.on(s))?;
                 be.matmul(w.on(s), x.on(s), mix.on(s))?;
                 be.add_rms_norm(h.on(s), mix.on(s), norm_w.on(s), 1e-6, xn.on(s))?;
                 be.matmul(w2.on(s), xn.on(s), y.on(s))
             };
-            let key = 0x4e0a_0000 + d as u64 + t as u64;
-            for step in 0..4usize {
+            let ops = |be: &dyn Backend, s: Side, _: Pos| run(be, s, [&h, &x, &mix, &xn, &y]);
+            let (key, record) = (0x4e0a_0000 + d as u64 + t as u64, Steps::default());
+            let steps = 4usize;
+            for step in 0..steps {
                 let toks: Vec<u32> = (0..t).map(|i| ((step * 3 + i * 2) % vocab) as u32).collect();
-                p.run("recorded step", |be, s| {
-                    be.write_u32(ids.on(s), &toks)?;
-                    let mode = be.step_begin(key)?;
-                    let r = if mode == StepMode::Replayed {
-                        Ok(())
-                    } else {
-                        ops(be, s, [&h, &x, &mix, &xn, &y])
-                    };
-                    be.step_end(key, r.is_ok())?;
-                    r
-                });
+                p.step(&record, key, &ids, &toks, &pos, step, ops);
                 let what = format!("{ty} d={d} n_in={n_in} T={t} step {step}");
                 p.check_tier(&format!("{what} product"), &mix, 2e-3, 1e-4);
                 p.check_tier(&format!("{what} residual"), &h, 2e-3, 1e-4);
                 p.check_tier(&format!("{what} normed"), &xn, 1e-4, 1e-4);
                 p.check_tier(&format!("{what} product of the normed rows"), &y, 2e-3, 1e-4);
-                ops(p.dev.as_ref(), Side::Dev, [&ph, &px, &pmix, &pxn, &py]).expect("plain device ops");
+                run(p.dev.as_ref(), Side::Dev, [&ph, &px, &pmix, &pxn, &py]).expect("plain device ops");
                 for (name, a, b) in [("residual", &h, &ph), ("normed", &xn, &pxn), ("product", &y, &py)] {
                     let (ra, rb) = (
                         p.dev.read_f32(&a.dev).expect("read"),
@@ -437,6 +429,7 @@ fn recorded_product_then_norm_matches_cpu() {
                     );
                 }
             }
+            p.assert_replayed(&record, steps);
         }
     }
 }

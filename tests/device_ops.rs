@@ -879,7 +879,7 @@ fn recorded_step_replays_at_new_positions() {
         let (key, steps) = (0x5eed, Steps::default());
         for step in 0..ctx {
             let token = (step * 7 + 3) as u32 % vocab as u32;
-            p.step(&steps, key, &ids, token, &pos, step, ops);
+            p.step(&steps, key, &ids, &[token], &pos, step, ops);
             p.check(&format!("step {step}: attention"), &att, 5e-6, 1e-4);
             p.check(&format!("step {step}: k cache"), &kc, 1e-6, 1e-5);
         }

@@ -213,8 +213,8 @@ pub struct Steps {
 }
 
 impl Both {
-    /// One decode-like step on both backends: `token` written to `ids` and `step` to the position
-    /// tensor `pos`, then `ops` at that position between `step_begin(key)` and `step_end`, unless
+    /// One decode-like step on both backends: `tokens` (one per row) written to `ids` and `step` to
+    /// the position tensor `pos`, then `ops` at that position between `step_begin(key)` and `step_end`, unless
     /// the backend replays its recording of the step, which must then read the token and the
     /// position from their device tensors, as the executor's steps do.
     #[allow(clippy::too_many_arguments)]
@@ -223,13 +223,13 @@ impl Both {
         steps: &Steps,
         key: u64,
         ids: &Pt,
-        token: u32,
+        tokens: &[u32],
         pos: &Pt,
         step: usize,
         ops: impl Fn(&dyn Backend, Side, Pos) -> rill::Result<()>,
     ) {
         self.run("recorded step", |be, s| {
-            be.write_u32(ids.on(s), &[token])?;
+            be.write_u32(ids.on(s), tokens)?;
             be.write_u32(pos.on(s), &[u32::try_from(step).expect("position fits u32")])?;
             let mode = be.step_begin(key)?;
             if s == Side::Dev {

@@ -34,9 +34,17 @@ const TALL_ROWS: usize = 8192;
 /// per block of 4 warps).
 const Q8_HEAD_ROWS: usize = 65536;
 
+/// What a kernel's weight loads need of a product's rows: a multiple of `n_in_multiple` inputs,
+/// and row (and expert) bytes that are a multiple of `align`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Loads {
+    n_in_multiple: usize,
+    align: usize,
+}
+
 /// What differs between the formats: the prepared copy's words and sums per unit of 256 inputs
-/// (the cuh files' `WORDS`, `SUMS`), what a row's length must be a multiple of (the layout's unit,
-/// and for the products' loads, `rows_fit`), and how the
+/// (the cuh files' `WORDS`, `SUMS`), what a row's length must be a multiple of for that layout,
+/// what the loads of the plain kernels and of the shared-expert (`_sh_`) ones need, and how the
 /// producer kernels (kernels-cuda/norm.cu) take the layout: its bit in their records (and in
 /// `RILL_CUDA_NORM_PREP`) and the pointer slot of their `Args`, and whether a plain launch may
 /// hold several products (the policies' `SEGS`: not Q6_K, whose kernel would lose a block per SM
@@ -47,20 +55,25 @@ pub(crate) struct TcFormat {
     words: usize,
     sums: usize,
     n_in_multiple: usize,
-    /// What the plain (not shared-expert) kernels' loads need: rows of a multiple of this many
-    /// inputs, 16-byte aligned.
-    load_n_in_multiple: usize,
+    plain: Loads,
+    shared: Loads,
     bit: u8,
     slot: usize,
     pub(crate) groups: bool,
 }
 
+/// Whole units of 16-byte aligned rows: 16-byte loads of Q4_K super-blocks and Q8_0 groups.
+const ALIGNED: Loads = Loads {
+    n_in_multiple: SB,
+    align: 16,
+};
 const Q4K: TcFormat = TcFormat {
     ty: GgmlType::Q4K,
     words: 4 * 3 * 32,
     sums: 16,
     n_in_multiple: SB,
-    load_n_in_multiple: SB,
+    plain: ALIGNED,
+    shared: ALIGNED,
     bit: 1,
     slot: 7,
     groups: true,
@@ -70,7 +83,8 @@ const Q8_0: TcFormat = TcFormat {
     words: 32 * 24,
     sums: 16,
     n_in_multiple: SB,
-    load_n_in_multiple: SB,
+    plain: ALIGNED,
+    shared: ALIGNED,
     bit: 2,
     slot: 5,
     groups: true,
@@ -83,7 +97,14 @@ const Q6K: TcFormat = TcFormat {
     words: 8 * 32,
     sums: 1,
     n_in_multiple: SB,
-    load_n_in_multiple: 8 * SB,
+    plain: Loads {
+        n_in_multiple: 8 * SB,
+        align: 16,
+    },
+    shared: Loads {
+        n_in_multiple: SB,
+        align: 2,
+    },
     bit: 4,
     slot: 4,
     groups: false,
@@ -122,16 +143,12 @@ impl TcFormat {
         }
     }
 
-    /// Whether the loads of the kernel that runs `m` take its rows: the shared-expert Q6_K kernels
-    /// any even row length (realigned at run time), every other kernel rows of a multiple of
-    /// `load_n_in_multiple` inputs whose bytes (and an expert's) keep 16-byte alignment.
+    /// Whether the loads of the kernel that runs `m` (`_sh_` with a shared expert) take its rows.
     fn rows_fit(&self, m: &Mv) -> bool {
-        if self.ty == GgmlType::Q6K && m.shared.is_some() {
-            return m.w.row_bytes.is_multiple_of(2) && m.expert_bytes.is_multiple_of(2);
-        }
-        m.n_in.is_multiple_of(self.load_n_in_multiple)
-            && m.w.row_bytes.is_multiple_of(16)
-            && m.expert_bytes.is_multiple_of(16)
+        let l = if m.shared.is_some() { self.shared } else { self.plain };
+        m.n_in.is_multiple_of(l.n_in_multiple)
+            && m.w.row_bytes.is_multiple_of(l.align)
+            && m.expert_bytes.is_multiple_of(l.align)
     }
 
     /// Bytes of the prepared copy of `rows` vectors of `n_in` (a multiple of 256).
@@ -262,7 +279,7 @@ fn allowed() -> u8 {
 pub(crate) fn read_by(inner: &Inner, x: &Tensor, ty: GgmlType, n_in: usize) {
     let Some(f) = TcFormat::of(ty) else { return };
     // The plain kernels' rows (a producer's output is a dense product's input).
-    if !n_in.is_multiple_of(f.load_n_in_multiple) || !super::linear::tc_enabled(inner) {
+    if !n_in.is_multiple_of(f.plain.n_in_multiple) || !super::linear::tc_enabled(inner) {
         return;
     }
     if let Some(who) = inner.writer_of(x) {
