@@ -235,65 +235,87 @@ static __device__ __forceinline__ void k4_word(uint32_t w, const K4Scales& k, ui
 // the B operand (16 k x 8 columns: columns 0, 1, 2 = hi, mid, lo, 3..7 zero; lane (g, t) with
 // g < 3 supplies term g). C: lane (g, t) holds rows g, g+8 x terms 2t, 2t+1 (t < 2 useful).
 //
+// One super-block's weights of the block's 2R rows, as lane (g, t) reads them: per row the
+// 16-byte header and the two 16-byte quant words of chunk t.
+template <int R>
+struct Q4KWeights {
+    uint4 hd[2 * R], q0[2 * R], q1[2 * R];
+};
+template <int R>
+static __device__ __forceinline__ void q4k_load(const uint8_t* const (&rows)[2 * R], int sb, Q4KWeights<R>& w) {
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int r = 0; r < 2 * R; r++) {
+        const uint8_t* b = rows[r] + (size_t)sb * 144;
+        w.hd[r] = ld16(b);
+        w.q0[r] = ld16(b + 16 + 32 * t);
+        w.q1[r] = ld16(b + 32 + 32 * t);
+    }
+}
+
+// The arithmetic of super-block sb once its weights are in registers: the x words' loads, the
+// MMAs, acc += C * d / s and the min terms.
+template <int R>
+static __device__ __forceinline__ void q4k_math(const Q4KWeights<R>& w, int sb, const uint32_t* xa, const float* xs,
+                                                float (&acc)[2 * R], float (&macc)[2 * R]) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const uint4(&hd)[2 * R] = w.hd;
+    const uint4(&q0)[2 * R] = w.q0;
+    const uint4(&q1)[2 * R] = w.q1;
+    uint32_t xb[32];
+    if (g < 3) {
+        const uint32_t* src = xa + (size_t)sb * SB_WORDS + (t * 3 + g) * 32;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            const uint4 v = ld16(src + 4 * k);
+            xb[4 * k] = v.x;
+            xb[4 * k + 1] = v.y;
+            xb[4 * k + 2] = v.z;
+            xb[4 * k + 3] = v.w;
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < 32; k++) xb[k] = 0u;
+    }
+    const float s0 = xs[(size_t)sb * SB_SUMS + 2 * t], s1 = xs[(size_t)sb * SB_SUMS + 2 * t + 1];
+    const float inv_s = xs[(size_t)sb * SB_SUMS + 8];
+
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+        const int ra = 2 * r, rb = 2 * r + 1;  // rows g and g + 8 of tile r
+        const K4Scales ka = k4_scales(hd[ra], t), kb = k4_scales(hd[rb], t);
+        const uint32_t wa[8] = {q0[ra].x, q0[ra].y, q0[ra].z, q0[ra].w, q1[ra].x, q1[ra].y, q1[ra].z, q1[ra].w};
+        const uint32_t wb[8] = {q0[rb].x, q0[rb].y, q0[rb].z, q0[rb].w, q1[rb].x, q1[rb].y, q1[rb].z, q1[rb].w};
+        float cl[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ch[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            uint32_t la0, la1, ha0, ha1, lb0, lb1, hb0, hb1;
+            k4_word(wa[k], ka, la0, la1, ha0, ha1);
+            k4_word(wb[k], kb, lb0, lb1, hb0, hb1);
+            mma(cl, la0, lb0, la1, lb1, xb[4 * k], xb[4 * k + 1]);
+            mma(ch, ha0, hb0, ha1, hb1, xb[4 * k + 2], xb[4 * k + 3]);
+        }
+        const float fa = pf::h2f(hd[ra].x & 0xffffu) * inv_s, fb = pf::h2f(hd[rb].x & 0xffffu) * inv_s;
+        acc[ra] = fmaf((cl[0] + ch[0]) + (cl[1] + ch[1]), fa, acc[ra]);
+        acc[rb] = fmaf((cl[2] + ch[2]) + (cl[3] + ch[3]), fb, acc[rb]);
+        macc[ra] += fmaf(ka.m1, s1, ka.m0 * s0);
+        macc[rb] += fmaf(kb.m1, s1, kb.m0 * s0);
+    }
+}
+
 // One weight matrix's share of this warp: super-blocks first, first + step, ... (the warp index
 // and KW unless a MoE sum splits its warps over entries: mv_body) of the 2R rows rows[r] (rows
 // 8r + g of the block: tile r / 2, half r % 2), against the prepared x of one vector (xa, xs at
 // its first super-block). Adds the lane's partial dot products (scaled by d / s) to acc and its
-// min terms to macc.
+// min terms to macc. All weight loads of a super-block are issued before its arithmetic.
 template <int R>
 static __device__ __forceinline__ void q4k_rows_from(int first, int step, const uint8_t* const (&rows)[2 * R],
                                                      const uint32_t* xa, const float* xs, int nsb, float (&acc)[2 * R],
                                                      float (&macc)[2 * R]) {
-    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     for (int sb = first; sb < nsb; sb += step) {
-        // All weight loads of this super-block first: per row a header and 32 quant bytes.
-        uint4 hd[2 * R], q0[2 * R], q1[2 * R];
-#pragma unroll
-        for (int r = 0; r < 2 * R; r++) {
-            const uint8_t* b = rows[r] + (size_t)sb * 144;
-            hd[r] = ld16(b);
-            q0[r] = ld16(b + 16 + 32 * t);
-            q1[r] = ld16(b + 32 + 32 * t);
-        }
-        uint32_t xb[32];
-        if (g < 3) {
-            const uint32_t* src = xa + (size_t)sb * SB_WORDS + (t * 3 + g) * 32;
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                const uint4 v = ld16(src + 4 * k);
-                xb[4 * k] = v.x;
-                xb[4 * k + 1] = v.y;
-                xb[4 * k + 2] = v.z;
-                xb[4 * k + 3] = v.w;
-            }
-        } else {
-#pragma unroll
-            for (int k = 0; k < 32; k++) xb[k] = 0u;
-        }
-        const float s0 = xs[(size_t)sb * SB_SUMS + 2 * t], s1 = xs[(size_t)sb * SB_SUMS + 2 * t + 1];
-        const float inv_s = xs[(size_t)sb * SB_SUMS + 8];
-
-#pragma unroll
-        for (int r = 0; r < R; r++) {
-            const int ra = 2 * r, rb = 2 * r + 1;  // rows g and g + 8 of tile r
-            const K4Scales ka = k4_scales(hd[ra], t), kb = k4_scales(hd[rb], t);
-            const uint32_t wa[8] = {q0[ra].x, q0[ra].y, q0[ra].z, q0[ra].w, q1[ra].x, q1[ra].y, q1[ra].z, q1[ra].w};
-            const uint32_t wb[8] = {q0[rb].x, q0[rb].y, q0[rb].z, q0[rb].w, q1[rb].x, q1[rb].y, q1[rb].z, q1[rb].w};
-            float cl[4] = {0.0f, 0.0f, 0.0f, 0.0f}, ch[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                uint32_t la0, la1, ha0, ha1, lb0, lb1, hb0, hb1;
-                k4_word(wa[k], ka, la0, la1, ha0, ha1);
-                k4_word(wb[k], kb, lb0, lb1, hb0, hb1);
-                mma(cl, la0, lb0, la1, lb1, xb[4 * k], xb[4 * k + 1]);
-                mma(ch, ha0, hb0, ha1, hb1, xb[4 * k + 2], xb[4 * k + 3]);
-            }
-            const float fa = pf::h2f(hd[ra].x & 0xffffu) * inv_s, fb = pf::h2f(hd[rb].x & 0xffffu) * inv_s;
-            acc[ra] = fmaf((cl[0] + ch[0]) + (cl[1] + ch[1]), fa, acc[ra]);
-            acc[rb] = fmaf((cl[2] + ch[2]) + (cl[3] + ch[3]), fb, acc[rb]);
-            macc[ra] += fmaf(ka.m1, s1, ka.m0 * s0);
-            macc[rb] += fmaf(kb.m1, s1, kb.m0 * s0);
-        }
+        Q4KWeights<R> w;
+        q4k_load<R>(rows, sb, w);
+        q4k_math<R>(w, sb, xa, xs, acc, macc);
     }
 }
 
@@ -325,7 +347,57 @@ struct TcQ4K {
 #pragma unroll
         for (int r = 0; r < 2 * R; r++) part[r] = acc[r] - macc[r];
     }
+    // The same split into one super-block's loads and its arithmetic (rows_db, below).
+    template <int R>
+    using W = Q4KWeights<R>;
+    template <int R>
+    struct Acc {
+        float a[2 * R], m[2 * R];
+    };
+    template <int R>
+    static __device__ __forceinline__ void load(const uint8_t* const (&w)[2 * R], int sb, W<R>& v) {
+        q4k_load<R>(w, sb, v);
+    }
+    template <int R>
+    static __device__ __forceinline__ void zero(Acc<R>& c) {
+#pragma unroll
+        for (int r = 0; r < 2 * R; r++) c.a[r] = c.m[r] = 0.0f;
+    }
+    template <int R>
+    static __device__ __forceinline__ void math(const W<R>& v, int sb, const uint32_t* xa, const float* xs, Acc<R>& c) {
+        q4k_math<R>(v, sb, xa, xs, c.a, c.m);
+    }
+    template <int R>
+    static __device__ __forceinline__ float result(const Acc<R>& c, int r) {
+        return c.a[r] - c.m[r];
+    }
 };
+
+// F::rows with the next step's weights loaded into registers before this step's arithmetic (a
+// double buffer), so a warp keeps loads in flight while it computes: the loop of F::rows issues a
+// step's loads and then waits for them, idle on the memory system during its arithmetic. The sums
+// are the same, in the same order (bit for bit F::rows). `cur` is the buffer of the step in hand;
+// `loaded`: it already holds the first step's weights (mv_body loads them before the
+// dependent-launch wait). A reference, not a pointer that may be null: a buffer reached through a
+// run-time pointer lands in local memory (ptxas -v: a stack frame). Costs one step's weight
+// registers per lane (Q4_K 24 R, Q8_0 40 R); matvec_bench's `tcD` variants measured it per shape
+// (dev/cuda/NOTES.md).
+template <class F, int R>
+static __device__ __forceinline__ void rows_db(const uint8_t* const (&w)[2 * R], const uint32_t* xa, const float* xs,
+                                               int n, int first, int step, float (&part)[2 * R],
+                                               typename F::template W<R>& cur, bool loaded) {
+    typename F::template Acc<R> c;
+    F::template zero<R>(c);
+    if (first < n && !loaded) F::template load<R>(w, first, cur);
+    for (int i = first; i < n; i += step) {
+        typename F::template W<R> nxt;
+        if (i + step < n) F::template load<R>(w, i + step, nxt);
+        F::template math<R>(cur, i, xa, xs, c);
+        cur = nxt;
+    }
+#pragma unroll
+    for (int r = 0; r < 2 * R; r++) part[r] = F::template result<R>(c, r);
+}
 
 // Row pointers of the block's 2R rows (8r + g) of the matrix at w, any format; rows past the end
 // repeat the last row (loads stay in bounds; their sums are never stored).
@@ -383,6 +455,16 @@ static __device__ __forceinline__ void q4k_body(const Args& p) {
     bench_store<R, KW>(acc, row0, p.n_out, p.out);
 }
 
+// The weights mv_body loads before the wait: F's step in registers (PIPE), else nothing.
+template <class F, int R, bool PIPE>
+struct PreOf {
+    struct type {};
+};
+template <class F, int R>
+struct PreOf<F, R, true> {
+    using type = typename F::template W<R>;
+};
+
 // ---------------------------------------------------------------------------------------------
 // The production kernels (matvec_tc.cu; launched by src/backend/cuda/ops/linear.rs; run on the
 // emulator by dev/cuda/emu/mvtc_checks.cpp), batched as kernels-cuda/matvec.cuh's are (grid.y =
@@ -403,13 +485,18 @@ static __device__ __forceinline__ void q4k_body(const Args& p) {
 //        p1 W2 (GLU) or 0, p2 xa, p4 expert ids (u32) or 0, p5 scales or 0, p6 xs, p3 and p7 the
 //        shared expert (SHARED: common.cuh mv_shared_slots).
 //        n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts, n5 x_group, n6 nsum, n11 the L2
-//        prefetches (bit 0: a dense block's rows before the wait, bit 1: a MoE sum's entries).
+//        prefetches (bit 0: a dense block's rows before the wait, bit 1: a MoE sum's entries) and
+//        bit 3: PIPE kernels load their first step before the wait.
 //
 // DENSE: one vector per output, no experts (slots p4, p5, n3..n6 unread). The loop over summed
 // entries then vanishes: with it, nvcc keeps the group loop's invariants live across it (Q8_0
 // R = 2: 158-166 registers against 112, so fewer blocks per SM), so the tall kernels, which only
 // dense products use, are instantiated without it.
-template <class F, int R, int KW, bool GLU, bool DENSE = false, bool SHARED = false>
+//
+// PIPE: each matrix's share through rows_db (the next step's weights in flight during this one's
+// arithmetic; F must have the load / math split), and a product without experts loads its first
+// step's weights before the dependent-launch wait (weights are written by no kernel).
+template <class F, int R, int KW, bool GLU, bool DENSE = false, bool SHARED = false, bool PIPE = false>
 static __device__ __forceinline__ void mv_body(const ::Args& a) {
     static_assert(32 * KW >= 16 * R, "one thread per row for the final sum");
     static_assert(!(DENSE && SHARED), "a shared expert is one of a MoE product's experts");
@@ -438,6 +525,18 @@ static __device__ __forceinline__ void mv_body(const ::Args& a) {
     // kernel's loads).
     if (ids == nullptr && (a.n[11] & 1))
         mv_prefetch_rows(W[0], GLU ? W[1] : nullptr, row0, min(16 * R, n_out - row0), row_bytes);
+    // PIPE, no experts: this warp's first step of matrix 0 (warp index: no entry split without a
+    // shared expert) before the wait.
+    typename PreOf<F, R, PIPE>::type pre;
+    bool has_pre = false;
+    if constexpr (PIPE) {
+        if (ids == nullptr && !SHARED && warp < nsb && (a.n[11] & 8)) {
+            const uint8_t* rows[2 * R];
+            row_ptrs<R>(W[0], row0, n_out, row_bytes, rows);
+            F::template load<R>(rows, warp, pre);
+            has_pre = true;
+        }
+    }
     kernel_start();
     if (!DENSE && ids != nullptr && nsum > 1 && !GLU && (a.n[11] & 2))
         mv_prefetch_entries<SHARED>(W[0], ids, shx, ov, nsum, n_experts, expert_bytes, row0, min(16 * R, n_out - row0),
@@ -475,7 +574,10 @@ static __device__ __forceinline__ void mv_body(const ::Args& a) {
             const uint8_t* Wsh = m == 0 ? shx.w : shx.w2;
             row_ptrs<R>(shared ? Wsh : W[m] + (size_t)e * expert_bytes, row0, n_out, row_bytes, rows);
             float part[2 * R];
-            F::template rows<R, KW>(rows, xa_b, xs_b, nsb, first, step, part);
+            if constexpr (PIPE)
+                rows_db<F, R>(rows, xa_b, xs_b, nsb, first, step, part, pre, m == 0 && j == 0 && has_pre);
+            else
+                F::template rows<R, KW>(rows, xa_b, xs_b, nsb, first, step, part);
 #pragma unroll
             for (int r = 0; r < 2 * R; r++) tot[m][r] = fmaf(s, part[r], tot[m][r]);
         }

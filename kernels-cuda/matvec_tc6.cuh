@@ -209,75 +209,91 @@ static __device__ __forceinline__ void load_row_any(const uint8_t* b, int t, Row
     r.d = (last >> sh) & 0xffffu;
 }
 
-// Super-blocks first, first + step, ... of the 2R rows: every one at byte offset OFF of a 16-byte
-// boundary, or anywhere (OFF = -1: load_row_any).
+// One super-block's weights of the block's 2R rows, realigned (OFF: the super-block's byte offset
+// from a 16-byte boundary, or -1: any even address, load_row_any).
 template <int R, int OFF>
-static __device__ __forceinline__ void q6k_loop(int first, int step, const uint8_t* const (&rows)[2 * R],
-                                                const uint32_t* xbp, const float* xs, int nsb, float (&acc)[2 * R]) {
+static __device__ __forceinline__ void q6k_load(const uint8_t* const (&rows)[2 * R], int sb, Row6 (&rw)[2 * R]) {
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int r = 0; r < 2 * R; r++) {
+        if constexpr (OFF < 0)
+            load_row_any(rows[r] + (size_t)sb * 210, t, rw[r]);
+        else
+            load_row<OFF>(rows[r] + (size_t)sb * 210, t, rw[r]);
+    }
+}
+
+// The arithmetic of super-block sb once its rows are in registers: the x words' loads, the MMAs,
+// the sub-block scales and acc += sum * d / (4 s).
+template <int R>
+static __device__ __forceinline__ void q6k_math(const Row6 (&rw)[2 * R], int sb, const uint32_t* xbp, const float* xs,
+                                                float (&acc)[2 * R]) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const bool active = (g >> 1) == t;
     const int sl = 6 - 2 * (t >> 1), shh = 2 - 2 * (t >> 1);  // qh field of the low / high nibble -> bits 6..7
     const int sct = 8 * t;  // sc byte t of a word: this lane's sub-block
     const int zero[4] = {0, 0, 0, 0};
-    for (int sb = first; sb < nsb; sb += step) {
-        Row6 rw[2 * R];
+    uint32_t xb[32];
+    if (active) {
+        const uint32_t* src = xbp + ((size_t)sb * 8 + g) * 32;
 #pragma unroll
-        for (int r = 0; r < 2 * R; r++) {
-            if constexpr (OFF < 0)
-                load_row_any(rows[r] + (size_t)sb * 210, t, rw[r]);
-            else
-                load_row<OFF>(rows[r] + (size_t)sb * 210, t, rw[r]);
+        for (int k = 0; k < 8; k++) {
+            const uint4 v = ld16(src + 4 * k);
+            xb[4 * k] = v.x;
+            xb[4 * k + 1] = v.y;
+            xb[4 * k + 2] = v.z;
+            xb[4 * k + 3] = v.w;
         }
-        uint32_t xb[32];
-        if (active) {
-            const uint32_t* src = xbp + ((size_t)sb * 8 + g) * 32;
+    } else {
 #pragma unroll
-            for (int k = 0; k < 8; k++) {
-                const uint4 v = ld16(src + 4 * k);
-                xb[4 * k] = v.x;
-                xb[4 * k + 1] = v.y;
-                xb[4 * k + 2] = v.z;
-                xb[4 * k + 3] = v.w;
-            }
-        } else {
-#pragma unroll
-            for (int k = 0; k < 32; k++) xb[k] = 0u;
-        }
-        const float fs = xs[sb];
+        for (int k = 0; k < 32; k++) xb[k] = 0u;
+    }
+    const float fs = xs[sb];
 
 #pragma unroll
-        for (int rt = 0; rt < R; rt++) {
-            const Row6 &ra = rw[2 * rt], &rb = rw[2 * rt + 1];
-            float sa = 0.0f, sbv = 0.0f;  // this super-block's sum_j sc_j v_j for rows g, g+8
+    for (int rt = 0; rt < R; rt++) {
+        const Row6 &ra = rw[2 * rt], &rb = rw[2 * rt + 1];
+        float sa = 0.0f, sbv = 0.0f;  // this super-block's sum_j sc_j v_j for rows g, g+8
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
+        for (int h = 0; h < 2; h++) {
 #pragma unroll
-                for (int nu = 0; nu < 2; nu++) {
-                    uint32_t qa[4], qb[4];
+            for (int nu = 0; nu < 2; nu++) {
+                uint32_t qa[4], qb[4];
 #pragma unroll
-                    for (int k = 0; k < 4; k++) {
-                        qa[k] = nu ? q6_bytes(ra.ql[h][k] >> 2, ra.qh[h][k] << shh)
-                                   : q6_bytes(ra.ql[h][k] << 2, ra.qh[h][k] << sl);
-                        qb[k] = nu ? q6_bytes(rb.ql[h][k] >> 2, rb.qh[h][k] << shh)
-                                   : q6_bytes(rb.ql[h][k] << 2, rb.qh[h][k] << sl);
-                    }
-                    const int base = (2 * h + nu) * 8;
-                    int c0[4], c1[4];
-                    mma_s8(c0, zero, qa[0], qb[0], qa[1], qb[1], xb[base], xb[base + 1]);
-                    mma_s8(c0, c0, qa[2], qb[2], qa[3], qb[3], xb[base + 2], xb[base + 3]);
-                    mma_s8(c1, zero, qa[0], qb[0], qa[1], qb[1], xb[base + 4], xb[base + 5]);
-                    mma_s8(c1, c1, qa[2], qb[2], qa[3], qb[3], xb[base + 6], xb[base + 7]);
-                    const float va = fmaf(i2f(c1[0] + c1[1] * 256), 65536.0f, i2f(c0[0] + c0[1] * 256));
-                    const float vb = fmaf(i2f(c1[2] + c1[3] * 256), 65536.0f, i2f(c0[2] + c0[3] * 256));
-                    const int sca = (int8_t)(uint8_t)(ra.sc[2 * h + nu] >> sct);
-                    const int scb = (int8_t)(uint8_t)(rb.sc[2 * h + nu] >> sct);
-                    sa = fmaf(va, i2f(sca), sa);
-                    sbv = fmaf(vb, i2f(scb), sbv);
+                for (int k = 0; k < 4; k++) {
+                    qa[k] = nu ? q6_bytes(ra.ql[h][k] >> 2, ra.qh[h][k] << shh)
+                               : q6_bytes(ra.ql[h][k] << 2, ra.qh[h][k] << sl);
+                    qb[k] = nu ? q6_bytes(rb.ql[h][k] >> 2, rb.qh[h][k] << shh)
+                               : q6_bytes(rb.ql[h][k] << 2, rb.qh[h][k] << sl);
                 }
+                const int base = (2 * h + nu) * 8;
+                int c0[4], c1[4];
+                mma_s8(c0, zero, qa[0], qb[0], qa[1], qb[1], xb[base], xb[base + 1]);
+                mma_s8(c0, c0, qa[2], qb[2], qa[3], qb[3], xb[base + 2], xb[base + 3]);
+                mma_s8(c1, zero, qa[0], qb[0], qa[1], qb[1], xb[base + 4], xb[base + 5]);
+                mma_s8(c1, c1, qa[2], qb[2], qa[3], qb[3], xb[base + 6], xb[base + 7]);
+                const float va = fmaf(i2f(c1[0] + c1[1] * 256), 65536.0f, i2f(c0[0] + c0[1] * 256));
+                const float vb = fmaf(i2f(c1[2] + c1[3] * 256), 65536.0f, i2f(c0[2] + c0[3] * 256));
+                const int sca = (int8_t)(uint8_t)(ra.sc[2 * h + nu] >> sct);
+                const int scb = (int8_t)(uint8_t)(rb.sc[2 * h + nu] >> sct);
+                sa = fmaf(va, i2f(sca), sa);
+                sbv = fmaf(vb, i2f(scb), sbv);
             }
-            acc[2 * rt] = fmaf(sa, pf::h2f(ra.d) * fs, acc[2 * rt]);
-            acc[2 * rt + 1] = fmaf(sbv, pf::h2f(rb.d) * fs, acc[2 * rt + 1]);
         }
+        acc[2 * rt] = fmaf(sa, pf::h2f(ra.d) * fs, acc[2 * rt]);
+        acc[2 * rt + 1] = fmaf(sbv, pf::h2f(rb.d) * fs, acc[2 * rt + 1]);
+    }
+}
+
+// Super-blocks first, first + step, ... of the 2R rows: every one at byte offset OFF of a 16-byte
+// boundary, or anywhere (OFF = -1: load_row_any).
+template <int R, int OFF>
+static __device__ __forceinline__ void q6k_loop(int first, int step, const uint8_t* const (&rows)[2 * R],
+                                                const uint32_t* xbp, const float* xs, int nsb, float (&acc)[2 * R]) {
+    for (int sb = first; sb < nsb; sb += step) {
+        Row6 rw[2 * R];
+        q6k_load<R, OFF>(rows, sb, rw);
+        q6k_math<R>(rw, sb, xbp, xs, acc);
     }
 }
 

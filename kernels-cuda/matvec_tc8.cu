@@ -12,21 +12,33 @@ KERNEL void __launch_bounds__(32) mvtc_prep_Q8_0(const Args a) {
 }
 
 // 16 R rows per block of 32 KW threads. dev/cuda/matvec_bench.cu on the H200 (4096-wide rows but
-// ffn down), x prepared once: R = 1, KW = 8 below 8192 rows (4096 rows 9.2 us against the f32
-// kernels' 10.4, 1024 rows 5.7, ffn down 21.0), R = 2, KW = 8 from 8192 rows (qkv 13.8 against
-// 18.6; 14.8 with R = 1), R = 2, KW = 4 for the LM head (248K rows: 321 us against 392; 334 with
-// KW = 8). The fused SwiGLU: R = 1, KW = 8 (two matrices' loads).
-KERNEL void __launch_bounds__(128) mvtc_head_Q8_0(const Args a) { mvtc::mv_body<mvtc8::TcQ80, 2, 4, false, true>(a); }
-KERNEL void __launch_bounds__(256) mvtc_tall_Q8_0(const Args a) { mvtc::mv_body<mvtc8::TcQ80, 2, 8, false, true>(a); }
-KERNEL void __launch_bounds__(256) mvtc_Q8_0(const Args a) { mvtc::mv_body<mvtc8::TcQ80, 1, 8, false>(a); }
+// ffn down), x prepared once, product alone under dependent launch. Every dense product
+// double-buffers its weight loads (matvec_tc.cuh rows_db: 40 R registers more per lane, which the
+// Q8_0 body, the least arithmetic per byte, pays back most): R = 2, KW = 4 from 8192 rows (qkv
+// 13.3 -> 10.6 us, the LM head 312 -> 259), R = 2, KW = 8 from 4096 (4096 rows 9.2 -> 6.7, ffn
+// down 21.6 -> 15.5), R = 1, KW = 8 below (1024 rows 3.8 -> 3.5) and for the products with experts.
+// End to end (tg128, 9B Q8_0): 252.8 -> 286.6 t/s; 276.4 with the first step loaded after the wait
+// (RILL_CUDA_PIPE_PRE=0).
+// The fused SwiGLU below 8192 rows: R = 1, KW = 8 (two matrices' loads), without the double
+// buffer (one 12288-row matrix at that geometry: 17.8 -> 21.1).
+KERNEL void __launch_bounds__(128) mvtc_tall_Q8_0(const Args a) {
+    mvtc::mv_body<mvtc8::TcQ80, 2, 4, false, true, false, true>(a);
+}
+KERNEL void __launch_bounds__(256) mvtc_mid_Q8_0(const Args a) {
+    mvtc::mv_body<mvtc8::TcQ80, 2, 8, false, true, false, true>(a);
+}
+KERNEL void __launch_bounds__(256) mvtc_Q8_0(const Args a) {
+    mvtc::mv_body<mvtc8::TcQ80, 1, 8, false, false, false, true>(a);
+}
 KERNEL void __launch_bounds__(256) mvtc_glu_Q8_0(const Args a) {
     mvtc::mv_body<mvtc8::TcQ80, 1, 8, true>(a);
     mvtc::glu_out_prep<16>(a);  // the down product's input (out_prep.cuh)
 }
 // The dense SwiGLU of 8192+ rows at R = 2, KW = 4, as Q4_K's (9B q8_0 tg128 236.2 -> 243.3 t/s on
-// the H200; `RILL_CUDA_GLU_TALL=0`: mvtc_glu_Q8_0).
+// the H200; `RILL_CUDA_GLU_TALL=0`: mvtc_glu_Q8_0), double-buffered (one 12288-row matrix alone:
+// 21.3 -> 17.7 us).
 KERNEL void __launch_bounds__(128) mvtc_glu_tall_Q8_0(const Args a) {
-    mvtc::mv_body<mvtc8::TcQ80, 2, 4, true, true>(a);
+    mvtc::mv_body<mvtc8::TcQ80, 2, 4, true, true, false, true>(a);
     mvtc::glu_out_prep<32>(a);
 }
 // With a MoE layer's shared expert as one more expert per token (common.cuh MvShared).

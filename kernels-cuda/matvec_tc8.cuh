@@ -240,6 +240,76 @@ struct Args {
     size_t row_bytes;
 };
 
+// One group's weights of the block's 2R rows as lane (g, t) reads them: five 16-byte pieces per
+// row (t, t + 4, t + 8, t + 12 and 16), words r[0..19] of the top.
+template <int R>
+struct Q80Weights {
+    uint32_t wq[2 * R][20];
+};
+template <int R>
+static __device__ __forceinline__ void q80_load(const uint8_t* const (&rows)[2 * R], int grp, Q80Weights<R>& w) {
+    const int t = threadIdx.x & 3;
+#pragma unroll
+    for (int r = 0; r < 2 * R; r++) {
+        const uint8_t* b = rows[r] + (size_t)grp * 272;
+#pragma unroll
+        for (int i = 0; i < 5; i++) {
+            const uint4 v = ld16(b + 16 * (i < 4 ? t + 4 * i : 16));
+            w.wq[r][4 * i] = v.x;
+            w.wq[r][4 * i + 1] = v.y;
+            w.wq[r][4 * i + 2] = v.z;
+            w.wq[r][4 * i + 3] = v.w;
+        }
+    }
+}
+
+// The arithmetic of group grp once its weights are in registers: the x words' loads, the MMAs and
+// acc += v * d / s per block.
+template <int R>
+static __device__ __forceinline__ void q80_math(const Q80Weights<R>& w, int grp, const uint32_t* xbp, const float* xf,
+                                                float (&acc)[2 * R]) {
+    const int lane = threadIdx.x & 31, t = lane & 3;
+    // lanes 0, 2 pack their d halves (even block: low, odd block: high) as {row g, row g+8}
+    const uint32_t dsel = (t & 2) ? 0x7632u : 0x5410u;
+    const int zero[4] = {0, 0, 0, 0};
+    uint32_t xb[24];
+    const uint32_t* src = xbp + ((size_t)grp * 32 + lane) * 24;
+#pragma unroll
+    for (int i = 0; i < 6; i++) {
+        const uint4 v = ld16(src + 4 * i);
+        xb[4 * i] = v.x;
+        xb[4 * i + 1] = v.y;
+        xb[4 * i + 2] = v.z;
+        xb[4 * i + 3] = v.w;
+    }
+    const uint4 fq = ld16(xf + (size_t)grp * G_FACT + 4 * t);
+    const float fp[4] = {pf::u2f(fq.x), pf::u2f(fq.y), pf::u2f(fq.z), pf::u2f(fq.w)};
+
+#pragma unroll
+    for (int rt = 0; rt < R; rt++) {
+        const uint32_t(&wa)[20] = w.wq[2 * rt];
+        const uint32_t(&wb)[20] = w.wq[2 * rt + 1];
+#pragma unroll
+        for (int P = 0; P < 4; P++) {
+            uint32_t sa[4], sb[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                sa[k] = k < P && t == 0 ? wa[4 * (P + 1) + k] : wa[4 * P + k];
+                sb[k] = k < P && t == 0 ? wb[4 * (P + 1) + k] : wb[4 * P + k];
+            }
+            int c[4];
+            mma_s8(c, zero, sa[0], sb[0], sa[1], sb[1], xb[6 * P], xb[6 * P + 1]);
+            mma_s8(c, c, sa[2], sb[2], sa[3], sb[3], xb[6 * P + 2], xb[6 * P + 3]);
+            mma_s8(c, c, wa[5 * P + 4], wb[5 * P + 4], 0u, 0u, xb[6 * P + 4], xb[6 * P + 5]);
+            // d of this lane's block for rows g (low half) and g + 8 (high half).
+            const uint32_t dd = shfl(pf::prmt(wa[5 * P], wb[5 * P], dsel), lane & ~1);
+            const float va = i2f(c[0] + c[1] * 256), vb = i2f(c[2] + c[3] * 256);
+            acc[2 * rt] = fmaf(va, pf::h2f(dd & 0xffffu) * fp[P], acc[2 * rt]);
+            acc[2 * rt + 1] = fmaf(vb, pf::h2f(dd >> 16) * fp[P], acc[2 * rt + 1]);
+        }
+    }
+}
+
 // One weight matrix's share of this warp: groups first, first + step, ... (the warp index and KW
 // unless a MoE sum splits its warps over entries: matvec_tc.cuh mv_body) of the 2R rows rows[r]
 // (rows 8r + g of the block: tile r / 2, half r % 2) against the prepared x of one vector (xb, xf
@@ -248,60 +318,10 @@ template <int R>
 static __device__ __forceinline__ void q80_rows_from(int first, int step, const uint8_t* const (&rows)[2 * R],
                                                      const uint32_t* xbp, const float* xf, int ngrp,
                                                      float (&acc)[2 * R]) {
-    const int lane = threadIdx.x & 31, t = lane & 3;
-    // lanes 0, 2 pack their d halves (even block: low, odd block: high) as {row g, row g+8}
-    const uint32_t dsel = (t & 2) ? 0x7632u : 0x5410u;
-    const int zero[4] = {0, 0, 0, 0};
     for (int grp = first; grp < ngrp; grp += step) {
-        uint32_t wq[2 * R][20];
-#pragma unroll
-        for (int r = 0; r < 2 * R; r++) {
-            const uint8_t* b = rows[r] + (size_t)grp * 272;
-#pragma unroll
-            for (int i = 0; i < 5; i++) {
-                const uint4 v = ld16(b + 16 * (i < 4 ? t + 4 * i : 16));
-                wq[r][4 * i] = v.x;
-                wq[r][4 * i + 1] = v.y;
-                wq[r][4 * i + 2] = v.z;
-                wq[r][4 * i + 3] = v.w;
-            }
-        }
-        uint32_t xb[24];
-        const uint32_t* src = xbp + ((size_t)grp * 32 + lane) * 24;
-#pragma unroll
-        for (int i = 0; i < 6; i++) {
-            const uint4 v = ld16(src + 4 * i);
-            xb[4 * i] = v.x;
-            xb[4 * i + 1] = v.y;
-            xb[4 * i + 2] = v.z;
-            xb[4 * i + 3] = v.w;
-        }
-        const uint4 fq = ld16(xf + (size_t)grp * G_FACT + 4 * t);
-        const float fp[4] = {pf::u2f(fq.x), pf::u2f(fq.y), pf::u2f(fq.z), pf::u2f(fq.w)};
-
-#pragma unroll
-        for (int rt = 0; rt < R; rt++) {
-            const uint32_t(&wa)[20] = wq[2 * rt];
-            const uint32_t(&wb)[20] = wq[2 * rt + 1];
-#pragma unroll
-            for (int P = 0; P < 4; P++) {
-                uint32_t sa[4], sb[4];
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    sa[k] = k < P && t == 0 ? wa[4 * (P + 1) + k] : wa[4 * P + k];
-                    sb[k] = k < P && t == 0 ? wb[4 * (P + 1) + k] : wb[4 * P + k];
-                }
-                int c[4];
-                mma_s8(c, zero, sa[0], sb[0], sa[1], sb[1], xb[6 * P], xb[6 * P + 1]);
-                mma_s8(c, c, sa[2], sb[2], sa[3], sb[3], xb[6 * P + 2], xb[6 * P + 3]);
-                mma_s8(c, c, wa[5 * P + 4], wb[5 * P + 4], 0u, 0u, xb[6 * P + 4], xb[6 * P + 5]);
-                // d of this lane's block for rows g (low half) and g + 8 (high half).
-                const uint32_t dd = shfl(pf::prmt(wa[5 * P], wb[5 * P], dsel), lane & ~1);
-                const float va = i2f(c[0] + c[1] * 256), vb = i2f(c[2] + c[3] * 256);
-                acc[2 * rt] = fmaf(va, pf::h2f(dd & 0xffffu) * fp[P], acc[2 * rt]);
-                acc[2 * rt + 1] = fmaf(vb, pf::h2f(dd >> 16) * fp[P], acc[2 * rt + 1]);
-            }
-        }
+        Q80Weights<R> w;
+        q80_load<R>(rows, grp, w);
+        q80_math<R>(w, grp, xbp, xf, acc);
     }
 }
 
@@ -323,6 +343,30 @@ struct TcQ80 {
 #pragma unroll
         for (int r = 0; r < 2 * R; r++) part[r] = 0.0f;
         q80_rows_from<R>(first, step, w, xb, xf, ngrp, part);
+    }
+    // The same split into one group's loads and its arithmetic (matvec_tc.cuh rows_db).
+    template <int R>
+    using W = Q80Weights<R>;
+    template <int R>
+    struct Acc {
+        float a[2 * R];
+    };
+    template <int R>
+    static __device__ __forceinline__ void load(const uint8_t* const (&w)[2 * R], int grp, W<R>& v) {
+        q80_load<R>(w, grp, v);
+    }
+    template <int R>
+    static __device__ __forceinline__ void zero(Acc<R>& c) {
+#pragma unroll
+        for (int r = 0; r < 2 * R; r++) c.a[r] = 0.0f;
+    }
+    template <int R>
+    static __device__ __forceinline__ void math(const W<R>& v, int grp, const uint32_t* xb, const float* xf, Acc<R>& c) {
+        q80_math<R>(v, grp, xb, xf, c.a);
+    }
+    template <int R>
+    static __device__ __forceinline__ float result(const Acc<R>& c, int r) {
+        return c.a[r];
     }
 };
 

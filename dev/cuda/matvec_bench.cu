@@ -28,6 +28,7 @@
 #include "matvec_q8.cuh"
 #define MVTC_BENCH_KERNELS
 #include "matvec_tc.cuh"
+#include "mvtc_pipe.cuh"
 #include "matvec_tc6.cuh"
 #include "matvec_tc8.cuh"
 #include "matvec_warp.cuh"
@@ -279,6 +280,7 @@ struct Variant {
     int tc = 0;         // matvec_tc*.cuh (Q4_K, Q6_K, Q8_0): 16-row tiles per block (0: not that kernel)
     int tc_kw = 0;      // its warps per block (split over the super-blocks)
     bool tc_prep = true;  // time the x split (prep_x) with every call (false: once per case)
+    int tc_mode = 0;      // Q4_K, Q8_0 product only (mvtc_pipe.cuh): 1 production loop, 2 double buffer
 };
 
 // x split into operand words for the tensor-core kernels (one per case: every variant reads the
@@ -309,6 +311,27 @@ static void tc_launch(const uint8_t* W, float* out, int n_out, int n_in, size_t 
     launch_k(mvtc::q4k<R, KW>, dim3((n_out + 16 * R - 1) / (16 * R)), dim3(32 * KW), 0, st,
              mvtc::Args{W, g_tc_xa, g_tc_xs, out, n_out, n_in, row_bytes});
 }
+// The mvtc_pipe.cuh variants (Q4_K, Q8_0; product only): mode 1 the production loop, 2 the double
+// buffer. F: the production policy, A: its harness Args.
+template <class F, class A, int R, int KW>
+static void pipe_launch(int mode, const uint8_t* W, float* out, int n_out, int n_in, size_t row_bytes,
+                        cudaStream_t st) {
+    const dim3 g((n_out + 16 * R - 1) / (16 * R)), b(32 * KW);
+    const A a{W, g_tc_xa, g_tc_xs, out, n_out, n_in, row_bytes};
+    if (mode == 2) return launch_k(mvpipe::k<F, R, KW, true, A>, g, b, 0, st, a);
+    launch_k(mvpipe::k<F, R, KW, false, A>, g, b, 0, st, a);
+}
+// Whether geometry `key` (100 R + KW) has a mvtc_pipe.cuh instance (then launched).
+template <class F, class A>
+static bool pipe_by_key(int key, int mode, const uint8_t* W, float* out, int n_out, int n_in, size_t row_bytes,
+                        cudaStream_t st) {
+    switch (key) {
+        case 108: pipe_launch<F, A, 1, 8>(mode, W, out, n_out, n_in, row_bytes, st); return true;
+        case 204: pipe_launch<F, A, 2, 4>(mode, W, out, n_out, n_in, row_bytes, st); return true;
+        case 208: pipe_launch<F, A, 2, 8>(mode, W, out, n_out, n_in, row_bytes, st); return true;
+    }
+    return false;
+}
 template <int R>
 static void tc6_launch(const uint8_t* W, float* out, int n_out, int n_in, size_t row_bytes, cudaStream_t st) {
     launch_k(mvtc6::q6k<R>, dim3((n_out + 16 * R - 1) / (16 * R)), dim3(32 * mvtc6::KW), 0, st,
@@ -336,6 +359,7 @@ static void launch(const Variant& v, const uint8_t* W, const float* x, float* ou
         if (v.tc_prep) tc_prep<F>(x, n_in, st);
         const int key = v.tc * 100 + v.tc_kw;
         if constexpr (std::is_same_v<F, FmtQ4_K>) {
+            if (v.tc_mode && pipe_by_key<mvtc::TcQ4K, mvtc::Args>(key, v.tc_mode, W, out, n_out, n_in, row_bytes, st)) return;
             switch (key) {
                 case 108: tc_launch<1, 8>(W, out, n_out, n_in, row_bytes, st); return;
                 case 204: tc_launch<2, 4>(W, out, n_out, n_in, row_bytes, st); return;
@@ -348,6 +372,7 @@ static void launch(const Variant& v, const uint8_t* W, const float* x, float* ou
                 case 208: tc6_launch<2>(W, out, n_out, n_in, row_bytes, st); return;
             }
         } else if constexpr (std::is_same_v<F, FmtQ8_0>) {
+            if (v.tc_mode && pipe_by_key<mvtc8::TcQ80, mvtc8::Args>(key, v.tc_mode, W, out, n_out, n_in, row_bytes, st)) return;
             switch (key) {
                 case 108: tc8_launch<1, 8>(W, out, n_out, n_in, row_bytes, st); return;
                 case 204: tc8_launch<2, 4>(W, out, n_out, n_in, row_bytes, st); return;
@@ -542,6 +567,14 @@ static Best run_case(const FmtInfo& f, const Shape& s, double copy_gbs, bool qui
             a.name = "tc*" + geo;
             a.tc_prep = false;
             vars.push_back(a);
+            // The production loop with the backend's trigger (`tcT`) and the double buffer (`tcD`).
+            if ((std::is_same_v<F, FmtQ4_K> || std::is_same_v<F, FmtQ8_0>) && r * 100 + kw != 404) {
+                a.tc_mode = 1, a.name = "tcT" + geo;
+                vars.push_back(a);
+                a.tc_mode = 2, a.name = "tcD" + geo;
+                vars.push_back(a);
+                a.tc_mode = 0;
+            }
         }
     }
     Best best;

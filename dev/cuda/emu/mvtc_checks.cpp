@@ -489,7 +489,7 @@ static TcPrep prep_tc(int fmt, const float* x, int T, int n_in) {
 // One launch of mv_body<F, R, KW> over the products `idx` of (weights, outputs, rows), as
 // src/backend/cuda/ops/linear.rs fills it (Mv::chunks, matvec_tc::run) for a dense product.
 // `swap` exchanges the first two segments' weights (the mutation check; equal row counts).
-template <class F, int R, int KW, bool DENSE>
+template <class F, int R, int KW, bool DENSE, bool PIPE = false>
 static void launch_body(const std::vector<int>& idx, const std::vector<uint8_t*>& w, const std::vector<float*>& out,
                         const std::vector<int>& rows, const TcPrep& x, int T, int n_in, size_t rb, bool swap = false) {
     ::Args a;
@@ -508,11 +508,14 @@ static void launch_body(const std::vector<int>& idx, const std::vector<uint8_t*>
     a.n[4] = 1;  // n_experts
     a.n[5] = 1;  // x_group
     a.n[6] = 1;  // nsum
-    pf_emu::launch(dim3(blocks, T), dim3(32 * KW), 0, pf_emu::EARLY, [&] { mvtc::mv_body<F, R, KW, false, DENSE>(a); });
+    pf_emu::launch(dim3(blocks, T), dim3(32 * KW), 0, pf_emu::EARLY,
+                   [&] { mvtc::mv_body<F, R, KW, false, DENSE, false, PIPE>(a); });
 }
 
-// `swap`: a broken segment table (two products' weights exchanged), which must be caught.
-template <class F, int R, int KW, bool DENSE>
+// `swap`: a broken segment table (two products' weights exchanged), which must be caught. PIPE:
+// the double-buffered loads (matvec_tc.cuh rows_db), whose products alone must also equal the
+// plain loop's bit for bit.
+template <class F, int R, int KW, bool DENSE, bool PIPE = false>
 static void check_group(const char* name, int fmt, std::vector<int> rows, int n_in, int T, bool swap = false) {
     const int n = (int)rows.size();
     const std::vector<float> hx = make_x(0, T * n_in);
@@ -533,11 +536,17 @@ static void check_group(const char* name, int fmt, std::vector<int> rows, int n_
         grouped[i] = dev_alloc<float>((size_t)T * rows[i]);
     }
     std::vector<int> all;
+    int unlike_plain = 0;
     for (int i = 0; i < n; i++) {
-        launch_body<F, R, KW, DENSE>({i}, w, alone, rows, xp, T, n_in, rb);
+        launch_body<F, R, KW, DENSE, PIPE>({i}, w, alone, rows, xp, T, n_in, rb);
         all.push_back(i);
+        if (PIPE) {
+            // The same product through the plain loop (into `grouped`, overwritten below).
+            launch_body<F, R, KW, DENSE, false>({i}, w, grouped, rows, xp, T, n_in, rb);
+            unlike_plain += memcmp(alone[i], grouped[i], 4 * (size_t)T * rows[i]) != 0;
+        }
     }
-    launch_body<F, R, KW, DENSE>(all, w, grouped, rows, xp, T, n_in, rb, swap);
+    launch_body<F, R, KW, DENSE, PIPE>(all, w, grouped, rows, xp, T, n_in, rb, swap);
     // Each product alone against the f64 reference (the production body's own check), then the
     // group against the products alone.
     int bad = 0, wrong = 0;
@@ -554,13 +563,14 @@ static void check_group(const char* name, int fmt, std::vector<int> rows, int n_
         bad += memcmp(alone[i], grouped[i], 4 * (size_t)T * rows[i]) != 0;
         desc += (i ? "+" : "") + std::to_string(rows[i]);
     }
-    const bool ok = wrong == 0 && (swap ? bad > 0 : bad == 0);
+    const bool ok = wrong == 0 && unlike_plain == 0 && (swap ? bad > 0 : bad == 0);
     g_checks++;
     if (!ok) g_fail++;
-    printf("%s mvtc group %-9s%s rows %-16s n_in %5d T %d: %d of %d differ from their own launch%s; alone: worst "
-           "%.2e\n",
-           ok ? "ok  " : "FAIL", name, swap ? " MUTATION weights swapped" : "", desc.c_str(), n_in, T, bad, n,
-           swap ? " (must be > 0)" : "", worst);
+    printf("%s mvtc group %-9s%s%s rows %-16s n_in %5d T %d: %d of %d differ from their own launch%s; alone: worst "
+           "%.2e%s\n",
+           ok ? "ok  " : "FAIL", name, PIPE ? " pipe" : "", swap ? " MUTATION weights swapped" : "", desc.c_str(), n_in,
+           T, bad, n, swap ? " (must be > 0)" : "", worst,
+           PIPE ? (", " + std::to_string(unlike_plain) + " differ from the plain loop's").c_str() : "");
     fflush(stdout);
     for (int i = 0; i < n; i++) dev_free(w[i]), dev_free(alone[i]), dev_free(grouped[i]);
     dev_free(x), dev_free(xp.xa), dev_free(xp.xs);
@@ -569,7 +579,7 @@ static void check_group(const char* name, int fmt, std::vector<int> rows, int n_
 // The fused SwiGLU (mv_body with GLU) of T dense vectors at geometry R, KW, against the f64
 // reference silu(g x) (u x): |err| <= 1e-5 (|u x| sum|g x| + |silu(g x)| sum|u x|) per output.
 // `swap`: the two weights exchanged (must fail).
-template <int R, int KW>
+template <int R, int KW, bool PIPE = false>
 static void check_glu(int n_out, int n_in, int T, int xkind, bool swap = false) {
     const auto hg = random_q4k(n_out, n_in), hu = random_q4k(n_out, n_in);
     const size_t rb = hg.size() / n_out;
@@ -586,7 +596,7 @@ static void check_glu(int n_out, int n_in, int T, int xkind, bool swap = false) 
     a.p[1] = (unsigned long long)(swap ? g : u), a.p[2] = (unsigned long long)xp.xa, a.p[6] = (unsigned long long)xp.xs;
     a.n[1] = n_in, a.n[2] = (long long)rb, a.n[4] = 1, a.n[5] = 1, a.n[6] = 1;
     pf_emu::launch(dim3((n_out + 16 * R - 1) / (16 * R), T), dim3(32 * KW), 0, pf_emu::EARLY,
-                   [&] { mvtc::mv_body<mvtc::TcQ4K, R, KW, true>(a); });
+                   [&] { mvtc::mv_body<mvtc::TcQ4K, R, KW, true, false, false, PIPE>(a); });
     std::vector<float> yg(n_in), yu(n_in);
     double worst = 0;
     for (int o = 0; o < n_out; o++) {
@@ -608,8 +618,9 @@ static void check_glu(int n_out, int n_in, int T, int xkind, bool swap = false) 
     const bool ok = swap ? !pass : pass;
     g_checks++;
     if (!ok) g_fail++;
-    printf("%s mvtc glu   q4k R=%d KW=%d%s rows %d n_in %d T %d %s: worst |err| / magnitude %.2e%s\n", ok ? "ok  " : "FAIL",
-           R, KW, swap ? " MUTATION weights swapped" : "", n_out, n_in, T, KINDS[xkind], worst,
+    printf("%s mvtc glu   q4k R=%d KW=%d%s%s rows %d n_in %d T %d %s: worst |err| / magnitude %.2e%s\n",
+           ok ? "ok  " : "FAIL", R, KW, PIPE ? " pipe" : "", swap ? " MUTATION weights swapped" : "", n_out, n_in, T,
+           KINDS[xkind], worst,
            swap ? " (must exceed the bound)" : "");
     fflush(stdout);
     dev_free(g), dev_free(u), dev_free(x), dev_free(out), dev_free(xp.xa), dev_free(xp.xs);
@@ -827,6 +838,16 @@ int main() {
     check_group<mvtc6::TcQ6K, 1, 8, false>("q6k", host::Q6K, {33}, 2048, 3);
     check_group<mvtc6::TcQ6K, 1, 8, false>("q6k", host::Q6K, {7}, 4096, 1);
     check_group<mvtc::TcQ4K, 1, 8, false>("q4k", host::Q4K, {32, 32}, 512, 1, true);
+    // The double-buffered body (mvtc_tall_Q8_0, mvtc_mid_Q8_0, mvtc_Q8_0; Q4_K's policy too, which
+    // matvec_bench times): one step per warp or fewer (n_in 256 .. 2048 on 8 warps), several steps
+    // (4096 on 4 warps: 4), warps without a step (n_in 256).
+    check_group<mvtc::TcQ4K, 2, 4, true, true>("q4k tall", host::Q4K, {4104, 32, 33}, 256, 1);
+    check_group<mvtc::TcQ4K, 2, 4, true, true>("q4k tall", host::Q4K, {33, 1, 64, 17}, 4096, 2);
+    check_group<mvtc::TcQ4K, 1, 8, false, true>("q4k", host::Q4K, {32, 33, 1, 70}, 3072, 3);
+    check_group<mvtc8::TcQ80, 2, 4, true, true>("q80 tall", host::Q80, {4104, 33, 32, 1}, 4096, 1);
+    check_group<mvtc8::TcQ80, 2, 8, true, true>("q80 mid", host::Q80, {70, 33}, 2560, 2);
+    check_group<mvtc8::TcQ80, 1, 8, false, true>("q80", host::Q80, {17, 32, 33}, 512, 3);
+    check_group<mvtc8::TcQ80, 1, 8, false, true>("q80", host::Q80, {32, 32}, 512, 1, true);
 
     // The fused SwiGLU at both production geometries (mvtc_glu_, mvtc_glu_tall_): a partial last
     // tile (rows 16 * 37 + 8), several vectors.
@@ -835,6 +856,10 @@ int main() {
         check_glu<2, 4>(600, 2048, 2, k);
     }
     check_glu<2, 4>(256, 1024, 1, 0, true);
+    // The same with double-buffered loads (mvtc_glu_tall_Q8_0's body; the second matrix starts its
+    // own buffer).
+    check_glu<2, 4, true>(600, 3072, 2, 1);
+    check_glu<1, 8, true>(600, 2048, 2, 2);
 
     // The shared expert in the production kernels: several tokens, the 35B-A3B's k = 8.
     check_shared<mvtc::TcQ4K>("q4k", host::Q4K, 6, 3, 3, 512, 256);

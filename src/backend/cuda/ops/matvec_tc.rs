@@ -30,9 +30,9 @@ const SB: usize = 256;
 /// Products with at least this many rows run `mvtc_tall_` (32 rows per block), the others
 /// `mvtc_` (16 rows per block of 8 warps): matvec_tc.cu and matvec_tc8.cu say why.
 const TALL_ROWS: usize = 8192;
-/// Dense Q8_0 products with at least this many rows (the LM head) run `mvtc_head_Q8_0` (32 rows
-/// per block of 4 warps).
-const Q8_HEAD_ROWS: usize = 65536;
+/// Dense Q8_0 products from this many rows up to TALL_ROWS run `mvtc_mid_Q8_0` (32 rows per block
+/// of 8 warps).
+const Q8_MID_ROWS: usize = 4096;
 
 /// What a kernel's weight loads need of a product's rows: a multiple of `n_in_multiple` inputs,
 /// and row (and expert) bytes that are a multiple of `align`.
@@ -134,8 +134,8 @@ impl TcFormat {
             GgmlType::Q4K if shared && glu => ("mvtc_glu_sh_", 16, 128),
             _ if shared && glu => ("mvtc_glu_sh_", 16, 256),
             _ if shared => ("mvtc_sh_", 16, 256),
-            GgmlType::Q8_0 if dense && !glu && n_out >= Q8_HEAD_ROWS => ("mvtc_head_", 32, 128),
-            GgmlType::Q8_0 if dense && !glu && n_out >= TALL_ROWS => ("mvtc_tall_", 32, 256),
+            GgmlType::Q8_0 if dense && !glu && n_out >= TALL_ROWS => ("mvtc_tall_", 32, 128),
+            GgmlType::Q8_0 if dense && !glu && n_out >= Q8_MID_ROWS => ("mvtc_mid_", 32, 256),
             GgmlType::Q8_0 if dense && glu && n_out >= TALL_ROWS && glu_tall_on() => ("mvtc_glu_tall_", 32, 128),
             GgmlType::Q8_0 | GgmlType::Q6K if glu => ("mvtc_glu_", 16, 256),
             GgmlType::Q8_0 | GgmlType::Q6K => ("mvtc_", 16, 256),
@@ -211,12 +211,19 @@ fn tc_prefetch() -> i64 {
 /// The largest launch (weight bytes) that `RILL_CUDA_TC_PF` bit 2 prefetches.
 const SMALL_PF_BYTES: usize = 16 << 20;
 
-/// The n11 prefetch bits of a launch of `m` (`tc_prefetch`).
+/// `RILL_CUDA_PIPE_PRE=0`: the double-buffered kernels (kernels-cuda/matvec_tc.cuh `rows_db`) load
+/// their first step after the dependency wait instead of before it (n11 bit 3), for A/B runs.
+fn pipe_pre_on() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_PIPE_PRE"))
+}
+
+/// The n11 bits of a launch of `m`: the prefetches (`tc_prefetch`) and bit 3 (`pipe_pre_on`).
 fn prefetch_bits(m: &Mv) -> i64 {
     let pf = tc_prefetch();
     let bytes = m.parts.rows() * m.w.row_bytes * if m.w2.is_some() { 2 } else { 1 };
     let small = pf & 4 != 0 && bytes <= SMALL_PF_BYTES;
-    (pf & 3) | i64::from(small)
+    (pf & 3) | i64::from(small) | if pipe_pre_on() { 8 } else { 0 }
 }
 
 /// A prepared x: the A (or B) words of every row, then the sums of every row.
