@@ -34,12 +34,14 @@ KERNEL void __launch_bounds__(256) mvtc_glu_Q8_0(const Args a) {
     mvtc::mv_body<mvtc8::TcQ80, 1, 8, true>(a);
     mvtc::glu_out_prep<16>(a);  // the down product's input (out_prep.cuh)
 }
-// The dense SwiGLU of 8192+ rows at R = 2, KW = 4, as Q4_K's (9B q8_0 tg128 236.2 -> 243.3 t/s on
-// the H200; `RILL_CUDA_GLU_TALL=0`: mvtc_glu_Q8_0), double-buffered (one 12288-row matrix alone:
-// 21.3 -> 17.7 us).
+// The dense SwiGLU of 8192+ rows (`RILL_CUDA_GLU_TALL=0`: mvtc_glu_Q8_0), double-buffered, on blocks
+// of 4 warps and 16 rows: 144 registers, three blocks per SM (at R = 2 the double buffer takes 255
+// registers and spills, two blocks per SM: a 12288-row SwiGLU is 1.45 waves). H200 tg128 9B q8_0,
+// one call: R = 2, KW = 4 without the double buffer 280.5 t/s, with it 288.6, R = 2, KW = 8 287.6,
+// R = 1, KW = 4 291.7.
 KERNEL void __launch_bounds__(128) mvtc_glu_tall_Q8_0(const Args a) {
-    mvtc::mv_body<mvtc8::TcQ80, 2, 4, true, true, false, true>(a);
-    mvtc::glu_out_prep<32>(a);
+    mvtc::mv_body<mvtc8::TcQ80, 1, 4, true, true, false, true>(a);
+    mvtc::glu_out_prep<16>(a);
 }
 // With a MoE layer's shared expert as one more expert per token (common.cuh MvShared).
 KERNEL void __launch_bounds__(256) mvtc_sh_Q8_0(const Args a) {

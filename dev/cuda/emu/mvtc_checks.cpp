@@ -579,9 +579,11 @@ static void check_group(const char* name, int fmt, std::vector<int> rows, int n_
 // The fused SwiGLU (mv_body with GLU) of T dense vectors at geometry R, KW, against the f64
 // reference silu(g x) (u x): |err| <= 1e-5 (|u x| sum|g x| + |silu(g x)| sum|u x|) per output.
 // `swap`: the two weights exchanged (must fail).
-template <int R, int KW, bool PIPE = false>
-static void check_glu(int n_out, int n_in, int T, int xkind, bool swap = false) {
-    const auto hg = random_q4k(n_out, n_in), hu = random_q4k(n_out, n_in);
+// F, fmt: the format's policy and host type (TcQ4K / Q4K, TcQ80 / Q80).
+template <int R, int KW, bool PIPE = false, class F = mvtc::TcQ4K>
+static void check_glu(int n_out, int n_in, int T, int xkind, bool swap = false, int fmt = host::Q4K) {
+    const auto hg = fmt == host::Q4K ? random_q4k(n_out, n_in) : random_q80(n_out, n_in);
+    const auto hu = fmt == host::Q4K ? random_q4k(n_out, n_in) : random_q80(n_out, n_in);
     const size_t rb = hg.size() / n_out;
     const std::vector<float> hx = make_x(xkind, T * n_in);
     uint8_t *g = dev_alloc<uint8_t>(hg.size()), *u = dev_alloc<uint8_t>(hu.size());
@@ -589,19 +591,19 @@ static void check_glu(int n_out, int n_in, int T, int xkind, bool swap = false) 
     float* x = dev_alloc<float>(hx.size());
     memcpy(x, hx.data(), hx.size() * 4);
     float* out = dev_alloc<float>((size_t)T * n_out);
-    const TcPrep xp = prep_tc(host::Q4K, x, T, n_in);
+    const TcPrep xp = prep_tc(fmt, x, T, n_in);
     ::Args a;
     memset(&a, 0, sizeof a);
     a.seg[0] = MvSeg{(unsigned long long)(swap ? u : g), (unsigned long long)out, n_out, 0};
     a.p[1] = (unsigned long long)(swap ? g : u), a.p[2] = (unsigned long long)xp.xa, a.p[6] = (unsigned long long)xp.xs;
     a.n[1] = n_in, a.n[2] = (long long)rb, a.n[4] = 1, a.n[5] = 1, a.n[6] = 1;
     pf_emu::launch(dim3((n_out + 16 * R - 1) / (16 * R), T), dim3(32 * KW), 0, pf_emu::EARLY,
-                   [&] { mvtc::mv_body<mvtc::TcQ4K, R, KW, true, false, false, PIPE>(a); });
+                   [&] { mvtc::mv_body<F, R, KW, true, false, false, PIPE>(a); });
     std::vector<float> yg(n_in), yu(n_in);
     double worst = 0;
     for (int o = 0; o < n_out; o++) {
-        host::deq_row(host::Q4K, hg.data() + (size_t)o * rb, n_in, yg.data());
-        host::deq_row(host::Q4K, hu.data() + (size_t)o * rb, n_in, yu.data());
+        host::deq_row(fmt, hg.data() + (size_t)o * rb, n_in, yg.data());
+        host::deq_row(fmt, hu.data() + (size_t)o * rb, n_in, yu.data());
         for (int t = 0; t < T; t++) {
             double sg = 0, su = 0, mg = 0, mu = 0;
             for (int i = 0; i < n_in; i++) {
@@ -618,8 +620,8 @@ static void check_glu(int n_out, int n_in, int T, int xkind, bool swap = false) 
     const bool ok = swap ? !pass : pass;
     g_checks++;
     if (!ok) g_fail++;
-    printf("%s mvtc glu   q4k R=%d KW=%d%s%s rows %d n_in %d T %d %s: worst |err| / magnitude %.2e%s\n",
-           ok ? "ok  " : "FAIL", R, KW, PIPE ? " pipe" : "", swap ? " MUTATION weights swapped" : "", n_out, n_in, T,
+    printf("%s mvtc glu   %s R=%d KW=%d%s%s rows %d n_in %d T %d %s: worst |err| / magnitude %.2e%s\n",
+           ok ? "ok  " : "FAIL", fmt == host::Q4K ? "q4k" : "q80", R, KW, PIPE ? " pipe" : "", swap ? " MUTATION weights swapped" : "", n_out, n_in, T,
            KINDS[xkind], worst,
            swap ? " (must exceed the bound)" : "");
     fflush(stdout);
@@ -860,6 +862,9 @@ int main() {
     // own buffer).
     check_glu<2, 4, true>(600, 3072, 2, 1);
     check_glu<1, 8, true>(600, 2048, 2, 2);
+    // mvtc_glu_tall_Q8_0 (R = 1, KW = 4, double-buffered), and a weights swap it must catch.
+    for (int k = 0; k < 3; k++) check_glu<1, 4, true, mvtc8::TcQ80>(600, 3072, 2, k, false, host::Q80);
+    check_glu<1, 4, true, mvtc8::TcQ80>(256, 1024, 1, 0, true, host::Q80);
 
     // The shared expert in the production kernels: several tokens, the 35B-A3B's k = 8.
     check_shared<mvtc::TcQ4K>("q4k", host::Q4K, 6, 3, 3, 512, 256);

@@ -136,7 +136,7 @@ impl TcFormat {
             _ if shared => ("mvtc_sh_", 16, 256),
             GgmlType::Q8_0 if dense && !glu && n_out >= TALL_ROWS => ("mvtc_tall_", 32, 128),
             GgmlType::Q8_0 if dense && !glu && n_out >= Q8_MID_ROWS => ("mvtc_mid_", 32, 256),
-            GgmlType::Q8_0 if dense && glu && n_out >= TALL_ROWS && glu_tall_on() => ("mvtc_glu_tall_", 32, 128),
+            GgmlType::Q8_0 if dense && glu && n_out >= TALL_ROWS && glu_tall_on() => ("mvtc_glu_tall_", 16, 128),
             GgmlType::Q8_0 | GgmlType::Q6K if glu => ("mvtc_glu_", 16, 256),
             GgmlType::Q8_0 | GgmlType::Q6K => ("mvtc_", 16, 256),
             _ => q4k_geometry(n_out, glu),
