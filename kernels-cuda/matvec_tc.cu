@@ -16,10 +16,10 @@ KERNEL void __launch_bounds__(32) mvtc_prep_Q4_K(const Args a) {
 // LM head 188), R = 1, KW = 8 below (4096 rows 6.8 us, 1024 rows 4.0, ffn down 14.1 against
 // 20.1); the fused SwiGLU holds two matrices' loads: R = 1 (8 warps: 4 were slower end to end).
 // The double-buffered loads that the Q8_0 kernels take (matvec_tc.cuh rows_db) measured slower
-// for Q4_K on the H200: the 8192-row kernel at 211 registers fits two blocks per SM instead of three (a 9B
-// layer's grouped qkv + z launch of 12352 rows then takes two waves: 16.5 -> 19.6 us per launch
-// in RILL_PROFILE=1), and the 4096-row one gains nothing (12.6 -> 12.7 us); tg128 9B Q4_K_M 320.8
-// -> 316.5, 35B-A3B 366.0 -> 359.2 (dev/cuda/NOTES.md, eighteenth session).
+// for Q4_K on the H200: the 8192-row kernel at 211 registers fits two blocks per SM instead of
+// three (a 9B layer's grouped qkv + z launch of 12352 rows then takes two waves: 16.5 -> 19.6 us
+// per launch in RILL_PROFILE=1), and the 4096-row one gains nothing (12.6 -> 12.7 us); tg128 9B
+// Q4_K_M 320.8 -> 316.5, 35B-A3B 366.0 -> 359.2 (dev/cuda/NOTES.md, eighteenth session).
 KERNEL void __launch_bounds__(128) mvtc_tall_Q4_K(const Args a) { mvtc::mv_body<mvtc::TcQ4K, 2, 4, false>(a); }
 KERNEL void __launch_bounds__(256) mvtc_Q4_K(const Args a) { mvtc::mv_body<mvtc::TcQ4K, 1, 8, false>(a); }
 KERNEL void __launch_bounds__(256) mvtc_glu_Q4_K(const Args a) {

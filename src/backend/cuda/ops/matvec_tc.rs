@@ -27,8 +27,8 @@ use crate::gguf::GgmlType;
 
 /// Inputs per prepared unit (a super-block, or Q8_0's group of 8 blocks).
 const SB: usize = 256;
-/// Products with at least this many rows run `mvtc_tall_` (32 rows per block), the others
-/// `mvtc_` (16 rows per block of 8 warps): matvec_tc.cu and matvec_tc8.cu say why.
+/// Products with at least this many rows run `mvtc_tall_` (32 rows per block; the Q8_0 SwiGLU 16),
+/// the others `mvtc_` (16 rows per block of 8 warps): matvec_tc.cu and matvec_tc8.cu say why.
 const TALL_ROWS: usize = 8192;
 /// Dense Q8_0 products from this many rows up to TALL_ROWS run `mvtc_mid_Q8_0` (32 rows per block
 /// of 8 warps).
