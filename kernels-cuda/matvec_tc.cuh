@@ -378,25 +378,30 @@ struct TcQ4K {
 // step's loads and then waits for them, idle on the memory system during its arithmetic. The sums
 // are the same, in the same order (bit for bit F::rows). `cur` is the buffer of the step in hand;
 // `loaded`: it already holds the first step's weights (mv_body loads them before the
-// dependent-launch wait). A reference, not a pointer that may be null: a buffer reached through a
-// run-time pointer lands in local memory (ptxas -v: a stack frame). Costs one step's weight
-// registers per lane (Q4_K 24 R, Q8_0 40 R); matvec_bench's `tcD` variants measured it per shape
-// (dev/cuda/NOTES.md).
+// dependent-launch wait, or the previous matrix's last step did). `next` (when `has_next`): the
+// rows of the matrix that follows (a SwiGLU's up after its gate), whose first step is loaded during
+// this matrix's last arithmetic; returns whether `cur` then holds it. A reference, not a pointer
+// that may be null: a buffer reached through a run-time pointer lands in local memory (ptxas -v: a
+// stack frame). Costs one step's weight registers per lane (Q4_K 24 R, Q8_0 40 R); matvec_bench's
+// `tcD` variants measured it per shape (dev/cuda/NOTES.md).
 template <class F, int R>
-static __device__ __forceinline__ void rows_db(const uint8_t* const (&w)[2 * R], const uint32_t* xa, const float* xs,
+static __device__ __forceinline__ bool rows_db(const uint8_t* const (&w)[2 * R], const uint32_t* xa, const float* xs,
                                                int n, int first, int step, float (&part)[2 * R],
-                                               typename F::template W<R>& cur, bool loaded) {
+                                               typename F::template W<R>& cur, bool loaded,
+                                               const uint8_t* const (&next)[2 * R], bool has_next) {
     typename F::template Acc<R> c;
     F::template zero<R>(c);
     if (first < n && !loaded) F::template load<R>(w, first, cur);
     for (int i = first; i < n; i += step) {
         typename F::template W<R> nxt;
         if (i + step < n) F::template load<R>(w, i + step, nxt);
+        else if (has_next) F::template load<R>(next, first, nxt);
         F::template math<R>(cur, i, xa, xs, c);
         cur = nxt;
     }
 #pragma unroll
     for (int r = 0; r < 2 * R; r++) part[r] = F::template result<R>(c, r);
+    return has_next && first < n;
 }
 
 // Row pointers of the block's 2R rows (8r + g) of the matrix at w, any format; rows past the end
@@ -485,8 +490,9 @@ struct PreOf<F, R, true> {
 //        p1 W2 (GLU) or 0, p2 xa, p4 expert ids (u32) or 0, p5 scales or 0, p6 xs, p3 and p7 the
 //        shared expert (SHARED: common.cuh mv_shared_slots).
 //        n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts, n5 x_group, n6 nsum, n11 the L2
-//        prefetches (bit 0: a dense block's rows before the wait, bit 1: a MoE sum's entries) and
-//        bit 3: PIPE kernels load their first step before the wait.
+//        prefetches (bit 0: a dense block's rows before the wait, bit 1: a MoE sum's entries),
+//        bit 3: PIPE kernels load their first step before the wait, bit 4: a PIPE SwiGLU loads its
+//        up matrix's first step during the gate's last.
 //
 // DENSE: one vector per output, no experts (slots p4, p5, n3..n6 unread). The loop over summed
 // entries then vanishes: with it, nvcc keeps the group loop's invariants live across it (Q8_0
@@ -574,9 +580,13 @@ static __device__ __forceinline__ void mv_body(const ::Args& a) {
             const uint8_t* Wsh = m == 0 ? shx.w : shx.w2;
             row_ptrs<R>(shared ? Wsh : W[m] + (size_t)e * expert_bytes, row0, n_out, row_bytes, rows);
             float part[2 * R];
-            if constexpr (PIPE)
-                rows_db<F, R>(rows, xa_b, xs_b, nsb, first, step, part, pre, m == 0 && j == 0 && has_pre);
-            else
+            if constexpr (PIPE) {
+                // A dense SwiGLU's up rows, whose first step loads during the gate's last one (n11 bit 4).
+                const bool chain = GLU && m == 0 && ids == nullptr && (a.n[11] & 16);
+                const uint8_t* up[2 * R];
+                row_ptrs<R>(W[NW - 1], row0, n_out, row_bytes, up);
+                has_pre = rows_db<F, R>(rows, xa_b, xs_b, nsb, first, step, part, pre, has_pre, up, chain);
+            } else
                 F::template rows<R, KW>(rows, xa_b, xs_b, nsb, first, step, part);
 #pragma unroll
             for (int r = 0; r < 2 * R; r++) tot[m][r] = fmaf(s, part[r], tot[m][r]);

@@ -34,7 +34,7 @@ static __device__ __forceinline__ void body(const A& p) {
     pf::pdl_trigger();
     float part[2 * R];
     if (DB)
-        mvtc::rows_db<F, R>(rows, words(p), sums(p), n, warp, KW, part, first, warp < n);
+        mvtc::rows_db<F, R>(rows, words(p), sums(p), n, warp, KW, part, first, warp < n, rows, false);
     else
         F::template rows<R, KW>(rows, words(p), sums(p), n, warp, KW, part);
     mvtc::bench_store<R, KW>(part, row0, p.n_out, p.out);

@@ -508,6 +508,7 @@ static void launch_body(const std::vector<int>& idx, const std::vector<uint8_t*>
     a.n[4] = 1;  // n_experts
     a.n[5] = 1;  // x_group
     a.n[6] = 1;  // nsum
+    a.n[11] = PIPE ? 8 : 0;  // the first step loaded before the (emulated) wait
     pf_emu::launch(dim3(blocks, T), dim3(32 * KW), 0, pf_emu::EARLY,
                    [&] { mvtc::mv_body<F, R, KW, false, DENSE, false, PIPE>(a); });
 }
@@ -597,6 +598,7 @@ static void check_glu(int n_out, int n_in, int T, int xkind, bool swap = false, 
     a.seg[0] = MvSeg{(unsigned long long)(swap ? u : g), (unsigned long long)out, n_out, 0};
     a.p[1] = (unsigned long long)(swap ? g : u), a.p[2] = (unsigned long long)xp.xa, a.p[6] = (unsigned long long)xp.xs;
     a.n[1] = n_in, a.n[2] = (long long)rb, a.n[4] = 1, a.n[5] = 1, a.n[6] = 1;
+    a.n[11] = PIPE ? 8 | 16 : 0;  // the first step before the wait, the up matrix's during the gate's last
     pf_emu::launch(dim3((n_out + 16 * R - 1) / (16 * R), T), dim3(32 * KW), 0, pf_emu::EARLY,
                    [&] { mvtc::mv_body<F, R, KW, true, false, false, PIPE>(a); });
     std::vector<float> yg(n_in), yu(n_in);

@@ -218,12 +218,20 @@ fn pipe_pre_on() -> bool {
     *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_PIPE_PRE"))
 }
 
-/// The n11 bits of a launch of `m`: the prefetches (`tc_prefetch`) and bit 3 (`pipe_pre_on`).
+/// `RILL_CUDA_PIPE_GLU=0`: a double-buffered SwiGLU loads its up matrix's first step after the
+/// gate's last arithmetic instead of during it (n11 bit 4), for A/B runs.
+fn pipe_glu_on() -> bool {
+    static ON: OnceLock<bool> = OnceLock::new();
+    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_PIPE_GLU"))
+}
+
+/// The n11 bits of a launch of `m`: the prefetches (`tc_prefetch`), bits 3 (`pipe_pre_on`) and 4
+/// (`pipe_glu_on`).
 fn prefetch_bits(m: &Mv) -> i64 {
     let pf = tc_prefetch();
     let bytes = m.parts.rows() * m.w.row_bytes * if m.w2.is_some() { 2 } else { 1 };
     let small = pf & 4 != 0 && bytes <= SMALL_PF_BYTES;
-    (pf & 3) | i64::from(small) | if pipe_pre_on() { 8 } else { 0 }
+    (pf & 3) | i64::from(small) | if pipe_pre_on() { 8 } else { 0 } | if pipe_glu_on() { 16 } else { 0 }
 }
 
 /// A prepared x: the A (or B) words of every row, then the sums of every row.
