@@ -303,27 +303,23 @@ static __device__ __forceinline__ void q4k_math(const Q4KWeights<R>& w, int sb, 
     }
 }
 
-// One weight matrix's share of this warp: super-blocks first, first + step, ... (the warp index
-// and KW unless a MoE sum splits its warps over entries: mv_body) of the 2R rows rows[r] (rows
-// 8r + g of the block: tile r / 2, half r % 2), against the prepared x of one vector (xa, xs at
-// its first super-block). Adds the lane's partial dot products (scaled by d / s) to acc and its
-// min terms to macc. All weight loads of a super-block are issued before its arithmetic.
-template <int R>
-static __device__ __forceinline__ void q4k_rows_from(int first, int step, const uint8_t* const (&rows)[2 * R],
-                                                     const uint32_t* xa, const float* xs, int nsb, float (&acc)[2 * R],
-                                                     float (&macc)[2 * R]) {
-    for (int sb = first; sb < nsb; sb += step) {
-        Q4KWeights<R> w;
-        q4k_load<R>(rows, sb, w);
-        q4k_math<R>(w, sb, xa, xs, acc, macc);
+// One weight matrix's share of this warp (F::rows, for the policies with a load / math split):
+// steps first, first + step, ... (the warp index and KW unless a MoE sum splits its warps over
+// entries: mv_body) of the 2R rows w[r] (rows 8r + g of the block: tile r / 2, half r % 2),
+// against the prepared x of one vector (xa, xs at its first unit); each step's weight loads are all
+// issued before its arithmetic. Sets part[r] to the lane's partial dot product of row 8r + g.
+template <class F, int R>
+static __device__ __forceinline__ void rows_plain(const uint8_t* const (&w)[2 * R], const uint32_t* xa,
+                                                  const float* xs, int n, int first, int step, float (&part)[2 * R]) {
+    typename F::template Acc<R> c;
+    F::template zero<R>(c);
+    for (int i = first; i < n; i += step) {
+        typename F::template W<R> v;
+        F::template load<R>(w, i, v);
+        F::template math<R>(v, i, xa, xs, c);
     }
-}
-
-// The warp's own share: super-blocks warp, warp + KW, ...
-template <int R, int KW>
-static __device__ __forceinline__ void q4k_rows(const uint8_t* const (&rows)[2 * R], const uint32_t* xa,
-                                                const float* xs, int nsb, float (&acc)[2 * R], float (&macc)[2 * R]) {
-    q4k_rows_from<R>((int)(threadIdx.x >> 5), KW, rows, xa, xs, nsb, acc, macc);
+#pragma unroll
+    for (int r = 0; r < 2 * R; r++) part[r] = F::template result<R>(c, r);
 }
 
 // The format policy of the production body (mv_body, below; matvec_tc8.cuh and matvec_tc6.cuh
@@ -331,8 +327,8 @@ static __device__ __forceinline__ void q4k_rows(const uint8_t* const (&rows)[2 *
 // launch may hold (SEGS: the segment table, common.cuh), whether a warp can start at any
 // super-block (ANY_FIRST: mv_body may then split a MoE sum's warps over its entries), and `rows`,
 // one weight matrix's share of the warp (super-blocks first, first + step, ...): sets part[r] to
-// the lane's partial dot product of row 8r + g (the block's 2R rows, as q4k_rows takes them; the
-// four lanes t of a row add up to the row's value).
+// the lane's partial dot product of row 8r + g (the block's 2R rows, as rows_plain takes them;
+// the four lanes t of a row add up to the row's value).
 struct TcQ4K {
     static constexpr int WORDS = SB_WORDS, SUMS = SB_SUMS;
     static constexpr int SEGS = MV_SEGS;  // products per launch (common.cuh's segment table)
@@ -340,14 +336,20 @@ struct TcQ4K {
     template <int R, int KW>
     static __device__ __forceinline__ void rows(const uint8_t* const (&w)[2 * R], const uint32_t* xa, const float* xs,
                                                 int nsb, int first, int step, float (&part)[2 * R]) {
+        // rows_plain's loop, written out: nvcc allocates the SwiGLU kernels' registers differently
+        // for small changes of this body (ptxas -v; mvtc_glu_sh_Q4_K must stay at five blocks per SM).
         float acc[2 * R], macc[2 * R];
 #pragma unroll
         for (int r = 0; r < 2 * R; r++) acc[r] = macc[r] = 0.0f;
-        q4k_rows_from<R>(first, step, w, xa, xs, nsb, acc, macc);
+        for (int sb = first; sb < nsb; sb += step) {
+            Q4KWeights<R> v;
+            q4k_load<R>(w, sb, v);
+            q4k_math<R>(v, sb, xa, xs, acc, macc);
+        }
 #pragma unroll
         for (int r = 0; r < 2 * R; r++) part[r] = acc[r] - macc[r];
     }
-    // The same split into one super-block's loads and its arithmetic (rows_db, below).
+    // One super-block's loads and its arithmetic (rows_plain, and rows_db below).
     template <int R>
     using W = Q4KWeights<R>;
     template <int R>
@@ -450,14 +452,10 @@ static __device__ __forceinline__ void q4k_body(const Args& p) {
     const int row0 = blockIdx.x * 16 * R, nsb = p.n_in / 256;
     const uint8_t* rows[2 * R];
     row_ptrs<R>(p.w, row0, p.n_out, p.row_bytes, rows);
-    float acc[2 * R], macc[2 * R];
-#pragma unroll
-    for (int r = 0; r < 2 * R; r++) acc[r] = macc[r] = 0.0f;
+    float part[2 * R];
     pf::pdl_wait();  // xa, xs come from the previous kernel
-    q4k_rows<R, KW>(rows, p.xa, p.xs, nsb, acc, macc);
-#pragma unroll
-    for (int r = 0; r < 2 * R; r++) acc[r] -= macc[r];
-    bench_store<R, KW>(acc, row0, p.n_out, p.out);
+    TcQ4K::rows<R, KW>(rows, p.xa, p.xs, nsb, (int)(threadIdx.x >> 5), KW, part);
+    bench_store<R, KW>(part, row0, p.n_out, p.out);
 }
 
 // The weights mv_body loads before the wait: F's step in registers (PIPE), else nothing.

@@ -310,28 +310,6 @@ static __device__ __forceinline__ void q80_math(const Q80Weights<R>& w, int grp,
     }
 }
 
-// One weight matrix's share of this warp: groups first, first + step, ... (the warp index and KW
-// unless a MoE sum splits its warps over entries: matvec_tc.cuh mv_body) of the 2R rows rows[r]
-// (rows 8r + g of the block: tile r / 2, half r % 2) against the prepared x of one vector (xb, xf
-// at its first group). Adds the lane's partial dot products to acc.
-template <int R>
-static __device__ __forceinline__ void q80_rows_from(int first, int step, const uint8_t* const (&rows)[2 * R],
-                                                     const uint32_t* xbp, const float* xf, int ngrp,
-                                                     float (&acc)[2 * R]) {
-    for (int grp = first; grp < ngrp; grp += step) {
-        Q80Weights<R> w;
-        q80_load<R>(rows, grp, w);
-        q80_math<R>(w, grp, xbp, xf, acc);
-    }
-}
-
-// The warp's own share: groups warp, warp + KW, ...
-template <int R, int KW>
-static __device__ __forceinline__ void q80_rows(const uint8_t* const (&rows)[2 * R], const uint32_t* xbp,
-                                                const float* xf, int ngrp, float (&acc)[2 * R]) {
-    q80_rows_from<R>((int)(threadIdx.x >> 5), KW, rows, xbp, xf, ngrp, acc);
-}
-
 // The format policy of the production body (matvec_tc.cuh mv_body, TcQ4K there says what it holds).
 struct TcQ80 {
     static constexpr int WORDS = G_WORDS, SUMS = G_FACT;
@@ -340,11 +318,9 @@ struct TcQ80 {
     template <int R, int KW>
     static __device__ __forceinline__ void rows(const uint8_t* const (&w)[2 * R], const uint32_t* xb, const float* xf,
                                                 int ngrp, int first, int step, float (&part)[2 * R]) {
-#pragma unroll
-        for (int r = 0; r < 2 * R; r++) part[r] = 0.0f;
-        q80_rows_from<R>(first, step, w, xb, xf, ngrp, part);
+        mvtc::rows_plain<TcQ80, R>(w, xb, xf, ngrp, first, step, part);
     }
-    // The same split into one group's loads and its arithmetic (matvec_tc.cuh rows_db).
+    // One group's loads and its arithmetic (matvec_tc.cuh rows_plain, rows_db).
     template <int R>
     using W = Q80Weights<R>;
     template <int R>
@@ -376,12 +352,10 @@ static __device__ __forceinline__ void q80_body(const Args& p) {
     const int row0 = blockIdx.x * 16 * R, ngrp = p.n_in / 256;
     const uint8_t* rows[2 * R];
     mvtc::row_ptrs<R>(p.w, row0, p.n_out, p.row_bytes, rows);
-    float acc[2 * R];
-#pragma unroll
-    for (int r = 0; r < 2 * R; r++) acc[r] = 0.0f;
+    float part[2 * R];
     pf::pdl_wait();
-    q80_rows<R, KW>(rows, p.xb, p.xf, ngrp, acc);
-    mvtc::bench_store<R, KW>(acc, row0, p.n_out, p.out);
+    TcQ80::rows<R, KW>(rows, p.xb, p.xf, ngrp, (int)(threadIdx.x >> 5), KW, part);
+    mvtc::bench_store<R, KW>(part, row0, p.n_out, p.out);
 }
 
 #if !defined(PF_EMU) && defined(MVTC_BENCH_KERNELS)

@@ -62,7 +62,7 @@ __device__ __forceinline__ void prep_out_row(const Args& a, const float* out_row
 // preparing warps read it there, not back from L2). Call from every thread of the 256.
 __device__ __forceinline__ void prep_slice(const Args& a, float v, int n) {
 #if defined(__CUDACC__) || defined(PF_EMU)
-    __shared__ float ys[256];
+    __shared__ __align__(32) float ys[256];  // the Q8_0 prep reads it as float4 (matvec_tc8.cuh ld8)
     __shared__ uint32_t img[mvtc8::IMG_WORDS];
     ys[threadIdx.x] = v;
     __syncthreads();

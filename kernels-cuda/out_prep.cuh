@@ -44,7 +44,7 @@ static __device__ __forceinline__ void glu_out_prep(const ::Args& a) {
     static_assert(256 % ROWS == 0, "a block's rows lie in one slice");
     if (a.n[10] == 0) return;
 #if !defined(PF_EMU)
-    __shared__ float xs[256];
+    __shared__ __align__(32) float xs[256];  // the Q8_0 prep reads it as float4 (matvec_tc8.cuh ld8)
     __shared__ uint32_t img[mvtc8::IMG_WORDS];
     __shared__ int last;
     const int n_out = a.seg[0].rows, nsb = n_out / 256;
