@@ -1,4 +1,4 @@
-//! The executor's fused ops (`gdn_conv_gates`, `attn_qk_prep`) on every device backend against
+//! The executor's fused ops (`gdn_conv_gates`, `gdn_recurrent_step`, `attn_qk_prep`) on every device backend against
 //! the CPU reference, whose default implementations compose the unfused ops: random inputs, token
 //! counts 1 to 65 (decode and prefill), several positions, partial and no RoPE, GQA ratios, odd
 //! head counts and sizes, heads too wide for the fused kernels (their fallbacks), and the ops
@@ -15,7 +15,7 @@ mod common;
 use common::device::{pos_on, Both, Pt, Side, Steps};
 use common::weights::{random_weight, upload};
 use common::*;
-use rill::backend::{AttnPrep, Backend, GdnDims, GdnGates, Pos};
+use rill::backend::{AttnPrep, Backend, GdnDims, GdnGates, GdnStep, Pos};
 
 const TS: [usize; 4] = [1, 3, 64, 65];
 
@@ -129,6 +129,60 @@ fn gdn_conv_gates_matches() {
                 p.check(&format!("{what} state"), &state, 0.0, 0.0);
                 p.check_conv_l2qk(&what, &out, dims, t);
                 gates.check(&p, &what);
+            }
+        }
+    }
+}
+
+/// `gdn_recurrent_step` (conv + gates, delta rule, gated norm) over a few decode tokens and a
+/// 3-token batch, the conv and delta states carrying from call to call: the shapes the CUDA
+/// backend runs as one launch (one token, 4 taps, heads of 32 to 128, whole slices of 256 value
+/// outputs: 9B's, the fixtures', narrower heads) and ones it leaves to the three ops (odd sizes,
+/// 3 taps, value outputs not a multiple of 256). Tolerances of the composed ops' tests; the conv
+/// state only moves values (exact).
+#[test]
+fn gdn_recurrent_step_matches() {
+    let dims = |hk, hv, dk, dv| GdnDims { hk, hv, dk, dv };
+    for p in Both::each() {
+        let mut rng = Rng::new(43);
+        for (d, k) in [
+            (GDN_SHAPES[0], 4usize),
+            (dims(2, 4, 128, 128), 4),
+            (dims(1, 4, 64, 64), 4),
+            (dims(4, 8, 32, 32), 4),
+            (dims(2, 4, 128, 128), 3),
+            (GDN_SHAPES[1], 4),
+            (GDN_SHAPES[3], 4),
+        ] {
+            let (cd, n) = (d.conv_dim(), d.value_dim());
+            let conv_w = p.up(&rng.normals(cd * k, 0.5), &[cd, k]);
+            let conv_state = p.up(&rng.normals((k - 1) * cd, 1.0), &[k - 1, cd]);
+            let state = p.up(&rng.normals(d.hv * d.dv * d.dk, 0.3), &[d.hv, d.dv, d.dk]);
+            let norm_w = p.up(&rng.normals(d.dv, 1.0), &[d.dv]);
+            for (i, t) in [1usize, 1, 3, 1].into_iter().enumerate() {
+                let what = format!("gdn_recurrent_step call {i} t={t} k={k} {d:?}");
+                let qkv = p.up(&rng.normals(t * cd, 1.0), &[t, cd]);
+                let z = p.up(&rng.normals(t * n, 1.0), &[t, n]);
+                let gates = Gates::new(&p, &mut rng, t, d.hv);
+                let (conv_out, o, out) = (p.zeros(&[t, cd]), p.zeros(&[t, n]), p.zeros(&[t, n]));
+                p.run(&what, |be: &dyn Backend, s: Side| {
+                    let step = GdnStep {
+                        qkv: qkv.on(s),
+                        z: z.on(s),
+                        conv_w: conv_w.on(s),
+                        conv_state: conv_state.on(s),
+                        gates: gates.on(s),
+                        state: state.on(s),
+                        norm_w: norm_w.on(s),
+                        conv_out: conv_out.on(s),
+                        o: o.on(s),
+                        out: out.on(s),
+                    };
+                    be.gdn_recurrent_step(step, d, 1e-6, 1e-6)
+                });
+                p.check(&format!("{what} conv state"), &conv_state, 0.0, 0.0);
+                p.check(&format!("{what} delta state"), &state, 1e-5, 1e-4);
+                p.check(&format!("{what} out"), &out, 1e-5, 1e-4);
             }
         }
     }

@@ -14,6 +14,7 @@
 #include "delta_rule.cu"
 #include "elementwise.cu"
 #include "embed.cu"
+#include "gdn_step.cu"
 #include "matmul_tiled.cu"
 #include "matvec.cu"
 #include "matvec_glu.cu"
@@ -1315,6 +1316,94 @@ static void test_route_argmax_elementwise() {
     expect("split_qgate gate", Gt.get<float>(n), wg, 0, 0);
 }
 
+// gdn_step.cu (one launch) against the three launches it replaces, on the same inputs, for two
+// tokens in a row (the states and the counters carry over): the conv state moves values only
+// (exact); the rest is the same arithmetic up to the order of the q/k norms' sums, and the gated
+// norm is checked against a double reference on the three launches' delta-rule outputs.
+static void test_gdn_step() {
+    struct Shape {
+        int hk, hv, dk;
+    };
+    for (Shape sh : {Shape{2, 4, 128}, Shape{2, 2, 128}, Shape{1, 4, 64}, Shape{4, 8, 32}}) {
+        const int hk = sh.hk, hv = sh.hv, dk = sh.dk, dv = dk, K = 4;
+        const int kd = hk * dk, C = 2 * kd + hv * dv, n = hv * dv;
+        std::vector<float> w = normals((size_t)C * K, 0.5f), st = normals((size_t)(K - 1) * C), m0 = normals((size_t)hv * dv * dk, 0.3f);
+        std::vector<float> sa(hv), dt = normals(hv), nw = normals(dv);
+        for (auto& v : sa) v = -std::fabs(nrand());
+        Buf W = Buf::of(w), SA = Buf::of(sa), DT = Buf::of(dt), NW = Buf::of(nw);
+        Buf S1 = Buf::of(st), M1 = Buf::of(m0), S2 = Buf::of(st), M2 = Buf::of(m0);  // unfused, fused
+        Buf U(4 * (size_t)C), G(4 * (size_t)hv), BE(4 * (size_t)hv), O1(4 * (size_t)n), O2(4 * (size_t)n), OUT(4 * (size_t)n);
+        Buf CNT(4 * 64);
+        const std::string what = " hk " + std::to_string(hk) + " hv " + std::to_string(hv) + " dk " + std::to_string(dk);
+        for (int tok = 0; tok < 2; ++tok) {
+            Buf X = Buf::of(normals(C)), A = Buf::of(normals(hv)), B = Buf::of(normals(hv)), Z = Buf::of(normals(n));
+            // The three launches: conv + norm + gates, delta rule; the gated norm in double.
+            ConvL2qkParams p{};
+            p.x = reinterpret_cast<const float*>(X.p);
+            p.w = reinterpret_cast<const float*>(W.p);
+            p.state = reinterpret_cast<float*>(S1.p);
+            p.out = reinterpret_cast<float*>(U.p);
+            p.a = reinterpret_cast<const float*>(A.p);
+            p.b = reinterpret_cast<const float*>(B.p);
+            p.ssm_a = reinterpret_cast<const float*>(SA.p);
+            p.dt_bias = reinterpret_cast<const float*>(DT.p);
+            p.g = reinterpret_cast<float*>(G.p);
+            p.beta = reinterpret_cast<float*>(BE.p);
+            p.T = 1, p.C = C, p.K = K, p.tt = 16, p.hk = hk, p.dk = dk;
+            const int bs = (dk + 31) / 32 * 32;
+            p.conv_blocks = 2 * hk + (hv * dv + bs - 1) / bs;
+            p.n_gates = hv, p.hv = hv, p.gate_chunk = hv;
+            p.eps = 1e-6f;
+            emu_launch(conv1d_silu_l2qk, Dim3{(unsigned)p.conv_blocks + 1, 1, 1}, bs, 0, p);
+            Args a = args();
+            a.p[0] = U.addr();
+            a.p[1] = G.addr();
+            a.p[2] = BE.addr();
+            a.p[3] = M1.addr();
+            a.p[4] = O1.addr();
+            a.n[0] = 1, a.n[1] = hk, a.n[2] = hv, a.n[3] = dk, a.n[4] = dv;
+            emu_launch(delta_rule_4, Dim3{(unsigned)hv, (unsigned)((dv + 3) / 4), 1}, 128, 0, a);
+            const std::vector<float> o1 = O1.get<float>(n), z = Z.get<float>(n);
+            std::vector<double> want(n);
+            for (int j = 0; j < hv; ++j) {
+                double ss = 0;
+                for (int c = 0; c < dv; ++c) ss += (double)o1[j * dv + c] * o1[j * dv + c];
+                const double s = 1 / std::sqrt(ss / dv + 1e-6);
+                for (int c = 0; c < dv; ++c) {
+                    const double zz = z[j * dv + c];
+                    want[j * dv + c] = o1[j * dv + c] * s * nw[c] * (zz / (1 + std::exp(-zz)));
+                }
+            }
+            // The one launch.
+            GdnStepParams q{};
+            q.qkv = reinterpret_cast<const float*>(X.p);
+            q.conv_w = reinterpret_cast<const float*>(W.p);
+            q.conv_state = reinterpret_cast<float*>(S2.p);
+            q.a = reinterpret_cast<const float*>(A.p);
+            q.b = reinterpret_cast<const float*>(B.p);
+            q.ssm_a = reinterpret_cast<const float*>(SA.p);
+            q.dt_bias = reinterpret_cast<const float*>(DT.p);
+            q.state = reinterpret_cast<float*>(M2.p);
+            q.z = reinterpret_cast<const float*>(Z.p);
+            q.norm_w = reinterpret_cast<const float*>(NW.p);
+            q.o = reinterpret_cast<float*>(O2.p);
+            q.out = reinterpret_cast<float*>(OUT.p);
+            q.counters = reinterpret_cast<unsigned*>(CNT.p);
+            q.C = C, q.hk = hk, q.hv = hv, q.dk = dk, q.dv = dv;
+            q.eps_l2 = 1e-6f, q.eps = 1e-6f;
+            emu_launch(gdn_step, Dim3{(unsigned)(n / GS_ROWS), 1, 1}, 256, 0, q);
+            const std::string t = what + " token " + std::to_string(tok);
+            const auto d = [](const std::vector<float>& v) { return std::vector<double>(v.begin(), v.end()); };
+            expect("gdn_step conv state" + t, S2.get<float>((size_t)(K - 1) * C), d(S1.get<float>((size_t)(K - 1) * C)), 0, 0);
+            expect("gdn_step o" + t, O2.get<float>(n), d(o1), 1e-5, 1e-5);
+            expect("gdn_step delta state" + t, M2.get<float>(m0.size()), d(M1.get<float>(m0.size())), 1e-5, 1e-5);
+            expect("gdn_step out" + t, OUT.get<float>(n), want, 1e-5, 1e-4);
+            const std::vector<unsigned> cnt = CNT.get<unsigned>(64);
+            expect("gdn_step counters zero" + t, std::vector<float>(cnt.begin(), cnt.end()), std::vector<double>(64, 0.0), 0, 0);
+        }
+    }
+}
+
 int main(int argc, char** argv) {
     // Optional filter: run only the groups whose name contains argv[1].
     const std::string only = argc > 1 ? argv[1] : "";
@@ -1363,6 +1452,7 @@ int main(int argc, char** argv) {
     if (want("norm")) test_norms();
     if (want("conv")) test_conv();
     if (want("delta")) test_delta();
+    if (want("gdn_step")) test_gdn_step();
     if (want("attention")) test_attention();
     if (want("attn_prep")) test_attn_prep();
     if (want("route")) test_route_argmax_elementwise();

@@ -116,6 +116,7 @@ inline unsigned char* emu_dynamic_smem() {
 #else
 #include <barrier>
 #include <memory>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -150,6 +151,24 @@ inline T __shfl_xor_sync(unsigned, T v, int o) {
 }
 
 inline unsigned char* emu_dynamic_smem() { return emu_smem.data(); }
+
+// Blocks run one after another, so a block's atomics and fences see every earlier block's
+// writes: plain operations under a lock suffice.
+inline std::mutex emu_atomic_lock;
+inline unsigned atomicAdd(unsigned* p, unsigned v) {
+    std::lock_guard<std::mutex> g(emu_atomic_lock);
+    const unsigned old = *p;
+    *p = old + v;
+    return old;
+}
+inline unsigned atomicExch(unsigned* p, unsigned v) {
+    std::lock_guard<std::mutex> g(emu_atomic_lock);
+    const unsigned old = *p;
+    *p = v;
+    return old;
+}
+inline void __threadfence() {}
+inline float __ldcg(const float* p) { return *p; }
 
 // Run kernel(args) over grid x block threads, one block after another, each block with one OS
 // thread per CUDA thread (blocks of a multiple of 32 threads).

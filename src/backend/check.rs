@@ -693,6 +693,22 @@ pub fn gdn_conv_gates(
     Ok((c, hv))
 }
 
+/// `gdn_recurrent_step`: `gdn_conv_gates`', `delta_rule`'s and `gated_rms_norm`'s rules on the
+/// tensors each part reads and writes, and the output apart from every input. Returns the conv
+/// geometry and the gated norm's group size.
+pub fn gdn_recurrent_step(s: super::GdnStep<'_>, dims: GdnDims) -> Result<(ConvDims, usize)> {
+    let op = "gdn_recurrent_step";
+    let (c, _) = gdn_conv_gates(s.qkv, s.conv_w, s.conv_state, s.conv_out, dims, s.gates)?;
+    delta_rule(op, s.conv_out, s.gates.g, s.gates.beta, s.state, s.o, dims)?;
+    let d = gated_rms_norm(s.o, s.z, s.norm_w, s.out)?;
+    no_alias(
+        op,
+        &[s.out, s.o, s.state, s.conv_state],
+        &[s.qkv, s.z, s.conv_w, s.norm_w, s.gates.a, s.gates.b],
+    )?;
+    Ok((c, d))
+}
+
 /// `attn_qk_prep`: the rules of `split_qgate`, `rms_norm` (q and k), `rope_neox` and `kv_store`
 /// on the tensors they apply to, and no two of its outputs (or an output and an input) sharing
 /// a buffer. Returns the RoPE geometry of q and of k and the token count.

@@ -155,6 +155,24 @@ pub struct GdnGates<'a> {
     pub beta: &'a Tensor,
 }
 
+/// The tensors of `Backend::gdn_recurrent_step`: the projections `qkv` `[T, conv_dim]` and `z`
+/// `[T, Hv*dv]`, the conv weights `[conv_dim, K]` and state `[K-1, conv_dim]` (updated), the gates'
+/// inputs and outputs, the delta-rule state `[Hv, dv, dk]` (updated), the gated norm's weight `[dv]`,
+/// the scratch `conv_out` `[T, conv_dim]` and `o` `[T, Hv*dv]`, and the output `out` `[T, Hv*dv]`.
+#[derive(Clone, Copy)]
+pub struct GdnStep<'a> {
+    pub qkv: &'a Tensor,
+    pub z: &'a Tensor,
+    pub conv_w: &'a Tensor,
+    pub conv_state: &'a Tensor,
+    pub gates: GdnGates<'a>,
+    pub state: &'a Tensor,
+    pub norm_w: &'a Tensor,
+    pub conv_out: &'a Tensor,
+    pub o: &'a Tensor,
+    pub out: &'a Tensor,
+}
+
 /// The tensors of `Backend::attn_qk_prep`: the projections `qg` `[T, 2*H*D]` (query and gate
 /// interleaved per head), `k` and `v` `[T, Hkv*D]`; the per-head norm weights `[D]`; the scratch
 /// `q` and the outputs `gate`, `q_normed` `[T, H*D]` and `k_normed` `[T, Hkv*D]`.
@@ -472,6 +490,14 @@ pub trait Backend: Send + Sync {
     ) -> Result<()>;
     /// Gated RMSNorm per head: `out = rms_norm(x; w) * silu(z)` over groups of `w.len()` (= dv).
     fn gated_rms_norm(&self, x: &Tensor, z: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()>;
+    /// The recurrent middle of a Gated DeltaNet layer: `gdn_conv_gates(qkv -> conv_out; l2_eps)`,
+    /// `delta_rule_recurrent(conv_out -> o)`, `gated_rms_norm(o, z; eps) -> out`. The scratch
+    /// tensors' contents afterwards are unspecified (a backend may keep the intermediates on chip).
+    fn gdn_recurrent_step(&self, s: GdnStep<'_>, dims: GdnDims, l2_eps: f32, eps: f32) -> Result<()> {
+        self.gdn_conv_gates(s.qkv, s.conv_w, s.conv_state, s.conv_out, dims, l2_eps, s.gates)?;
+        self.delta_rule_recurrent(s.conv_out, s.gates.g, s.gates.beta, s.state, s.o, dims)?;
+        self.gated_rms_norm(s.o, s.z, s.norm_w, eps, s.out)
+    }
 
     /// Split the interleaved query/gate projection `qg` `[T, 2*H*D]` (`[q_0|gate_0|q_1|gate_1|...]`)
     /// into `q` `[T, H*D]` and `gate` `[T, H*D]`.

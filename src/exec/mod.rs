@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use session::{LayerState, Session, Snapshot, SnapshotLayer};
 
-use crate::backend::{AttnPrep, Backend, DType, GdnGates, Pos, ReadFuture, SharedExpert, StepMode, Tensor, NON_FINITE};
+use crate::backend::{
+    AttnPrep, Backend, DType, GdnGates, GdnStep, Pos, ReadFuture, SharedExpert, StepMode, Tensor, NON_FINITE,
+};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::model::weights::{AttnWeights, Ffn, GdnWeights, Mixer};
@@ -595,12 +597,26 @@ impl Model {
             beta: &sc.beta,
         };
         // HF's kernel uses a fixed 1e-6 for the q/k L2 norm (spec/MODEL.md §4.1).
-        be.gdn_conv_gates(&sc.qkv, &w.conv1d, conv, &sc.conv_out, dims, 1e-6, gates)?;
-        match mode {
-            DeltaMode::Chunked => be.delta_rule_chunked(&sc.conv_out, &sc.g, &sc.beta, delta, &sc.o, dims)?,
-            _ => be.delta_rule_recurrent(&sc.conv_out, &sc.g, &sc.beta, delta, &sc.o, dims)?,
+        let l2_eps = 1e-6;
+        if mode == DeltaMode::Chunked {
+            be.gdn_conv_gates(&sc.qkv, &w.conv1d, conv, &sc.conv_out, dims, l2_eps, gates)?;
+            be.delta_rule_chunked(&sc.conv_out, &sc.g, &sc.beta, delta, &sc.o, dims)?;
+            be.gated_rms_norm(&sc.o, &sc.z, &w.ssm_norm, self.config.eps, &sc.o_normed)?;
+        } else {
+            let step = GdnStep {
+                qkv: &sc.qkv,
+                z: &sc.z,
+                conv_w: &w.conv1d,
+                conv_state: conv,
+                gates,
+                state: delta,
+                norm_w: &w.ssm_norm,
+                conv_out: &sc.conv_out,
+                o: &sc.o,
+                out: &sc.o_normed,
+            };
+            be.gdn_recurrent_step(step, dims, l2_eps, self.config.eps)?;
         }
-        be.gated_rms_norm(&sc.o, &sc.z, &w.ssm_norm, self.config.eps, &sc.o_normed)?;
         be.matmul(&w.out, &sc.o_normed, &sc.mix)
     }
 

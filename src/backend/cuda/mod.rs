@@ -38,8 +38,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
 use crate::backend::{
-    AttnDims, AttnPrep, Backend, BackendOptions, DType, GdnDims, GdnGates, Pos, Precision, ReadFuture, SharedExpert,
-    StepMode, Tensor, WeightData,
+    AttnDims, AttnPrep, Backend, BackendOptions, DType, GdnDims, GdnGates, GdnStep, Pos, Precision, ReadFuture,
+    SharedExpert, StepMode, Tensor, WeightData,
 };
 use crate::error::Result;
 use driver::{cuda_err, Device, Stream};
@@ -122,7 +122,7 @@ impl Inner {
     }
 }
 
-fn env_off(name: &str) -> bool {
+pub(crate) fn env_off(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| v == "0")
 }
 
@@ -441,6 +441,14 @@ impl Backend for CudaBackend {
     }
     fn gated_rms_norm(&self, x: &Tensor, z: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
         ops::norm::gated_rms_norm(&self.inner, x, z, w, eps, out)
+    }
+    fn gdn_recurrent_step(&self, s: GdnStep<'_>, dims: GdnDims, l2_eps: f32, eps: f32) -> Result<()> {
+        if ops::gdn_step::gdn_step(&self.inner, s, dims, l2_eps, eps)? {
+            return Ok(());
+        }
+        self.gdn_conv_gates(s.qkv, s.conv_w, s.conv_state, s.conv_out, dims, l2_eps, s.gates)?;
+        self.delta_rule_recurrent(s.conv_out, s.gates.g, s.gates.beta, s.state, s.o, dims)?;
+        self.gated_rms_norm(s.o, s.z, s.norm_w, eps, s.out)
     }
     fn split_qgate(&self, qg: &Tensor, head_dim: usize, q: &Tensor, gate: &Tensor) -> Result<()> {
         ops::eltwise::split_qgate(&self.inner, qg, head_dim, q, gate)

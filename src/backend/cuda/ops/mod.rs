@@ -6,6 +6,7 @@ pub(crate) mod attention;
 pub(crate) mod conv;
 pub(crate) mod delta;
 pub(crate) mod eltwise;
+pub(crate) mod gdn_step;
 pub(crate) mod gemm;
 pub(crate) mod linear;
 pub(crate) mod matvec_tc;
