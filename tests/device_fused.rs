@@ -188,6 +188,69 @@ fn gdn_recurrent_step_matches() {
     }
 }
 
+/// `gdn_recurrent_step`'s contract on every backend (the CPU's default included): an output that
+/// shares a buffer with an input (the result over z, the delta rule's output over the state or
+/// over z, which only the op's own rule relates) or a state of the wrong size is refused, and the
+/// backend still runs the op afterwards.
+#[test]
+fn gdn_recurrent_step_refuses_bad_operands() {
+    let d = GdnDims {
+        hk: 1,
+        hv: 1,
+        dk: 32,
+        dv: 32,
+    };
+    let (cd, n) = (d.conv_dim(), d.value_dim());
+    for be in common::backends() {
+        let g = be.as_ref();
+        let f = |shape: &[usize]| g.alloc(rill::backend::DType::F32, shape).expect("alloc");
+        let (qkv, z, conv_w, conv_state) = (f(&[1, cd]), f(&[1, n]), f(&[cd, 4]), f(&[3, cd]));
+        let (a, b, ssm_a, dt_bias, gg, beta) = (f(&[1, 1]), f(&[1, 1]), f(&[1]), f(&[1]), f(&[1, 1]), f(&[1, 1]));
+        let (state, norm_w, conv_out, o, out) = (f(&[1, 32, 32]), f(&[32]), f(&[1, cd]), f(&[1, n]), f(&[1, n]));
+        let short_state = f(&[1, 32, 31]);
+        let gates = GdnGates {
+            a: &a,
+            b: &b,
+            ssm_a: &ssm_a,
+            dt_bias: &dt_bias,
+            g: &gg,
+            beta: &beta,
+        };
+        let step = GdnStep {
+            qkv: &qkv,
+            z: &z,
+            conv_w: &conv_w,
+            conv_state: &conv_state,
+            gates,
+            state: &state,
+            norm_w: &norm_w,
+            conv_out: &conv_out,
+            o: &o,
+            out: &out,
+        };
+        let name = g.name();
+        let refused = |s: GdnStep<'_>, what: &str| {
+            assert!(
+                g.gdn_recurrent_step(s, d, 1e-6, 1e-6).is_err(),
+                "{name}: {what} must be refused"
+            )
+        };
+        refused(GdnStep { out: &z, ..step }, "out aliasing z");
+        // Only the op's own rule sees this one: the delta rule's output is the gated norm's gate.
+        refused(GdnStep { o: &z, ..step }, "o aliasing z");
+        refused(GdnStep { o: &state, ..step }, "o aliasing the state");
+        refused(
+            GdnStep {
+                state: &short_state,
+                ..step
+            },
+            "a short state",
+        );
+        g.gdn_recurrent_step(step, d, 1e-6, 1e-6)
+            .unwrap_or_else(|e| panic!("{name}: a valid call after the refusals: {e}"));
+    }
+}
+
 /// The tensors of one `attn_qk_prep` call for `t` tokens into caches of `ctx` rows (filled with
 /// old rows that must survive).
 struct Prep {

@@ -494,6 +494,7 @@ pub trait Backend: Send + Sync {
     /// `delta_rule_recurrent(conv_out -> o)`, `gated_rms_norm(o, z; eps) -> out`. The scratch
     /// tensors' contents afterwards are unspecified (a backend may keep the intermediates on chip).
     fn gdn_recurrent_step(&self, s: GdnStep<'_>, dims: GdnDims, l2_eps: f32, eps: f32) -> Result<()> {
+        check::gdn_recurrent_step(s, dims)?;
         self.gdn_conv_gates(s.qkv, s.conv_w, s.conv_state, s.conv_out, dims, l2_eps, s.gates)?;
         self.delta_rule_recurrent(s.conv_out, s.gates.g, s.gates.beta, s.state, s.o, dims)?;
         self.gated_rms_norm(s.o, s.z, s.norm_w, eps, s.out)
