@@ -172,13 +172,32 @@ __device__ __forceinline__ float softplusf_(float x) {
     return x > 20.0f ? x : log1pf(expf(x));
 }
 
-// The delta-rule gates of element i of [T, Hv]: g = ssm_a * softplus(a + dt_bias), beta = sigmoid(b)
-// (gdn_gates in elementwise.cu, and the gate blocks of the fused conv in conv.cu).
+// The delta-rule gate g = ssm_a * softplus(a + dt_bias) of one value head (beta = sigmoidf_(b)).
+__device__ __forceinline__ float gdn_g(float a, float ssm_a, float dt_bias) { return ssm_a * softplusf_(a + dt_bias); }
+
+// The delta-rule gates of element i of [T, Hv] (gdn_gates in elementwise.cu, and the gate blocks
+// of the fused conv in conv.cu; gdn_step.cu takes gdn_g in registers).
 __device__ __forceinline__ void gdn_gate(const float* a, const float* b, const float* ssm_a, const float* dt_bias,
                                          float* g, float* beta, long long i, long long hv) {
     const long long j = i % hv;
-    g[i] = ssm_a[j] * softplusf_(a[i] + dt_bias[j]);
+    g[i] = gdn_g(a[i], ssm_a[j], dt_bias[j]);
     beta[i] = sigmoidf_(b[i]);
+}
+
+// One value of a slice of 256 (this thread's, v) of the gated RMSNorm over groups of d values (d
+// divides 256, a multiple of 32: each group d / 32 whole warps): rms_norm(v; w) * silu(z), as
+// (v * s) * w * silu(z) with s = 1 / sqrt(sum(v^2) / d + eps). `sh`: 8 floats of shared memory.
+// Call from all 256 threads (one barrier). norm.cu gated_rms_norm_slices and gdn_step.cu's tail.
+__device__ __forceinline__ float gated_norm_in_slice(float v, float w, float z, int d, float eps, float* sh) {
+    const int warp = threadIdx.x / 32, wpg = d / 32;
+    const float ws = warp_sum(v * v);
+    if ((threadIdx.x & 31) == 0) sh[warp] = ws;
+    __syncthreads();
+    const int g0 = warp / wpg * wpg;  // the group's first warp
+    float ss = 0.0f;
+    for (int k = 0; k < wpg; k++) ss += sh[g0 + k];
+    const float s = 1.0f / sqrtf(ss / (float)d + eps);
+    return __fmul_rn(__fmul_rn(__fmul_rn(v, s), w), siluf_(z));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -21,7 +21,8 @@
 //   - The gated norm needs a head's dv outputs, the prepared copy a slice of 256: each block
 //     counts itself in its slice's counter after storing its outputs (as out_prep.cuh does); the
 //     last of the slice reads the slice back from L2, normalizes and gates each head (norm.cu's
-//     gated_rms_norm_slices arithmetic) and prepares it (warp w layout w, norm.cu's prep_slice).
+//     gated_rms_norm_slices arithmetic: common.cuh gated_norm_in_slice) and prepares it
+//     (out_prep.cuh prep_slice_block, as norm.cu's slice kernels).
 // Requirements (ops/gdn_step.rs `fits`): one token, K = 4 taps, dk a multiple of 32 and at most
 // 128, dv a multiple of 32 that divides 256, hv * dv a multiple of 256. Counters: hk + hv dv / 256
 // words, zero between launches (each user leaves them zero).
@@ -129,9 +130,8 @@ KERNEL void __launch_bounds__(256) gdn_step(const GdnStepParams p) {
     if (has_v) gs_shift(p.conv_state, C, cv, sv, xv);
     __syncthreads();  // qk, vv written
 
-    // The gates (elementwise.cu gdn_gate) and the delta rule for the warp's two rows.
-    const float g = p.ssm_a[j] * softplusf_(p.a[j] + p.dt_bias[j]);
-    const float decay = expf(g), beta = sigmoidf_(p.b[j]);
+    // The gates (common.cuh gdn_g, as gdn_gates) and the delta rule for the warp's two rows.
+    const float decay = expf(gdn_g(p.a[j], p.ssm_a[j], p.dt_bias[j])), beta = sigmoidf_(p.b[j]);
     float kr[4], qr[4];
 #pragma unroll
     for (int m = 0; m < 4; ++m) {
@@ -190,21 +190,10 @@ KERNEL void __launch_bounds__(256) gdn_step(const GdnStepParams p) {
     if (last_kh && has_qk) gs_shift(p.conv_state, C, cqk, sq, xq);
     if (!last_sl) return;
     const size_t i = (size_t)sl * 256 + tid;
-    const float v = __ldcg(p.o + i);  // other blocks' outputs: from L2
-    const float ss = warp_sum(v * v);
-    if (lane == 0) red2[warp] = ss;
-    __syncthreads();
-    const int wpg = dv / 32, g0 = warp / wpg * wpg;  // the head's warps
-    float tot = 0.0f;
-    for (int k = 0; k < wpg; k++) tot += red2[g0 + k];
-    const float s = 1.0f / sqrtf(tot / (float)dv + p.eps);
-    const float y = __fmul_rn(__fmul_rn(__fmul_rn(v, s), p.norm_w[tid % dv]), siluf_(p.z[i]));
+    // Other blocks' outputs: from L2.
+    const float y = gated_norm_in_slice(__ldcg(p.o + i), p.norm_w[tid % dv], p.z[i], dv, p.eps, red2);
     p.out[i] = y;
 #if defined(__CUDACC__)
-    __shared__ __align__(32) float ys[256];  // the Q8_0 prep reads it as float4 (matvec_tc8.cuh ld8)
-    __shared__ uint32_t img[mvtc8::IMG_WORDS];
-    ys[tid] = y;
-    __syncthreads();
-    mvtc::prep_unit_warp(warp, ys, (size_t)sl, (size_t)(p.hv * dv / 256), p.p7, p.p5, p.p4, img);
+    mvtc::prep_slice_block(y, (size_t)sl, (size_t)(p.hv * dv / 256), p.p7, p.p5, p.p4);
 #endif
 }

@@ -62,14 +62,8 @@ __device__ __forceinline__ void prep_out_row(const Args& a, const float* out_row
 // preparing warps read it there, not back from L2). Call from every thread of the 256.
 __device__ __forceinline__ void prep_slice(const Args& a, float v, int n) {
 #if defined(__CUDACC__) || defined(PF_EMU)
-    __shared__ __align__(32) float ys[256];  // the Q8_0 prep reads it as float4 (matvec_tc8.cuh ld8)
-    __shared__ uint32_t img[mvtc8::IMG_WORDS];
-    ys[threadIdx.x] = v;
-    __syncthreads();
-    const size_t nsb = (size_t)n / 256, sb = blockIdx.x;
-    // Warp w prepares layout w.
-    mvtc::prep_unit_warp(threadIdx.x / 32, ys, (size_t)blockIdx.y * nsb + sb, (size_t)gridDim.y * nsb, a.p[7], a.p[5],
-                         a.p[4], img);
+    const size_t nsb = (size_t)n / 256;
+    mvtc::prep_slice_block(v, (size_t)blockIdx.y * nsb + blockIdx.x, (size_t)gridDim.y * nsb, a.p[7], a.p[5], a.p[4]);
 #else
     (void)a, (void)v, (void)n;
 #endif
@@ -160,20 +154,12 @@ KERNEL void __launch_bounds__(256) gated_rms_norm_slices(const Args a) {
     __shared__ float sh[8];
     const int d = (int)a.n[0], n = (int)a.n[1];
     const size_t o = (size_t)blockIdx.y * n;
-    const int i = blockIdx.x * 256 + threadIdx.x, warp = threadIdx.x / 32, wpg = d / 32;
+    const int i = blockIdx.x * 256 + threadIdx.x;
     const float* x = reinterpret_cast<const float*>(a.p[0]) + o;
     const float* z = reinterpret_cast<const float*>(a.p[1]) + o;
     const float* w = reinterpret_cast<const float*>(a.p[2]);
     float* out = reinterpret_cast<float*>(a.p[3]) + o;
-    const float v = x[i];
-    const float ws = warp_sum(v * v);
-    if ((threadIdx.x & 31) == 0) sh[warp] = ws;
-    __syncthreads();
-    const int g0 = warp / wpg * wpg;  // the group's first warp
-    float ss = 0.0f;
-    for (int k = 0; k < wpg; k++) ss += sh[g0 + k];
-    const float s = 1.0f / sqrtf(ss / (float)d + a.f[0]);
-    const float y = __fmul_rn(__fmul_rn(__fmul_rn(v, s), w[i % d]), siluf_(z[i]));
+    const float y = gated_norm_in_slice(x[i], w[i % d], z[i], d, a.f[0], sh);
     out[i] = y;
     prep_slice(a, y, n);
 }

@@ -37,6 +37,18 @@ static __device__ __forceinline__ void prep_unit_warp(int layout, const float* x
     }
 }
 
+// A block of 256 threads prepares the slice of 256 values it holds (thread i: value i, `v`), unit u of
+// `units`, in every layout given (pointers as prep_unit_warp's): the slice through shared memory,
+// warp w prepares layout w. norm.cu's slice kernels and gdn_step.cu's tail.
+static __device__ __forceinline__ void prep_slice_block(float v, size_t u, size_t units, unsigned long long q4k,
+                                                        unsigned long long q80, unsigned long long q6k) {
+    __shared__ __align__(32) float ys[256];  // the Q8_0 prep reads it as float4 (matvec_tc8.cuh ld8)
+    __shared__ uint32_t img[mvtc8::IMG_WORDS];
+    ys[threadIdx.x] = v;
+    __syncthreads();
+    prep_unit_warp(threadIdx.x / 32, ys, u, units, q4k, q80, q6k, img);
+}
+
 // Call from every thread of a GLU block after mv_body: ROWS output rows per block, vector
 // blockIdx.y at out + blockIdx.y * n_out (segment 0 of the table).
 template <int ROWS>

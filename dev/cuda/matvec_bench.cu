@@ -29,7 +29,6 @@
 #define MVTC_BENCH_KERNELS
 #include "matvec_tc.cuh"
 #include "mvtc_pipe.cuh"
-#include "mvtc_pf.cuh"
 #include "matvec_tc6.cuh"
 #include "matvec_tc8.cuh"
 #include "matvec_warp.cuh"
@@ -281,9 +280,7 @@ struct Variant {
     int tc = 0;         // matvec_tc*.cuh (Q4_K, Q6_K, Q8_0): 16-row tiles per block (0: not that kernel)
     int tc_kw = 0;      // its warps per block (split over the super-blocks)
     bool tc_prep = true;  // time the x split (prep_x) with every call (false: once per case)
-    int tc_mode = 0;      // Q4_K, Q8_0 product only (mvtc_pipe.cuh): 1 production loop, 2 double buffer;
-                          // Q4_K, Q8_0, Q6_K (mvtc_pf.cuh): 3 L1, 4 L2 (per-warp L2 prefetch 1 or 2
-                          // steps ahead), 5 P1, 6 P2 (resident blocks over tiles, 1 or 2 tiles ahead)
+    int tc_mode = 0;      // Q4_K, Q8_0 product only (mvtc_pipe.cuh): 1 production loop, 2 double buffer
 };
 
 // x split into operand words for the tensor-core kernels (one per case: every variant reads the
@@ -335,28 +332,6 @@ static bool pipe_by_key(int key, int mode, const uint8_t* W, float* out, int n_o
     }
     return false;
 }
-// The mvtc_pf.cuh variants (modes 3..6). F: the policy (void: Q6_K), SB its step's bytes per row.
-template <class F, class A, int R, int KW, int SB, int PD, bool PERSIST>
-static void pf_launch1(const A& a, int n_out, cudaStream_t st) {
-    const int tiles = (n_out + 16 * R - 1) / (16 * R);
-    if (!PERSIST) return launch_k(mvpf::k_loop<F, R, KW, SB, PD, A>, dim3(tiles), dim3(32 * KW), 0, st, a);
-    static int per_sm = 0, sms = 0;
-    if (per_sm == 0) {
-        CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, mvpf::k_persist<F, R, KW, SB, PD, A>, 32 * KW, 0));
-        CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-    }
-    launch_k(mvpf::k_persist<F, R, KW, SB, PD, A>, dim3(std::min(tiles, per_sm * sms)), dim3(32 * KW), 0, st, a);
-}
-template <class F, class A, int R, int KW, int SB>
-static void pf_launch(int mode, const uint8_t* W, float* out, int n_out, int n_in, size_t row_bytes, cudaStream_t st) {
-    const A a{W, g_tc_xa, g_tc_xs, out, n_out, n_in, row_bytes};
-    switch (mode) {
-        case 3: return pf_launch1<F, A, R, KW, SB, 1, false>(a, n_out, st);
-        case 4: return pf_launch1<F, A, R, KW, SB, 2, false>(a, n_out, st);
-        case 5: return pf_launch1<F, A, R, KW, SB, 1, true>(a, n_out, st);
-        default: return pf_launch1<F, A, R, KW, SB, 2, true>(a, n_out, st);
-    }
-}
 template <int R>
 static void tc6_launch(const uint8_t* W, float* out, int n_out, int n_in, size_t row_bytes, cudaStream_t st) {
     launch_k(mvtc6::q6k<R>, dim3((n_out + 16 * R - 1) / (16 * R)), dim3(32 * mvtc6::KW), 0, st,
@@ -384,10 +359,6 @@ static void launch(const Variant& v, const uint8_t* W, const float* x, float* ou
         if (v.tc_prep) tc_prep<F>(x, n_in, st);
         const int key = v.tc * 100 + v.tc_kw;
         if constexpr (std::is_same_v<F, FmtQ4_K>) {
-            if (v.tc_mode >= 3) {
-                if (key == 108) return pf_launch<mvtc::TcQ4K, mvtc::Args, 1, 8, 144>(v.tc_mode, W, out, n_out, n_in, row_bytes, st);
-                if (key == 204) return pf_launch<mvtc::TcQ4K, mvtc::Args, 2, 4, 144>(v.tc_mode, W, out, n_out, n_in, row_bytes, st);
-            }
             if (v.tc_mode && pipe_by_key<mvtc::TcQ4K, mvtc::Args>(key, v.tc_mode, W, out, n_out, n_in, row_bytes, st)) return;
             switch (key) {
                 case 108: tc_launch<1, 8>(W, out, n_out, n_in, row_bytes, st); return;
@@ -396,19 +367,11 @@ static void launch(const Variant& v, const uint8_t* W, const float* x, float* ou
                 case 404: tc_launch<4, 4>(W, out, n_out, n_in, row_bytes, st); return;
             }
         } else if constexpr (std::is_same_v<F, FmtQ6_K>) {
-            if (v.tc_mode >= 3) {
-                if (key == 108) return pf_launch<void, mvtc6::Args, 1, 8, 210>(v.tc_mode, W, out, n_out, n_in, row_bytes, st);
-                if (key == 208) return pf_launch<void, mvtc6::Args, 2, 8, 210>(v.tc_mode, W, out, n_out, n_in, row_bytes, st);
-            }
             switch (key) {
                 case 108: tc6_launch<1>(W, out, n_out, n_in, row_bytes, st); return;
                 case 208: tc6_launch<2>(W, out, n_out, n_in, row_bytes, st); return;
             }
         } else if constexpr (std::is_same_v<F, FmtQ8_0>) {
-            if (v.tc_mode >= 3) {
-                if (key == 108) return pf_launch<mvtc8::TcQ80, mvtc8::Args, 1, 8, 272>(v.tc_mode, W, out, n_out, n_in, row_bytes, st);
-                if (key == 204) return pf_launch<mvtc8::TcQ80, mvtc8::Args, 2, 4, 272>(v.tc_mode, W, out, n_out, n_in, row_bytes, st);
-            }
             if (v.tc_mode && pipe_by_key<mvtc8::TcQ80, mvtc8::Args>(key, v.tc_mode, W, out, n_out, n_in, row_bytes, st)) return;
             switch (key) {
                 case 108: tc8_launch<1, 8>(W, out, n_out, n_in, row_bytes, st); return;
@@ -610,16 +573,6 @@ static Best run_case(const FmtInfo& f, const Shape& s, double copy_gbs, bool qui
                 vars.push_back(a);
                 a.tc_mode = 2, a.name = "tcD" + geo;
                 vars.push_back(a);
-                a.tc_mode = 0;
-            }
-            // The L2 prefetch ahead (mvtc_pf.cuh), on the geometries it has instances for.
-            const int key = r * 100 + kw;
-            if (key == 108 || (key == 204 && !std::is_same_v<F, FmtQ6_K>) || (key == 208 && std::is_same_v<F, FmtQ6_K>)) {
-                const char* names[] = {"tcL1", "tcL2", "tcP1", "tcP2"};
-                for (int m = 3; m <= 6; m++) {
-                    a.tc_mode = m, a.name = names[m - 3] + geo;
-                    vars.push_back(a);
-                }
                 a.tc_mode = 0;
             }
         }

@@ -173,6 +173,21 @@ pub struct GdnStep<'a> {
     pub out: &'a Tensor,
 }
 
+/// `Backend::gdn_recurrent_step` as its three ops (the trait's default, and a backend's fallback
+/// for the shapes its fused kernel does not take), after the op's own rules.
+pub fn gdn_recurrent_step_ops<B: Backend + ?Sized>(
+    be: &B,
+    s: GdnStep<'_>,
+    dims: GdnDims,
+    l2_eps: f32,
+    eps: f32,
+) -> Result<()> {
+    check::gdn_recurrent_step(s, dims)?;
+    be.gdn_conv_gates(s.qkv, s.conv_w, s.conv_state, s.conv_out, dims, l2_eps, s.gates)?;
+    be.delta_rule_recurrent(s.conv_out, s.gates.g, s.gates.beta, s.state, s.o, dims)?;
+    be.gated_rms_norm(s.o, s.z, s.norm_w, eps, s.out)
+}
+
 /// The tensors of `Backend::attn_qk_prep`: the projections `qg` `[T, 2*H*D]` (query and gate
 /// interleaved per head), `k` and `v` `[T, Hkv*D]`; the per-head norm weights `[D]`; the scratch
 /// `q` and the outputs `gate`, `q_normed` `[T, H*D]` and `k_normed` `[T, Hkv*D]`.
@@ -494,10 +509,7 @@ pub trait Backend: Send + Sync {
     /// `delta_rule_recurrent(conv_out -> o)`, `gated_rms_norm(o, z; eps) -> out`. The scratch
     /// tensors' contents afterwards are unspecified (a backend may keep the intermediates on chip).
     fn gdn_recurrent_step(&self, s: GdnStep<'_>, dims: GdnDims, l2_eps: f32, eps: f32) -> Result<()> {
-        check::gdn_recurrent_step(s, dims)?;
-        self.gdn_conv_gates(s.qkv, s.conv_w, s.conv_state, s.conv_out, dims, l2_eps, s.gates)?;
-        self.delta_rule_recurrent(s.conv_out, s.gates.g, s.gates.beta, s.state, s.o, dims)?;
-        self.gated_rms_norm(s.o, s.z, s.norm_w, eps, s.out)
+        gdn_recurrent_step_ops(self, s, dims, l2_eps, eps)
     }
 
     /// Split the interleaved query/gate projection `qg` `[T, 2*H*D]` (`[q_0|gate_0|q_1|gate_1|...]`)

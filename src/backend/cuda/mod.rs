@@ -122,7 +122,7 @@ impl Inner {
     }
 }
 
-pub(crate) fn env_off(name: &str) -> bool {
+fn env_off(name: &str) -> bool {
     std::env::var(name).is_ok_and(|v| v == "0")
 }
 
@@ -446,9 +446,7 @@ impl Backend for CudaBackend {
         if ops::gdn_step::gdn_step(&self.inner, s, dims, l2_eps, eps)? {
             return Ok(());
         }
-        self.gdn_conv_gates(s.qkv, s.conv_w, s.conv_state, s.conv_out, dims, l2_eps, s.gates)?;
-        self.delta_rule_recurrent(s.conv_out, s.gates.g, s.gates.beta, s.state, s.o, dims)?;
-        self.gated_rms_norm(s.o, s.z, s.norm_w, eps, s.out)
+        crate::backend::gdn_recurrent_step_ops(self, s, dims, l2_eps, eps)
     }
     fn split_qgate(&self, qg: &Tensor, head_dim: usize, q: &Tensor, gate: &Tensor) -> Result<()> {
         ops::eltwise::split_qgate(&self.inner, qg, head_dim, q, gate)

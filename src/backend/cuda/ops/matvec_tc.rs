@@ -227,7 +227,7 @@ fn pipe_glu_on() -> bool {
 
 /// The n11 bits of a launch of `m`: the prefetches (`tc_prefetch`), bits 3 (`pipe_pre_on`) and 4
 /// (`pipe_glu_on`).
-fn prefetch_bits(m: &Mv) -> i64 {
+fn n11_bits(m: &Mv) -> i64 {
     let pf = tc_prefetch();
     let bytes = m.parts.rows() * m.w.row_bytes * if m.w2.is_some() { 2 } else { 1 };
     let small = pf & 4 != 0 && bytes <= SMALL_PF_BYTES;
@@ -464,7 +464,7 @@ pub(crate) fn run(
         if let Some(o) = out_prep {
             a.n[7..=10].copy_from_slice(&o.slots);
         }
-        a.n[11] = prefetch_bits(m);
+        a.n[11] = n11_bits(m);
         inner.kernel_rw(
             Launch {
                 name: (kernel, m.w.suffix),
