@@ -490,7 +490,8 @@ struct PreOf<F, R, true> {
 //        n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts, n5 x_group, n6 nsum, n11 the L2
 //        prefetches (bit 0: a dense block's rows before the wait, bit 1: a MoE sum's entries),
 //        bit 3: PIPE kernels load their first step before the wait, bit 4: a PIPE SwiGLU loads its
-//        up matrix's first step during the gate's last.
+//        up matrix's first step during the gate's last, bit 5 (not GLU): out += the result (the
+//        residual add of `matmul_add_rms_norm`: each output row has one owner, so no atomics).
 //
 // DENSE: one vector per output, no experts (slots p4, p5, n3..n6 unread). The loop over summed
 // entries then vanishes: with it, nvcc keeps the group loop's invariants live across it (Q8_0
@@ -542,6 +543,13 @@ static __device__ __forceinline__ void mv_body(const ::Args& a) {
         }
     }
     kernel_start();
+    // Bit 5: the row this thread stores, loaded now so its latency hides under the products
+    // (the previous kernel, which may have written it, has finished: kernel_start waited).
+    float resid = 0.0f;
+    if constexpr (!GLU) {
+        const int i = threadIdx.x;
+        if ((a.n[11] & 32) && i < 16 * R && row0 + i < n_out) resid = __ldcg(out + (size_t)ov * out_stride + row0 + i);
+    }
     if (!DENSE && ids != nullptr && nsum > 1 && !GLU && (a.n[11] & 2))
         mv_prefetch_entries<SHARED>(W[0], ids, shx, ov, nsum, n_experts, expert_bytes, row0, min(16 * R, n_out - row0),
                                     row_bytes);
@@ -608,7 +616,8 @@ static __device__ __forceinline__ void mv_body(const ::Args& a) {
 #pragma unroll
             for (int w = 0; w < KW; w++) v[m] += red[m][w][i];
         }
-        out[(size_t)ov * out_stride + row0 + i] = GLU ? siluf_(v[0]) * v[NW - 1] : v[0];
+        // acc + y as the CPU reference's add_assign: one f32 addition (resid is 0 without bit 5).
+        out[(size_t)ov * out_stride + row0 + i] = GLU ? siluf_(v[0]) * v[NW - 1] : (a.n[11] & 32) ? resid + v[0] : v[0];
     }
 }
 

@@ -110,6 +110,16 @@ __device__ __forceinline__ float load_l2(const float* p) {
 #endif
 }
 
+// Four floats another kernel wrote (16-byte aligned), from L2 (as load_l2).
+__device__ __forceinline__ float4 load_l2_4(const float* p) {
+#if defined(__CUDACC__)
+    return __ldcg(reinterpret_cast<const float4*>(p));
+#else
+    const volatile float* v = p;
+    return float4{v[0], v[1], v[2], v[3]};
+#endif
+}
+
 // acc += x (when x is given); out = rms_norm(acc; w), over slices: each block adds and squares its
 // slice, writes the slice's sum of squares, and after a grid barrier sums the row's partial sums in
 // one fixed order (every block gets the same scale), normalizes its slice and prepares it. Slots:
@@ -142,6 +152,34 @@ KERNEL void __launch_bounds__(256) rms_norm_slices(const Args a) {
     }
     __syncthreads();
     const float y = __fmul_rn(__fmul_rn(v, sh[0]), w[i]);
+    out[i] = y;
+    prep_slice(a, y, d);
+}
+
+// out = rms_norm(acc; w) over slices, with no grid barrier: every block reads the whole row from
+// L2 and sums its squares in one fixed order (every block gets the same scale), then normalizes
+// its slice and prepares it. For a row nobody writes while the blocks read it: the residual stream
+// after `matmul_add_rms_norm`'s product has added its rows into it (so there is no add here, and
+// no in-place write that another block could read half-done). Slots: p0 acc, p2 w, p3 out, p4 p5
+// p7 prepared out or 0; n0 d (a multiple of 256); f0 eps.
+KERNEL void __launch_bounds__(256) rms_norm_slices_whole(const Args a) {
+    kernel_start();
+    __shared__ float sh[32];
+    const int d = (int)a.n[0];
+    const size_t o = (size_t)blockIdx.y * d;
+    const float* acc = reinterpret_cast<const float*>(a.p[0]) + o;
+    const float* w = reinterpret_cast<const float*>(a.p[2]);
+    float* out = reinterpret_cast<float*>(a.p[3]) + o;
+    // Thread t: elements 4t.. 4t+3, then 1024 further on, ...: 16-byte loads all in flight at once.
+    float ss = 0.0f;
+    for (int j = 4 * (int)threadIdx.x; j < d; j += 1024) {
+        const float4 v = load_l2_4(acc + j);
+        ss += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+    ss = block_sum(ss, sh);
+    const float s = 1.0f / sqrtf(ss / (float)d + a.f[0]);
+    const int i = blockIdx.x * 256 + threadIdx.x;
+    const float y = __fmul_rn(__fmul_rn(load_l2(acc + i), s), w[i]);
     out[i] = y;
     prep_slice(a, y, d);
 }

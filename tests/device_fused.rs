@@ -15,7 +15,7 @@ mod common;
 use common::device::{pos_on, Both, Pt, Side, Steps};
 use common::weights::{random_weight, upload};
 use common::*;
-use rill::backend::{AttnPrep, Backend, GdnDims, GdnGates, GdnStep, Pos};
+use rill::backend::{AddNorm, AttnPrep, Backend, GdnDims, GdnGates, GdnStep, Pos, Tensor};
 
 const TS: [usize; 4] = [1, 3, 64, 65];
 
@@ -251,6 +251,94 @@ fn gdn_recurrent_step_refuses_bad_operands() {
     }
 }
 
+/// `matmul_add_rms_norm` refuses what `matmul` and `add_rms_norm` refuse, and a residual aliasing
+/// the product's input or weight (which only the op's own rule sees); the normed output may be the
+/// product's input (written after the product has read it), and then holds the norm.
+#[test]
+fn matmul_add_rms_norm_refuses_bad_operands() {
+    for be in common::backends() {
+        let g = be.as_ref();
+        let f = |shape: &[usize]| g.alloc(rill::backend::DType::F32, shape).expect("alloc");
+        let (w, x, y, acc, nw, out) = (
+            f(&[256, 256]),
+            f(&[1, 256]),
+            f(&[1, 256]),
+            f(&[1, 256]),
+            f(&[256]),
+            f(&[1, 256]),
+        );
+        let next = AddNorm {
+            acc: &acc,
+            w: &nw,
+            eps: 1e-6,
+            out: &out,
+        };
+        let name = g.name();
+        let refused = |w: &Tensor, x: &Tensor, y: &Tensor, n: AddNorm<'_>, what: &str| {
+            assert!(
+                g.matmul_add_rms_norm(w, x, y, n).is_err(),
+                "{name}: {what} must be refused"
+            )
+        };
+        refused(&w, &x, &y, AddNorm { acc: &x, ..next }, "the residual aliasing x");
+        refused(
+            &w,
+            &x,
+            &y,
+            AddNorm { acc: &w, ..next },
+            "the residual aliasing the weight",
+        );
+        refused(
+            &w,
+            &x,
+            &y,
+            AddNorm { acc: &y, ..next },
+            "the residual aliasing the product",
+        );
+        refused(
+            &w,
+            &x,
+            &y,
+            AddNorm { out: &y, ..next },
+            "the normed output aliasing the product",
+        );
+        refused(
+            &w,
+            &x,
+            &y,
+            AddNorm {
+                acc: &f(&[1, 255]),
+                ..next
+            },
+            "a short residual",
+        );
+        refused(&w, &x, &f(&[1, 255]), next, "a short product");
+        refused(&w, &x, &y, AddNorm { w: &f(&[255]), ..next }, "a short norm weight");
+        g.matmul_add_rms_norm(&w, &x, &y, next)
+            .unwrap_or_else(|e| panic!("{name}: a valid call after the refusals: {e}"));
+        // The normed output over the product's input: x = W = the norm weight = ones, so the
+        // residual gains 256 per element and x becomes its norm, all ones (to within rounding).
+        let ones = |shape: &[usize]| g.upload_f32(&vec![1.0; shape.iter().product()], shape).expect("upload");
+        let (w1, x1, nw1) = (ones(&[256, 256]), ones(&[1, 256]), ones(&[256]));
+        let h0 = g.read_f32(&acc).expect("read");
+        let n1 = AddNorm {
+            w: &nw1,
+            out: &x1,
+            ..next
+        };
+        g.matmul_add_rms_norm(&w1, &x1, &y, n1)
+            .unwrap_or_else(|e| panic!("{name}: the normed output over x: {e}"));
+        let (h, nx) = (g.read_f32(&acc).expect("read"), g.read_f32(&x1).expect("read"));
+        assert!(
+            h.iter().zip(&h0).all(|(v, v0)| *v == v0 + 256.0),
+            "{name}: the residual did not gain 256"
+        );
+        let ms = h.iter().map(|v| v * v).sum::<f32>() / 256.0;
+        let want: Vec<f32> = h.iter().map(|v| v / (ms + 1e-6).sqrt()).collect();
+        assert_close(&format!("{name} x as the norm"), &nx, &want, 1e-6, 1e-5);
+    }
+}
+
 /// The tensors of one `attn_qk_prep` call for `t` tokens into caches of `ctx` rows (filled with
 /// old rows that must survive).
 struct Prep {
@@ -472,24 +560,35 @@ fn recorded_fused_step_replays_at_new_positions() {
     }
 }
 
-/// A decode step's product, its residual add and RMSNorm (`add_rms_norm` of the product's output),
-/// and a product of the normed rows, recorded into a step and replayed (a CUDA graph, in which the
-/// norm prepares its output for the second product), for the tensor-core formats, rows of 512 to
-/// 2048 and 1 or 3 token rows: every step against the CPU (the residual accumulates over the
-/// steps), and on the device bit for bit what the same ops give run one by one, unrecorded (a
-/// backend that fuses recorded ops must keep their bits: session 17 measured the norm as the
-/// product's tail this way).
+/// A decode step's product, its residual add and RMSNorm (`add_rms_norm` of the product's output,
+/// or the one op `matmul_add_rms_norm`), and a product of the normed rows, recorded into a step and
+/// replayed (a CUDA graph, in which the norm prepares its output for the second product), for the
+/// tensor-core formats, F32 and F16 (products that do not add into the residual themselves), rows
+/// of 320 to 2048 (320: not whole slices of 256) and 1 or 3 token rows: every step against the CPU
+/// (the residual accumulates over the steps), and on the device bit for bit what the same ops give
+/// run one by one, unrecorded (a backend that fuses recorded ops must keep their bits: session 17
+/// measured the norm as the product's tail this way).
 #[test]
 fn recorded_product_then_norm_matches_cpu() {
-    use rill::gguf::GgmlType::{Q4K, Q6K, Q8_0};
+    use rill::gguf::GgmlType::{F16, F32, Q4K, Q6K, Q8_0};
     for p in Both::each() {
         let mut rng = Rng::new(47);
-        for (ty, d, n_in, t) in [
-            (Q4K, 512, 512, 1),
-            (Q6K, 1024, 2048, 1),
-            (Q8_0, 512, 1024, 3),
-            (Q4K, 2048, 256, 3),
-        ] {
+        for (case, (ty, d, n_in, t, fused)) in [
+            (Q4K, 512, 512, 1, false),
+            (Q6K, 1024, 2048, 1, false),
+            (Q8_0, 512, 1024, 3, false),
+            (Q4K, 2048, 256, 3, false),
+            (Q4K, 512, 512, 1, true),
+            (Q6K, 1024, 2048, 1, true),
+            (Q8_0, 512, 1024, 3, true),
+            (Q4K, 2048, 256, 3, true),
+            (Q8_0, 320, 256, 1, true),
+            (F32, 256, 64, 1, true),
+            (F16, 512, 96, 3, true),
+        ]
+        .into_iter()
+        .enumerate()
+        {
             let weight = |rng: &mut Rng, rows: usize, cols: usize| {
                 let b = random_weight(ty, rows, cols, 0.5, rng);
                 Pt {
@@ -518,18 +617,32 @@ fn recorded_product_then_norm_matches_cpu() {
             let run = |be: &dyn Backend, s: Side, bs: [&Pt; 5]| -> rill::Result<()> {
                 let [h, x, mix, xn, y] = bs;
                 be.embed(table.on(s), ids.on(s), x.on(s))?;
-                be.matmul(w.on(s), x.on(s), mix.on(s))?;
-                be.add_rms_norm(h.on(s), mix.on(s), norm_w.on(s), 1e-6, xn.on(s))?;
+                if fused {
+                    let next = AddNorm {
+                        acc: h.on(s),
+                        w: norm_w.on(s),
+                        eps: 1e-6,
+                        out: xn.on(s),
+                    };
+                    be.matmul_add_rms_norm(w.on(s), x.on(s), mix.on(s), next)?;
+                } else {
+                    be.matmul(w.on(s), x.on(s), mix.on(s))?;
+                    be.add_rms_norm(h.on(s), mix.on(s), norm_w.on(s), 1e-6, xn.on(s))?;
+                }
                 be.matmul(w2.on(s), xn.on(s), y.on(s))
             };
             let ops = |be: &dyn Backend, s: Side, _: Pos| run(be, s, [&h, &x, &mix, &xn, &y]);
-            let (key, record) = (0x4e0a_0000 + d as u64 + t as u64, Steps::default());
+            let key = 0x4e0a_0000 + case as u64;
+            let record = Steps::default();
             let steps = 4usize;
             for step in 0..steps {
                 let toks: Vec<u32> = (0..t).map(|i| ((step * 3 + i * 2) % vocab) as u32).collect();
                 p.step(&record, key, &ids, &toks, &pos, step, ops);
-                let what = format!("{ty} d={d} n_in={n_in} T={t} step {step}");
-                p.check_tier(&format!("{what} product"), &mix, 2e-3, 1e-4);
+                let what = format!("{ty} d={d} n_in={n_in} T={t} fused={fused} step {step}");
+                if !fused {
+                    // (matmul_add_rms_norm's product is scratch.)
+                    p.check_tier(&format!("{what} product"), &mix, 2e-3, 1e-4);
+                }
                 p.check_tier(&format!("{what} residual"), &h, 2e-3, 1e-4);
                 p.check_tier(&format!("{what} normed"), &xn, 1e-4, 1e-4);
                 p.check_tier(&format!("{what} product of the normed rows"), &y, 2e-3, 1e-4);

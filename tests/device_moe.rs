@@ -8,7 +8,7 @@ use std::sync::Arc;
 use common::device::{Both, Pt, Side};
 use common::weights::{dequant, random_weight, WEIGHT_TYPES};
 use common::*;
-use rill::backend::{Backend, DType, SharedExpert, Tensor, WeightData};
+use rill::backend::{AddNorm, Backend, DType, SharedExpert, Tensor, WeightData};
 use rill::gguf::{GgmlType, TensorBytes};
 
 /// Route `logits` `[t, e]` on both backends; ids must match exactly, weights to `1e-5` relative.
@@ -544,18 +544,22 @@ fn shared_case(
     n_ff_sh: usize,
     t_len: usize,
 ) {
-    shared_case_routed(p, tys, sh_tys, [n_exp, k, d, n_ff, n_ff_sh, t_len], None);
+    shared_case_routed(p, tys, sh_tys, [n_exp, k, d, n_ff, n_ff_sh, t_len], None, false);
 }
 
 /// `shared_case`, or with `router` logits `[T, E]` (and a scale) `moe_route_experts_shared`: its
 /// ids equal to the CPU's, its weights to `1e-5` relative, and on the device both bit for bit
-/// what the device's own `moe_route` writes.
+/// what the device's own `moe_route` writes. `add_norm` (with a router): the op's `next`, a
+/// residual add and RMSNorm: the residual within the output's bound of the CPU's (plus the add's
+/// rounding), the normed rows within 1e-5 of the norm of the device's own residual (f64 on the
+/// host), instead of the output (scratch then).
 fn shared_case_routed(
     p: &Both,
     tys: [Option<GgmlType>; 3],
     sh_tys: [Option<GgmlType>; 3],
     [n_exp, k, d, n_ff, n_ff_sh, t_len]: [usize; 6],
     router: Option<(&[f32], f32)>,
+    add_norm: bool,
 ) {
     let op = if router.is_some() {
         "moe_route_experts_shared"
@@ -591,7 +595,24 @@ fn shared_case_routed(
         p.zeros(&[t_len, n_ff_sh]),
     );
     let (sh_out, out) = (p.zeros(&[t_len, d]), p.zeros(&[t_len, d]));
+    let what = if add_norm {
+        format!("{what} + add_rms_norm")
+    } else {
+        what
+    };
+    let (h, norm_w, xn) = (
+        p.up(&rng.normals(t_len * d, 1.0), &[t_len, d]),
+        p.up(&rng.normals(d, 1.0), &[d]),
+        p.zeros(&[t_len, d]),
+    );
+    let eps = 1e-6;
     p.run(&what, |be, s| {
+        let next = add_norm.then(|| AddNorm {
+            acc: h.on(s),
+            w: norm_w.on(s),
+            eps,
+            out: xn.on(s),
+        });
         let shared = SharedExpert {
             gate: sh.gate.t.on(s),
             up: sh.up.t.on(s),
@@ -615,6 +636,7 @@ fn shared_case_routed(
                 wt.on(s),
                 shared,
                 out.on(s),
+                next,
             ),
             _ => be.moe_experts_shared(
                 xt.on(s),
@@ -651,12 +673,35 @@ fn shared_case_routed(
             "{what}: weights vs the device's moe_route"
         );
     }
-    let (got, want) = p.read(&out);
     let mut bound = ex.term_bound(&x, &ids, &ws, k);
     for (b, s) in bound.iter_mut().zip(sh.term_bound(&x, &logits)) {
         *b += s;
     }
-    p.judge_tier(&what, &got, &want, || check_terms(&what, &got, &want, &bound));
+    if !add_norm {
+        let (got, want) = p.read(&out);
+        p.judge_tier(&what, &got, &want, || check_terms(&what, &got, &want, &bound));
+        return;
+    }
+    // The residual: the output's error, plus the add's rounding on either side (2^-24 |h| each,
+    // in check_terms' units of 1e-4).
+    let (got, want) = p.read(&h);
+    for (b, w) in bound.iter_mut().zip(&want) {
+        *b += 1.2e-3 * w.abs();
+    }
+    p.judge_tier(&format!("{what}: residual"), &got, &want, || {
+        check_terms(&format!("{what}: residual"), &got, &want, &bound)
+    });
+    let (normed, _) = p.read(&xn);
+    let (nw, _) = p.read(&norm_w);
+    let mut expect = vec![0f32; t_len * d];
+    for (row, e) in got.chunks(d).zip(expect.chunks_mut(d)) {
+        let ms = row.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / d as f64;
+        let scale = 1.0 / (ms + eps as f64).sqrt();
+        for ((e, &v), &w) in e.iter_mut().zip(row).zip(&nw) {
+            *e = (v as f64 * scale * w as f64) as f32;
+        }
+    }
+    assert_close(&format!("{what}: normed rows"), &normed, &expect, 1e-5, 1e-5);
 }
 
 /// (E, k, d, n_ff, n_ff_sh, T): decode batches (T <= 4, which backends may run as k + 1 experts
@@ -771,24 +816,39 @@ fn route_experts_shared_decode_shapes_match_cpu() {
     for p in Both::each() {
         let mut rng = Rng::new(31);
         for t in [1, 3, 4] {
-            let l = rng.normals(t * 128, 2.0);
-            shared_case_routed(&p, q4km, q4km, [128, 8, 256, 512, 512, t], Some((&l, 2.5)));
-            let l = rng.normals(t * 5, 2.0);
-            shared_case_routed(&p, [Some(F32); 3], [None; 3], [5, 3, 40, 24, 24, t], Some((&l, 1.0)));
+            for add_norm in [false, true] {
+                let l = rng.normals(t * 128, 2.0);
+                shared_case_routed(&p, q4km, q4km, [128, 8, 256, 512, 512, t], Some((&l, 2.5)), add_norm);
+                let l = rng.normals(t * 5, 2.0);
+                let plain = [None; 3];
+                shared_case_routed(
+                    &p,
+                    [Some(F32); 3],
+                    plain,
+                    [5, 3, 40, 24, 24, t],
+                    Some((&l, 1.0)),
+                    add_norm,
+                );
+            }
         }
         let l = rng.normals(2 * 64, 2.0);
         let q8 = [Some(Q8_0), Some(Q8_0), Some(Q4K)];
-        shared_case_routed(&p, q8, q8, [64, 8, 256, 256, 256, 2], Some((&l, 1.0)));
-        shared_case_routed(&p, q4km, [Some(Q8_0); 3], [64, 8, 256, 256, 256, 2], Some((&l, 1.0)));
+        for add_norm in [false, true] {
+            shared_case_routed(&p, q8, q8, [64, 8, 256, 256, 256, 2], Some((&l, 1.0)), add_norm);
+            let sh8 = [Some(Q8_0); 3];
+            shared_case_routed(&p, q4km, sh8, [64, 8, 256, 256, 256, 2], Some((&l, 1.0)), add_norm);
+        }
         // The 35B-A3B's 256 experts, and more than the softmax sum's 256 leaves (several terms a
         // leaf; lib_moe_route.wgsl): every leaf holds terms, so the fold order of the leaves counts.
         for e in [256usize, 600] {
             let l = rng.normals(2 * e, 2.0);
-            shared_case_routed(&p, q4km, q4km, [e, 8, 256, 256, 256, 2], Some((&l, 1.0)));
+            shared_case_routed(&p, q4km, q4km, [e, 8, 256, 256, 256, 2], Some((&l, 1.0)), e == 256);
         }
         // A prompt batch: the composition.
         let l = rng.normals(9 * 16, 2.0);
-        shared_case_routed(&p, q4km, q4km, [16, 4, 256, 256, 256, 9], Some((&l, 1.0)));
+        for add_norm in [false, true] {
+            shared_case_routed(&p, q4km, q4km, [16, 4, 256, 256, 256, 9], Some((&l, 1.0)), add_norm);
+        }
         // Ties: row 0 all equal (the first k experts), row 1 ties at the top spread over the row,
         // row 2 few distinct values.
         let e = 128;
@@ -802,7 +862,7 @@ fn route_experts_shared_decode_shapes_match_cpu() {
         for i in [e - 1, 0, e / 2, 65, 1, 33, 127 - 32, 64, 100] {
             l[e + i] = 4.0;
         }
-        shared_case_routed(&p, q4km, q4km, [e, 8, 256, 512, 512, 3], Some((&l, 1.0)));
+        shared_case_routed(&p, q4km, q4km, [e, 8, 256, 512, 512, 3], Some((&l, 1.0)), false);
     }
 }
 
@@ -915,8 +975,9 @@ fn shared_contract_errors_are_reported() {
         );
         // moe_route_experts_shared: the routing's rules, and logits of the experts' tokens and experts.
         let (ids_r, ws_r) = (g.alloc(DType::U32, &[t, 2]).expect("alloc"), f(&[t, 2]));
-        let route =
-            |l: &Tensor, k: usize| g.moe_route_experts_shared(&x, l, k, 1.0, &gw, &uw, &dw, &ids_r, &ws_r, sh, &out);
+        let route = |l: &Tensor, k: usize| {
+            g.moe_route_experts_shared(&x, l, k, 1.0, &gw, &uw, &dw, &ids_r, &ws_r, sh, &out, None)
+        };
         route(&f(&[t, n_exp]), 2).expect("valid route_experts_shared");
         refused(route(&f(&[t, n_exp + 1]), 2), "logits of another expert count");
         refused(route(&f(&[t + 1, n_exp]), 2), "logits of another token count");

@@ -846,6 +846,30 @@ static void test_norms() {
         emu_launch(sigmoid_mul_rows, Dim3{(unsigned)T, 1, 1}, bs, 0, b);
         expect("sigmoid_mul_rows" + tag, X.get<float>(x.size()), wants, 1e-7, 1e-6);
     }
+    // rms_norm_slices_whole (after matmul_add_rms_norm's product): a block per slice of 256 of each
+    // token row, every block reading the whole row; the row itself unchanged.
+    for (int d : {256, 1280, 2048, 4096}) {
+        const int T = 3;
+        auto x = normals((size_t)T * d, 3.0f), w = normals(d);
+        Buf X = Buf::of(x), W = Buf::of(w), O(4 * x.size());
+        std::vector<double> want(x.size()), same(x.begin(), x.end());
+        for (int r = 0; r < T; ++r) {
+            double ss = 0;
+            for (int i = 0; i < d; ++i) ss += (double)x[(size_t)r * d + i] * x[(size_t)r * d + i];
+            const double sc = 1 / std::sqrt(ss / d + 1e-6);
+            for (int i = 0; i < d; ++i) want[(size_t)r * d + i] = x[(size_t)r * d + i] * sc * w[i];
+        }
+        Args a = args();
+        a.p[0] = X.addr();
+        a.p[2] = W.addr();
+        a.p[3] = O.addr();
+        a.n[0] = d;
+        a.f[0] = 1e-6f;
+        emu_launch(rms_norm_slices_whole, Dim3{(unsigned)(d / 256), (unsigned)T, 1}, 256, 0, a);
+        const std::string tag = " d " + std::to_string(d);
+        expect("rms_norm_slices_whole" + tag, O.get<float>(x.size()), want, 1e-6, 1e-5);
+        expect("rms_norm_slices_whole row unchanged" + tag, X.get<float>(x.size()), same, 0, 0);
+    }
 }
 
 // conv1d + SiLU, alone and fused with the q/k L2 norm (and with the delta-rule gates, which must

@@ -629,6 +629,7 @@ pub fn moe_route_experts_shared(
     weights: &Tensor,
     sh: super::SharedExpert<'_>,
     out: &Tensor,
+    next: Option<super::AddNorm<'_>>,
 ) -> Result<(MoeDims, usize)> {
     let op = "moe_route_experts_shared";
     let (t, e) = moe_route(logits, k, ids, weights)?;
@@ -643,7 +644,40 @@ pub fn moe_route_experts_shared(
         ));
     }
     no_alias(op, &[out, sh.gate_tmp, sh.up_tmp, sh.act, sh.out], &[logits])?;
+    if let Some(n) = next {
+        let inputs = [
+            x,
+            logits,
+            gate_exps,
+            up_exps,
+            down_exps,
+            ids,
+            weights,
+            sh.gate,
+            sh.up,
+            sh.down,
+            sh.gate_logit,
+        ];
+        add_norm_after(op, out, n, &inputs)?;
+    }
     Ok(r)
+}
+
+/// `next` of an op whose result is `y`: `add_rms_norm(next.acc, y, next.w, next.out)`'s rules, and
+/// `next.acc` not aliasing the op's `inputs` (a backend may add into the residual while the op
+/// still reads them). `next.out` may be one of them: it is written after the op has read them (a
+/// layer's FFN reads the normed rows that its output's norm then overwrites).
+fn add_norm_after(op: &str, y: &Tensor, next: super::AddNorm<'_>, inputs: &[&Tensor]) -> Result<()> {
+    add_rms_norm(next.acc, y, next.w, next.out)?;
+    no_alias(op, &[next.acc], inputs)
+}
+
+/// `matmul_add_rms_norm`: `matmul(w, x, y)` and `add_rms_norm(next.acc, y, next.w, next.out)`,
+/// `next.acc` aliasing neither `w` nor `x`. Returns the product's dimensions.
+pub fn matmul_add_rms_norm(w: &Tensor, x: &Tensor, y: &Tensor, next: super::AddNorm<'_>) -> Result<MatmulDims> {
+    let d = matmul(w, x, y)?;
+    add_norm_after("matmul_add_rms_norm", y, next, &[w, x])?;
+    Ok(d)
 }
 
 /// `argmax`; returns `(T, V)`.

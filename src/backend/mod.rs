@@ -220,6 +220,17 @@ pub struct SharedExpert<'a> {
     pub out: &'a Tensor,
 }
 
+/// The residual update and RMSNorm that follow a block's output (spec/MODEL.md §3): `acc += y`,
+/// then `out = rms_norm(acc; w, eps)`, the next block's input, `y` being the producing op's result
+/// (`Backend::matmul_add_rms_norm`, `Backend::moe_route_experts_shared`).
+#[derive(Clone, Copy)]
+pub struct AddNorm<'a> {
+    pub acc: &'a Tensor,
+    pub w: &'a Tensor,
+    pub eps: f32,
+    pub out: &'a Tensor,
+}
+
 /// Most products one `Backend::matmul_group` takes (a Gated DeltaNet layer has four).
 pub const MAX_GROUP: usize = 4;
 
@@ -407,6 +418,16 @@ pub trait Backend: Send + Sync {
         check::add_rms_norm(acc, x, w, out)?;
         self.add_assign(acc, x)?;
         self.rms_norm(acc, w, eps, out)
+    }
+    /// A block's last product, its residual add and the next RMSNorm: `y = matmul(w, x)`, then
+    /// `add_rms_norm(next.acc, y, next.w, next.eps, next.out)`. `y` is scratch: its contents
+    /// afterwards are unspecified (a backend may add the product into `next.acc` directly, so that
+    /// the norm needs no residual add of its own). The default is that composition (the CPU
+    /// reference).
+    fn matmul_add_rms_norm(&self, w: &Tensor, x: &Tensor, y: &Tensor, next: AddNorm<'_>) -> Result<()> {
+        check::matmul_add_rms_norm(w, x, y, next)?;
+        self.matmul(w, x, y)?;
+        self.add_rms_norm(next.acc, y, next.w, next.eps, next.out)
     }
     /// `out = silu(gate) * up`.
     fn swiglu(&self, gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<()>;
@@ -624,8 +645,10 @@ pub trait Backend: Send + Sync {
     }
     /// A MoE FFN's routing and experts in one op: `moe_route(logits, k, scale, ids, weights)`
     /// then `moe_experts_shared(x, .., ids, weights, sh, out)` (logits `[T, E]` of the E experts
-    /// of `gate_exps`), ids and weights written as `moe_route` writes them. The default is that
-    /// composition (the CPU reference); a GPU backend may route inside the experts' first launch.
+    /// of `gate_exps`), ids and weights written as `moe_route` writes them; with `next`, then
+    /// `add_rms_norm(next.acc, out, next.w, next.eps, next.out)`, `out` being scratch (as
+    /// `matmul_add_rms_norm`'s `y`). The default is that composition (the CPU reference); a GPU
+    /// backend may route inside the experts' first launch, or add their sum into `next.acc`.
     #[allow(clippy::too_many_arguments)]
     fn moe_route_experts_shared(
         &self,
@@ -640,10 +663,11 @@ pub trait Backend: Send + Sync {
         weights: &Tensor,
         sh: SharedExpert<'_>,
         out: &Tensor,
+        next: Option<AddNorm<'_>>,
     ) -> Result<()> {
-        check::moe_route_experts_shared(x, logits, k, gate_exps, up_exps, down_exps, ids, weights, sh, out)?;
+        check::moe_route_experts_shared(x, logits, k, gate_exps, up_exps, down_exps, ids, weights, sh, out, next)?;
         self.moe_route(logits, k, scale, ids, weights)?;
-        self.moe_experts_shared(x, gate_exps, up_exps, down_exps, ids, weights, sh, out)
+        moe_experts_shared_then(self, x, gate_exps, up_exps, down_exps, ids, weights, sh, out, next)
     }
 
     /// Row-wise argmax of `logits` `[T, V]` into U32 `out` `[T]`: the first index of the largest
@@ -671,6 +695,28 @@ pub fn moe_experts_shared_composed<B: Backend + ?Sized>(
     be.matmul_swiglu(sh.gate, sh.up, x, sh.gate_tmp, sh.up_tmp, sh.act)?;
     be.matmul(sh.down, sh.act, sh.out)?;
     be.sigmoid_scale_add(out, sh.out, sh.gate_logit)
+}
+
+/// `moe_experts_shared` then `next`'s residual add and norm of its output: the routed op's tail in
+/// the default composition and in a backend's fallback (`moe_route_experts_shared`).
+#[allow(clippy::too_many_arguments)]
+pub fn moe_experts_shared_then<B: Backend + ?Sized>(
+    be: &B,
+    x: &Tensor,
+    gate_exps: &Tensor,
+    up_exps: &Tensor,
+    down_exps: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    sh: SharedExpert<'_>,
+    out: &Tensor,
+    next: Option<AddNorm<'_>>,
+) -> Result<()> {
+    be.moe_experts_shared(x, gate_exps, up_exps, down_exps, ids, weights, sh, out)?;
+    match next {
+        Some(n) => be.add_rms_norm(n.acc, out, n.w, n.eps, n.out),
+        None => Ok(()),
+    }
 }
 
 /// Names of the backends compiled into this build.

@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub use session::{LayerState, Session, Snapshot, SnapshotLayer};
 
 use crate::backend::{
-    AttnPrep, Backend, DType, GdnGates, GdnStep, Pos, ReadFuture, SharedExpert, StepMode, Tensor, NON_FINITE,
+    AddNorm, AttnPrep, Backend, DType, GdnGates, GdnStep, Pos, ReadFuture, SharedExpert, StepMode, Tensor, NON_FINITE,
 };
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
@@ -528,20 +528,29 @@ impl Model {
         };
         be.rms_norm(&sc.h, &first.attn_norm, eps, &sc.xn)?;
         let fuse_final = sc.t == 1 && matches!(head, Some(Head::LastLogits | Head::LastArgmax));
+        // A block's output is added into the residual stream `h`, which is then normed into the
+        // next block's input (the op that produces the output does both: `AddNorm`).
+        let add_norm = |w, out| AddNorm {
+            acc: &sc.h,
+            w,
+            eps,
+            out,
+        };
         for (i, (l, state)) in layers.iter().zip(s.layers.iter()).enumerate() {
+            let post = add_norm(&l.post_norm, &sc.xn);
             match (&l.mixer, state) {
-                (Mixer::Gdn(w), LayerState::Gdn { conv, delta }) => self.gdn(w, conv, delta, sc, mode)?,
-                (Mixer::Attn(w), LayerState::Attn { k, v }) => self.attention(w, k, v, sc, pos)?,
+                (Mixer::Gdn(w), LayerState::Gdn { conv, delta }) => self.gdn(w, conv, delta, sc, mode, post)?,
+                (Mixer::Attn(w), LayerState::Attn { k, v }) => self.attention(w, k, v, sc, pos, post)?,
                 _ => return Err(Error::Backend("session does not match the model's layer types".into())),
             }
-            be.add_rms_norm(&sc.h, &sc.mix, &l.post_norm, eps, &sc.xn)?;
-            self.ffn(&l.ffn, sc)?;
-            match layers.get(i + 1) {
-                Some(next) => be.add_rms_norm(&sc.h, &sc.mix, &next.attn_norm, eps, &sc.xn)?,
-                None if fuse_final => {
-                    be.add_rms_norm(&sc.h, &sc.mix, &self.weights.output_norm, eps, &sc.head_last.normed)?
-                }
-                None => be.add_assign(&sc.h, &sc.mix)?,
+            let next = match layers.get(i + 1) {
+                Some(next) => Some(add_norm(&next.attn_norm, &sc.xn)),
+                None if fuse_final => Some(add_norm(&self.weights.output_norm, &sc.head_last.normed)),
+                None => None,
+            };
+            self.ffn(&l.ffn, sc, next)?;
+            if next.is_none() {
+                be.add_assign(&sc.h, &sc.mix)?;
             }
             if let Some(f) = observe.as_mut() {
                 f(Some(i), be.read_f32(&sc.h)?);
@@ -580,7 +589,15 @@ impl Model {
     }
 
     /// Gated DeltaNet mixer (spec/MODEL.md §5): xn -> mix.
-    fn gdn(&self, w: &GdnWeights, conv: &Tensor, delta: &Tensor, sc: &Scratch, mode: DeltaMode) -> Result<()> {
+    fn gdn(
+        &self,
+        w: &GdnWeights,
+        conv: &Tensor,
+        delta: &Tensor,
+        sc: &Scratch,
+        mode: DeltaMode,
+        post: AddNorm<'_>,
+    ) -> Result<()> {
         let be = self.backend.as_ref();
         let dims = self.config.gdn;
         be.matmul_group(
@@ -617,11 +634,20 @@ impl Model {
             };
             be.gdn_recurrent_step(step, dims, l2_eps, self.config.eps)?;
         }
-        be.matmul(&w.out, &sc.o_normed, &sc.mix)
+        be.matmul_add_rms_norm(&w.out, &sc.o_normed, &sc.mix, post)
     }
 
-    /// Gated full attention (spec/MODEL.md §6): xn -> mix, appending to the KV cache.
-    fn attention(&self, w: &AttnWeights, kc: &Tensor, vc: &Tensor, sc: &Scratch, pos: Pos) -> Result<()> {
+    /// Gated full attention (spec/MODEL.md §6): xn -> h += out, then `post`, appending to the KV
+    /// cache.
+    fn attention(
+        &self,
+        w: &AttnWeights,
+        kc: &Tensor,
+        vc: &Tensor,
+        sc: &Scratch,
+        pos: Pos,
+        post: AddNorm<'_>,
+    ) -> Result<()> {
         let be = self.backend.as_ref();
         let cfg = &self.config;
         let dims = cfg.attn;
@@ -641,14 +667,20 @@ impl Model {
         be.attn_qk_prep(prep, hd, cfg.n_rot, cfg.rope_theta, cfg.eps, kc, vc, pos)?;
         let scale = 1.0 / (hd as f32).sqrt();
         be.attention_gated(&sc.q_normed, kc, vc, pos, dims, scale, &sc.gate, &sc.att)?;
-        be.matmul(&w.out, &sc.att, &sc.mix)
+        be.matmul_add_rms_norm(&w.out, &sc.att, &sc.mix, post)
     }
 
-    /// FFN (spec/MODEL.md §7): xn -> mix.
-    fn ffn(&self, f: &Ffn, sc: &Scratch) -> Result<()> {
+    /// FFN (spec/MODEL.md §7): xn -> h += out, then `next` (without it, xn -> mix).
+    fn ffn(&self, f: &Ffn, sc: &Scratch, next: Option<AddNorm<'_>>) -> Result<()> {
         let be = self.backend.as_ref();
         match f {
-            Ffn::Dense { gate, up, down } => self.swiglu_mlp(gate, up, down, sc, &sc.mix),
+            Ffn::Dense { gate, up, down } => {
+                be.matmul_swiglu(gate, up, &sc.xn, &sc.ff_gate, &sc.ff_up, &sc.ff_act)?;
+                match next {
+                    Some(n) => be.matmul_add_rms_norm(down, &sc.ff_act, &sc.mix, n),
+                    None => be.matmul(down, &sc.ff_act, &sc.mix),
+                }
+            }
             Ffn::Moe {
                 router,
                 gate_exps,
@@ -689,14 +721,9 @@ impl Model {
                     wts,
                     sh,
                     &sc.mix,
+                    next,
                 )
             }
         }
-    }
-
-    fn swiglu_mlp(&self, gate: &Tensor, up: &Tensor, down: &Tensor, sc: &Scratch, out: &Tensor) -> Result<()> {
-        let be = self.backend.as_ref();
-        be.matmul_swiglu(gate, up, &sc.xn, &sc.ff_gate, &sc.ff_up, &sc.ff_act)?;
-        be.matmul(down, &sc.ff_act, out)
     }
 }

@@ -489,9 +489,11 @@ static TcPrep prep_tc(int fmt, const float* x, int T, int n_in) {
 // One launch of mv_body<F, R, KW> over the products `idx` of (weights, outputs, rows), as
 // src/backend/cuda/ops/linear.rs fills it (Mv::chunks, matvec_tc::run) for a dense product.
 // `swap` exchanges the first two segments' weights (the mutation check; equal row counts).
+// `acc`: the kernel adds its rows into the outputs (n11 bit 5, matmul_add_rms_norm's residual add).
 template <class F, int R, int KW, bool DENSE, bool PIPE = false>
 static void launch_body(const std::vector<int>& idx, const std::vector<uint8_t*>& w, const std::vector<float*>& out,
-                        const std::vector<int>& rows, const TcPrep& x, int T, int n_in, size_t rb, bool swap = false) {
+                        const std::vector<int>& rows, const TcPrep& x, int T, int n_in, size_t rb, bool swap = false,
+                        bool acc = false) {
     ::Args a;
     memset(&a, 0, sizeof a);
     int blocks = 0;
@@ -508,7 +510,7 @@ static void launch_body(const std::vector<int>& idx, const std::vector<uint8_t*>
     a.n[4] = 1;  // n_experts
     a.n[5] = 1;  // x_group
     a.n[6] = 1;  // nsum
-    a.n[11] = PIPE ? 8 : 0;  // the first step loaded before the (emulated) wait
+    a.n[11] = (PIPE ? 8 : 0) | (acc ? 32 : 0);  // 8: the first step loaded before the (emulated) wait
     pf_emu::launch(dim3(blocks, T), dim3(32 * KW), 0, pf_emu::EARLY,
                    [&] { mvtc::mv_body<F, R, KW, false, DENSE, false, PIPE>(a); });
 }
@@ -547,6 +549,18 @@ static void check_group(const char* name, int fmt, std::vector<int> rows, int n_
             unlike_plain += memcmp(alone[i], grouped[i], 4 * (size_t)T * rows[i]) != 0;
         }
     }
+    // Each product added into a residual (n11 bit 5): bit for bit the residual plus its own
+    // launch's values, one f32 addition (the CPU reference's add_assign).
+    int unlike_add = 0;
+    for (int i = 0; i < n && !swap; i++) {
+        const std::vector<float> r = make_x(0, T * rows[i]);
+        memcpy(grouped[i], r.data(), 4 * r.size());
+        launch_body<F, R, KW, DENSE, PIPE>({i}, w, grouped, rows, xp, T, n_in, rb, false, true);
+        for (size_t j = 0; j < r.size(); j++) {
+            const float want = r[j] + alone[i][j];
+            unlike_add += memcmp(&want, &grouped[i][j], 4) != 0;
+        }
+    }
     launch_body<F, R, KW, DENSE, PIPE>(all, w, grouped, rows, xp, T, n_in, rb, swap);
     // Each product alone against the f64 reference (the production body's own check), then the
     // group against the products alone.
@@ -564,7 +578,7 @@ static void check_group(const char* name, int fmt, std::vector<int> rows, int n_
         bad += memcmp(alone[i], grouped[i], 4 * (size_t)T * rows[i]) != 0;
         desc += (i ? "+" : "") + std::to_string(rows[i]);
     }
-    const bool ok = wrong == 0 && unlike_plain == 0 && (swap ? bad > 0 : bad == 0);
+    const bool ok = wrong == 0 && unlike_plain == 0 && unlike_add == 0 && (swap ? bad > 0 : bad == 0);
     g_checks++;
     if (!ok) g_fail++;
     printf("%s mvtc group %-9s%s%s rows %-16s n_in %5d T %d: %d of %d differ from their own launch%s; alone: worst "
@@ -572,6 +586,7 @@ static void check_group(const char* name, int fmt, std::vector<int> rows, int n_
            ok ? "ok  " : "FAIL", name, PIPE ? " pipe" : "", swap ? " MUTATION weights swapped" : "", desc.c_str(), n_in,
            T, bad, n, swap ? " (must be > 0)" : "", worst,
            PIPE ? (", " + std::to_string(unlike_plain) + " differ from the plain loop's").c_str() : "");
+    if (unlike_add) printf("     %d values added into a residual differ from residual + product\n", unlike_add);
     fflush(stdout);
     for (int i = 0; i < n; i++) dev_free(w[i]), dev_free(alone[i]), dev_free(grouped[i]);
     dev_free(x), dev_free(xp.xa), dev_free(xp.xs);

@@ -38,8 +38,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
 use crate::backend::{
-    AttnDims, AttnPrep, Backend, BackendOptions, DType, GdnDims, GdnGates, GdnStep, Pos, Precision, ReadFuture,
-    SharedExpert, StepMode, Tensor, WeightData,
+    check, AddNorm, AttnDims, AttnPrep, Backend, BackendOptions, DType, GdnDims, GdnGates, GdnStep, Pos, Precision,
+    ReadFuture, SharedExpert, StepMode, Tensor, WeightData,
 };
 use crate::error::Result;
 use driver::{cuda_err, Device, Stream};
@@ -357,6 +357,9 @@ impl Backend for CudaBackend {
     fn add_rms_norm(&self, acc: &Tensor, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
         ops::norm::add_rms_norm(&self.inner, acc, x, w, eps, out)
     }
+    fn matmul_add_rms_norm(&self, w: &Tensor, x: &Tensor, y: &Tensor, next: AddNorm<'_>) -> Result<()> {
+        ops::norm::matmul_add_rms_norm(&self.inner, w, x, y, next)
+    }
     fn swiglu(&self, gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<()> {
         ops::eltwise::swiglu(&self.inner, gate, up, out)
     }
@@ -508,10 +511,46 @@ impl Backend for CudaBackend {
         sh: SharedExpert<'_>,
         out: &Tensor,
     ) -> Result<()> {
-        if ops::linear::moe_experts_shared(&self.inner, x, gate_exps, up_exps, down_exps, ids, weights, sh, out)? {
+        if ops::linear::moe_experts_shared(
+            &self.inner,
+            x,
+            gate_exps,
+            up_exps,
+            down_exps,
+            ids,
+            weights,
+            sh,
+            out,
+            false,
+        )? {
             return Ok(());
         }
         crate::backend::moe_experts_shared_composed(self, x, gate_exps, up_exps, down_exps, ids, weights, sh, out)
+    }
+    fn moe_route_experts_shared(
+        &self,
+        x: &Tensor,
+        logits: &Tensor,
+        k: usize,
+        scale: f32,
+        gate_exps: &Tensor,
+        up_exps: &Tensor,
+        down_exps: &Tensor,
+        ids: &Tensor,
+        weights: &Tensor,
+        sh: SharedExpert<'_>,
+        out: &Tensor,
+        next: Option<AddNorm<'_>>,
+    ) -> Result<()> {
+        check::moe_route_experts_shared(x, logits, k, gate_exps, up_exps, down_exps, ids, weights, sh, out, next)?;
+        self.moe_route(logits, k, scale, ids, weights)?;
+        let inner = &self.inner;
+        if let Some(n) = next {
+            if ops::norm::moe_experts_add_rms_norm(inner, x, gate_exps, up_exps, down_exps, ids, weights, sh, n)? {
+                return Ok(());
+            }
+        }
+        crate::backend::moe_experts_shared_then(self, x, gate_exps, up_exps, down_exps, ids, weights, sh, out, next)
     }
     fn argmax(&self, logits: &Tensor, out: &Tensor) -> Result<()> {
         ops::eltwise::argmax(&self.inner, logits, out)

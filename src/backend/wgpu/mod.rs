@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::backend::{
-    check, AttnDims, AttnPrep, Backend, BackendOptions, DType, GdnDims, GdnGates, Pos, Precision, SharedExpert,
-    StepMode, Tensor, WeightData, WeightUpload,
+    check, AddNorm, AttnDims, AttnPrep, Backend, BackendOptions, DType, GdnDims, GdnGates, Pos, Precision,
+    SharedExpert, StepMode, Tensor, WeightData, WeightUpload,
 };
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
@@ -581,13 +581,18 @@ impl Backend for WgpuBackend {
         weights: &Tensor,
         sh: SharedExpert<'_>,
         out: &Tensor,
+        next: Option<AddNorm<'_>>,
     ) -> Result<()> {
+        check::moe_route_experts_shared(x, logits, k, gate_exps, up_exps, down_exps, ids, weights, sh, out, next)?;
         let route = ops::Route { logits, k, scale };
         if ops::moe_route_experts_shared(self, x, route, gate_exps, up_exps, down_exps, ids, weights, sh, out)? {
-            return Ok(());
+            return match next {
+                Some(n) => self.add_rms_norm(n.acc, out, n.w, n.eps, n.out),
+                None => Ok(()),
+            };
         }
         self.moe_route(logits, k, scale, ids, weights)?;
-        self.moe_experts_shared(x, gate_exps, up_exps, down_exps, ids, weights, sh, out)
+        crate::backend::moe_experts_shared_then(self, x, gate_exps, up_exps, down_exps, ids, weights, sh, out, next)
     }
     fn argmax(&self, logits: &Tensor, out: &Tensor) -> Result<()> {
         ops::argmax(self, logits, out)

@@ -296,6 +296,9 @@ pub(crate) struct Mv<'a> {
     pub(crate) vectors: usize,
     /// A shared expert as the last of every token's `x_group * nsum` entries.
     pub(crate) shared: Option<MvShared>,
+    /// The kernel adds its rows into `out` (`out += W x`: the residual add of
+    /// `matmul_add_rms_norm`); the tensor-core kernels only (matvec_tc.cuh, n11 bit 5).
+    pub(crate) accumulate: bool,
 }
 
 /// A shared expert run as one more expert per token (kernels-cuda/common.cuh `MvShared`): its
@@ -332,6 +335,7 @@ impl<'a> Mv<'a> {
             nsum: 1,
             vectors: d.t,
             shared: None,
+            accumulate: false,
         })
     }
 
@@ -460,6 +464,10 @@ fn run_mv_with(
     }
     let glu = m.w2.is_some();
     let path = mv_path(inner, m);
+    if m.accumulate && (glu || !matches!(path, MvPath::Tc(_))) {
+        // Only the tensor-core kernels' plain epilogue adds into its output.
+        return Err(cuda_err(format!("{op}: no {} kernel adds into its output", m.w.suffix)));
+    }
     if m.parts.len() > 1 && (glu || m.ids != 0 || m.shared.is_some() || !takes_group(&path, m.w.ty)) {
         // The kernel would read the first product's table entry only.
         return Err(cuda_err(format!(
@@ -678,6 +686,27 @@ pub(crate) fn matmul_group(inner: &Inner, ws: &[&Tensor], x: &Tensor, outs: &[&T
     Ok(())
 }
 
+/// `acc += x · Wᵀ` for a decode batch (T <= `MATVEC_MAX_T`) whose product runs on the
+/// tensor-core kernels, which add their rows into `acc` (`Mv::accumulate`); `Ok(false)` otherwise
+/// (nothing done). The caller has checked the operands (`check::matmul(w, x, acc)`'s rules).
+pub(crate) fn matmul_accumulate(inner: &Inner, w: &Tensor, x: &Tensor, acc: &Tensor) -> Result<bool> {
+    let op = "matmul_add_rms_norm";
+    let d = check::matmul(w, x, acc)?;
+    if d.t == 0 || d.t > MATVEC_MAX_T || d.n_in == 0 || d.n_out == 0 {
+        return Ok(false);
+    }
+    let wt = weight(op, w, d.n_out, d.n_in)?;
+    let mut m = Mv::dense(&wt, None, x, ptr(acc, op)?, d)?;
+    m.accumulate = true;
+    if !matches!(mv_path(inner, &m), MvPath::Tc(_)) {
+        return Ok(false);
+    }
+    // As `matmul`: the producer of x learns the layouts its readers take.
+    matvec_tc::read_by(inner, x, wt.ty, d.n_in);
+    run_mv(inner, op, &m, &[w, x, acc], &[acc])?;
+    Ok(true)
+}
+
 /// The exact kernel for `out [T, n_out] = x [T, n_in] · Wᵀ` by batch size.
 fn matmul_dispatch(
     inner: &Inner,
@@ -825,7 +854,7 @@ pub(crate) fn moe_experts(
         }
     }
     let reads = [x, gate_exps, up_exps, down_exps, ids, weights];
-    experts_mv(inner, op, m, x, [&g, &u, &dn], ids, weights, None, &reads, out)
+    experts_mv(inner, op, m, x, [&g, &u, &dn], ids, weights, None, &reads, out, false).map(|_| ())
 }
 
 /// `RILL_CUDA_MOE_SHARED=0`: a MoE layer's shared expert in launches of its own (the trait's
@@ -849,7 +878,9 @@ struct SharedMv {
 /// down product in each token's sum, scaled in-kernel by `sigmoid(gate logit)`): no launches of
 /// its own. Taken for a decode batch (T <= `MATVEC_MAX_T`) whose shared expert has the routed
 /// experts' hidden width and, per projection, their format; `Ok(false)` otherwise (nothing done:
-/// the caller composes the plain ops).
+/// the caller composes the plain ops). `accumulate`: add the result into `out` (the residual add
+/// of `moe_route_experts_shared`'s `next`), only where the down product runs on the tensor cores
+/// (else `Ok(false)`, nothing done).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn moe_experts_shared(
     inner: &Inner,
@@ -861,6 +892,7 @@ pub(crate) fn moe_experts_shared(
     weights: &Tensor,
     sh: SharedExpert<'_>,
     out: &Tensor,
+    accumulate: bool,
 ) -> Result<bool> {
     let op = "moe_experts_shared";
     let (m, n_ff_sh) = check::moe_experts_shared(x, gate_exps, up_exps, down_exps, ids, weights, sh, out)?;
@@ -895,8 +927,19 @@ pub(crate) fn moe_experts_shared(
         sh.down,
         sh.gate_logit,
     ];
-    experts_mv(inner, op, m, x, [&g, &u, &dn], ids, weights, Some(&shared), &reads, out)?;
-    Ok(true)
+    experts_mv(
+        inner,
+        op,
+        m,
+        x,
+        [&g, &u, &dn],
+        ids,
+        weights,
+        Some(&shared),
+        &reads,
+        out,
+        accumulate,
+    )
 }
 
 /// The expert products of a few tokens on the matrix-vector kernels: hidden rows
@@ -916,7 +959,8 @@ fn experts_mv<'a>(
     sh: Option<&SharedMv>,
     reads: &[&Tensor],
     out: &Tensor,
-) -> Result<()> {
+    accumulate: bool,
+) -> Result<bool> {
     let [g, u, dn] = w;
     let (t, d, e, f) = (m.t, m.d, m.n_exp, m.n_ff);
     let per_token = m.k + usize::from(sh.is_some());
@@ -943,6 +987,7 @@ fn experts_mv<'a>(
         nsum: 1,
         vectors: entries,
         shared,
+        accumulate: false,
     };
     let shared = |w: &Weight, w2: Option<&Weight>| MvShared {
         w: w.ptr,
@@ -970,7 +1015,11 @@ fn experts_mv<'a>(
             w2: 0,
             gate_logits: s.gate_logits,
         }),
+        accumulate,
     };
+    if accumulate && !matches!(mv_path(inner, &down), MvPath::Tc(_)) {
+        return Ok(false);
+    }
     // With a tensor-core down product, the SwiGLU's own blocks prepare the hidden rows for it
     // (kernels-cuda/out_prep.cuh) instead of a prep launch between the two.
     let mut ready = None;
@@ -1022,7 +1071,8 @@ fn experts_mv<'a>(
             &[],
         )?;
     }
-    run_mv_with(inner, op, &down, reads, &[out], ready, None)
+    run_mv_with(inner, op, &down, reads, &[out], ready, None)?;
+    Ok(true)
 }
 
 // ---- fast-tier matrix-vector kernels ------------------------------------------------------------

@@ -225,13 +225,17 @@ fn pipe_glu_on() -> bool {
     *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_PIPE_GLU"))
 }
 
-/// The n11 bits of a launch of `m`: the prefetches (`tc_prefetch`), bits 3 (`pipe_pre_on`) and 4
-/// (`pipe_glu_on`).
+/// The n11 bits of a launch of `m`: the prefetches (`tc_prefetch`), bits 3 (`pipe_pre_on`), 4
+/// (`pipe_glu_on`) and 5 (`Mv::accumulate`).
 fn n11_bits(m: &Mv) -> i64 {
     let pf = tc_prefetch();
     let bytes = m.parts.rows() * m.w.row_bytes * if m.w2.is_some() { 2 } else { 1 };
     let small = pf & 4 != 0 && bytes <= SMALL_PF_BYTES;
-    (pf & 3) | i64::from(small) | if pipe_pre_on() { 8 } else { 0 } | if pipe_glu_on() { 16 } else { 0 }
+    (pf & 3)
+        | i64::from(small)
+        | if pipe_pre_on() { 8 } else { 0 }
+        | if pipe_glu_on() { 16 } else { 0 }
+        | if m.accumulate { 32 } else { 0 }
 }
 
 /// A prepared x: the A (or B) words of every row, then the sums of every row.

@@ -9,7 +9,7 @@ use crate::backend::cuda::buffer::ptr;
 use crate::backend::cuda::launch::Args;
 use crate::backend::cuda::profile::Phase;
 use crate::backend::cuda::{Inner, SYNC_PARTIALS};
-use crate::backend::{check, GdnDims, Tensor};
+use crate::backend::{check, AddNorm, GdnDims, SharedExpert, Tensor};
 use crate::error::Result;
 
 /// Threads per block for `g` groups of `d` values. Many groups (prefill) fill the GPU with one
@@ -114,6 +114,79 @@ fn rms_norm_slices(
     let mut uses = vec![acc, w, out];
     uses.extend(x);
     launch_slices(inner, op, out, t, d, a, &uses, Producer::Norm, Phase::Norms)
+}
+
+/// Whether `matmul_add_rms_norm` and `moe_route_experts_shared`'s `next` add the product into
+/// the residual inside the product (`RILL_CUDA_ADD_NORM=0`: the composition, for A/B runs). Read
+/// once.
+fn add_norm_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_ADD_NORM"))
+}
+
+/// The token rows of `next.out` (`d` values per row) when the norm after a product that added
+/// itself into the residual can run over slices with no grid barrier (`rms_norm_slices_whole`):
+/// a decode shape of whole slices, not the fast prefill path's (which wants an f16 copy).
+fn add_norm_rows(inner: &Inner, next: AddNorm<'_>, d: usize) -> Option<usize> {
+    let t = decode_rows(next.out)?;
+    (add_norm_on() && next.out.numel() == t * d && slices_fit(inner, t, d, false) && !gemm::fast_batch(inner, t))
+        .then_some(t)
+}
+
+/// RMSNorm over slices of a row nobody writes meanwhile (norm.cu `rms_norm_slices_whole`: each
+/// block reads the whole row, no grid barrier).
+fn rms_norm_whole(inner: &Inner, next: AddNorm<'_>, t: usize, d: usize) -> Result<()> {
+    let op = "rms_norm_slices_whole";
+    let mut a = Args::default();
+    a.p[0] = ptr(next.acc, op)?;
+    a.p[2] = ptr(next.w, op)?;
+    a.p[3] = ptr(next.out, op)?;
+    a.n[0] = d as i64;
+    a.f[0] = next.eps;
+    let uses = [next.acc, next.w, next.out];
+    launch_slices(inner, op, next.out, t, d, a, &uses, Producer::Norm, Phase::Norms)
+}
+
+/// `Backend::matmul_add_rms_norm`: in decode, the product adds its rows into the residual itself
+/// (`linear::matmul_accumulate`) and the norm reads the finished row with no barrier; otherwise
+/// the composition.
+pub(crate) fn matmul_add_rms_norm(inner: &Inner, w: &Tensor, x: &Tensor, y: &Tensor, next: AddNorm<'_>) -> Result<()> {
+    let d = check::matmul_add_rms_norm(w, x, y, next)?;
+    if let Some(t) = add_norm_rows(inner, next, d.n_out) {
+        if linear::matmul_accumulate(inner, w, x, next.acc)? {
+            return rms_norm_whole(inner, next, t, d.n_out);
+        }
+    }
+    linear::matmul(inner, w, x, y)?;
+    add_rms_norm(inner, next.acc, y, next.w, next.eps, next.out)
+}
+
+/// `moe_experts_shared` and `next` (`moe_route_experts_shared` after its routing): in decode the
+/// down product adds the experts' sum into the residual itself and the norm reads the finished
+/// row; `Ok(false)` where that does not apply (nothing done). The caller has checked the operands.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn moe_experts_add_rms_norm(
+    inner: &Inner,
+    x: &Tensor,
+    gate_exps: &Tensor,
+    up_exps: &Tensor,
+    down_exps: &Tensor,
+    ids: &Tensor,
+    weights: &Tensor,
+    sh: SharedExpert<'_>,
+    next: AddNorm<'_>,
+) -> Result<bool> {
+    let d = x.shape.last().copied().unwrap_or(0);
+    let Some(t) = add_norm_rows(inner, next, d) else {
+        return Ok(false);
+    };
+    if !linear::moe_experts_shared(
+        inner, x, gate_exps, up_exps, down_exps, ids, weights, sh, next.acc, true,
+    )? {
+        return Ok(false);
+    }
+    rms_norm_whole(inner, next, t, d)?;
+    Ok(true)
 }
 
 /// The token rows of a decode-shaped RMSNorm over `out` (`d` values per row) that runs over slices,

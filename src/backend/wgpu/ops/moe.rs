@@ -234,6 +234,7 @@ pub(crate) fn moe_route_experts_shared(
         weights,
         sh,
         out,
+        None,
     )?;
     if !be.caps.moe_route || dims.0.n_exp > MAX_EXPERTS {
         return Ok(false);
