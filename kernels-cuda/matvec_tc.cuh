@@ -498,24 +498,30 @@ struct PreOf<F, R, true> {
 // R = 2: 158-166 registers against 112, so fewer blocks per SM), so the tall kernels, which only
 // dense products use, are instantiated without it.
 //
+// ALT (with DENSE): the block's product reads its prepared x at p4 (words) and p5 (sums) and its
+// rows are n10 bytes: the second format of a launch that holds products of two (mvtc_mix_Q6_K_Q4_K,
+// matvec_tc6.cu), whose first format takes the usual slots.
+//
 // PIPE: each matrix's share through rows_db (the next step's weights in flight during this one's
 // arithmetic; F must have the load / math split), and a product without experts loads its first
 // step's weights before the dependent-launch wait (weights are written by no kernel).
-template <class F, int R, int KW, bool GLU, bool DENSE = false, bool SHARED = false, bool PIPE = false>
+template <class F, int R, int KW, bool GLU, bool DENSE = false, bool SHARED = false, bool PIPE = false,
+          bool ALT = false>
 static __device__ __forceinline__ void mv_body(const ::Args& a) {
     static_assert(32 * KW >= 16 * R, "one thread per row for the final sum");
     static_assert(!(DENSE && SHARED), "a shared expert is one of a MoE product's experts");
+    static_assert(!ALT || DENSE, "the alternate x slots are the experts' ids and scales");
     constexpr int NW = GLU ? 2 : 1;  // weight matrices
     __shared__ float red[NW][KW][16 * R];
     const MvSeg seg = mv_segment<GLU || SHARED ? 1 : F::SEGS>(a);  // this block's product
     const uint8_t* W[2] = {reinterpret_cast<const uint8_t*>(seg.w), reinterpret_cast<const uint8_t*>(a.p[1])};
-    const uint32_t* xa = reinterpret_cast<const uint32_t*>(a.p[2]);
+    const uint32_t* xa = reinterpret_cast<const uint32_t*>(a.p[ALT ? 4 : 2]);
     float* out = reinterpret_cast<float*>(seg.out);
     const uint32_t* ids = DENSE ? nullptr : reinterpret_cast<const uint32_t*>(a.p[4]);
     const float* scales = DENSE ? nullptr : reinterpret_cast<const float*>(a.p[5]);
-    const float* xs = reinterpret_cast<const float*>(a.p[6]);
+    const float* xs = reinterpret_cast<const float*>(a.p[ALT ? 5 : 6]);
     const int n_out = seg.rows, nsb = (int)(a.n[1] / 256);
-    const size_t row_bytes = (size_t)a.n[2], expert_bytes = (size_t)a.n[3];
+    const size_t row_bytes = (size_t)a.n[ALT ? 10 : 2], expert_bytes = (size_t)a.n[3];
     const uint32_t n_experts = (uint32_t)a.n[4];
     const int x_group = DENSE ? 1 : (int)a.n[5], nsum = DENSE ? 1 : (int)a.n[6];
     const size_t out_stride = (size_t)n_out;

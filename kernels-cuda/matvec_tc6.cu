@@ -16,6 +16,16 @@ KERNEL void __launch_bounds__(32) mvtc_prep_Q6_K(const Args a) {
 // 4096 rows 9.8 against 11.5, ffn down 23.5 against 31.6, the LM head 390 against 393; R = 2
 // is 1.7x slower: 152 registers against 96, one block per SM instead of two).
 KERNEL void __launch_bounds__(256) mvtc_Q6_K(const Args a) { mvtc::mv_body<mvtc6::TcQ6K, 1, 8, false>(a); }
+// Q4_K_M: a layer's one Q6_K projection (a Gated DeltaNet qkv, an attention v) and the Q4_K ones
+// of the same input in one launch (one ramp and tail instead of two). The Q6_K product is the
+// segment table's first entry, its blocks first (n9 of them), its x in the Q6_K layout at p4 / p5
+// and its rows of n10 bytes (mv_body ALT); the Q4_K products follow with the usual slots.
+KERNEL void __launch_bounds__(256) mvtc_mix_Q6_K_Q4_K(const Args a) {
+    if ((long long)blockIdx.x < a.n[9])
+        mvtc::mv_body<mvtc6::TcQ6K, 1, 8, false, true, false, false, true>(a);
+    else
+        mvtc::mv_body<mvtc::TcQ4K, 1, 8, false, true>(a);
+}
 KERNEL void __launch_bounds__(256) mvtc_glu_Q6_K(const Args a) {
     mvtc::mv_body<mvtc6::TcQ6K, 1, 8, true>(a);
     mvtc::glu_out_prep<16>(a);  // the down product's input (out_prep.cuh)

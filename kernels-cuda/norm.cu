@@ -18,6 +18,10 @@
 // barrier but the one after the outputs; the Q8_0 layout needs IMG_WORDS of dynamic shared memory
 // per warp. Rows that are not a multiple of 256 are not prepared.
 #include "common.cuh"
+#if !defined(PF_EMU)
+// (dev/cuda/emu/mvtc_checks.cpp runs this file's preps only: its emulator has no atomics.)
+#include "route.cuh"
+#endif
 #if defined(__CUDACC__) || defined(PF_EMU)
 // (dev/cuda/emulate.sh's host build has no tensor-core code: it leaves the prepared slots zero;
 // dev/cuda/emu/mvtc_checks.cpp runs the preps here on its emulator.)
@@ -183,6 +187,101 @@ KERNEL void __launch_bounds__(256) rms_norm_slices_whole(const Args a) {
     out[i] = y;
     prep_slice(a, y, d);
 }
+
+// A MoE layer's FFN input for one token (Backend::moe_ffn): acc += y, out = rms_norm(acc; w) (and
+// its prepared copies), the router's logits of out and the shared expert's gate logit, and the
+// routing (route.cuh), in one launch. Blocks 0 .. d/256-1 normalize and prepare a slice of out each
+// (as rms_norm_slices_whole); the others compute 8 router rows each (one warp a row, its first
+// NR_PRE * 128 weights loaded before the dependency wait: weights are written by no kernel; row E is
+// the shared expert's gate) on their own copy of out in shared memory. Every block sums the squares
+// of the whole row acc + y in one fixed order (every block the same scale, and out the same bits in
+// every block) and keeps its share of acc + y in registers; acc is written only by the last block
+// to count itself done (nobody reads it any more), from those registers, and that block routes the
+// logits (the others wrote them before they counted). Slots: p0 acc, p1 y, p2 w, p3 out, p4 p5 p7
+// prepared out or 0, p6 router [E, d]; n0 d (a multiple of 256, at most 256 * 4 * NR_V), n1 E (<= 256
+// * ROUTE_PER_THREAD), n2 k, n3 shared gate weight [d], n4 logits [E], n5 shared gate logit [1], n6
+// ids (u32 [k]), n7 weights [k], n8 the counter (u32, zero between launches); f0 eps, f1 the
+// weights' scale. Grid: d / 256 + ceil((E + 1) / 8) blocks of 256; dynamic shared memory d floats.
+#if !defined(PF_EMU)
+#define NR_PRE 16  // router weights per lane in registers: rows of up to 2048 entirely
+#define NR_V 8     // float4s of acc + y per thread: rows of up to 8192
+KERNEL void __launch_bounds__(256) moe_norm_route(const Args a) {
+    __shared__ RouteSmem sm;
+    __shared__ bool last;
+    DYNAMIC_SMEM(float, xs);
+    const int d = (int)a.n[0], E = (int)a.n[1], nsl = d / 256, tid = threadIdx.x, lane = tid % 32;
+    const int row = ((int)blockIdx.x - nsl) * 8 + tid / 32;
+    const bool router = (int)blockIdx.x >= nsl && row <= E;
+    const float* wr = !router ? nullptr
+                      : row < E ? reinterpret_cast<const float*>(a.p[6]) + (size_t)row * d
+                                : reinterpret_cast<const float*>(a.n[3]);
+    float4 wv[NR_PRE];
+#pragma unroll
+    for (int q = 0; q < NR_PRE; q++) {
+        const int j = 4 * lane + 128 * q;
+        wv[q] = router && j < d ? __ldg(reinterpret_cast<const float4*>(wr + j)) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+    kernel_start();
+    float* acc = reinterpret_cast<float*>(a.p[0]);
+    const float* y = reinterpret_cast<const float*>(a.p[1]);
+    const float* w = reinterpret_cast<const float*>(a.p[2]);
+    // Thread t: elements 4t .. 4t + 3, then 1024 further on, ...: all loads in flight at once.
+    float4 v[NR_V];
+    float ss = 0.0f;
+#pragma unroll
+    for (int q = 0; q < NR_V; q++) {
+        const int j = 4 * tid + 1024 * q;
+        if (j < d) {
+            const float4 h = load_l2_4(acc + j), u = load_l2_4(y + j);
+            v[q] = make_float4(h.x + u.x, h.y + u.y, h.z + u.z, h.w + u.w);
+            ss += v[q].x * v[q].x + v[q].y * v[q].y + v[q].z * v[q].z + v[q].w * v[q].w;
+            *reinterpret_cast<float4*>(xs + j) = v[q];
+        }
+    }
+    ss = block_sum(ss, sm.sh);  // (its barriers also publish xs)
+    const float s = 1.0f / sqrtf(ss / (float)d + a.f[0]);
+    if ((int)blockIdx.x < nsl) {
+        const int i = blockIdx.x * 256 + tid;
+        const float o = __fmul_rn(__fmul_rn(xs[i], s), w[i]);
+        reinterpret_cast<float*>(a.p[3])[i] = o;
+        prep_slice(a, o, d);
+    } else {
+        for (int j = tid; j < d; j += 256) xs[j] = __fmul_rn(__fmul_rn(xs[j], s), w[j]);
+        __syncthreads();
+        if (router) {
+            float dot = 0.0f;
+#pragma unroll
+            for (int q = 0; q < NR_PRE; q++) {
+                const int j = 4 * lane + 128 * q;
+                if (j < d) dot += wv[q].x * xs[j] + wv[q].y * xs[j + 1] + wv[q].z * xs[j + 2] + wv[q].w * xs[j + 3];
+            }
+            for (int j = 4 * lane + 128 * NR_PRE; j < d; j += 128) {
+                const float4 u = __ldg(reinterpret_cast<const float4*>(wr + j));
+                dot += u.x * xs[j] + u.y * xs[j + 1] + u.z * xs[j + 2] + u.w * xs[j + 3];
+            }
+            dot = warp_sum(dot);
+            if (lane == 0) reinterpret_cast<float*>(row < E ? a.n[4] + 4ull * row : a.n[5])[0] = dot;
+        }
+    }
+    // Count this block done (its reads of acc over, its logits written); the last one finishes.
+    __syncthreads();
+    if (tid == 0) {
+        __threadfence();
+        last = atomicAdd(reinterpret_cast<unsigned*>(a.n[8]), 1u) == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+#pragma unroll
+    for (int q = 0; q < NR_V; q++) {
+        const int j = 4 * tid + 1024 * q;
+        if (j < d) *reinterpret_cast<float4*>(acc + j) = v[q];
+    }
+    route_rank_block(reinterpret_cast<const float*>(a.n[4]), E, (int)a.n[2], a.f[1],
+                     reinterpret_cast<uint32_t*>(a.n[6]), reinterpret_cast<float*>(a.n[7]), sm);
+    if (tid == 0) *reinterpret_cast<unsigned*>(a.n[8]) = 0u;  // for the next launch
+}
+#endif
 
 // gated_rms_norm over slices: groups of d values (d divides 256, a multiple of 32: 256 / d groups
 // per block, d / 32 warps each), out = rms_norm(x; w) * silu(z). Slots: p0 x, p1 z, p2 w [d], p3 out,

@@ -99,17 +99,21 @@ fn group_case(p: &Both, group: &[(Option<GgmlType>, usize)], n_in: usize, tokens
 /// Whether CUDA's decode path runs the product of `n_out` rows of `ty` in `group` in another
 /// kernel than its own launch would: tensor-core products of one format share a launch whatever
 /// their shapes, in the kernel of the tallest (8192 rows or more: the tall kernels, whose K split
-/// differs), so a shorter member's rows take other roundings (the CPU bound still holds).
+/// differs), so a shorter member's rows take other roundings (the CPU bound still holds); and
+/// where a Q6_K product joins the Q4_K ones (Q4_K_M's mixed launch, 16-row blocks for all), a
+/// tall Q4_K product leaves its tall kernel.
 fn joins_taller(p: &Both, group: &[Member], n_out: usize, ty: Option<GgmlType>, n_in: usize, t: usize) -> bool {
     const TALL_ROWS: usize = 8192;
     let tc = matches!(ty, Some(GgmlType::Q4K | GgmlType::Q8_0));
     let tallest = group.iter().filter(|m| m.0 == ty).map(|m| m.1).max().unwrap_or(0);
+    let mixed =
+        ty == Some(GgmlType::Q4K) && group.iter().any(|m| m.0 == Some(GgmlType::Q6K)) && n_in.is_multiple_of(2048);
     p.name().starts_with("cuda")
         && tc
         && t <= 4
         && n_in.is_multiple_of(256)
         && tallest >= TALL_ROWS
-        && n_out < TALL_ROWS
+        && (n_out < TALL_ROWS || mixed)
 }
 
 #[test]
@@ -145,6 +149,10 @@ fn matmul_group_matches_cpu() {
         // kernel; alone, the two short ones take the small kernel (other bits).
         let group = [(Some(Q4K), 4100), (Some(Q4K), 4100), (Some(Q4K), 8192)];
         group_case(&p, &group, 256, &[1, 2], &mut rng);
+        // Q4_K_M's attention projections: a tall Q4_K q, a short k and a Q6_K v (on CUDA one
+        // launch of both formats).
+        let group = [(Some(Q6K), 40), (Some(Q4K), 8200), (Some(Q4K), 33)];
+        group_case(&p, &group, 2048, &[1, 3], &mut rng);
         // Rows of 256: Q6_K on the f32 kernels, Q4_K on the tensor cores, in one group.
         let group = [(Some(Q6K), 33), (Some(Q4K), 7), (Some(Q6K), 1)];
         group_case(&p, &group, 256, &tokens, &mut rng);

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use common::device::{Both, Pt, Side};
 use common::weights::{dequant, random_weight, WEIGHT_TYPES};
 use common::*;
-use rill::backend::{AddNorm, Backend, DType, SharedExpert, Tensor, WeightData};
+use rill::backend::{AddNorm, Backend, DType, MoeFfn, SharedExpert, Tensor, WeightData};
 use rill::gguf::{GgmlType, TensorBytes};
 
 /// Route `logits` `[t, e]` on both backends; ids must match exactly, weights to `1e-5` relative.
@@ -863,6 +863,118 @@ fn route_experts_shared_decode_shapes_match_cpu() {
             l[e + i] = 4.0;
         }
         shared_case_routed(&p, q4km, q4km, [e, 8, 256, 512, 512, 3], Some((&l, 1.0)), false);
+    }
+}
+
+/// `moe_ffn` (the residual add and input norm of a block's output, the F32 router and shared-expert
+/// gate, the routing and the experts, with and without `next`) on one token (which a backend may
+/// norm, route and compute the router for in one launch) and on a batch of three, against the CPU:
+/// the normed input within 1e-5 (as add_rms_norm), the ids equal (random logits: no near ties), the
+/// weights within 1e-5 relative, the residual within the experts' term bound (plus the adds'
+/// rounding), `next`'s normed rows within 1e-5 of the norm of the device's own residual (f64 on
+/// the host). Formats: Q4_K_M's and Q8_0's, 128 and 256 experts of 8, rows of 256 to 2048.
+#[test]
+fn moe_ffn_matches_cpu() {
+    use GgmlType::*;
+    let q4km = [Some(Q4K), Some(Q4K), Some(Q6K)];
+    let q8 = [Some(Q8_0); 3];
+    for p in Both::each() {
+        let mut rng = Rng::new(53);
+        for (tys, e, d, n_ff, t_len) in [
+            (q4km, 256, 2048, 256, 1),
+            (q4km, 128, 256, 512, 1),
+            (q8, 128, 512, 256, 1),
+            (q4km, 256, 512, 256, 3),
+        ] {
+            for add_norm in [false, true] {
+                let what = format!(
+                    "{} moe_ffn {tys:?} E={e} d={d} n_ff={n_ff} T={t_len} next={add_norm}",
+                    p.name()
+                );
+                let (k, scale, eps) = (8usize, 2.5f32, 1e-6f32);
+                let (sd, sf) = (1.0 / (d as f32).sqrt(), 1.0 / (n_ff as f32).sqrt());
+                let ex = Experts::of_types(&p, &mut rng, tys, [e, d, n_ff], [sd, sd, sf]);
+                let sh = SharedW::new(&p, &mut rng, tys, d, n_ff);
+                let router = p.up(&rng.normals(e * d, 4.0 * sd), &[e, d]);
+                let shared_gate = p.up(&rng.normals(d, sd), &[1, d]);
+                let h0 = rng.normals(t_len * d, 1.0);
+                let (h, y) = (p.up(&h0, &[t_len, d]), p.up(&rng.normals(t_len * d, 1.0), &[t_len, d]));
+                let (in_w, next_w) = (p.up(&rng.normals(d, 1.0), &[d]), p.up(&rng.normals(d, 1.0), &[d]));
+                let (xn, xn2, out) = (p.zeros(&[t_len, d]), p.zeros(&[t_len, d]), p.zeros(&[t_len, d]));
+                let (logits, sg) = (p.zeros(&[t_len, e]), p.zeros(&[t_len, 1]));
+                let (ids, wts) = (p.up_u32(&vec![u32::MAX; t_len * k], &[t_len, k]), p.zeros(&[t_len, k]));
+                let tmp = || p.zeros(&[t_len, n_ff]);
+                let (gate_tmp, up_tmp, act, sh_out) = (tmp(), tmp(), tmp(), p.zeros(&[t_len, d]));
+                p.run(&what, |be, s| {
+                    let norm = |w: &'static str| AddNorm {
+                        acc: h.on(s),
+                        w: if w == "in" { in_w.on(s) } else { next_w.on(s) },
+                        eps,
+                        out: if w == "in" { xn.on(s) } else { xn2.on(s) },
+                    };
+                    let m = MoeFfn {
+                        input: norm("in"),
+                        y: y.on(s),
+                        router: router.on(s),
+                        shared_gate: shared_gate.on(s),
+                        logits: logits.on(s),
+                        k,
+                        scale,
+                        gate_exps: ex.gate.t.on(s),
+                        up_exps: ex.up.t.on(s),
+                        down_exps: ex.down.t.on(s),
+                        ids: ids.on(s),
+                        weights: wts.on(s),
+                        sh: SharedExpert {
+                            gate: sh.gate.t.on(s),
+                            up: sh.up.t.on(s),
+                            down: sh.down.t.on(s),
+                            gate_logit: sg.on(s),
+                            gate_tmp: gate_tmp.on(s),
+                            up_tmp: up_tmp.on(s),
+                            act: act.on(s),
+                            out: sh_out.on(s),
+                        },
+                        out: out.on(s),
+                    };
+                    be.moe_ffn(m, add_norm.then(|| norm("next")))
+                });
+                p.check(&format!("{what}: normed input"), &xn, 1e-5, 1e-5);
+                let (gi, ci) = p.read_u32(&ids);
+                assert_eq!(gi, ci, "{what}: ids");
+                let (gw, cw) = p.read(&wts);
+                assert_close(&format!("{what}: weights"), &gw, &cw, 0.0, 1e-5);
+                // The experts' terms, from the CPU's normed input and routing.
+                let (_, x) = p.read(&xn);
+                let (_, gl) = p.read(&sg);
+                let mut bound = ex.term_bound(&x, &ci, &cw, k);
+                for (b, s) in bound.iter_mut().zip(sh.term_bound(&x, &gl)) {
+                    *b += s;
+                }
+                if !add_norm {
+                    let (got, want) = p.read(&out);
+                    p.judge_tier(&what, &got, &want, || check_terms(&what, &got, &want, &bound));
+                    continue;
+                }
+                let (got, want) = p.read(&h);
+                for (b, w) in bound.iter_mut().zip(&want) {
+                    // Two adds' rounding on either side (2^-24 |h| each, in check_terms' units of 1e-4).
+                    *b += 2.4e-3 * w.abs();
+                }
+                let r = format!("{what}: residual");
+                p.judge_tier(&r, &got, &want, || check_terms(&r, &got, &want, &bound));
+                let ((normed, _), (nw, _)) = (p.read(&xn2), p.read(&next_w));
+                let mut expect = vec![0f32; t_len * d];
+                for (row, ex) in got.chunks(d).zip(expect.chunks_mut(d)) {
+                    let ms = row.iter().map(|&v| v as f64 * v as f64).sum::<f64>() / d as f64;
+                    let sc = 1.0 / (ms + eps as f64).sqrt();
+                    for ((ex, &v), &w) in ex.iter_mut().zip(row).zip(&nw) {
+                        *ex = (v as f64 * sc * w as f64) as f32;
+                    }
+                }
+                assert_close(&format!("{what}: next's normed rows"), &normed, &expect, 1e-5, 1e-5);
+            }
+        }
     }
 }
 

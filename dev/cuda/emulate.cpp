@@ -1294,7 +1294,73 @@ static void test_route(void (*kernel)(const Args), const char* name, int E, int 
     expect(std::string(name) + " weights E " + std::to_string(E) + " k " + std::to_string(k), ws, wantw, 1e-7, 1e-5);
 }
 
+// norm.cu moe_norm_route (one token of a MoE FFN's input): the residual add and norm against f64,
+// the router and shared-gate logits against f64 dots of the kernel's own normed row (the router
+// blocks' copies must be its bits), the routing bit for bit moe_route_rank's on those logits, the
+// counter back at zero.
+static void test_norm_route() {
+    for (auto [d, E] : {std::pair{512, 37}, {2048, 256}, {256, 1000}}) {
+        const int k = 8, nsl = d / 256, blocks = nsl + (E + 1 + 7) / 8;
+        auto h = normals(d), y = normals(d), w = normals(d), r = normals((size_t)E * d, 0.05f), g = normals(d, 0.05f);
+        Buf H = Buf::of(h), Y = Buf::of(y), W = Buf::of(w), R = Buf::of(r), G = Buf::of(g), X(4 * d), L(4 * E), SG(4),
+            I(4 * k), Wt(4 * k), C(4);
+        Args a = args();
+        a.p[0] = H.addr();
+        a.p[1] = Y.addr();
+        a.p[2] = W.addr();
+        a.p[3] = X.addr();
+        a.p[6] = R.addr();
+        a.n[0] = d;
+        a.n[1] = E;
+        a.n[2] = k;
+        a.n[3] = (long long)G.addr();
+        a.n[4] = (long long)L.addr();
+        a.n[5] = (long long)SG.addr();
+        a.n[6] = (long long)I.addr();
+        a.n[7] = (long long)Wt.addr();
+        a.n[8] = (long long)C.addr();
+        a.f[0] = 1e-6f;
+        a.f[1] = 2.5f;
+        emu_launch(moe_norm_route, Dim3{(unsigned)blocks, 1, 1}, 256, (size_t)d * 4, a);
+        const std::string tag = " d " + std::to_string(d) + " E " + std::to_string(E);
+        std::vector<double> v(d), want(d);
+        double ss = 0;
+        for (int i = 0; i < d; ++i) ss += (v[i] = (double)(h[i] + y[i])) * v[i];
+        const double sc = 1 / std::sqrt(ss / d + 1e-6);
+        for (int i = 0; i < d; ++i) want[i] = v[i] * sc * w[i];
+        const auto x = X.get<float>(d);
+        expect("moe_norm_route normed" + tag, x, want, 1e-6, 1e-5);
+        expect("moe_norm_route residual" + tag, H.get<float>(d), v, 0, 0);
+        std::vector<double> lw(E + 1), mag(E + 1);
+        for (int e = 0; e <= E; ++e)
+            for (int i = 0; i < d; ++i) {
+                const double t = (double)(e < E ? r[(size_t)e * d + i] : g[i]) * x[i];
+                lw[e] += t;
+                mag[e] += std::fabs(t);
+            }
+        auto got = L.get<float>(E);
+        got.push_back(SG.get<float>(1)[0]);
+        expect("moe_norm_route logits" + tag, got, lw, 0, 1e-5, &mag);
+        // The routing against moe_route_rank on the same logits.
+        Buf I2(4 * k), W2(4 * k);
+        Args b = args();
+        b.p[0] = L.addr();
+        b.p[1] = I2.addr();
+        b.p[2] = W2.addr();
+        b.n[0] = E;
+        b.n[1] = k;
+        b.f[0] = 2.5f;
+        emu_launch(moe_route_rank, Dim3{1, 1, 1}, 256, 0, b);
+        checks++;
+        if (memcmp(I.p, I2.p, 4 * k) || memcmp(Wt.p, W2.p, 4 * k) || C.get<uint32_t>(1)[0] != 0) {
+            failures++;
+            printf("FAIL moe_norm_route routing or counter%s\n", tag.c_str());
+        }
+    }
+}
+
 static void test_route_argmax_elementwise() {
+    test_norm_route();
     test_route(moe_route, "moe_route", 37, 5, false);
     for (int E : {37, 256, 512, 1000}) test_route(moe_route_rank, "moe_route_rank", E, E == 37 ? 37 : 8, true);
     test_route(moe_route_rank, "moe_route_rank", 1024, 300, true);

@@ -41,6 +41,7 @@ inline Dim3 threadIdx;
 #endif
 inline Dim3 blockIdx, blockDim, gridDim;
 inline float2 make_float2(float a, float b) { return float2{a, b}; }
+inline float4 make_float4(float a, float b, float c, float d) { return float4{a, b, c, d}; }
 
 // A GPU faults on a misaligned 16-byte load; here it would silently work.
 template <class V>

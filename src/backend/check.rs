@@ -672,6 +672,52 @@ fn add_norm_after(op: &str, y: &Tensor, next: super::AddNorm<'_>, inputs: &[&Ten
     no_alias(op, &[next.acc], inputs)
 }
 
+/// `moe_ffn`: `add_rms_norm(input.acc, y, input.w, input.out)`, `matmul_group([router,
+/// shared_gate], input.out, [logits, sh.gate_logit])` and `moe_route_experts_shared(input.out,
+/// logits, .., out, next)`; the residual `input.acc` aliasing none of the weights, the routing's
+/// outputs or the experts' scratch (a backend may update it while those are read or written).
+pub fn moe_ffn(m: super::MoeFfn<'_>, next: Option<super::AddNorm<'_>>) -> Result<(MoeDims, usize)> {
+    let op = "moe_ffn";
+    let x = m.input.out;
+    add_rms_norm(m.input.acc, m.y, m.input.w, x)?;
+    matmul_group(&[m.router, m.shared_gate], x, &[m.logits, m.sh.gate_logit])?;
+    let r = moe_route_experts_shared(
+        x,
+        m.logits,
+        m.k,
+        m.gate_exps,
+        m.up_exps,
+        m.down_exps,
+        m.ids,
+        m.weights,
+        m.sh,
+        m.out,
+        next,
+    )?;
+    let sh = m.sh;
+    let others = [
+        m.router,
+        m.shared_gate,
+        m.logits,
+        m.gate_exps,
+        m.up_exps,
+        m.down_exps,
+        m.ids,
+        m.weights,
+        sh.gate,
+        sh.up,
+        sh.down,
+        sh.gate_logit,
+        sh.gate_tmp,
+        sh.up_tmp,
+        sh.act,
+        sh.out,
+        m.out,
+    ];
+    no_alias(op, &[m.input.acc], &others)?;
+    Ok(r)
+}
+
 /// `matmul_add_rms_norm`: `matmul(w, x, y)` and `add_rms_norm(next.acc, y, next.w, next.out)`,
 /// `next.acc` aliasing neither `w` nor `x`. Returns the product's dimensions.
 pub fn matmul_add_rms_norm(w: &Tensor, x: &Tensor, y: &Tensor, next: super::AddNorm<'_>) -> Result<MatmulDims> {

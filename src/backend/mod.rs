@@ -231,6 +231,53 @@ pub struct AddNorm<'a> {
     pub out: &'a Tensor,
 }
 
+/// The tensors of `Backend::moe_ffn`, a MoE layer's FFN from its block's output `y` `[T, d]` on: the
+/// residual add and input norm `input` (`input.acc += y`, `input.out = rms_norm(input.acc)`, the
+/// experts' x), the router `[E, d]` and the shared expert's gate `[1, d]` with their products
+/// `logits` `[T, E]` and `sh.gate_logit`, the routing (`k`, `scale`, `ids`, `weights`), the experts
+/// (`moe_experts_shared`'s operands) and their output `out` `[T, d]`.
+#[derive(Clone, Copy)]
+pub struct MoeFfn<'a> {
+    pub input: AddNorm<'a>,
+    pub y: &'a Tensor,
+    pub router: &'a Tensor,
+    pub shared_gate: &'a Tensor,
+    pub logits: &'a Tensor,
+    pub k: usize,
+    pub scale: f32,
+    pub gate_exps: &'a Tensor,
+    pub up_exps: &'a Tensor,
+    pub down_exps: &'a Tensor,
+    pub ids: &'a Tensor,
+    pub weights: &'a Tensor,
+    pub sh: SharedExpert<'a>,
+    pub out: &'a Tensor,
+}
+
+/// `Backend::moe_ffn` as its ops (the trait's default, and a backend's fallback), after the op's
+/// own rules: `add_rms_norm(input.acc, y, ..)`, `matmul_group([router, shared_gate], input.out,
+/// [logits, sh.gate_logit])`, `moe_route_experts_shared(input.out, logits, .., out, next)`.
+pub fn moe_ffn_ops<B: Backend + ?Sized>(be: &B, m: MoeFfn<'_>, next: Option<AddNorm<'_>>) -> Result<()> {
+    check::moe_ffn(m, next)?;
+    let x = m.input.out;
+    be.add_rms_norm(m.input.acc, m.y, m.input.w, m.input.eps, x)?;
+    be.matmul_group(&[m.router, m.shared_gate], x, &[m.logits, m.sh.gate_logit])?;
+    be.moe_route_experts_shared(
+        x,
+        m.logits,
+        m.k,
+        m.scale,
+        m.gate_exps,
+        m.up_exps,
+        m.down_exps,
+        m.ids,
+        m.weights,
+        m.sh,
+        m.out,
+        next,
+    )
+}
+
 /// Most products one `Backend::matmul_group` takes (a Gated DeltaNet layer has four).
 pub const MAX_GROUP: usize = 4;
 
@@ -668,6 +715,15 @@ pub trait Backend: Send + Sync {
         check::moe_route_experts_shared(x, logits, k, gate_exps, up_exps, down_exps, ids, weights, sh, out, next)?;
         self.moe_route(logits, k, scale, ids, weights)?;
         moe_experts_shared_then(self, x, gate_exps, up_exps, down_exps, ids, weights, sh, out, next)
+    }
+
+    /// A MoE layer's FFN (`MoeFfn`): its block's output added into the residual and normed, the
+    /// router, the routing, the experts and, with `next`, their output added into `next.acc` and
+    /// normed (`moe_route_experts_shared`'s `next`); `logits`, `y` and `out` are scratch afterwards
+    /// (`y` and `out` may be one tensor). The default is `moe_ffn_ops` (the CPU reference); a GPU
+    /// backend may norm, route and compute the router in one launch.
+    fn moe_ffn(&self, m: MoeFfn<'_>, next: Option<AddNorm<'_>>) -> Result<()> {
+        moe_ffn_ops(self, m, next)
     }
 
     /// Row-wise argmax of `logits` `[T, V]` into U32 `out` `[T]`: the first index of the largest

@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub use session::{LayerState, Session, Snapshot, SnapshotLayer};
 
 use crate::backend::{
-    AddNorm, AttnPrep, Backend, DType, GdnGates, GdnStep, Pos, ReadFuture, SharedExpert, StepMode, Tensor, NON_FINITE,
+    AddNorm, AttnPrep, Backend, DType, GdnGates, GdnStep, MoeFfn, Pos, ReadFuture, SharedExpert, StepMode, Tensor,
+    NON_FINITE,
 };
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
@@ -537,7 +538,10 @@ impl Model {
             out,
         };
         for (i, (l, state)) in layers.iter().zip(s.layers.iter()).enumerate() {
-            let post = add_norm(&l.post_norm, &sc.xn);
+            let post_norm = add_norm(&l.post_norm, &sc.xn);
+            // A MoE FFN takes its block's output, the residual add and its input norm itself
+            // (`moe_ffn`: the norm, the router and the routing can share a launch).
+            let post = (!matches!(l.ffn, Ffn::Moe { .. })).then_some(post_norm);
             match (&l.mixer, state) {
                 (Mixer::Gdn(w), LayerState::Gdn { conv, delta }) => self.gdn(w, conv, delta, sc, mode, post)?,
                 (Mixer::Attn(w), LayerState::Attn { k, v }) => self.attention(w, k, v, sc, pos, post)?,
@@ -548,7 +552,7 @@ impl Model {
                 None if fuse_final => Some(add_norm(&self.weights.output_norm, &sc.head_last.normed)),
                 None => None,
             };
-            self.ffn(&l.ffn, sc, next)?;
+            self.ffn(&l.ffn, sc, post_norm, next)?;
             if next.is_none() {
                 be.add_assign(&sc.h, &sc.mix)?;
             }
@@ -596,7 +600,7 @@ impl Model {
         delta: &Tensor,
         sc: &Scratch,
         mode: DeltaMode,
-        post: AddNorm<'_>,
+        post: Option<AddNorm<'_>>,
     ) -> Result<()> {
         let be = self.backend.as_ref();
         let dims = self.config.gdn;
@@ -634,11 +638,20 @@ impl Model {
             };
             be.gdn_recurrent_step(step, dims, l2_eps, self.config.eps)?;
         }
-        be.matmul_add_rms_norm(&w.out, &sc.o_normed, &sc.mix, post)
+        self.out_projection(&w.out, &sc.o_normed, sc, post)
     }
 
-    /// Gated full attention (spec/MODEL.md §6): xn -> h += out, then `post`, appending to the KV
-    /// cache.
+    /// A mixer's output projection into `mix`, then its residual add and norm when `post` says.
+    fn out_projection(&self, w: &Tensor, x: &Tensor, sc: &Scratch, post: Option<AddNorm<'_>>) -> Result<()> {
+        let be = self.backend.as_ref();
+        match post {
+            Some(p) => be.matmul_add_rms_norm(w, x, &sc.mix, p),
+            None => be.matmul(w, x, &sc.mix),
+        }
+    }
+
+    /// Gated full attention (spec/MODEL.md §6): xn -> mix, and `post`'s residual add and norm
+    /// when given, appending to the KV cache.
     fn attention(
         &self,
         w: &AttnWeights,
@@ -646,7 +659,7 @@ impl Model {
         vc: &Tensor,
         sc: &Scratch,
         pos: Pos,
-        post: AddNorm<'_>,
+        post: Option<AddNorm<'_>>,
     ) -> Result<()> {
         let be = self.backend.as_ref();
         let cfg = &self.config;
@@ -667,11 +680,12 @@ impl Model {
         be.attn_qk_prep(prep, hd, cfg.n_rot, cfg.rope_theta, cfg.eps, kc, vc, pos)?;
         let scale = 1.0 / (hd as f32).sqrt();
         be.attention_gated(&sc.q_normed, kc, vc, pos, dims, scale, &sc.gate, &sc.att)?;
-        be.matmul_add_rms_norm(&w.out, &sc.att, &sc.mix, post)
+        self.out_projection(&w.out, &sc.att, sc, post)
     }
 
-    /// FFN (spec/MODEL.md §7): xn -> h += out, then `next` (without it, xn -> mix).
-    fn ffn(&self, f: &Ffn, sc: &Scratch, next: Option<AddNorm<'_>>) -> Result<()> {
+    /// FFN (spec/MODEL.md §7): xn -> h += out, then `next` (without it, xn -> mix). A MoE FFN
+    /// starts from the mixer's output in mix, which it adds into h and norms (`input`) itself.
+    fn ffn(&self, f: &Ffn, sc: &Scratch, input: AddNorm<'_>, next: Option<AddNorm<'_>>) -> Result<()> {
         let be = self.backend.as_ref();
         match f {
             Ffn::Dense { gate, up, down } => {
@@ -698,7 +712,6 @@ impl Model {
                 let shared = sc.shared_out.as_ref().ok_or_else(missing)?;
                 let sg = sc.shared_gate.as_ref().ok_or_else(missing)?;
                 let m = self.config.moe.as_ref().ok_or_else(missing)?;
-                be.matmul_group(&[router, shexp_gate], &sc.xn, &[logits, sg])?;
                 let sh = SharedExpert {
                     gate: gate_sh,
                     up: up_sh,
@@ -709,20 +722,23 @@ impl Model {
                     act: &sc.ff_act,
                     out: shared,
                 };
-                be.moe_route_experts_shared(
-                    &sc.xn,
+                let ffn = MoeFfn {
+                    input,
+                    y: &sc.mix,
+                    router,
+                    shared_gate: shexp_gate,
                     logits,
-                    m.n_expert_used,
-                    m.weights_scale,
+                    k: m.n_expert_used,
+                    scale: m.weights_scale,
                     gate_exps,
                     up_exps,
                     down_exps,
                     ids,
-                    wts,
+                    weights: wts,
                     sh,
-                    &sc.mix,
-                    next,
-                )
+                    out: &sc.mix,
+                };
+                be.moe_ffn(ffn, next)
             }
         }
     }

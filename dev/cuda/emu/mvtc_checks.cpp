@@ -592,6 +592,75 @@ static void check_group(const char* name, int fmt, std::vector<int> rows, int n_
     dev_free(x), dev_free(xp.xa), dev_free(xp.xs);
 }
 
+// Q4_K_M's mixed launch (matvec_tc6.cu mvtc_mix_Q6_K_Q4_K): one Q6_K product (segment 0, its x
+// at p4 / p5, its row bytes in n10, its blocks first: n9) and Q4_K products after it, each bit for
+// bit its own launch (R = 1, KW = 8) and within the f64 bound.
+static void check_mixed(int q6_rows, std::vector<int> q4_rows, int n_in, int T) {
+    const std::vector<float> hx = make_x(0, T * n_in);
+    float* x = dev_alloc<float>((size_t)T * n_in);
+    memcpy(x, hx.data(), 4 * hx.size());
+    const TcPrep x6 = prep_tc(host::Q6K, x, T, n_in), x4 = prep_tc(host::Q4K, x, T, n_in);
+    std::vector<int> rows = {q6_rows};
+    rows.insert(rows.end(), q4_rows.begin(), q4_rows.end());
+    const int n = (int)rows.size();
+    std::vector<std::vector<uint8_t>> hw(n);
+    std::vector<uint8_t*> w(n);
+    std::vector<float*> alone(n), mixed(n);
+    std::vector<size_t> rb(n);
+    for (int i = 0; i < n; i++) {
+        hw[i] = i == 0 ? random_q6k(rows[i], n_in) : random_q4k(rows[i], n_in);
+        rb[i] = hw[i].size() / rows[i];
+        w[i] = dev_alloc<uint8_t>(hw[i].size());
+        memcpy(w[i], hw[i].data(), hw[i].size());
+        alone[i] = dev_alloc<float>((size_t)T * rows[i]);
+        mixed[i] = dev_alloc<float>((size_t)T * rows[i]);
+    }
+    launch_body<mvtc6::TcQ6K, 1, 8, true>({0}, w, alone, rows, x6, T, n_in, rb[0]);
+    for (int i = 1; i < n; i++) launch_body<mvtc::TcQ4K, 1, 8, true>({i}, w, alone, rows, x4, T, n_in, rb[1]);
+    ::Args a;
+    memset(&a, 0, sizeof a);
+    int blocks = 0;
+    for (int i = 0; i < n; i++) {
+        a.seg[i] = MvSeg{(unsigned long long)w[i], (unsigned long long)mixed[i], rows[i], blocks};
+        blocks += (rows[i] + 15) / 16;
+    }
+    a.p[2] = (unsigned long long)x4.xa;
+    a.p[6] = (unsigned long long)x4.xs;
+    a.p[4] = (unsigned long long)x6.xa;
+    a.p[5] = (unsigned long long)x6.xs;
+    a.n[1] = n_in;
+    a.n[2] = (long long)rb[1];
+    a.n[4] = a.n[5] = a.n[6] = 1;
+    a.n[9] = (rows[0] + 15) / 16;
+    a.n[10] = (long long)rb[0];
+    pf_emu::launch(dim3(blocks, T), dim3(256), 0, pf_emu::EARLY, [&] {
+        if ((long long)blockIdx.x < a.n[9])
+            mvtc::mv_body<mvtc6::TcQ6K, 1, 8, false, true, false, false, true>(a);
+        else
+            mvtc::mv_body<mvtc::TcQ4K, 1, 8, false, true>(a);
+    });
+    int bad = 0, wrong = 0;
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        bad += memcmp(alone[i], mixed[i], 4 * (size_t)T * rows[i]) != 0;
+        for (int t = 0; t < T; t++) {
+            int wr, finite;
+            const double e = worst_err(i == 0 ? host::Q6K : host::Q4K, hw[i], hx.data() + (size_t)t * n_in,
+                                       mixed[i] + (size_t)t * rows[i], rows[i], n_in, wr, finite);
+            worst = std::max(worst, e);
+            wrong += !(e <= 1e-5);
+        }
+    }
+    const bool ok = bad == 0 && wrong == 0;
+    g_checks++;
+    if (!ok) g_fail++;
+    printf("%s mvtc mixed Q6_K %d + Q4_K %zu products n_in %d T %d: %d of %d differ from their own launch, worst %.2e\n",
+           ok ? "ok  " : "FAIL", q6_rows, q4_rows.size(), n_in, T, bad, n, worst);
+    fflush(stdout);
+    for (int i = 0; i < n; i++) dev_free(w[i]), dev_free(alone[i]), dev_free(mixed[i]);
+    dev_free(x), dev_free(x6.xa), dev_free(x6.xs), dev_free(x4.xa), dev_free(x4.xs);
+}
+
 // The fused SwiGLU (mv_body with GLU) of T dense vectors at geometry R, KW, against the f64
 // reference silu(g x) (u x): |err| <= 1e-5 (|u x| sum|g x| + |silu(g x)| sum|u x|) per output.
 // `swap`: the two weights exchanged (must fail).
@@ -856,6 +925,8 @@ int main() {
     // Q6_K's kernel takes one product per launch (TcQ6K::SEGS): the production body alone.
     check_group<mvtc6::TcQ6K, 1, 8, false>("q6k", host::Q6K, {33}, 2048, 3);
     check_group<mvtc6::TcQ6K, 1, 8, false>("q6k", host::Q6K, {7}, 4096, 1);
+    check_mixed(40, {33, 7, 1}, 2048, 3);
+    check_mixed(17, {70}, 4096, 1);
     check_group<mvtc::TcQ4K, 1, 8, false>("q4k", host::Q4K, {32, 32}, 512, 1, true);
     // The double-buffered body (mvtc_tall_Q8_0, mvtc_mid_Q8_0, mvtc_Q8_0; Q4_K's policy too, which
     // matvec_bench times): one step per warp or fewer (n_in 256 .. 2048 on 8 warps), several steps

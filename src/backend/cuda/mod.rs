@@ -38,8 +38,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
 use crate::backend::{
-    check, AddNorm, AttnDims, AttnPrep, Backend, BackendOptions, DType, GdnDims, GdnGates, GdnStep, Pos, Precision,
-    ReadFuture, SharedExpert, StepMode, Tensor, WeightData,
+    check, AddNorm, AttnDims, AttnPrep, Backend, BackendOptions, DType, GdnDims, GdnGates, GdnStep, MoeFfn, Pos,
+    Precision, ReadFuture, SharedExpert, StepMode, Tensor, WeightData,
 };
 use crate::error::Result;
 use driver::{cuda_err, Device, Stream};
@@ -101,8 +101,8 @@ pub struct CudaBackend {
 }
 
 /// Bytes of `Inner::sync_scratch`. Its layout: the decode RMSNorm's grid barrier (one 64-bit word at 0,
-/// kernels-cuda/norm.cu `grid_barrier`) and the partial sums after it (at 128 bytes, as the kernel
-/// reads them: `SYNC_PARTIALS` floats), then the slice counters of the kernels whose last block
+/// kernels-cuda/norm.cu `grid_barrier`), the counter of norm.cu's `moe_norm_route` (one u32 at 64)
+/// and the partial sums (at 128 bytes, as the kernel reads them: `SYNC_PARTIALS` floats), then the slice counters of the kernels whose last block
 /// per slice prepares it (at `SYNC_COUNTERS_AT`: `SYNC_COUNTERS` words, kernels-cuda/out_prep.cuh).
 pub(crate) const SYNC_SCRATCH_BYTES: usize = 4096;
 const SYNC_COUNTERS_AT: usize = 1024;
@@ -115,6 +115,10 @@ impl Inner {
     /// The grid barrier's words and partial sums (`SYNC_SCRATCH_BYTES` above).
     pub(crate) fn sync_barrier(&self) -> driver::DevPtr {
         self.sync_scratch
+    }
+    /// The counter of `moe_norm_route`'s blocks (`SYNC_SCRATCH_BYTES` above).
+    pub(crate) fn route_counter(&self) -> driver::DevPtr {
+        self.sync_scratch + 64
     }
     /// The slice counters (`SYNC_SCRATCH_BYTES` above).
     pub(crate) fn sync_counters(&self) -> driver::DevPtr {
@@ -551,6 +555,21 @@ impl Backend for CudaBackend {
             }
         }
         crate::backend::moe_experts_shared_then(self, x, gate_exps, up_exps, down_exps, ids, weights, sh, out, next)
+    }
+    fn moe_ffn(&self, m: MoeFfn<'_>, next: Option<AddNorm<'_>>) -> Result<()> {
+        check::moe_ffn(m, next)?;
+        let inner = &self.inner;
+        if !ops::norm::moe_norm_route(inner, &m)? {
+            return crate::backend::moe_ffn_ops(self, m, next);
+        }
+        let x = m.input.out;
+        let (gate, up, down) = (m.gate_exps, m.up_exps, m.down_exps);
+        if let Some(n) = next {
+            if ops::norm::moe_experts_add_rms_norm(inner, x, gate, up, down, m.ids, m.weights, m.sh, n)? {
+                return Ok(());
+            }
+        }
+        crate::backend::moe_experts_shared_then(self, x, gate, up, down, m.ids, m.weights, m.sh, m.out, next)
     }
     fn argmax(&self, logits: &Tensor, out: &Tensor) -> Result<()> {
         ops::eltwise::argmax(&self.inner, logits, out)

@@ -671,6 +671,39 @@ pub(crate) fn matmul_group(inner: &Inner, ws: &[&Tensor], x: &Tensor, outs: &[&T
             None => families.push((key, vec![i])),
         }
     }
+    // Q4_K_M: a layer's one Q6_K projection joins the Q4_K ones of its input in their launch.
+    if let Some((six, four)) = mixed_families(inner, &families, &weights, x, &outp, &dims)? {
+        let (i6, members) = (families[six].1[0], &families[four].1);
+        let mut m = Mv::dense(&weights[members[0]], None, x, outp[members[0]], dims[members[0]])?;
+        let part = |i: usize| Part {
+            w: weights[i].ptr,
+            out: outp[i],
+            n_out: dims[i].n_out,
+        };
+        m.parts = Parts::of(std::iter::once(i6).chain(members.iter().copied()).map(part))?;
+        let reads: Vec<&Tensor> = std::iter::once(i6)
+            .chain(members.iter().copied())
+            .map(|i| ws[i])
+            .chain([x])
+            .collect();
+        let writes: Vec<&Tensor> = std::iter::once(i6)
+            .chain(members.iter().copied())
+            .map(|i| outs[i])
+            .collect();
+        let tc = |ty| matvec_tc::TcFormat::of(ty).ok_or_else(|| cuda_err(format!("{op}: no {ty} kernels")));
+        // The prepared copies are workspaces (or the producer's): held until submitted.
+        let _ws = inner.workspaces()?;
+        let x6 = inner.tc_x_of(x, n_in, tc(GgmlType::Q6K)?)?;
+        let x4 = inner.tc_x_of(x, n_in, tc(GgmlType::Q4K)?)?;
+        let flops = |nv| mv_flops(&m, nv);
+        matvec_tc::run_mixed(inner, op, &m, &weights[i6], x6, x4, flops, &reads, &writes)?;
+        families = families
+            .into_iter()
+            .enumerate()
+            .filter(|(f, _)| *f != six && *f != four)
+            .map(|(_, fam)| fam)
+            .collect();
+    }
     for (_, members) in &families {
         let first = members[0];
         let mut m = Mv::dense(&weights[first], None, x, outp[first], dims[first])?;
@@ -705,6 +738,51 @@ pub(crate) fn matmul_accumulate(inner: &Inner, w: &Tensor, x: &Tensor, acc: &Ten
     matvec_tc::read_by(inner, x, wt.ty, d.n_in);
     run_mv(inner, op, &m, &[w, x, acc], &[acc])?;
     Ok(true)
+}
+
+/// `RILL_CUDA_MIX=0`: a decode `matmul_group`'s Q6_K product in a launch of its own beside the Q4_K
+/// ones (`mixed_families`), for A/B runs. Read once.
+fn mix_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_MIX"))
+}
+
+/// Launch families of a decode `matmul_group` that can share one launch of
+/// `mvtc_mix_Q6_K_Q4_K` (Q4_K_M: a layer's one Q6_K projection beside its Q4_K ones): a family of
+/// one Q6_K product on the tensor cores and a tensor-core Q4_K family of the same profile phase
+/// with room for one more product. Their indices in `families`.
+fn mixed_families(
+    inner: &Inner,
+    families: &[(Option<KernelKey>, Vec<usize>)],
+    weights: &[Weight],
+    x: &Tensor,
+    outp: &[DevPtr],
+    dims: &[check::MatmulDims],
+) -> Result<Option<(usize, usize)>> {
+    if !mix_on() || group_mode() != GroupMode::Format {
+        return Ok(None);
+    }
+    let tc = |i: usize| -> Result<bool> {
+        let solo = Mv::dense(&weights[i], None, x, outp[i], dims[i])?;
+        Ok(matches!(mv_path(inner, &solo), MvPath::Tc(_)))
+    };
+    let Some(six) = families
+        .iter()
+        .position(|(_, m)| m.len() == 1 && weights[m[0]].ty == GgmlType::Q6K)
+    else {
+        return Ok(None);
+    };
+    let i6 = families[six].1[0];
+    let four = families.iter().position(|(k, m)| {
+        *k == Some(("mvtc", 0))
+            && weights[m[0]].ty == GgmlType::Q4K
+            && weights[m[0]].phase == weights[i6].phase
+            && m.len() < MV_SEGS
+    });
+    match four {
+        Some(f) if tc(i6)? && tc(families[f].1[0])? => Ok(Some((six, f))),
+        _ => Ok(None),
+    }
 }
 
 /// The exact kernel for `out [T, n_out] = x [T, n_in] · Wᵀ` by batch size.

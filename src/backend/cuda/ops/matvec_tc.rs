@@ -486,6 +486,53 @@ pub(crate) fn run(
     Ok(())
 }
 
+/// Rows per block of `mvtc_mix_Q6_K_Q4_K` (R = 1 for both formats).
+const MIX_ROWS: usize = 16;
+
+/// The dense products `m` of one x whose first is the Q6_K product of weight `w6` and the others
+/// Q4_K (`m.w`), in one launch (kernels-cuda/matvec_tc6.cu `mvtc_mix_Q6_K_Q4_K`): Q4_K_M's qkv or v
+/// beside the layer's other projections. x prepared as `x6` (Q6_K layout) and `x4` (Q4_K).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn run_mixed(
+    inner: &Inner,
+    op: &str,
+    m: &Mv,
+    w6: &super::linear::Weight,
+    x6: TcX,
+    x4: TcX,
+    flops: impl Fn(usize) -> f64,
+    reads: &[&Tensor],
+    writes: &[&Tensor],
+) -> Result<()> {
+    let gx = m.grid_x(op, MIX_ROWS)?;
+    let q6_blocks = m.parts.iter().next().map_or(0, |p| p.n_out.div_ceil(MIX_ROWS));
+    let nsb = m.n_in / SB;
+    for (mut a, nv, x_row0) in m.chunks(MIX_ROWS) {
+        // The Q4_K products' x in the usual slots, the Q6_K product's at p4 / p5 (mv_body ALT).
+        a.p[2] = x4.xa + (x_row0 * nsb * Q4K.words * 4) as u64;
+        a.p[6] = x4.xs + (x_row0 * nsb * Q4K.sums * 4) as u64;
+        a.p[4] = x6.xa + (x_row0 * nsb * Q6K.words * 4) as u64;
+        a.p[5] = x6.xs + (x_row0 * nsb * Q6K.sums * 4) as u64;
+        a.n[9] = q6_blocks as i64;
+        a.n[10] = w6.row_bytes as i64;
+        a.n[11] = n11_bits(m);
+        inner.kernel_rw(
+            Launch {
+                name: ("mvtc_mix_Q6_K_Q4_K", ""),
+                grid: [gx, nv as u32, 1],
+                block: 256,
+                smem: 0,
+                args: a,
+                phase: m.w.phase,
+            },
+            flops(nv),
+            reads,
+            writes,
+        )?;
+    }
+    Ok(())
+}
+
 /// The fused SwiGLU's output prepared by its own blocks (kernels-cuda/out_prep.cuh): the slots
 /// n7..n10 of its launch and the copies it makes.
 pub(crate) struct OutPrep {

@@ -9,7 +9,7 @@ use crate::backend::cuda::buffer::ptr;
 use crate::backend::cuda::launch::Args;
 use crate::backend::cuda::profile::Phase;
 use crate::backend::cuda::{Inner, SYNC_PARTIALS};
-use crate::backend::{check, AddNorm, GdnDims, SharedExpert, Tensor};
+use crate::backend::{check, AddNorm, DType, GdnDims, MoeFfn, SharedExpert, Tensor};
 use crate::error::Result;
 
 /// Threads per block for `g` groups of `d` values. Many groups (prefill) fill the GPU with one
@@ -186,6 +186,89 @@ pub(crate) fn moe_experts_add_rms_norm(
         return Ok(false);
     }
     rms_norm_whole(inner, next, t, d)?;
+    Ok(true)
+}
+
+/// Whether `moe_ffn` norms, computes the router and routes in one launch (`moe_norm_route`;
+/// `RILL_CUDA_MOE_NORM_ROUTE=0`: the composition, for A/B runs). Read once.
+fn norm_route_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_MOE_NORM_ROUTE"))
+}
+
+/// Most experts `moe_norm_route` routes (its last block is moe.cu's rank routing:
+/// kernels-cuda/route.cuh, 256 threads x ROUTE_PER_THREAD).
+const NORM_ROUTE_MAX_EXPERTS: usize = 256 * 4;
+/// Widest rows `moe_norm_route` takes (its router blocks hold the normed row in shared memory).
+const NORM_ROUTE_MAX_D: usize = 8192;
+/// Router rows per block of `moe_norm_route` (a warp each).
+const NORM_ROUTE_ROWS: usize = 8;
+
+/// `moe_ffn`'s residual add, input norm (with its prepared copies), router and shared-gate
+/// products and routing in one launch (norm.cu `moe_norm_route`), for one token whose router and
+/// shared gate are F32 rows and whose experts the rank routing takes; `Ok(false)` otherwise (nothing
+/// done). The caller has checked the operands (`check::moe_ffn`).
+pub(crate) fn moe_norm_route(inner: &Inner, m: &MoeFfn<'_>) -> Result<bool> {
+    let op = "moe_norm_route";
+    let x = m.input.out;
+    let (d, e) = (x.cols(), m.logits.cols());
+    let f32s = m.router.dtype == DType::F32 && m.shared_gate.dtype == DType::F32;
+    let fits = norm_route_on()
+        && f32s
+        && d <= NORM_ROUTE_MAX_D
+        && e <= NORM_ROUTE_MAX_EXPERTS
+        && add_norm_rows(inner, m.input, d) == Some(1);
+    if !fits {
+        return Ok(false);
+    }
+    let mut a = Args::default();
+    a.p[0] = ptr(m.input.acc, op)?;
+    a.p[1] = ptr(m.y, op)?;
+    a.p[2] = ptr(m.input.w, op)?;
+    a.p[3] = ptr(x, op)?;
+    a.p[6] = ptr(m.router, op)?;
+    a.n[0] = d as i64;
+    a.n[1] = e as i64;
+    a.n[2] = m.k as i64;
+    a.n[3] = ptr(m.shared_gate, op)? as i64;
+    a.n[4] = ptr(m.logits, op)? as i64;
+    a.n[5] = ptr(m.sh.gate_logit, op)? as i64;
+    a.n[6] = ptr(m.ids, op)? as i64;
+    a.n[7] = ptr(m.weights, op)? as i64;
+    a.n[8] = inner.route_counter() as i64;
+    a.f[0] = m.input.eps;
+    a.f[1] = m.scale;
+    let blocks = d / 256 + (e + 1).div_ceil(NORM_ROUTE_ROWS);
+    let ws = inner.workspaces()?;
+    let preps = Preps::ask(inner, Producer::Norm, x, 1, d, PrepBy::Slices, &mut a)?;
+    let uses = [
+        m.input.acc,
+        m.y,
+        m.input.w,
+        x,
+        m.router,
+        m.shared_gate,
+        m.logits,
+        m.sh.gate_logit,
+        m.ids,
+        m.weights,
+    ];
+    inner.kernel(
+        Launch {
+            name: (op, ""),
+            grid: [grid_u32(op, "blocks", blocks)?, 1, 1],
+            block: 256,
+            smem: (d * 4) as u32,
+            args: a,
+            phase: Phase::FfnMoe,
+        },
+        &uses,
+    )?;
+    if let Some(p) = preps {
+        p.made(inner, x)?;
+    }
+    inner.produced_by(x, Producer::Norm)?;
+    drop(ws);
     Ok(true)
 }
 
