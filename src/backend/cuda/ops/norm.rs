@@ -392,8 +392,11 @@ fn norm_groups(
 pub(crate) fn rms_norm(inner: &Inner, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
     let op = "rms_norm";
     let d = check::rms_norm(x, w, out)?;
-    if let Some(t) = norm_slices_rows(inner, out, d) {
-        return rms_norm_slices(inner, x, None, w, eps, out, t, d);
+    // x is not written here (nor aliased by out): every slice's block may read the whole row, no
+    // grid barrier.
+    let whole = AddNorm { acc: x, w, eps, out };
+    if let Some(t) = add_norm_rows(inner, whole, d) {
+        return rms_norm_whole(inner, whole, t, d);
     }
     let mut a = Args::default();
     a.p[0] = ptr(x, op)?;
