@@ -63,8 +63,9 @@ fn matmul_every_type_matches_cpu() {
 
 /// Shapes that reach the CUDA tensor-core decode kernels the test above does not: Q6_K rows of
 /// 2048 (its kernels need n_in % 2048 == 0; 256 and 768 fall back to the f32 kernels), and the
-/// tall and LM-head kernels of dense Q8_0 products (8192 and 65536 rows and more, row counts not
-/// a multiple of their 32-row blocks). Decode-sized T only: larger batches take other kernels.
+/// tall and LM-head kernels of dense Q8_0 and Q6_K products (8192 and 65536 rows and more, row
+/// counts not a multiple of their 32-row blocks). Decode-sized T only: larger batches take other
+/// kernels.
 #[test]
 fn matmul_tensor_core_decode_shapes_match_cpu() {
     for p in Both::each() {
@@ -75,6 +76,7 @@ fn matmul_tensor_core_decode_shapes_match_cpu() {
             (GgmlType::Q6K, 33, 4096),
             (GgmlType::Q8_0, 8200, 256),
             (GgmlType::Q8_0, 65560, 256),
+            (GgmlType::Q6K, 65560, 2048),
         ];
         for (ty, n_out, n_in) in cases {
             let bytes = random_weight(ty, n_out, n_in, 0.5, &mut rng);
