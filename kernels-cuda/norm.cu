@@ -124,10 +124,11 @@ __device__ __forceinline__ float4 load_l2_4(const float* p) {
 #endif
 }
 
-// acc += x (when x is given); out = rms_norm(acc; w), over slices: each block adds and squares its
-// slice, writes the slice's sum of squares, and after a grid barrier sums the row's partial sums in
-// one fixed order (every block gets the same scale), normalizes its slice and prepares it. Slots:
-// p0 acc, p1 x or 0, p2 w, p3 out, p4 p5 p7 prepared out or 0; n0 d (a multiple of 256, at most
+// acc += x; out = rms_norm(acc; w), over slices: each block adds and squares its slice, writes the
+// slice's sum of squares, and after a grid barrier (the add is in place: another block's slice is
+// not final before it) sums the row's partial sums in one fixed order (every block gets the same
+// scale), normalizes its slice and prepares it. A norm without the add takes rms_norm_slices_whole.
+// Slots: p0 acc, p1 x, p2 w, p3 out, p4 p5 p7 prepared out or 0; n0 d (a multiple of 256, at most
 // 256 * 32), n2 the sync scratch (barrier words, then partial sums); f0 eps.
 KERNEL void __launch_bounds__(256) rms_norm_slices(const Args a) {
     kernel_start();
@@ -136,16 +137,13 @@ KERNEL void __launch_bounds__(256) rms_norm_slices(const Args a) {
     const size_t o = (size_t)blockIdx.y * d;
     const int i = blockIdx.x * 256 + threadIdx.x;
     float* acc = reinterpret_cast<float*>(a.p[0]) + o;
-    const float* x = a.p[1] ? reinterpret_cast<const float*>(a.p[1]) + o : nullptr;
+    const float* x = reinterpret_cast<const float*>(a.p[1]) + o;
     const float* w = reinterpret_cast<const float*>(a.p[2]);
     float* out = reinterpret_cast<float*>(a.p[3]) + o;
     unsigned long long* bar = reinterpret_cast<unsigned long long*>(a.n[2]);
     float* part = reinterpret_cast<float*>(bar + 16) + (size_t)blockIdx.y * nsl;  // 128 bytes on
-    float v = acc[i];
-    if (x != nullptr) {
-        v = v + x[i];
-        acc[i] = v;
-    }
+    const float v = acc[i] + x[i];
+    acc[i] = v;
     const float ss = block_sum(v * v, sh);
     if (threadIdx.x == 0) part[blockIdx.x] = ss;
     grid_barrier(bar);

@@ -769,8 +769,13 @@ pub fn moe_experts_shared_then<B: Backend + ?Sized>(
     next: Option<AddNorm<'_>>,
 ) -> Result<()> {
     be.moe_experts_shared(x, gate_exps, up_exps, down_exps, ids, weights, sh, out)?;
+    add_norm_after(be, out, next)
+}
+
+/// `next`'s residual add and norm of an op's result `y` (`add_rms_norm(next.acc, y, ..)`), if any.
+pub fn add_norm_after<B: Backend + ?Sized>(be: &B, y: &Tensor, next: Option<AddNorm<'_>>) -> Result<()> {
     match next {
-        Some(n) => be.add_rms_norm(n.acc, out, n.w, n.eps, n.out),
+        Some(n) => be.add_rms_norm(n.acc, y, n.w, n.eps, n.out),
         None => Ok(()),
     }
 }

@@ -592,7 +592,8 @@ impl Model {
         Ok(())
     }
 
-    /// Gated DeltaNet mixer (spec/MODEL.md §5): xn -> mix.
+    /// Gated DeltaNet mixer (spec/MODEL.md §5): xn -> mix, and `post`'s residual add and norm when
+    /// given.
     fn gdn(
         &self,
         w: &GdnWeights,
@@ -638,11 +639,12 @@ impl Model {
             };
             be.gdn_recurrent_step(step, dims, l2_eps, self.config.eps)?;
         }
-        self.out_projection(&w.out, &sc.o_normed, sc, post)
+        self.last_product(&w.out, &sc.o_normed, sc, post)
     }
 
-    /// A mixer's output projection into `mix`, then its residual add and norm when `post` says.
-    fn out_projection(&self, w: &Tensor, x: &Tensor, sc: &Scratch, post: Option<AddNorm<'_>>) -> Result<()> {
+    /// A block's last product (a mixer's output projection, a dense FFN's down) into `mix`, then
+    /// its residual add and the next norm when `post` says (`matmul_add_rms_norm`).
+    fn last_product(&self, w: &Tensor, x: &Tensor, sc: &Scratch, post: Option<AddNorm<'_>>) -> Result<()> {
         let be = self.backend.as_ref();
         match post {
             Some(p) => be.matmul_add_rms_norm(w, x, &sc.mix, p),
@@ -680,7 +682,7 @@ impl Model {
         be.attn_qk_prep(prep, hd, cfg.n_rot, cfg.rope_theta, cfg.eps, kc, vc, pos)?;
         let scale = 1.0 / (hd as f32).sqrt();
         be.attention_gated(&sc.q_normed, kc, vc, pos, dims, scale, &sc.gate, &sc.att)?;
-        self.out_projection(&w.out, &sc.att, sc, post)
+        self.last_product(&w.out, &sc.att, sc, post)
     }
 
     /// FFN (spec/MODEL.md §7): xn -> h += out, then `next` (without it, xn -> mix). A MoE FFN
@@ -690,10 +692,7 @@ impl Model {
         match f {
             Ffn::Dense { gate, up, down } => {
                 be.matmul_swiglu(gate, up, &sc.xn, &sc.ff_gate, &sc.ff_up, &sc.ff_act)?;
-                match next {
-                    Some(n) => be.matmul_add_rms_norm(down, &sc.ff_act, &sc.mix, n),
-                    None => be.matmul(down, &sc.ff_act, &sc.mix),
-                }
+                self.last_product(down, &sc.ff_act, sc, next)
             }
             Ffn::Moe {
                 router,

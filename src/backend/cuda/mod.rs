@@ -100,6 +100,33 @@ pub struct CudaBackend {
     inner: Arc<Inner>,
 }
 
+impl CudaBackend {
+    /// The experts of a routed MoE FFN (`moe_experts_shared`'s operands, checked by the caller) and
+    /// `next`: in decode the down product adds the experts' sum into `next.acc` itself and the
+    /// norm reads the finished row (`ops::norm::moe_experts_add_rms_norm`); otherwise the ops.
+    #[allow(clippy::too_many_arguments)]
+    fn routed_experts_then(
+        &self,
+        x: &Tensor,
+        gate_exps: &Tensor,
+        up_exps: &Tensor,
+        down_exps: &Tensor,
+        ids: &Tensor,
+        weights: &Tensor,
+        sh: SharedExpert<'_>,
+        out: &Tensor,
+        next: Option<AddNorm<'_>>,
+    ) -> Result<()> {
+        if let Some(n) = next {
+            let inner = &self.inner;
+            if ops::norm::moe_experts_add_rms_norm(inner, x, gate_exps, up_exps, down_exps, ids, weights, sh, n)? {
+                return Ok(());
+            }
+        }
+        crate::backend::moe_experts_shared_then(self, x, gate_exps, up_exps, down_exps, ids, weights, sh, out, next)
+    }
+}
+
 /// Bytes of `Inner::sync_scratch`. Its layout: the decode RMSNorm's grid barrier (one 64-bit word at 0,
 /// kernels-cuda/norm.cu `grid_barrier`), the counter of norm.cu's `moe_norm_route` (one u32 at 64)
 /// and the partial sums (at 128 bytes, as the kernel reads them: `SYNC_PARTIALS` floats), then the slice counters of the kernels whose last block
@@ -548,28 +575,15 @@ impl Backend for CudaBackend {
     ) -> Result<()> {
         check::moe_route_experts_shared(x, logits, k, gate_exps, up_exps, down_exps, ids, weights, sh, out, next)?;
         self.moe_route(logits, k, scale, ids, weights)?;
-        let inner = &self.inner;
-        if let Some(n) = next {
-            if ops::norm::moe_experts_add_rms_norm(inner, x, gate_exps, up_exps, down_exps, ids, weights, sh, n)? {
-                return Ok(());
-            }
-        }
-        crate::backend::moe_experts_shared_then(self, x, gate_exps, up_exps, down_exps, ids, weights, sh, out, next)
+        self.routed_experts_then(x, gate_exps, up_exps, down_exps, ids, weights, sh, out, next)
     }
     fn moe_ffn(&self, m: MoeFfn<'_>, next: Option<AddNorm<'_>>) -> Result<()> {
         check::moe_ffn(m, next)?;
-        let inner = &self.inner;
-        if !ops::norm::moe_norm_route(inner, &m)? {
+        if !ops::norm::moe_norm_route(&self.inner, &m)? {
             return crate::backend::moe_ffn_ops(self, m, next);
         }
-        let x = m.input.out;
         let (gate, up, down) = (m.gate_exps, m.up_exps, m.down_exps);
-        if let Some(n) = next {
-            if ops::norm::moe_experts_add_rms_norm(inner, x, gate, up, down, m.ids, m.weights, m.sh, n)? {
-                return Ok(());
-            }
-        }
-        crate::backend::moe_experts_shared_then(self, x, gate, up, down, m.ids, m.weights, m.sh, m.out, next)
+        self.routed_experts_then(m.input.out, gate, up, down, m.ids, m.weights, m.sh, m.out, next)
     }
     fn argmax(&self, logits: &Tensor, out: &Tensor) -> Result<()> {
         ops::eltwise::argmax(&self.inner, logits, out)

@@ -585,14 +585,11 @@ impl Backend for WgpuBackend {
     ) -> Result<()> {
         check::moe_route_experts_shared(x, logits, k, gate_exps, up_exps, down_exps, ids, weights, sh, out, next)?;
         let route = ops::Route { logits, k, scale };
-        if ops::moe_route_experts_shared(self, x, route, gate_exps, up_exps, down_exps, ids, weights, sh, out)? {
-            return match next {
-                Some(n) => self.add_rms_norm(n.acc, out, n.w, n.eps, n.out),
-                None => Ok(()),
-            };
+        if !ops::moe_route_experts_shared(self, x, route, gate_exps, up_exps, down_exps, ids, weights, sh, out)? {
+            self.moe_route(logits, k, scale, ids, weights)?;
+            self.moe_experts_shared(x, gate_exps, up_exps, down_exps, ids, weights, sh, out)?;
         }
-        self.moe_route(logits, k, scale, ids, weights)?;
-        crate::backend::moe_experts_shared_then(self, x, gate_exps, up_exps, down_exps, ids, weights, sh, out, next)
+        crate::backend::add_norm_after(self, out, next)
     }
     fn argmax(&self, logits: &Tensor, out: &Tensor) -> Result<()> {
         ops::argmax(self, logits, out)

@@ -673,36 +673,28 @@ pub(crate) fn matmul_group(inner: &Inner, ws: &[&Tensor], x: &Tensor, outs: &[&T
     }
     // Q4_K_M: a layer's one Q6_K projection joins the Q4_K ones of its input in their launch.
     if let Some((six, four)) = mixed_families(inner, &families, &weights, x, &outp, &dims)? {
-        let (i6, members) = (families[six].1[0], &families[four].1);
-        let mut m = Mv::dense(&weights[members[0]], None, x, outp[members[0]], dims[members[0]])?;
-        let part = |i: usize| Part {
+        // The Q6_K product first (the kernel's segment 0), then the Q4_K family.
+        let members: Vec<usize> = std::iter::once(families[six].1[0])
+            .chain(families[four].1.iter().copied())
+            .collect();
+        let mut m = Mv::dense(&weights[members[1]], None, x, outp[members[1]], dims[members[1]])?;
+        m.parts = Parts::of(members.iter().map(|&i| Part {
             w: weights[i].ptr,
             out: outp[i],
             n_out: dims[i].n_out,
-        };
-        m.parts = Parts::of(std::iter::once(i6).chain(members.iter().copied()).map(part))?;
-        let reads: Vec<&Tensor> = std::iter::once(i6)
-            .chain(members.iter().copied())
-            .map(|i| ws[i])
-            .chain([x])
-            .collect();
-        let writes: Vec<&Tensor> = std::iter::once(i6)
-            .chain(members.iter().copied())
-            .map(|i| outs[i])
-            .collect();
+        }))?;
+        let reads: Vec<&Tensor> = members.iter().map(|&i| ws[i]).chain([x]).collect();
+        let writes: Vec<&Tensor> = members.iter().map(|&i| outs[i]).collect();
         let tc = |ty| matvec_tc::TcFormat::of(ty).ok_or_else(|| cuda_err(format!("{op}: no {ty} kernels")));
         // The prepared copies are workspaces (or the producer's): held until submitted.
         let _ws = inner.workspaces()?;
         let x6 = inner.tc_x_of(x, n_in, tc(GgmlType::Q6K)?)?;
         let x4 = inner.tc_x_of(x, n_in, tc(GgmlType::Q4K)?)?;
         let flops = |nv| mv_flops(&m, nv);
-        matvec_tc::run_mixed(inner, op, &m, &weights[i6], x6, x4, flops, &reads, &writes)?;
-        families = families
-            .into_iter()
-            .enumerate()
-            .filter(|(f, _)| *f != six && *f != four)
-            .map(|(_, fam)| fam)
-            .collect();
+        matvec_tc::run_mixed(inner, op, &m, &weights[members[0]], x6, x4, flops, &reads, &writes)?;
+        for f in [six.max(four), six.min(four)] {
+            families.remove(f);
+        }
     }
     for (_, members) in &families {
         let first = members[0];

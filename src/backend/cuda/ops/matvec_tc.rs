@@ -245,6 +245,16 @@ pub(crate) struct TcX {
     pub xs: DevPtr,
 }
 
+impl TcX {
+    /// The planes from x row `row` on, rows of `nsb` units in format `f`'s layout.
+    fn rows_from(self, f: TcFormat, row: usize, nsb: usize) -> TcX {
+        TcX {
+            xa: self.xa + (row * nsb * f.words * 4) as u64,
+            xs: self.xs + (row * nsb * f.sums * 4) as u64,
+        }
+    }
+}
+
 /// The kernels that write a product's input row by row in decode (kernels-cuda/norm.cu) and can
 /// prepare it on the way: the RMSNorms (the layers' input and the head's), the gated norm of the
 /// delta-rule output (-> ssm_out), the gate of the attention output (-> attn_output).
@@ -458,32 +468,17 @@ pub(crate) fn run(
     writes: &[&Tensor],
     out_prep: Option<&OutPrep>,
 ) -> Result<()> {
-    let (kernel, rows_per_block, threads) = kernel_of(f, m);
-    let gx = m.grid_x(op, rows_per_block)?;
     let nsb = m.n_in / SB;
-    for (mut a, nv, x_row0) in m.chunks(rows_per_block) {
+    let (kernel, rows_per_block, threads) = kernel_of(f, m);
+    let launch = ((kernel, m.w.suffix), rows_per_block, threads);
+    launch_chunks(inner, op, m, launch, flops, reads, writes, |a, x_row0| {
         // Slots of its own (matvec_tc.cuh `mv_body`): p2 the prepared words, p6 the sums.
-        a.p[2] = x.xa + (x_row0 * nsb * f.words * 4) as u64;
-        a.p[6] = x.xs + (x_row0 * nsb * f.sums * 4) as u64;
+        let x = x.rows_from(f, x_row0, nsb);
+        (a.p[2], a.p[6]) = (x.xa, x.xs);
         if let Some(o) = out_prep {
             a.n[7..=10].copy_from_slice(&o.slots);
         }
-        a.n[11] = n11_bits(m);
-        inner.kernel_rw(
-            Launch {
-                name: (kernel, m.w.suffix),
-                grid: [gx, nv as u32, 1],
-                block: threads,
-                smem: 0,
-                args: a,
-                phase: m.w.phase,
-            },
-            flops(nv),
-            reads,
-            writes,
-        )?;
-    }
-    Ok(())
+    })
 }
 
 /// Rows per block of `mvtc_mix_Q6_K_Q4_K` (R = 1 for both formats).
@@ -504,23 +499,41 @@ pub(crate) fn run_mixed(
     reads: &[&Tensor],
     writes: &[&Tensor],
 ) -> Result<()> {
-    let gx = m.grid_x(op, MIX_ROWS)?;
     let q6_blocks = m.parts.iter().next().map_or(0, |p| p.n_out.div_ceil(MIX_ROWS));
     let nsb = m.n_in / SB;
-    for (mut a, nv, x_row0) in m.chunks(MIX_ROWS) {
+    let launch = (("mvtc_mix_Q6_K_Q4_K", ""), MIX_ROWS, 256);
+    launch_chunks(inner, op, m, launch, flops, reads, writes, |a, x_row0| {
         // The Q4_K products' x in the usual slots, the Q6_K product's at p4 / p5 (mv_body ALT).
-        a.p[2] = x4.xa + (x_row0 * nsb * Q4K.words * 4) as u64;
-        a.p[6] = x4.xs + (x_row0 * nsb * Q4K.sums * 4) as u64;
-        a.p[4] = x6.xa + (x_row0 * nsb * Q6K.words * 4) as u64;
-        a.p[5] = x6.xs + (x_row0 * nsb * Q6K.sums * 4) as u64;
+        let (x4, x6) = (x4.rows_from(Q4K, x_row0, nsb), x6.rows_from(Q6K, x_row0, nsb));
+        (a.p[2], a.p[6], a.p[4], a.p[5]) = (x4.xa, x4.xs, x6.xa, x6.xs);
         a.n[9] = q6_blocks as i64;
         a.n[10] = w6.row_bytes as i64;
+    })
+}
+
+/// The launches of the tensor-core product `m` in a kernel (its name as prefix and suffix, rows per
+/// block, threads): one per chunk of output vectors (`Mv::chunks`), whose slots
+/// `slots` completes from the chunk's first x row on; the n11 bits from `m`.
+#[allow(clippy::too_many_arguments)]
+fn launch_chunks(
+    inner: &Inner,
+    op: &str,
+    m: &Mv,
+    (name, rows_per_block, threads): ((&'static str, &'static str), usize, u32),
+    flops: impl Fn(usize) -> f64,
+    reads: &[&Tensor],
+    writes: &[&Tensor],
+    slots: impl Fn(&mut Args, usize),
+) -> Result<()> {
+    let gx = m.grid_x(op, rows_per_block)?;
+    for (mut a, nv, x_row0) in m.chunks(rows_per_block) {
+        slots(&mut a, x_row0);
         a.n[11] = n11_bits(m);
         inner.kernel_rw(
             Launch {
-                name: ("mvtc_mix_Q6_K_Q4_K", ""),
+                name,
                 grid: [gx, nv as u32, 1],
-                block: 256,
+                block: threads,
                 smem: 0,
                 args: a,
                 phase: m.w.phase,

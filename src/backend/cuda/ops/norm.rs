@@ -87,12 +87,12 @@ fn launch_slices(
     Ok(())
 }
 
-/// RMSNorm over slices (norm.cu `rms_norm_slices`), `acc += x` first when `x` is given.
+/// `acc += x`, then RMSNorm over slices (norm.cu `rms_norm_slices`, a grid barrier between).
 #[allow(clippy::too_many_arguments)]
 fn rms_norm_slices(
     inner: &Inner,
     acc: &Tensor,
-    x: Option<&Tensor>,
+    x: &Tensor,
     w: &Tensor,
     eps: f32,
     out: &Tensor,
@@ -102,18 +102,13 @@ fn rms_norm_slices(
     let op = "rms_norm_slices";
     let mut a = Args::default();
     a.p[0] = ptr(acc, op)?;
-    a.p[1] = match x {
-        Some(x) => ptr(x, op)?,
-        None => 0,
-    };
+    a.p[1] = ptr(x, op)?;
     a.p[2] = ptr(w, op)?;
     a.p[3] = ptr(out, op)?;
     a.n[0] = d as i64;
     a.n[2] = inner.sync_barrier() as i64;
     a.f[0] = eps;
-    let mut uses = vec![acc, w, out];
-    uses.extend(x);
-    launch_slices(inner, op, out, t, d, a, &uses, Producer::Norm, Phase::Norms)
+    launch_slices(inner, op, out, t, d, a, &[acc, x, w, out], Producer::Norm, Phase::Norms)
 }
 
 /// Whether `matmul_add_rms_norm` and `moe_route_experts_shared`'s `next` add the product into
@@ -411,7 +406,7 @@ pub(crate) fn add_rms_norm(inner: &Inner, acc: &Tensor, x: &Tensor, w: &Tensor, 
     let op = "add_rms_norm";
     let d = check::add_rms_norm(acc, x, w, out)?;
     if let Some(t) = norm_slices_rows(inner, out, d) {
-        return rms_norm_slices(inner, acc, Some(x), w, eps, out, t, d);
+        return rms_norm_slices(inner, acc, x, w, eps, out, t, d);
     }
     let mut a = Args::default();
     a.p[0] = ptr(acc, op)?;
