@@ -117,6 +117,16 @@ static __device__ __forceinline__ uint16_t f2h_bits(float v) {
     return r.x;
 }
 
+// 16 bytes of prepared x: from global memory (ld16: the read-only path), or with XS from the
+// shared memory a NORM kernel prepared it in (mv_body), where ld16's global load cannot go.
+template <bool XS>
+static __device__ __forceinline__ uint4 ldx16(const uint32_t* p) {
+    if constexpr (XS)
+        return *reinterpret_cast<const uint4*>(p);
+    else
+        return ld16(p);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Prep (prep_sb_warp, below: one warp per super-block of x), its layout:
 //   xa[((sb * 4 + c) * 3 + m) * 32 + word]: the A words of lane (m, t = c), word 4w + {0: a0 low
@@ -253,9 +263,9 @@ static __device__ __forceinline__ void q4k_load(const uint8_t* const (&rows)[2 *
     }
 }
 
-// The arithmetic of super-block sb once its weights are in registers: the x words' loads, the
-// MMAs, acc += C * d / s and the min terms.
-template <int R>
+// The arithmetic of super-block sb once its weights are in registers: the x words' loads (XS:
+// from shared memory, ldx16), the MMAs, acc += C * d / s and the min terms.
+template <int R, bool XS = false>
 static __device__ __forceinline__ void q4k_math(const Q4KWeights<R>& w, int sb, const uint32_t* xa, const float* xs,
                                                 float (&acc)[2 * R], float (&macc)[2 * R]) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -267,7 +277,7 @@ static __device__ __forceinline__ void q4k_math(const Q4KWeights<R>& w, int sb, 
         const uint32_t* src = xa + (size_t)sb * SB_WORDS + (t * 3 + g) * 32;
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            const uint4 v = ld16(src + 4 * k);
+            const uint4 v = ldx16<XS>(src + 4 * k);
             xb[4 * k] = v.x;
             xb[4 * k + 1] = v.y;
             xb[4 * k + 2] = v.z;
@@ -333,7 +343,8 @@ struct TcQ4K {
     static constexpr int WORDS = SB_WORDS, SUMS = SB_SUMS;
     static constexpr int SEGS = MV_SEGS;  // products per launch (common.cuh's segment table)
     static constexpr bool ANY_FIRST = true;
-    template <int R, int KW>
+    // XS: x prepared in shared memory (mv_body NORM).
+    template <int R, int KW, bool XS = false>
     static __device__ __forceinline__ void rows(const uint8_t* const (&w)[2 * R], const uint32_t* xa, const float* xs,
                                                 int nsb, int first, int step, float (&part)[2 * R]) {
         // rows_plain's loop, written out: nvcc allocates the SwiGLU kernels' registers differently
@@ -344,7 +355,7 @@ struct TcQ4K {
         for (int sb = first; sb < nsb; sb += step) {
             Q4KWeights<R> v;
             q4k_load<R>(w, sb, v);
-            q4k_math<R>(v, sb, xa, xs, acc, macc);
+            q4k_math<R, XS>(v, sb, xa, xs, acc, macc);
         }
 #pragma unroll
         for (int r = 0; r < 2 * R; r++) part[r] = acc[r] - macc[r];
@@ -372,6 +383,10 @@ struct TcQ4K {
     template <int R>
     static __device__ __forceinline__ float result(const Acc<R>& c, int r) {
         return c.a[r] - c.m[r];
+    }
+    // One super-block of x (256 floats at x_sb) into this layout, by one warp (mv_body NORM).
+    static __device__ __forceinline__ void prep(const float* x_sb, uint32_t* xa_sb, float* xs_sb) {
+        prep_sb_warp(x_sb, xa_sb, xs_sb);
     }
 };
 
@@ -458,6 +473,79 @@ static __device__ __forceinline__ void q4k_body(const Args& p) {
     bench_store<R, KW>(part, row0, p.n_out, p.out);
 }
 
+// ---------------------------------------------------------------------------------------------
+// The norm prologue of mv_body's NORM kernels: the block computes rms_norm(h; w) of its vector's
+// residual row and prepares it in F's layout in shared memory. Every block of the launch sums the
+// squares in the same order (thread t: elements 4t .. 4t + 3, then 128 KW further on; then
+// block_sum), so all of them normalize with the same scale, and block 0 of the vector writes the
+// normed row (f32) for any other reader. Values as the CPU reference computes them: s = 1 /
+// sqrt(mean(h^2) + eps), x = (h * s) * w (two roundings).
+constexpr int NORM_V = 8;  // float4s of the row per thread: rows of up to 4 * 128 KW * NORM_V
+
+// Where the block keeps x: the normed row (n_in floats), then F's words and sums.
+template <class F>
+struct NormSmem {
+    float* xn;
+    uint32_t* xa;
+    float* xs;
+};
+template <class F>
+static __device__ __forceinline__ NormSmem<F> norm_smem(int nsb) {
+    DYNAMIC_SMEM(float, base);
+    NormSmem<F> m;
+    m.xn = base;
+    m.xa = reinterpret_cast<uint32_t*>(base + nsb * 256);
+    m.xs = reinterpret_cast<float*>(m.xa + nsb * F::WORDS);
+    return m;
+}
+
+// This thread's norm weights (slot p7), the elements norm_prologue gives it.
+template <int KW>
+static __device__ __forceinline__ void norm_weights(const ::Args& a, int d, float4 (&nw)[NORM_V]) {
+    const float* w = reinterpret_cast<const float*>(a.p[7]);
+#pragma unroll
+    for (int q = 0; q < NORM_V; q++) {
+        const int j = 4 * (int)threadIdx.x + 128 * KW * q;
+        nw[q] = j < d ? __ldg(reinterpret_cast<const float4*>(w + j)) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+}
+
+// x = rms_norm(h[ov]; w) into m.xn, prepared into m.xa / m.xs: warp w prepares the super-blocks
+// it reads (w, w + KW, ...: mv_body's split of a dense product), so only a warp barrier follows.
+template <class F, int KW>
+static __device__ __forceinline__ void norm_prologue(const ::Args& a, int nsb, int ov, const float4 (&nw)[NORM_V],
+                                                     const NormSmem<F>& m) {
+    __shared__ float sh[32];
+    const int d = nsb * 256, tid = threadIdx.x;
+    const float* h = reinterpret_cast<const float*>(a.p[0]) + (size_t)ov * d;
+    float4 v[NORM_V];
+    float ss = 0.0f;
+#pragma unroll
+    for (int q = 0; q < NORM_V; q++) {
+        const int j = 4 * tid + 128 * KW * q;
+        if (j < d) {
+            v[q] = __ldcg(reinterpret_cast<const float4*>(h + j));
+            ss += v[q].x * v[q].x + v[q].y * v[q].y + v[q].z * v[q].z + v[q].w * v[q].w;
+        }
+    }
+    ss = block_sum(ss, sh);
+    const float s = 1.0f / sqrtf(ss / (float)d + a.f[0]);
+    float* out = blockIdx.x == 0 ? reinterpret_cast<float*>(a.p[3]) + (size_t)ov * d : nullptr;
+#pragma unroll
+    for (int q = 0; q < NORM_V; q++) {
+        const int j = 4 * tid + 128 * KW * q;
+        if (j < d) {
+            const float4 y = make_float4(__fmul_rn(__fmul_rn(v[q].x, s), nw[q].x), __fmul_rn(__fmul_rn(v[q].y, s), nw[q].y),
+                                         __fmul_rn(__fmul_rn(v[q].z, s), nw[q].z), __fmul_rn(__fmul_rn(v[q].w, s), nw[q].w));
+            *reinterpret_cast<float4*>(m.xn + j) = y;
+            if (out != nullptr) *reinterpret_cast<float4*>(out + j) = y;
+        }
+    }
+    __syncthreads();
+    for (int sb = tid >> 5; sb < nsb; sb += KW) F::prep(m.xn + sb * 256, m.xa + sb * F::WORDS, m.xs + sb * F::SUMS);
+    __syncwarp();
+}
+
 // The weights mv_body loads before the wait: F's step in registers (PIPE), else nothing.
 template <class F, int R, bool PIPE>
 struct PreOf {
@@ -502,15 +590,24 @@ struct PreOf<F, R, true> {
 // rows are n10 bytes: the second format of a launch that holds products of two (mvtc_mix_Q6_K_Q4_K,
 // matvec_tc6.cu), whose first format takes the usual slots.
 //
+// NORM (with DENSE, not PIPE): the block's x is rms_norm(h; w) of the residual row h, which the block
+// normalizes and prepares itself (`norm_prologue`) instead of reading a prepared copy: the norm
+// after a product that added itself into the residual, as the prologue of the next block's first
+// products (`AddNorm::then`), so that no norm launch stands between them. Slots: p0 h (rows of
+// n_in), p7 the norm's weights [n_in], p3 the normed rows (f32; block 0 of each vector writes
+// them), f0 eps; dynamic shared memory n_in floats then F's words and sums of n_in / 256
+// super-blocks (`NormSmem`).
+//
 // PIPE: each matrix's share through rows_db (the next step's weights in flight during this one's
 // arithmetic; F must have the load / math split), and a product without experts loads its first
 // step's weights before the dependent-launch wait (weights are written by no kernel).
 template <class F, int R, int KW, bool GLU, bool DENSE = false, bool SHARED = false, bool PIPE = false,
-          bool ALT = false>
+          bool ALT = false, bool NORM = false>
 static __device__ __forceinline__ void mv_body(const ::Args& a) {
     static_assert(32 * KW >= 16 * R, "one thread per row for the final sum");
     static_assert(!(DENSE && SHARED), "a shared expert is one of a MoE product's experts");
     static_assert(!ALT || DENSE, "the alternate x slots are the experts' ids and scales");
+    static_assert(!NORM || (DENSE && !GLU && !PIPE), "the norm prologue serves dense products");
     constexpr int NW = GLU ? 2 : 1;  // weight matrices
     __shared__ float red[NW][KW][16 * R];
     const MvSeg seg = mv_segment<GLU || SHARED ? 1 : F::SEGS>(a);  // this block's product
@@ -548,7 +645,17 @@ static __device__ __forceinline__ void mv_body(const ::Args& a) {
             has_pre = true;
         }
     }
+    // NORM: this thread's norm weights before the wait (weights are written by no kernel).
+    float4 nw[NORM_V];
+    if constexpr (NORM) norm_weights<KW>(a, nsb * 256, nw);
     kernel_start();
+    NormSmem<F> xsm;
+    if constexpr (NORM) {
+        xsm = norm_smem<F>(nsb);
+        norm_prologue<F, KW>(a, nsb, ov, nw, xsm);
+        xa = xsm.xa;
+        xs = xsm.xs;
+    }
     // Bit 5: the row this thread stores, loaded now so its latency hides under the products
     // (the previous kernel, which may have written it, has finished: kernel_start waited).
     float resid = 0.0f;
@@ -582,7 +689,8 @@ static __device__ __forceinline__ void mv_body(const ::Args& a) {
             e = ids[b - tok];
             if (e >= n_experts) continue;  // uniform over the warp
         }
-        const int xrow = b / x_group;
+        // (NORM: the block prepared its own vector's x only.)
+        const int xrow = NORM ? 0 : b / x_group;
         const uint32_t* xa_b = xa + (size_t)xrow * nsb * F::WORDS;
         const float* xs_b = xs + (size_t)xrow * nsb * F::SUMS;
         const float s = shared ? mv_shared_scale(shx, tok) : scales != nullptr ? scales[b - tok] : 1.0f;
@@ -599,7 +707,7 @@ static __device__ __forceinline__ void mv_body(const ::Args& a) {
                 row_ptrs<R>(W[NW - 1], row0, n_out, row_bytes, up);
                 has_pre = rows_db<F, R>(rows, xa_b, xs_b, nsb, first, step, part, pre, has_pre, up, chain);
             } else
-                F::template rows<R, KW>(rows, xa_b, xs_b, nsb, first, step, part);
+                F::template rows<R, KW, NORM>(rows, xa_b, xs_b, nsb, first, step, part);
 #pragma unroll
             for (int r = 0; r < 2 * R; r++) tot[m][r] = fmaf(s, part[r], tot[m][r]);
         }

@@ -315,9 +315,10 @@ struct TcQ80 {
     static constexpr int WORDS = G_WORDS, SUMS = G_FACT;
     static constexpr int SEGS = MV_SEGS;
     static constexpr bool ANY_FIRST = true;
-    template <int R, int KW>
+    template <int R, int KW, bool XS = false>
     static __device__ __forceinline__ void rows(const uint8_t* const (&w)[2 * R], const uint32_t* xb, const float* xf,
                                                 int ngrp, int first, int step, float (&part)[2 * R]) {
+        static_assert(!XS, "x in global memory only");
         mvtc::rows_plain<TcQ80, R>(w, xb, xf, ngrp, first, step, part);
     }
     // One group's loads and its arithmetic (matvec_tc.cuh rows_plain, rows_db).

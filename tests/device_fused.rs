@@ -15,7 +15,7 @@ mod common;
 use common::device::{pos_on, Both, Pt, Side, Steps};
 use common::weights::{random_weight, upload};
 use common::*;
-use rill::backend::{AddNorm, AttnPrep, Backend, GdnDims, GdnGates, GdnStep, Pos, Tensor};
+use rill::backend::{AddNorm, AttnPrep, Backend, GdnDims, GdnGates, GdnStep, Group, Pos, Tensor};
 
 const TS: [usize; 4] = [1, 3, 64, 65];
 
@@ -272,6 +272,7 @@ fn matmul_add_rms_norm_refuses_bad_operands() {
             w: &nw,
             eps: 1e-6,
             out: &out,
+            then: None,
         };
         let name = g.name();
         let refused = |w: &Tensor, x: &Tensor, y: &Tensor, n: AddNorm<'_>, what: &str| {
@@ -314,6 +315,36 @@ fn matmul_add_rms_norm_refuses_bad_operands() {
         );
         refused(&w, &x, &f(&[1, 255]), next, "a short product");
         refused(&w, &x, &y, AddNorm { w: &f(&[255]), ..next }, "a short norm weight");
+        // The next block's products of the normed rows (`then`): matmul_group's rules, outputs
+        // aliasing nothing the op reads or writes.
+        let (gw, gy, short) = (f(&[64, 256]), f(&[1, 64]), f(&[1, 63]));
+        let gws = [&gw];
+        for (over, o) in [("residual", &acc), ("normed rows", &out), ("x", &x), ("weight", &gw)] {
+            let outs = [o];
+            let n = AddNorm {
+                then: Some(Group { ws: &gws, outs: &outs }),
+                ..next
+            };
+            refused(&w, &x, &y, n, &format!("a product of the normed rows over the {over}"));
+        }
+        for (what, outs) in [
+            ("a short product of the normed rows", vec![&short]),
+            ("an empty group", vec![]),
+        ] {
+            let ws = if outs.is_empty() { vec![] } else { vec![&gw] };
+            let n = AddNorm {
+                then: Some(Group { ws: &ws, outs: &outs }),
+                ..next
+            };
+            refused(&w, &x, &y, n, what);
+        }
+        let gys = [&gy];
+        let n = AddNorm {
+            then: Some(Group { ws: &gws, outs: &gys }),
+            ..next
+        };
+        g.matmul_add_rms_norm(&w, &x, &y, n)
+            .unwrap_or_else(|e| panic!("{name}: a valid call with products of the normed rows: {e}"));
         g.matmul_add_rms_norm(&w, &x, &y, next)
             .unwrap_or_else(|e| panic!("{name}: a valid call after the refusals: {e}"));
         // The normed output over the product's input: x = W = the norm weight = ones, so the
@@ -560,6 +591,53 @@ fn recorded_fused_step_replays_at_new_positions() {
     }
 }
 
+/// A random weight of format `ty`, `[rows, cols]`, on both backends.
+fn both_weight(p: &Both, rng: &mut Rng, ty: rill::gguf::GgmlType, rows: usize, cols: usize) -> Pt {
+    let b = random_weight(ty, rows, cols, 0.5, rng);
+    Pt {
+        dev: upload(p.dev.as_ref(), ty, &[rows, cols], &b),
+        cpu: upload(p.cpu.as_ref(), ty, &[rows, cols], &b),
+    }
+}
+
+/// The inputs of a recorded step that ends a block: an embedding table of `vocab` rows of `n_in`
+/// (the last product's input), the norm's weights `[d]`, the residual's first values `[t, d]`, and
+/// the token ids and position tensors.
+struct BlockEnd {
+    vocab: usize,
+    table: Pt,
+    norm_w: Pt,
+    h0: Vec<f32>,
+    ids: Pt,
+    pos: Pt,
+    dims: [usize; 3],
+}
+
+impl BlockEnd {
+    fn new(p: &Both, rng: &mut Rng, n_in: usize, d: usize, t: usize) -> BlockEnd {
+        let vocab = 5;
+        BlockEnd {
+            vocab,
+            table: p.up(&rng.normals(vocab * n_in, 1.0), &[vocab, n_in]),
+            norm_w: p.up(&rng.normals(d, 1.0), &[d]),
+            h0: rng.normals(t * d, 4.0),
+            ids: p.zeros_u32(&[t]),
+            pos: p.zeros_u32(&[1]),
+            dims: [n_in, d, t],
+        }
+    }
+    /// A set of the step's buffers: the residual (its first values), x, the product, the normed rows.
+    fn buffers(&self, p: &Both) -> [Pt; 4] {
+        let [n_in, d, t] = self.dims;
+        [
+            p.up(&self.h0, &[t, d]),
+            p.zeros(&[t, n_in]),
+            p.zeros(&[t, d]),
+            p.zeros(&[t, d]),
+        ]
+    }
+}
+
 /// A decode step's product, its residual add and RMSNorm (`add_rms_norm` of the product's output,
 /// or the one op `matmul_add_rms_norm`), and a product of the normed rows, recorded into a step and
 /// replayed (a CUDA graph, in which the norm prepares its output for the second product), for the
@@ -589,28 +667,16 @@ fn recorded_product_then_norm_matches_cpu() {
         .into_iter()
         .enumerate()
         {
-            let weight = |rng: &mut Rng, rows: usize, cols: usize| {
-                let b = random_weight(ty, rows, cols, 0.5, rng);
-                Pt {
-                    dev: upload(p.dev.as_ref(), ty, &[rows, cols], &b),
-                    cpu: upload(p.cpu.as_ref(), ty, &[rows, cols], &b),
-                }
-            };
-            let (w, w2) = (weight(&mut rng, d, n_in), weight(&mut rng, 256, d));
-            let vocab = 5;
-            let table = p.up(&rng.normals(vocab * n_in, 1.0), &[vocab, n_in]);
-            let norm_w = p.up(&rng.normals(d, 1.0), &[d]);
-            let h0 = rng.normals(t * d, 4.0);
-            let (ids, pos) = (p.zeros_u32(&[t]), p.zeros_u32(&[1]));
+            let (w, w2) = (
+                both_weight(&p, &mut rng, ty, d, n_in),
+                both_weight(&p, &mut rng, ty, 256, d),
+            );
+            let be = BlockEnd::new(&p, &mut rng, n_in, d, t);
+            let (vocab, table, norm_w, ids, pos) = (be.vocab, &be.table, &be.norm_w, &be.ids, &be.pos);
             // Two sets of buffers: the recorded steps', and (device only) the plain runs'.
             let bufs = || {
-                (
-                    p.up(&h0, &[t, d]),
-                    p.zeros(&[t, n_in]),
-                    p.zeros(&[t, d]),
-                    p.zeros(&[t, d]),
-                    p.zeros(&[t, 256]),
-                )
+                let [h, x, mix, xn] = be.buffers(&p);
+                (h, x, mix, xn, p.zeros(&[t, 256]))
             };
             let (h, x, mix, xn, y) = bufs();
             let (ph, px, pmix, pxn, py) = bufs();
@@ -623,6 +689,7 @@ fn recorded_product_then_norm_matches_cpu() {
                         w: norm_w.on(s),
                         eps: 1e-6,
                         out: xn.on(s),
+                        then: None,
                     };
                     be.matmul_add_rms_norm(w.on(s), x.on(s), mix.on(s), next)?;
                 } else {
@@ -637,7 +704,7 @@ fn recorded_product_then_norm_matches_cpu() {
             let steps = 4usize;
             for step in 0..steps {
                 let toks: Vec<u32> = (0..t).map(|i| ((step * 3 + i * 2) % vocab) as u32).collect();
-                p.step(&record, key, &ids, &toks, &pos, step, ops);
+                p.step(&record, key, ids, &toks, pos, step, ops);
                 let what = format!("{ty} d={d} n_in={n_in} T={t} fused={fused} step {step}");
                 if !fused {
                     // (matmul_add_rms_norm's product is scratch.)
@@ -655,6 +722,117 @@ fn recorded_product_then_norm_matches_cpu() {
                     assert!(
                         ra.iter().zip(&rb).all(|(u, v)| u.to_bits() == v.to_bits()),
                         "{} {what}: the {name} differs between the recorded step and the plain ops",
+                        p.name()
+                    );
+                }
+            }
+            p.assert_replayed(&record, steps);
+        }
+    }
+}
+
+/// A block's last product, its residual add and norm, and the next block's first products of the
+/// normed rows (`AddNorm::then`, which a backend may compute with the norm in one launch: CUDA's
+/// NORM kernels, every block norming the residual row itself), recorded into a step and replayed:
+/// Q4_K groups on both tensor-core geometries (a tall first product and a short one; rows of 256
+/// to 2048, one or two super-blocks per warp of the tall NORM kernel, and 4096, four), Q4_K_M's
+/// Q6_K product beside Q4_K ones, rows of 4096 (the widest the NORM kernels take) and 4352 (past
+/// it), Q8_0 and F32 groups (the composition), 1 and 3 token rows, the last product on the
+/// tensor cores (which adds into the residual itself) or F32. Every step against the CPU, the
+/// recorded step bit for bit the same ops run one by one, and the products bit for bit a plain
+/// `matmul_group` of the device's own normed rows (the NORM kernels prepare the rows they write).
+#[test]
+fn recorded_norm_then_group_matches_cpu() {
+    use rill::gguf::GgmlType::{F32, Q4K, Q6K, Q8_0};
+    for p in Both::each() {
+        let mut rng = Rng::new(59);
+        for (case, (last_ty, group, d, t)) in [
+            (Q4K, vec![(Q4K, 1024), (Q4K, 32), (Q4K, 64)], 512, 1),
+            (Q4K, vec![(Q4K, 8192), (Q4K, 256), (Q4K, 32), (Q4K, 32)], 1024, 3),
+            (Q4K, vec![(Q4K, 8192), (Q4K, 4096), (Q4K, 32), (Q4K, 32)], 2048, 1),
+            (Q6K, vec![(Q4K, 8192)], 256, 2),
+            (Q4K, vec![(Q4K, 8192), (Q4K, 64)], 4096, 1),
+            (Q4K, vec![(Q6K, 768), (Q4K, 512), (Q4K, 32), (Q4K, 32)], 1024, 1),
+            (Q6K, vec![(Q6K, 512), (Q4K, 256), (Q4K, 256)], 2048, 3),
+            (Q4K, vec![(Q4K, 512), (Q4K, 64)], 4096, 1),
+            (Q4K, vec![(Q4K, 512), (Q4K, 64)], 4352, 1),
+            (Q8_0, vec![(Q8_0, 512), (Q8_0, 32)], 512, 3),
+            (F32, vec![(Q4K, 512), (Q4K, 64)], 512, 1),
+            (Q4K, vec![(F32, 96), (Q4K, 256)], 512, 1),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let n_in = 256;
+            let w = both_weight(&p, &mut rng, last_ty, d, n_in);
+            let gw: Vec<Pt> = group
+                .iter()
+                .map(|&(ty, rows)| both_weight(&p, &mut rng, ty, rows, d))
+                .collect();
+            let be = BlockEnd::new(&p, &mut rng, n_in, d, t);
+            let (vocab, table, norm_w, ids, pos) = (be.vocab, &be.table, &be.norm_w, &be.ids, &be.pos);
+            // Two sets of buffers: the recorded steps', and (device only) the plain runs'.
+            let bufs = || {
+                let [h, x, mix, xn] = be.buffers(&p);
+                let ys: Vec<Pt> = group.iter().map(|&(_, rows)| p.zeros(&[t, rows])).collect();
+                (h, x, mix, xn, ys)
+            };
+            let (h, x, mix, xn, ys) = bufs();
+            let (ph, px, pmix, pxn, pys) = bufs();
+            let run = |be: &dyn Backend, s: Side, bs: (&Pt, &Pt, &Pt, &Pt, &[Pt])| -> rill::Result<()> {
+                let (h, x, mix, xn, ys) = bs;
+                be.embed(table.on(s), ids.on(s), x.on(s))?;
+                let ws: Vec<&Tensor> = gw.iter().map(|w| w.on(s)).collect();
+                let outs: Vec<&Tensor> = ys.iter().map(|y| y.on(s)).collect();
+                let next = AddNorm {
+                    acc: h.on(s),
+                    w: norm_w.on(s),
+                    eps: 1e-6,
+                    out: xn.on(s),
+                    then: Some(Group { ws: &ws, outs: &outs }),
+                };
+                be.matmul_add_rms_norm(w.on(s), x.on(s), mix.on(s), next)
+            };
+            let ops = |be: &dyn Backend, s: Side, _: Pos| run(be, s, (&h, &x, &mix, &xn, &ys));
+            let key = 0x4e0b_0000 + case as u64;
+            let record = Steps::default();
+            let steps = 3usize;
+            for step in 0..steps {
+                let toks: Vec<u32> = (0..t).map(|i| ((step * 3 + i * 2) % vocab) as u32).collect();
+                p.step(&record, key, ids, &toks, pos, step, ops);
+                let what = format!("{last_ty} then {group:?} d={d} T={t} step {step}");
+                p.check_tier(&format!("{what} residual"), &h, 2e-3, 1e-4);
+                p.check_tier(&format!("{what} normed"), &xn, 1e-4, 1e-4);
+                for (i, y) in ys.iter().enumerate() {
+                    p.check_tier(&format!("{what} product {i} of the normed rows"), y, 2e-3, 1e-4);
+                }
+                run(p.dev.as_ref(), Side::Dev, (&ph, &px, &pmix, &pxn, &pys)).expect("plain device ops");
+                let bits = |a: &Tensor| p.dev.read_f32(a).expect("read");
+                let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(u, v)| u.to_bits() == v.to_bits());
+                let pairs = [("residual", &h, &ph), ("normed", &xn, &pxn)];
+                for (name, a, b) in pairs
+                    .into_iter()
+                    .chain(ys.iter().zip(&pys).map(|(a, b)| ("product", a, b)))
+                {
+                    assert!(
+                        same(&bits(&a.dev), &bits(&b.dev)),
+                        "{} {what}: the {name} differs between the recorded step and the plain ops",
+                        p.name()
+                    );
+                }
+                // The products are those of the normed rows the device wrote: a plain group of them.
+                let dev = p.dev.as_ref();
+                let ws: Vec<&Tensor> = gw.iter().map(|w| &w.dev).collect();
+                let refs: Vec<Tensor> = group
+                    .iter()
+                    .map(|&(_, rows)| dev.alloc(rill::backend::DType::F32, &[t, rows]).expect("alloc"))
+                    .collect();
+                let outs: Vec<&Tensor> = refs.iter().collect();
+                dev.matmul_group(&ws, &pxn.dev, &outs).expect("plain group");
+                for (i, (y, r)) in pys.iter().zip(&refs).enumerate() {
+                    assert!(
+                        same(&bits(&y.dev), &bits(r)),
+                        "{} {what}: product {i} is not the plain group's of the normed rows",
                         p.name()
                     );
                 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use common::device::{Both, Pt, Side};
 use common::weights::{dequant, random_weight, WEIGHT_TYPES};
 use common::*;
-use rill::backend::{AddNorm, Backend, DType, MoeFfn, SharedExpert, Tensor, WeightData};
+use rill::backend::{AddNorm, Backend, DType, Group, MoeFfn, SharedExpert, Tensor, WeightData};
 use rill::gguf::{GgmlType, TensorBytes};
 
 /// Route `logits` `[t, e]` on both backends; ids must match exactly, weights to `1e-5` relative.
@@ -612,6 +612,7 @@ fn shared_case_routed(
             w: norm_w.on(s),
             eps,
             out: xn.on(s),
+            then: None,
         });
         let shared = SharedExpert {
             gate: sh.gate.t.on(s),
@@ -867,12 +868,16 @@ fn route_experts_shared_decode_shapes_match_cpu() {
 }
 
 /// `moe_ffn` (the residual add and input norm of a block's output, the F32 router and shared-expert
-/// gate, the routing and the experts, with and without `next`) on one token (which a backend may
+/// gate, the routing and the experts, with and without `next`, and `next` with the next block's
+/// first products of its normed rows: `then`, which CUDA computes with the norm in one launch) on
+/// one token (which a backend may
 /// norm, route and compute the router for in one launch) and on a batch of three, against the CPU:
 /// the normed input within 1e-5 (as add_rms_norm), the ids equal (random logits: no near ties), the
 /// weights within 1e-5 relative, the residual within the experts' term bound (plus the adds'
 /// rounding), `next`'s normed rows within 1e-5 of the norm of the device's own residual (f64 on
-/// the host). Formats: Q4_K_M's and Q8_0's, 128 and 256 experts of 8, rows of 256 to 2048.
+/// the host), `then`'s products bit for bit a plain `matmul_group` of the device's normed rows and
+/// within 2e-3 of the CPU's. Formats: Q4_K_M's and Q8_0's, 128 and 256 experts of 8, rows of 256 to
+/// 2048.
 #[test]
 fn moe_ffn_matches_cpu() {
     use GgmlType::*;
@@ -886,9 +891,9 @@ fn moe_ffn_matches_cpu() {
             (q8, 128, 512, 256, 1),
             (q4km, 256, 512, 256, 3),
         ] {
-            for add_norm in [false, true] {
+            for (add_norm, then) in [(false, false), (true, false), (true, true)] {
                 let what = format!(
-                    "{} moe_ffn {tys:?} E={e} d={d} n_ff={n_ff} T={t_len} next={add_norm}",
+                    "{} moe_ffn {tys:?} E={e} d={d} n_ff={n_ff} T={t_len} next={add_norm} then={then}",
                     p.name()
                 );
                 let (k, scale, eps) = (8usize, 2.5f32, 1e-6f32);
@@ -905,12 +910,27 @@ fn moe_ffn_matches_cpu() {
                 let (ids, wts) = (p.up_u32(&vec![u32::MAX; t_len * k], &[t_len, k]), p.zeros(&[t_len, k]));
                 let tmp = || p.zeros(&[t_len, n_ff]);
                 let (gate_tmp, up_tmp, act, sh_out) = (tmp(), tmp(), tmp(), p.zeros(&[t_len, d]));
+                // The next block's products (Q4_K_M: its one Q6_K beside Q4_K ones).
+                // (Q4_K_M: a layer's Q4_K products on the tall kernel, or its one Q6_K beside Q4_K ones.)
+                let group: Vec<(Option<GgmlType>, usize)> = match (tys[0], t_len) {
+                    (Some(Q4K), 1) => vec![(Some(Q4K), 8192), (Some(Q4K), 64), (Some(Q4K), 32)],
+                    (Some(Q4K), _) => vec![(Some(Q6K), 256), (Some(Q4K), 512), (Some(Q4K), 32)],
+                    _ => vec![(tys[0], 256), (tys[0], 32)],
+                };
+                let pw: Vec<Weight> = group
+                    .iter()
+                    .map(|&(ty, rows)| weight(&p, &mut rng, ty, &[rows, d], sd))
+                    .collect();
+                let ys: Vec<Pt> = group.iter().map(|&(_, rows)| p.zeros(&[t_len, rows])).collect();
                 p.run(&what, |be, s| {
+                    let ws: Vec<&Tensor> = pw.iter().map(|w| w.t.on(s)).collect();
+                    let outs: Vec<&Tensor> = ys.iter().map(|y| y.on(s)).collect();
                     let norm = |w: &'static str| AddNorm {
                         acc: h.on(s),
                         w: if w == "in" { in_w.on(s) } else { next_w.on(s) },
                         eps,
                         out: if w == "in" { xn.on(s) } else { xn2.on(s) },
+                        then: (w != "in" && then).then_some(Group { ws: &ws, outs: &outs }),
                     };
                     let m = MoeFfn {
                         input: norm("in"),
@@ -973,6 +993,24 @@ fn moe_ffn_matches_cpu() {
                     }
                 }
                 assert_close(&format!("{what}: next's normed rows"), &normed, &expect, 1e-5, 1e-5);
+                if then {
+                    let dev = p.dev.as_ref();
+                    let ws: Vec<&Tensor> = pw.iter().map(|w| &w.t.dev).collect();
+                    let refs: Vec<Tensor> = group
+                        .iter()
+                        .map(|&(_, rows)| dev.alloc(DType::F32, &[t_len, rows]).expect("alloc"))
+                        .collect();
+                    let outs: Vec<&Tensor> = refs.iter().collect();
+                    dev.matmul_group(&ws, &xn2.dev, &outs).expect("plain group");
+                    for (i, (y, r)) in ys.iter().zip(&refs).enumerate() {
+                        let (got, plain) = (dev.read_f32(&y.dev).expect("read"), dev.read_f32(r).expect("read"));
+                        assert!(
+                            got.iter().zip(&plain).all(|(u, v)| u.to_bits() == v.to_bits()),
+                            "{what}: product {i} of the normed rows is not the plain group's"
+                        );
+                        p.check_tier(&format!("{what}: product {i} of the normed rows"), y, 2e-3, 1e-4);
+                    }
+                }
             }
         }
     }

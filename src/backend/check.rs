@@ -669,7 +669,17 @@ pub fn moe_route_experts_shared(
 /// layer's FFN reads the normed rows that its output's norm then overwrites).
 fn add_norm_after(op: &str, y: &Tensor, next: super::AddNorm<'_>, inputs: &[&Tensor]) -> Result<()> {
     add_rms_norm(next.acc, y, next.w, next.out)?;
-    no_alias(op, &[next.acc], inputs)
+    no_alias(op, &[next.acc], inputs)?;
+    if let Some(g) = next.then {
+        // The products of the normed rows: `matmul_group`'s rules, their outputs aliasing nothing
+        // the op reads or writes before them (a backend may compute them with the norm).
+        matmul_group(g.ws, next.out, g.outs)?;
+        let mut others: Vec<&Tensor> = vec![next.acc, next.w, next.out, y];
+        others.extend(inputs);
+        others.extend(g.ws);
+        no_alias(op, g.outs, &others)?;
+    }
+    Ok(())
 }
 
 /// `moe_ffn`: `add_rms_norm(input.acc, y, input.w, input.out)`, `matmul_group([router,
@@ -679,6 +689,10 @@ fn add_norm_after(op: &str, y: &Tensor, next: super::AddNorm<'_>, inputs: &[&Ten
 pub fn moe_ffn(m: super::MoeFfn<'_>, next: Option<super::AddNorm<'_>>) -> Result<(MoeDims, usize)> {
     let op = "moe_ffn";
     let x = m.input.out;
+    if m.input.then.is_some() {
+        // The FFN's own input norm feeds its router and experts.
+        return Err(shape_err(op, "the input norm takes no products of its own (`then`)"));
+    }
     add_rms_norm(m.input.acc, m.y, m.input.w, x)?;
     matmul_group(&[m.router, m.shared_gate], x, &[m.logits, m.sh.gate_logit])?;
     let r = moe_route_experts_shared(

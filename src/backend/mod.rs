@@ -222,13 +222,24 @@ pub struct SharedExpert<'a> {
 
 /// The residual update and RMSNorm that follow a block's output (spec/MODEL.md §3): `acc += y`,
 /// then `out = rms_norm(acc; w, eps)`, the next block's input, `y` being the producing op's result
-/// (`Backend::matmul_add_rms_norm`, `Backend::moe_route_experts_shared`).
+/// (`Backend::matmul_add_rms_norm`, `Backend::moe_route_experts_shared`), and with `then` the
+/// next block's first products of it: `matmul_group(then.ws, out, then.outs)` (a GPU backend may
+/// norm inside those products' launch instead of a launch of its own).
 #[derive(Clone, Copy)]
 pub struct AddNorm<'a> {
     pub acc: &'a Tensor,
     pub w: &'a Tensor,
     pub eps: f32,
     pub out: &'a Tensor,
+    pub then: Option<Group<'a>>,
+}
+
+/// Products of one input (`Backend::matmul_group`'s operands but the input): `outs[i] =
+/// matmul(ws[i], x)`.
+#[derive(Clone, Copy)]
+pub struct Group<'a> {
+    pub ws: &'a [&'a Tensor],
+    pub outs: &'a [&'a Tensor],
 }
 
 /// The tensors of `Backend::moe_ffn`, a MoE layer's FFN from its block's output `y` `[T, d]` on: the
@@ -467,14 +478,15 @@ pub trait Backend: Send + Sync {
         self.rms_norm(acc, w, eps, out)
     }
     /// A block's last product, its residual add and the next RMSNorm: `y = matmul(w, x)`, then
-    /// `add_rms_norm(next.acc, y, next.w, next.eps, next.out)`. `y` is scratch: its contents
+    /// `add_rms_norm(next.acc, y, next.w, next.eps, next.out)` (and `next.then`'s products of
+    /// `next.out`: `add_norm_after`). `y` is scratch: its contents
     /// afterwards are unspecified (a backend may add the product into `next.acc` directly, so that
     /// the norm needs no residual add of its own). The default is that composition (the CPU
     /// reference).
     fn matmul_add_rms_norm(&self, w: &Tensor, x: &Tensor, y: &Tensor, next: AddNorm<'_>) -> Result<()> {
         check::matmul_add_rms_norm(w, x, y, next)?;
         self.matmul(w, x, y)?;
-        self.add_rms_norm(next.acc, y, next.w, next.eps, next.out)
+        add_norm_after(self, y, Some(next))
     }
     /// `out = silu(gate) * up`.
     fn swiglu(&self, gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<()>;
@@ -772,10 +784,18 @@ pub fn moe_experts_shared_then<B: Backend + ?Sized>(
     add_norm_after(be, out, next)
 }
 
-/// `next`'s residual add and norm of an op's result `y` (`add_rms_norm(next.acc, y, ..)`), if any.
+/// `next`'s residual add and norm of an op's result `y` (`add_rms_norm(next.acc, y, ..)`) and its
+/// products of the normed rows (`next.then`), if any.
 pub fn add_norm_after<B: Backend + ?Sized>(be: &B, y: &Tensor, next: Option<AddNorm<'_>>) -> Result<()> {
-    match next {
-        Some(n) => be.add_rms_norm(n.acc, y, n.w, n.eps, n.out),
+    let Some(n) = next else { return Ok(()) };
+    be.add_rms_norm(n.acc, y, n.w, n.eps, n.out)?;
+    group_after(be, n)
+}
+
+/// `next.then`'s products of the normed rows `next.out`, if any (after the norm).
+pub fn group_after<B: Backend + ?Sized>(be: &B, next: AddNorm<'_>) -> Result<()> {
+    match next.then {
+        Some(g) => be.matmul_group(g.ws, next.out, g.outs),
         None => Ok(()),
     }
 }

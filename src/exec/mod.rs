@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub use session::{LayerState, Session, Snapshot, SnapshotLayer};
 
 use crate::backend::{
-    AddNorm, AttnPrep, Backend, DType, GdnGates, GdnStep, MoeFfn, Pos, ReadFuture, SharedExpert, StepMode, Tensor,
-    NON_FINITE,
+    AddNorm, AttnPrep, Backend, DType, GdnGates, GdnStep, Group, MoeFfn, Pos, ReadFuture, SharedExpert, StepMode,
+    Tensor, MAX_GROUP, NON_FINITE,
 };
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
@@ -536,22 +536,33 @@ impl Model {
             w,
             eps,
             out,
+            then: None,
         };
+        // Whether this layer's first products already ran: the block before it ended with them
+        // (`AddNorm::then`: the norm and the products of the normed rows in one op).
+        let mut grouped = false;
         for (i, (l, state)) in layers.iter().zip(s.layers.iter()).enumerate() {
             let post_norm = add_norm(&l.post_norm, &sc.xn);
             // A MoE FFN takes its block's output, the residual add and its input norm itself
             // (`moe_ffn`: the norm, the router and the routing can share a launch).
             let post = (!matches!(l.ffn, Ffn::Moe { .. })).then_some(post_norm);
             match (&l.mixer, state) {
-                (Mixer::Gdn(w), LayerState::Gdn { conv, delta }) => self.gdn(w, conv, delta, sc, mode, post)?,
-                (Mixer::Attn(w), LayerState::Attn { k, v }) => self.attention(w, k, v, sc, pos, post)?,
+                (Mixer::Gdn(w), LayerState::Gdn { conv, delta }) => {
+                    self.gdn(w, conv, delta, sc, mode, post, grouped)?
+                }
+                (Mixer::Attn(w), LayerState::Attn { k, v }) => self.attention(w, k, v, sc, pos, post, grouped)?,
                 _ => return Err(Error::Backend("session does not match the model's layer types".into())),
             }
-            let next = match layers.get(i + 1) {
-                Some(next) => Some(add_norm(&next.attn_norm, &sc.xn)),
-                None if fuse_final => Some(add_norm(&self.weights.output_norm, &sc.head_last.normed)),
-                None => None,
+            let next_products = layers.get(i + 1).map(|n| MixerProducts::of(&n.mixer, sc));
+            let next = match (layers.get(i + 1), &next_products) {
+                (Some(next), Some(p)) => Some(AddNorm {
+                    then: Some(p.group()),
+                    ..add_norm(&next.attn_norm, &sc.xn)
+                }),
+                (None, _) if fuse_final => Some(add_norm(&self.weights.output_norm, &sc.head_last.normed)),
+                _ => None,
             };
+            grouped = next_products.is_some();
             self.ffn(&l.ffn, sc, post_norm, next)?;
             if next.is_none() {
                 be.add_assign(&sc.h, &sc.mix)?;
@@ -593,7 +604,8 @@ impl Model {
     }
 
     /// Gated DeltaNet mixer (spec/MODEL.md §5): xn -> mix, and `post`'s residual add and norm when
-    /// given.
+    /// given. `grouped`: its input projections already ran (`MixerProducts`).
+    #[allow(clippy::too_many_arguments)]
     fn gdn(
         &self,
         w: &GdnWeights,
@@ -602,14 +614,14 @@ impl Model {
         sc: &Scratch,
         mode: DeltaMode,
         post: Option<AddNorm<'_>>,
+        grouped: bool,
     ) -> Result<()> {
         let be = self.backend.as_ref();
         let dims = self.config.gdn;
-        be.matmul_group(
-            &[&w.qkv, &w.gate, &w.beta, &w.alpha],
-            &sc.xn,
-            &[&sc.qkv, &sc.z, &sc.b, &sc.a],
-        )?;
+        if !grouped {
+            let p = MixerProducts::gdn(w, sc);
+            be.matmul_group(p.group().ws, &sc.xn, p.group().outs)?;
+        }
         let gates = GdnGates {
             a: &sc.a,
             b: &sc.b,
@@ -653,7 +665,9 @@ impl Model {
     }
 
     /// Gated full attention (spec/MODEL.md §6): xn -> mix, and `post`'s residual add and norm
-    /// when given, appending to the KV cache.
+    /// when given, appending to the KV cache. `grouped`: its input projections already ran
+    /// (`MixerProducts`).
+    #[allow(clippy::too_many_arguments)]
     fn attention(
         &self,
         w: &AttnWeights,
@@ -662,12 +676,16 @@ impl Model {
         sc: &Scratch,
         pos: Pos,
         post: Option<AddNorm<'_>>,
+        grouped: bool,
     ) -> Result<()> {
         let be = self.backend.as_ref();
         let cfg = &self.config;
         let dims = cfg.attn;
         let hd = dims.head_dim;
-        be.matmul_group(&[&w.q, &w.k, &w.v], &sc.xn, &[&sc.qg, &sc.k, &sc.v])?;
+        if !grouped {
+            let p = MixerProducts::attention(w, sc);
+            be.matmul_group(p.group().ws, &sc.xn, p.group().outs)?;
+        }
         let prep = AttnPrep {
             qg: &sc.qg,
             k: &sc.k,
@@ -739,6 +757,45 @@ impl Model {
                 };
                 be.moe_ffn(ffn, next)
             }
+        }
+    }
+}
+
+/// A mixer's input projections, the products of its normed input `xn` (`Backend::matmul_group`):
+/// a Gated DeltaNet layer's qkv, z, beta and alpha, an attention layer's q (with its gate), k and v.
+/// The block before the mixer may run them with its norm (`AddNorm::then`).
+struct MixerProducts<'a> {
+    ws: [&'a Tensor; MAX_GROUP],
+    outs: [&'a Tensor; MAX_GROUP],
+    n: usize,
+}
+
+impl<'a> MixerProducts<'a> {
+    fn of(mixer: &'a Mixer, sc: &'a Scratch) -> MixerProducts<'a> {
+        match mixer {
+            Mixer::Gdn(w) => Self::gdn(w, sc),
+            Mixer::Attn(w) => Self::attention(w, sc),
+        }
+    }
+    fn gdn(w: &'a GdnWeights, sc: &'a Scratch) -> MixerProducts<'a> {
+        MixerProducts {
+            ws: [&w.qkv, &w.gate, &w.beta, &w.alpha],
+            outs: [&sc.qkv, &sc.z, &sc.b, &sc.a],
+            n: 4,
+        }
+    }
+    fn attention(w: &'a AttnWeights, sc: &'a Scratch) -> MixerProducts<'a> {
+        // (The fourth entries are unused.)
+        MixerProducts {
+            ws: [&w.q, &w.k, &w.v, &w.v],
+            outs: [&sc.qg, &sc.k, &sc.v, &sc.v],
+            n: 3,
+        }
+    }
+    fn group(&self) -> Group<'_> {
+        Group {
+            ws: &self.ws[..self.n],
+            outs: &self.outs[..self.n],
         }
     }
 }

@@ -14,3 +14,4 @@ inline V __ldg(const V* p) {
 }
 // A load that skips L1 (on the CPU: a load).
 inline float __ldcg(const float* p) { return *p; }
+inline float4 __ldcg(const float4* p) { return __ldg(p); }

@@ -14,7 +14,7 @@ use crate::backend::cuda::driver::{cuda_err, DevPtr};
 use crate::backend::cuda::launch::{Args, MvSeg, MV_SEGS};
 use crate::backend::cuda::profile::Phase;
 use crate::backend::cuda::{buffer, Inner};
-use crate::backend::{check, DType, SharedExpert, Tensor};
+use crate::backend::{check, AddNorm, DType, Group, SharedExpert, Tensor};
 use crate::error::Result;
 use crate::gguf::GgmlType;
 
@@ -646,7 +646,42 @@ pub(crate) fn matmul_group(inner: &Inner, ws: &[&Tensor], x: &Tensor, outs: &[&T
         matvec_tc::read_by(inner, x, w.ty, n_in);
     }
     let outp = outs.iter().map(|o| ptr(o, op)).collect::<Result<Vec<_>>>()?;
-    // Launch families in the group's order: (kernel key of the first member, members).
+    let mut families = launch_families(inner, &weights, x, &outp, &dims)?;
+    // Q4_K_M: a layer's one Q6_K projection joins the Q4_K ones of its input in their launch.
+    if let Some((six, four)) = mixed_families(inner, &families, &weights, x, &outp, &dims)? {
+        let (m, members) = mixed_mv(&families, six, four, &weights, x, &outp, &dims)?;
+        let reads: Vec<&Tensor> = members.iter().map(|&i| ws[i]).chain([x]).collect();
+        let writes: Vec<&Tensor> = members.iter().map(|&i| outs[i]).collect();
+        let tc = |ty| matvec_tc::TcFormat::of(ty).ok_or_else(|| cuda_err(format!("{op}: no {ty} kernels")));
+        // The prepared copies are workspaces (or the producer's): held until submitted.
+        let _ws = inner.workspaces()?;
+        let x6 = inner.tc_x_of(x, n_in, tc(GgmlType::Q6K)?)?;
+        let x4 = inner.tc_x_of(x, n_in, tc(GgmlType::Q4K)?)?;
+        let flops = |nv| mv_flops(&m, nv);
+        let x = matvec_tc::MixX::Prepared { x6, x4 };
+        matvec_tc::run_mixed(inner, op, &m, &weights[members[0]], x, flops, &reads, &writes)?;
+        for f in [six.max(four), six.min(four)] {
+            families.remove(f);
+        }
+    }
+    for (_, members) in &families {
+        let m = family_mv(members, &weights, x, &outp, &dims)?;
+        let reads: Vec<&Tensor> = members.iter().map(|&i| ws[i]).chain([x]).collect();
+        let writes: Vec<&Tensor> = members.iter().map(|&i| outs[i]).collect();
+        run_mv(inner, op, &m, &reads, &writes)?;
+    }
+    Ok(())
+}
+
+/// The launches of a decode `matmul_group`, in the group's order: (kernel key of the first member,
+/// members). Products that agree on the key, format and phase share a launch (`MV_SEGS` at most).
+fn launch_families(
+    inner: &Inner,
+    weights: &[Weight],
+    x: &Tensor,
+    outp: &[DevPtr],
+    dims: &[check::MatmulDims],
+) -> Result<Vec<(Option<KernelKey>, Vec<usize>)>> {
     let mut families: Vec<(Option<KernelKey>, Vec<usize>)> = Vec::new();
     for (i, d) in dims.iter().enumerate().filter(|(_, d)| d.n_out > 0) {
         let solo = Mv::dense(&weights[i], None, x, outp[i], *d)?;
@@ -671,44 +706,155 @@ pub(crate) fn matmul_group(inner: &Inner, ws: &[&Tensor], x: &Tensor, outs: &[&T
             None => families.push((key, vec![i])),
         }
     }
-    // Q4_K_M: a layer's one Q6_K projection joins the Q4_K ones of its input in their launch.
+    Ok(families)
+}
+
+/// The products `members` of a group (one launch family) as one `Mv`, a segment each.
+fn family_mv<'a>(
+    members: &[usize],
+    weights: &'a [Weight],
+    x: &'a Tensor,
+    outp: &[DevPtr],
+    dims: &[check::MatmulDims],
+) -> Result<Mv<'a>> {
+    let first = members[0];
+    let mut m = Mv::dense(&weights[first], None, x, outp[first], dims[first])?;
+    m.parts = Parts::of(members.iter().map(|&i| Part {
+        w: weights[i].ptr,
+        out: outp[i],
+        n_out: dims[i].n_out,
+    }))?;
+    Ok(m)
+}
+
+/// The mixed launch of families `six` (one Q6_K product) and `four` (Q4_K, `mixed_families`):
+/// the Q6_K product first (the kernel's segment 0), then the Q4_K family; its `Mv` (the Q4_K
+/// format's) and members.
+fn mixed_mv<'a>(
+    families: &[(Option<KernelKey>, Vec<usize>)],
+    six: usize,
+    four: usize,
+    weights: &'a [Weight],
+    x: &'a Tensor,
+    outp: &[DevPtr],
+    dims: &[check::MatmulDims],
+) -> Result<(Mv<'a>, Vec<usize>)> {
+    let members: Vec<usize> = std::iter::once(families[six].1[0])
+        .chain(families[four].1.iter().copied())
+        .collect();
+    let mut m = family_mv(&members[1..], weights, x, outp, dims)?;
+    m.parts = Parts::of(members.iter().map(|&i| Part {
+        w: weights[i].ptr,
+        out: outp[i],
+        n_out: dims[i].n_out,
+    }))?;
+    Ok((m, members))
+}
+
+/// Which launches `normed_group` takes (`RILL_CUDA_NORM_GROUP`: `0` none, the norm in a launch of
+/// its own before the next block's first products; `tall`, the default, the tall Q4_K kernel's
+/// only; `all`, the plain Q4_K and mixed kernels' too), and at most how many super-blocks each warp
+/// of a NORM block prepares (`RILL_CUDA_NORM_SB`, default 2). Every block pays the prologue (the
+/// row's loads, the block sum, its warps' preparation): a launch of one wave pays it once, one of
+/// several waves once per wave, and a warp that prepares more super-blocks pays longer. On the
+/// H200 (tg128, dev/cuda/NOTES.md, twenty-first session): the tall launches of the 35B-A3B (one
+/// wave, 2 super-blocks per warp) 400.8 -> 406.8 t/s; the mixed launches (three waves) 396.7
+/// against 400.8; the 9B's mixed ones 337.1 against 343.0 and its tall ones (4 per warp) no faster.
+/// Read once.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum NormGroup {
+    Off,
+    Tall,
+    All,
+}
+fn normed_group_mode() -> (NormGroup, usize) {
+    static M: std::sync::OnceLock<(NormGroup, usize)> = std::sync::OnceLock::new();
+    *M.get_or_init(|| {
+        let mode = match std::env::var("RILL_CUDA_NORM_GROUP").as_deref().map(str::trim) {
+            Ok("0") => NormGroup::Off,
+            Ok("all") => NormGroup::All,
+            _ => NormGroup::Tall,
+        };
+        let sb = std::env::var("RILL_CUDA_NORM_SB")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(2);
+        (mode, sb)
+    })
+}
+
+/// `next.then`'s products of the normed rows `next.out` in one tensor-core launch whose blocks each
+/// norm the residual row `next.acc` themselves (kernels-cuda/matvec_tc.cuh mv_body NORM; block 0
+/// of each vector writes `next.out`): no norm launch between a block's last product and the next
+/// block's first ones. Taken for decode rows of at most `matvec_tc::NORM_MAX_IN` values (a multiple
+/// of 256) whose products are one Q4_K launch family on the tensor cores, or Q4_K_M's one Q6_K
+/// product beside one (`mixed_families`), as `normed_group_mode` allows; `Ok(false)` otherwise
+/// (nothing done). The caller has checked the operands (`check::add_norm_after`).
+pub(crate) fn normed_group(inner: &Inner, next: AddNorm<'_>, g: Group<'_>) -> Result<bool> {
+    let op = "matmul_group";
+    let x = next.out;
+    let dims = check::matmul_group(g.ws, x, g.outs)?;
+    let (t, n_in) = (dims[0].t, dims[0].n_in);
+    let (mode, max_sb) = normed_group_mode();
+    if mode == NormGroup::Off
+        || group_mode() != GroupMode::Format
+        || !(1..=MATVEC_MAX_T).contains(&t)
+        || !n_in.is_multiple_of(256)
+        || !(256..=matvec_tc::NORM_MAX_IN).contains(&n_in)
+        || dims.iter().any(|d| d.n_out == 0)
+    {
+        return Ok(false);
+    }
+    let weights =
+        g.ws.iter()
+            .zip(&dims)
+            .map(|(w, d)| weight(op, w, d.n_out, n_in))
+            .collect::<Result<Vec<_>>>()?;
+    if weights.iter().any(|w| !matches!(w.ty, GgmlType::Q4K | GgmlType::Q6K)) {
+        return Ok(false);
+    }
+    let outp = g.outs.iter().map(|o| ptr(o, op)).collect::<Result<Vec<_>>>()?;
+    let families = launch_families(inner, &weights, x, &outp, &dims)?;
+    let norm = matvec_tc::NormIn {
+        h: ptr(next.acc, op)?,
+        w: ptr(next.w, op)?,
+        out: ptr(x, op)?,
+        eps: next.eps,
+    };
+    let mut reads: Vec<&Tensor> = g.ws.to_vec();
+    reads.extend([next.acc, next.w]);
+    let mut writes: Vec<&Tensor> = g.outs.to_vec();
+    writes.push(x);
+    // As `matmul_group`: the producers of x learn the layouts its readers take (none here: the
+    // launch prepares x itself; the norm of a later token that runs alone still learns them).
+    for w in &weights {
+        matvec_tc::read_by(inner, x, w.ty, n_in);
+    }
+    let sb_per_warp = |warps: usize| (n_in / 256).div_ceil(warps);
     if let Some((six, four)) = mixed_families(inner, &families, &weights, x, &outp, &dims)? {
-        // The Q6_K product first (the kernel's segment 0), then the Q4_K family.
-        let members: Vec<usize> = std::iter::once(families[six].1[0])
-            .chain(families[four].1.iter().copied())
-            .collect();
-        let mut m = Mv::dense(&weights[members[1]], None, x, outp[members[1]], dims[members[1]])?;
-        m.parts = Parts::of(members.iter().map(|&i| Part {
-            w: weights[i].ptr,
-            out: outp[i],
-            n_out: dims[i].n_out,
-        }))?;
-        let reads: Vec<&Tensor> = members.iter().map(|&i| ws[i]).chain([x]).collect();
-        let writes: Vec<&Tensor> = members.iter().map(|&i| outs[i]).collect();
-        let tc = |ty| matvec_tc::TcFormat::of(ty).ok_or_else(|| cuda_err(format!("{op}: no {ty} kernels")));
-        // The prepared copies are workspaces (or the producer's): held until submitted.
-        let _ws = inner.workspaces()?;
-        let x6 = inner.tc_x_of(x, n_in, tc(GgmlType::Q6K)?)?;
-        let x4 = inner.tc_x_of(x, n_in, tc(GgmlType::Q4K)?)?;
-        let flops = |nv| mv_flops(&m, nv);
-        matvec_tc::run_mixed(inner, op, &m, &weights[members[0]], x6, x4, flops, &reads, &writes)?;
-        for f in [six.max(four), six.min(four)] {
-            families.remove(f);
+        // (8 warps per block.)
+        if families.len() != 2 || mode != NormGroup::All || sb_per_warp(8) > max_sb {
+            return Ok(false);
         }
+        let (m, members) = mixed_mv(&families, six, four, &weights, x, &outp, &dims)?;
+        let flops = |nv| mv_flops(&m, nv);
+        let x = matvec_tc::MixX::Normed(norm);
+        matvec_tc::run_mixed(inner, op, &m, &weights[members[0]], x, flops, &reads, &writes)?;
+        return Ok(true);
     }
-    for (_, members) in &families {
-        let first = members[0];
-        let mut m = Mv::dense(&weights[first], None, x, outp[first], dims[first])?;
-        m.parts = Parts::of(members.iter().map(|&i| Part {
-            w: weights[i].ptr,
-            out: outp[i],
-            n_out: dims[i].n_out,
-        }))?;
-        let reads: Vec<&Tensor> = members.iter().map(|&i| ws[i]).chain([x]).collect();
-        let writes: Vec<&Tensor> = members.iter().map(|&i| outs[i]).collect();
-        run_mv(inner, op, &m, &reads, &writes)?;
+    let [(Some(("mvtc", 0)), members)] = families.as_slice() else {
+        return Ok(false);
+    };
+    let m = family_mv(members, &weights, x, &outp, &dims)?;
+    if m.w.ty != GgmlType::Q4K || !matches!(mv_path(inner, &m), MvPath::Tc(_)) {
+        return Ok(false);
     }
-    Ok(())
+    let (_, _, threads) = matvec_tc::kernel_of(matvec_tc::Q4K, &m);
+    let tall = threads == 128;
+    if (!tall && mode != NormGroup::All) || sb_per_warp(threads as usize / 32) > max_sb {
+        return Ok(false);
+    }
+    matvec_tc::run_normed(inner, op, &m, norm, |nv| mv_flops(&m, nv), &reads, &writes)
 }
 
 /// `acc += x · Wᵀ` for a decode batch (T <= `MATVEC_MAX_T`) whose product runs on the

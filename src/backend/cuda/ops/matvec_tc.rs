@@ -67,7 +67,7 @@ const ALIGNED: Loads = Loads {
     n_in_multiple: SB,
     align: 16,
 };
-const Q4K: TcFormat = TcFormat {
+pub(crate) const Q4K: TcFormat = TcFormat {
     ty: GgmlType::Q4K,
     words: 4 * 3 * 32,
     sums: 16,
@@ -471,7 +471,7 @@ pub(crate) fn run(
     let nsb = m.n_in / SB;
     let (kernel, rows_per_block, threads) = kernel_of(f, m);
     let launch = ((kernel, m.w.suffix), rows_per_block, threads);
-    launch_chunks(inner, op, m, launch, flops, reads, writes, |a, x_row0| {
+    launch_chunks(inner, op, m, launch, 0, flops, reads, writes, |a, x_row0| {
         // Slots of its own (matvec_tc.cuh `mv_body`): p2 the prepared words, p6 the sums.
         let x = x.rows_from(f, x_row0, nsb);
         (a.p[2], a.p[6]) = (x.xa, x.xs);
@@ -484,42 +484,124 @@ pub(crate) fn run(
 /// Rows per block of `mvtc_mix_Q6_K_Q4_K` (R = 1 for both formats).
 const MIX_ROWS: usize = 16;
 
+/// The x of a mixed launch (`run_mixed`): prepared in both layouts, or the norm its blocks take.
+pub(crate) enum MixX {
+    /// x prepared as `x6` (Q6_K layout) and `x4` (Q4_K).
+    Prepared { x6: TcX, x4: TcX },
+    /// x = rms_norm of a residual row, normed and prepared by each block (`NormIn`).
+    Normed(NormIn),
+}
+
 /// The dense products `m` of one x whose first is the Q6_K product of weight `w6` and the others
-/// Q4_K (`m.w`), in one launch (kernels-cuda/matvec_tc6.cu `mvtc_mix_Q6_K_Q4_K`): Q4_K_M's qkv or v
-/// beside the layer's other projections. x prepared as `x6` (Q6_K layout) and `x4` (Q4_K).
+/// Q4_K (`m.w`), in one launch (kernels-cuda/matvec_tc6.cu `mvtc_mix_Q6_K_Q4_K`, or
+/// `mvtc_norm_mix_Q6_K_Q4_K` for a normed x): Q4_K_M's qkv or v beside the layer's other
+/// projections.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_mixed(
     inner: &Inner,
     op: &str,
     m: &Mv,
     w6: &super::linear::Weight,
-    x6: TcX,
-    x4: TcX,
+    x: MixX,
     flops: impl Fn(usize) -> f64,
     reads: &[&Tensor],
     writes: &[&Tensor],
 ) -> Result<()> {
     let q6_blocks = m.parts.iter().next().map_or(0, |p| p.n_out.div_ceil(MIX_ROWS));
     let nsb = m.n_in / SB;
-    let launch = (("mvtc_mix_Q6_K_Q4_K", ""), MIX_ROWS, 256);
-    launch_chunks(inner, op, m, launch, flops, reads, writes, |a, x_row0| {
-        // The Q4_K products' x in the usual slots, the Q6_K product's at p4 / p5 (mv_body ALT).
-        let (x4, x6) = (x4.rows_from(Q4K, x_row0, nsb), x6.rows_from(Q6K, x_row0, nsb));
-        (a.p[2], a.p[6], a.p[4], a.p[5]) = (x4.xa, x4.xs, x6.xa, x6.xs);
+    let (name, smem) = match x {
+        MixX::Prepared { .. } => ("mvtc_mix_Q6_K_Q4_K", 0),
+        MixX::Normed(_) => ("mvtc_norm_mix_Q6_K_Q4_K", norm_smem(m.n_in)),
+    };
+    let launch = ((name, ""), MIX_ROWS, 256);
+    launch_chunks(inner, op, m, launch, smem, flops, reads, writes, |a, x_row0| {
+        match &x {
+            MixX::Prepared { x6, x4 } => {
+                // The Q4_K products' x in the usual slots, the Q6_K product's at p4 / p5 (mv_body ALT).
+                let (x4, x6) = (x4.rows_from(Q4K, x_row0, nsb), x6.rows_from(Q6K, x_row0, nsb));
+                (a.p[2], a.p[6], a.p[4], a.p[5]) = (x4.xa, x4.xs, x6.xa, x6.xs);
+            }
+            MixX::Normed(n) => n.slots(a, x_row0, m.n_in),
+        }
         a.n[9] = q6_blocks as i64;
         a.n[10] = w6.row_bytes as i64;
     })
 }
 
+/// Widest x a NORM kernel takes (kernels-cuda/matvec_tc.cuh `NORM_V`: 4 x 128 threads x 8 values
+/// per thread; its shared memory, `norm_smem`, then stays under the 48 KiB any launch gets).
+pub(crate) const NORM_MAX_IN: usize = 4096;
+
+/// The x of a NORM kernel (kernels-cuda/matvec_tc.cuh mv_body NORM): `rms_norm(h; w, eps)` of the
+/// residual rows at `h`, which each block computes and prepares itself, block 0 of each vector
+/// writing the normed row to `out`.
+#[derive(Clone, Copy)]
+pub(crate) struct NormIn {
+    pub h: DevPtr,
+    pub w: DevPtr,
+    pub out: DevPtr,
+    pub eps: f32,
+}
+
+impl NormIn {
+    /// Its slots (p0 h, p7 w, p3 out, f0 eps) for the launch's vectors from `row0` on.
+    fn slots(&self, a: &mut Args, row0: usize, n_in: usize) {
+        let off = (row0 * n_in * 4) as u64;
+        (a.p[0], a.p[7], a.p[3]) = (self.h + off, self.w, self.out + off);
+        a.f[0] = self.eps;
+    }
+}
+
+/// Dynamic shared memory of a NORM kernel for x rows of `n_in` (matvec_tc.cuh `norm_smem`): the
+/// normed row, then the widest layout's words and sums (Q4_K's).
+fn norm_smem(n_in: usize) -> u32 {
+    ((n_in + n_in / SB * (Q4K.words + Q4K.sums)) * 4) as u32
+}
+
+/// The dense Q4_K products `m` of x = `norm` (one launch family) in the NORM kernel of the
+/// geometry `kernel_of` picks (`mvtc_norm_tall_Q4_K`, `mvtc_norm_Q4_K`). `Ok(false)` for another
+/// geometry (nothing done).
+pub(crate) fn run_normed(
+    inner: &Inner,
+    op: &str,
+    m: &Mv,
+    norm: NormIn,
+    flops: impl Fn(usize) -> f64,
+    reads: &[&Tensor],
+    writes: &[&Tensor],
+) -> Result<bool> {
+    let name = match kernel_of(Q4K, m) {
+        ("mvtc_tall_", 32, 128) => "mvtc_norm_tall_",
+        ("mvtc_", 16, 256) => "mvtc_norm_",
+        _ => return Ok(false),
+    };
+    let (_, rows_per_block, threads) = kernel_of(Q4K, m);
+    let launch = ((name, m.w.suffix), rows_per_block, threads);
+    launch_chunks(
+        inner,
+        op,
+        m,
+        launch,
+        norm_smem(m.n_in),
+        flops,
+        reads,
+        writes,
+        |a, x_row0| norm.slots(a, x_row0, m.n_in),
+    )?;
+    Ok(true)
+}
+
 /// The launches of the tensor-core product `m` in a kernel (its name as prefix and suffix, rows per
-/// block, threads): one per chunk of output vectors (`Mv::chunks`), whose slots
-/// `slots` completes from the chunk's first x row on; the n11 bits from `m`.
+/// block, threads; `smem` bytes of dynamic shared memory): one per chunk of output vectors
+/// (`Mv::chunks`), whose slots `slots` completes from the chunk's first x row on; the n11 bits
+/// from `m`.
 #[allow(clippy::too_many_arguments)]
 fn launch_chunks(
     inner: &Inner,
     op: &str,
     m: &Mv,
     (name, rows_per_block, threads): ((&'static str, &'static str), usize, u32),
+    smem: u32,
     flops: impl Fn(usize) -> f64,
     reads: &[&Tensor],
     writes: &[&Tensor],
@@ -534,7 +616,7 @@ fn launch_chunks(
                 name,
                 grid: [gx, nv as u32, 1],
                 block: threads,
-                smem: 0,
+                smem,
                 args: a,
                 phase: m.w.phase,
             },

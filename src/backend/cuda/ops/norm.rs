@@ -149,11 +149,34 @@ pub(crate) fn matmul_add_rms_norm(inner: &Inner, w: &Tensor, x: &Tensor, y: &Ten
     let d = check::matmul_add_rms_norm(w, x, y, next)?;
     if let Some(t) = add_norm_rows(inner, next, d.n_out) {
         if linear::matmul_accumulate(inner, w, x, next.acc)? {
-            return rms_norm_whole(inner, next, t, d.n_out);
+            return norm_then(inner, next, t, d.n_out);
         }
     }
     linear::matmul(inner, w, x, y)?;
-    add_rms_norm(inner, next.acc, y, next.w, next.eps, next.out)
+    add_rms_norm(inner, next.acc, y, next.w, next.eps, next.out)?;
+    group_of_normed(inner, next)
+}
+
+/// The norm of a residual row its product has finished (`next.acc` into `next.out`) and
+/// `next.then`'s products of it: where those products' launch can take the norm as its prologue
+/// (`linear::normed_group`: no norm launch between the two), that launch; else
+/// `rms_norm_slices_whole` and the group.
+fn norm_then(inner: &Inner, next: AddNorm<'_>, t: usize, d: usize) -> Result<()> {
+    if let Some(g) = next.then {
+        if linear::normed_group(inner, next, g)? {
+            return Ok(());
+        }
+    }
+    rms_norm_whole(inner, next, t, d)?;
+    group_of_normed(inner, next)
+}
+
+/// `next.then`'s products of the normed rows, if any.
+fn group_of_normed(inner: &Inner, next: AddNorm<'_>) -> Result<()> {
+    match next.then {
+        Some(g) => linear::matmul_group(inner, g.ws, next.out, g.outs),
+        None => Ok(()),
+    }
 }
 
 /// `moe_experts_shared` and `next` (`moe_route_experts_shared` after its routing): in decode the
@@ -180,7 +203,7 @@ pub(crate) fn moe_experts_add_rms_norm(
     )? {
         return Ok(false);
     }
-    rms_norm_whole(inner, next, t, d)?;
+    norm_then(inner, next, t, d)?;
     Ok(true)
 }
 
@@ -389,7 +412,13 @@ pub(crate) fn rms_norm(inner: &Inner, x: &Tensor, w: &Tensor, eps: f32, out: &Te
     let d = check::rms_norm(x, w, out)?;
     // x is not written here (nor aliased by out): every slice's block may read the whole row, no
     // grid barrier.
-    let whole = AddNorm { acc: x, w, eps, out };
+    let whole = AddNorm {
+        acc: x,
+        w,
+        eps,
+        out,
+        then: None,
+    };
     if let Some(t) = add_norm_rows(inner, whole, d) {
         return rms_norm_whole(inner, whole, t, d);
     }
