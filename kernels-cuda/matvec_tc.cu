@@ -22,13 +22,14 @@ KERNEL void __launch_bounds__(32) mvtc_prep_Q4_K(const Args a) {
 // Q4_K_M 320.8 -> 316.5, 35B-A3B 366.0 -> 359.2 (dev/cuda/NOTES.md, eighteenth session).
 KERNEL void __launch_bounds__(128) mvtc_tall_Q4_K(const Args a) { mvtc::mv_body<mvtc::TcQ4K, 2, 4, false>(a); }
 KERNEL void __launch_bounds__(256) mvtc_Q4_K(const Args a) { mvtc::mv_body<mvtc::TcQ4K, 1, 8, false>(a); }
-// The same with the norm before them as their prologue (mv_body NORM: a layer's first products of
-// the residual row the block before it finished; ops/norm.rs `norm_then_group`).
+// The tall kernel with the norm before it as its prologue (mv_body NORM: a layer's first products
+// of the residual row the block before it finished; ops/linear.rs `normed_group`). Only this one:
+// a NORM block pays the prologue (~2 us alone) in every wave, so the launches of several waves
+// (the mixed Q6_K + Q4_K one, three waves on the 35B-A3B) and blocks that prepare 4 super-blocks
+// per warp (4096-wide rows) measured slower than the norm's own launch (dev/cuda/NOTES.md,
+// twenty-first session).
 KERNEL void __launch_bounds__(128) mvtc_norm_tall_Q4_K(const Args a) {
     mvtc::mv_body<mvtc::TcQ4K, 2, 4, false, true, false, false, false, true>(a);
-}
-KERNEL void __launch_bounds__(256) mvtc_norm_Q4_K(const Args a) {
-    mvtc::mv_body<mvtc::TcQ4K, 1, 8, false, true, false, false, false, true>(a);
 }
 KERNEL void __launch_bounds__(256) mvtc_glu_Q4_K(const Args a) {
     mvtc::mv_body<mvtc::TcQ4K, 1, 8, true>(a);

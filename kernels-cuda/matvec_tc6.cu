@@ -26,13 +26,6 @@ KERNEL void __launch_bounds__(256) mvtc_mix_Q6_K_Q4_K(const Args a) {
     else
         mvtc::mv_body<mvtc::TcQ4K, 1, 8, false, true>(a);
 }
-// The same with the norm before them as their prologue (mv_body NORM).
-KERNEL void __launch_bounds__(256) mvtc_norm_mix_Q6_K_Q4_K(const Args a) {
-    if ((long long)blockIdx.x < a.n[9])
-        mvtc::mv_body<mvtc6::TcQ6K, 1, 8, false, true, false, false, true, true>(a);
-    else
-        mvtc::mv_body<mvtc::TcQ4K, 1, 8, false, true, false, false, false, true>(a);
-}
 KERNEL void __launch_bounds__(256) mvtc_glu_Q6_K(const Args a) {
     mvtc::mv_body<mvtc6::TcQ6K, 1, 8, true>(a);
     mvtc::glu_out_prep<16>(a);  // the down product's input (out_prep.cuh)

@@ -225,7 +225,7 @@ static __device__ __forceinline__ void q6k_load(const uint8_t* const (&rows)[2 *
 
 // The arithmetic of super-block sb once its rows are in registers: the x words' loads, the MMAs,
 // the sub-block scales and acc += sum * d / (4 s).
-template <int R, bool XS = false>
+template <int R>
 static __device__ __forceinline__ void q6k_math(const Row6 (&rw)[2 * R], int sb, const uint32_t* xbp, const float* xs,
                                                 float (&acc)[2 * R]) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -238,7 +238,7 @@ static __device__ __forceinline__ void q6k_math(const Row6 (&rw)[2 * R], int sb,
         const uint32_t* src = xbp + ((size_t)sb * 8 + g) * 32;
 #pragma unroll
         for (int k = 0; k < 8; k++) {
-            const uint4 v = mvtc::ldx16<XS>(src + 4 * k);
+            const uint4 v = ld16(src + 4 * k);
             xb[4 * k] = v.x;
             xb[4 * k + 1] = v.y;
             xb[4 * k + 2] = v.z;
@@ -286,34 +286,34 @@ static __device__ __forceinline__ void q6k_math(const Row6 (&rw)[2 * R], int sb,
 }
 
 // Super-blocks first, first + step, ... of the 2R rows: every one at byte offset OFF of a 16-byte
-// boundary, or anywhere (OFF = -1: load_row_any). XS: x prepared in shared memory (q6k_math).
-template <int R, int OFF, bool XS = false>
+// boundary, or anywhere (OFF = -1: load_row_any).
+template <int R, int OFF>
 static __device__ __forceinline__ void q6k_loop(int first, int step, const uint8_t* const (&rows)[2 * R],
                                                 const uint32_t* xbp, const float* xs, int nsb, float (&acc)[2 * R]) {
     for (int sb = first; sb < nsb; sb += step) {
         Row6 rw[2 * R];
         q6k_load<R, OFF>(rows, sb, rw);
-        q6k_math<R, XS>(rw, sb, xbp, xs, acc);
+        q6k_math<R>(rw, sb, xbp, xs, acc);
     }
 }
 
 // One weight matrix's share of this warp (KW = 8 warps): super-blocks warp, warp + 8, ... of the
 // 2R rows rows[r] (rows 8r + g of the block) against the prepared x of one vector (xb, xs at its
 // first super-block). Adds the lane's partial dot products to acc.
-template <int R, bool XS = false>
+template <int R>
 static __device__ __forceinline__ void q6k_rows(const uint8_t* const (&rows)[2 * R], const uint32_t* xb,
                                                 const float* xs, int nsb, float (&acc)[2 * R]) {
     const int warp = threadIdx.x >> 5;
     // Warp w reads super-blocks w, w + 8, ...: all at byte offset 2w of a 16-byte boundary.
     switch (warp) {
-        case 0: q6k_loop<R, 0, XS>(warp, KW, rows, xb, xs, nsb, acc); break;
-        case 1: q6k_loop<R, 2, XS>(warp, KW, rows, xb, xs, nsb, acc); break;
-        case 2: q6k_loop<R, 4, XS>(warp, KW, rows, xb, xs, nsb, acc); break;
-        case 3: q6k_loop<R, 6, XS>(warp, KW, rows, xb, xs, nsb, acc); break;
-        case 4: q6k_loop<R, 8, XS>(warp, KW, rows, xb, xs, nsb, acc); break;
-        case 5: q6k_loop<R, 10, XS>(warp, KW, rows, xb, xs, nsb, acc); break;
-        case 6: q6k_loop<R, 12, XS>(warp, KW, rows, xb, xs, nsb, acc); break;
-        default: q6k_loop<R, 14, XS>(warp, KW, rows, xb, xs, nsb, acc); break;
+        case 0: q6k_loop<R, 0>(warp, KW, rows, xb, xs, nsb, acc); break;
+        case 1: q6k_loop<R, 2>(warp, KW, rows, xb, xs, nsb, acc); break;
+        case 2: q6k_loop<R, 4>(warp, KW, rows, xb, xs, nsb, acc); break;
+        case 3: q6k_loop<R, 6>(warp, KW, rows, xb, xs, nsb, acc); break;
+        case 4: q6k_loop<R, 8>(warp, KW, rows, xb, xs, nsb, acc); break;
+        case 5: q6k_loop<R, 10>(warp, KW, rows, xb, xs, nsb, acc); break;
+        case 6: q6k_loop<R, 12>(warp, KW, rows, xb, xs, nsb, acc); break;
+        default: q6k_loop<R, 14>(warp, KW, rows, xb, xs, nsb, acc); break;
     }
 }
 
@@ -328,19 +328,14 @@ struct TcQ6K {
     static constexpr int SEGS = 1;
     // Warp w must read super-blocks w, w + 8, ... (its loads are compiled for their alignment).
     static constexpr bool ANY_FIRST = false;
-    // XS: x prepared in shared memory (mv_body NORM).
     template <int R, int KWB, bool XS = false>
     static __device__ __forceinline__ void rows(const uint8_t* const (&w)[2 * R], const uint32_t* xb, const float* xs,
                                                 int nsb, int, int, float (&part)[2 * R]) {
         static_assert(KWB == KW, "the Q6_K loads assume 8 warps per block");
+        static_assert(!XS, "x in global memory only (mv_body NORM serves Q4_K)");
 #pragma unroll
         for (int r = 0; r < 2 * R; r++) part[r] = 0.0f;
-        q6k_rows<R, XS>(w, xb, xs, nsb, part);
-    }
-    // One super-block of x (256 floats at x_sb, 32-byte aligned) into this layout, by one warp
-    // (mv_body NORM).
-    static __device__ __forceinline__ void prep(const float* x_sb, uint32_t* xb_sb, float* xs_sb) {
-        prep_sb_warp(x_sb, xb_sb, xs_sb);
+        q6k_rows<R>(w, xb, xs, nsb, part);
     }
 };
 

@@ -733,14 +733,14 @@ fn recorded_product_then_norm_matches_cpu() {
 
 /// A block's last product, its residual add and norm, and the next block's first products of the
 /// normed rows (`AddNorm::then`, which a backend may compute with the norm in one launch: CUDA's
-/// NORM kernels, every block norming the residual row itself), recorded into a step and replayed:
-/// Q4_K groups on both tensor-core geometries (a tall first product and a short one; rows of 256
-/// to 2048, one or two super-blocks per warp of the tall NORM kernel, and 4096, four), Q4_K_M's
-/// Q6_K product beside Q4_K ones, rows of 4096 (the widest the NORM kernels take) and 4352 (past
-/// it), Q8_0 and F32 groups (the composition), 1 and 3 token rows, the last product on the
-/// tensor cores (which adds into the residual itself) or F32. Every step against the CPU, the
-/// recorded step bit for bit the same ops run one by one, and the products bit for bit a plain
-/// `matmul_group` of the device's own normed rows (the NORM kernels prepare the rows they write).
+/// NORM kernel, every block norming the residual row itself), recorded into a step and replayed:
+/// tall Q4_K groups whose rows take the NORM kernel (256 to 2048 wide: one or two super-blocks per
+/// warp) and groups that take the composition (tall at 4096, four per warp; short Q4_K groups at
+/// 512 and 4096; 4352, past the widest; Q4_K_M's Q6_K product beside Q4_K ones; Q8_0 and F32), 1
+/// to 3 token rows, the last product on the tensor cores (which adds into the residual itself) or
+/// F32. Every step against the CPU, the recorded step bit for bit the same ops run one by one, and
+/// the products bit for bit a plain `matmul_group` of the device's own normed rows (the NORM kernel
+/// prepares the rows it writes).
 #[test]
 fn recorded_norm_then_group_matches_cpu() {
     use rill::gguf::GgmlType::{F32, Q4K, Q6K, Q8_0};

@@ -658,8 +658,7 @@ pub(crate) fn matmul_group(inner: &Inner, ws: &[&Tensor], x: &Tensor, outs: &[&T
         let x6 = inner.tc_x_of(x, n_in, tc(GgmlType::Q6K)?)?;
         let x4 = inner.tc_x_of(x, n_in, tc(GgmlType::Q4K)?)?;
         let flops = |nv| mv_flops(&m, nv);
-        let x = matvec_tc::MixX::Prepared { x6, x4 };
-        matvec_tc::run_mixed(inner, op, &m, &weights[members[0]], x, flops, &reads, &writes)?;
+        matvec_tc::run_mixed(inner, op, &m, &weights[members[0]], x6, x4, flops, &reads, &writes)?;
         for f in [six.max(four), six.min(four)] {
             families.remove(f);
         }
@@ -751,52 +750,29 @@ fn mixed_mv<'a>(
     Ok((m, members))
 }
 
-/// Which launches `normed_group` takes (`RILL_CUDA_NORM_GROUP`: `0` none, the norm in a launch of
-/// its own before the next block's first products; `tall`, the default, the tall Q4_K kernel's
-/// only; `all`, the plain Q4_K and mixed kernels' too), and at most how many super-blocks each warp
-/// of a NORM block prepares (`RILL_CUDA_NORM_SB`, default 2). Every block pays the prologue (the
-/// row's loads, the block sum, its warps' preparation): a launch of one wave pays it once, one of
-/// several waves once per wave, and a warp that prepares more super-blocks pays longer. On the
-/// H200 (tg128, dev/cuda/NOTES.md, twenty-first session): the tall launches of the 35B-A3B (one
-/// wave, 2 super-blocks per warp) 400.8 -> 406.8 t/s; the mixed launches (three waves) 396.7
-/// against 400.8; the 9B's mixed ones 337.1 against 343.0 and its tall ones (4 per warp) no faster.
-/// Read once.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum NormGroup {
-    Off,
-    Tall,
-    All,
-}
-fn normed_group_mode() -> (NormGroup, usize) {
-    static M: std::sync::OnceLock<(NormGroup, usize)> = std::sync::OnceLock::new();
-    *M.get_or_init(|| {
-        let mode = match std::env::var("RILL_CUDA_NORM_GROUP").as_deref().map(str::trim) {
-            Ok("0") => NormGroup::Off,
-            Ok("all") => NormGroup::All,
-            _ => NormGroup::Tall,
-        };
-        let sb = std::env::var("RILL_CUDA_NORM_SB")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(2);
-        (mode, sb)
-    })
+/// `RILL_CUDA_NORM_GROUP=0`: the norm after a block's last product in a launch of its own before
+/// the next block's first products (`normed_group` off), for A/B runs. Read once.
+fn normed_group_on() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_NORM_GROUP"))
 }
 
 /// `next.then`'s products of the normed rows `next.out` in one tensor-core launch whose blocks each
 /// norm the residual row `next.acc` themselves (kernels-cuda/matvec_tc.cuh mv_body NORM; block 0
 /// of each vector writes `next.out`): no norm launch between a block's last product and the next
 /// block's first ones. Taken for decode rows of at most `matvec_tc::NORM_MAX_IN` values (a multiple
-/// of 256) whose products are one Q4_K launch family on the tensor cores, or Q4_K_M's one Q6_K
-/// product beside one (`mixed_families`), as `normed_group_mode` allows; `Ok(false)` otherwise
-/// (nothing done). The caller has checked the operands (`check::add_norm_after`).
+/// of 256) whose products are one Q4_K launch family on the tall tensor-core kernel
+/// (`matvec_tc::run_normed` says which); `Ok(false)` otherwise (nothing done). The caller has
+/// checked the operands (`check::add_norm_after`). On the H200 (tg128, dev/cuda/NOTES.md,
+/// twenty-first session): the 35B-A3B's tall launches 400.8 -> 406.8 t/s; NORM versions of the
+/// mixed Q6_K + Q4_K launch (three waves, each paying the prologue) and of the 9B's tall one (4
+/// super-blocks per warp) measured slower and were not kept.
 pub(crate) fn normed_group(inner: &Inner, next: AddNorm<'_>, g: Group<'_>) -> Result<bool> {
     let op = "matmul_group";
     let x = next.out;
     let dims = check::matmul_group(g.ws, x, g.outs)?;
     let (t, n_in) = (dims[0].t, dims[0].n_in);
-    let (mode, max_sb) = normed_group_mode();
-    if mode == NormGroup::Off
+    if !normed_group_on()
         || group_mode() != GroupMode::Format
         || !(1..=MATVEC_MAX_T).contains(&t)
         || !n_in.is_multiple_of(256)
@@ -810,11 +786,18 @@ pub(crate) fn normed_group(inner: &Inner, next: AddNorm<'_>, g: Group<'_>) -> Re
             .zip(&dims)
             .map(|(w, d)| weight(op, w, d.n_out, n_in))
             .collect::<Result<Vec<_>>>()?;
-    if weights.iter().any(|w| !matches!(w.ty, GgmlType::Q4K | GgmlType::Q6K)) {
+    if weights.iter().any(|w| w.ty != GgmlType::Q4K) {
         return Ok(false);
     }
     let outp = g.outs.iter().map(|o| ptr(o, op)).collect::<Result<Vec<_>>>()?;
     let families = launch_families(inner, &weights, x, &outp, &dims)?;
+    let [(Some(("mvtc", 0)), members)] = families.as_slice() else {
+        return Ok(false);
+    };
+    let m = family_mv(members, &weights, x, &outp, &dims)?;
+    if !matches!(mv_path(inner, &m), MvPath::Tc(_)) {
+        return Ok(false);
+    }
     let norm = matvec_tc::NormIn {
         h: ptr(next.acc, op)?,
         w: ptr(next.w, op)?,
@@ -825,35 +808,6 @@ pub(crate) fn normed_group(inner: &Inner, next: AddNorm<'_>, g: Group<'_>) -> Re
     reads.extend([next.acc, next.w]);
     let mut writes: Vec<&Tensor> = g.outs.to_vec();
     writes.push(x);
-    // As `matmul_group`: the producers of x learn the layouts its readers take (none here: the
-    // launch prepares x itself; the norm of a later token that runs alone still learns them).
-    for w in &weights {
-        matvec_tc::read_by(inner, x, w.ty, n_in);
-    }
-    let sb_per_warp = |warps: usize| (n_in / 256).div_ceil(warps);
-    if let Some((six, four)) = mixed_families(inner, &families, &weights, x, &outp, &dims)? {
-        // (8 warps per block.)
-        if families.len() != 2 || mode != NormGroup::All || sb_per_warp(8) > max_sb {
-            return Ok(false);
-        }
-        let (m, members) = mixed_mv(&families, six, four, &weights, x, &outp, &dims)?;
-        let flops = |nv| mv_flops(&m, nv);
-        let x = matvec_tc::MixX::Normed(norm);
-        matvec_tc::run_mixed(inner, op, &m, &weights[members[0]], x, flops, &reads, &writes)?;
-        return Ok(true);
-    }
-    let [(Some(("mvtc", 0)), members)] = families.as_slice() else {
-        return Ok(false);
-    };
-    let m = family_mv(members, &weights, x, &outp, &dims)?;
-    if m.w.ty != GgmlType::Q4K || !matches!(mv_path(inner, &m), MvPath::Tc(_)) {
-        return Ok(false);
-    }
-    let (_, _, threads) = matvec_tc::kernel_of(matvec_tc::Q4K, &m);
-    let tall = threads == 128;
-    if (!tall && mode != NormGroup::All) || sb_per_warp(threads as usize / 32) > max_sb {
-        return Ok(false);
-    }
     matvec_tc::run_normed(inner, op, &m, norm, |nv| mv_flops(&m, nv), &reads, &writes)
 }
 

@@ -67,7 +67,7 @@ const ALIGNED: Loads = Loads {
     n_in_multiple: SB,
     align: 16,
 };
-pub(crate) const Q4K: TcFormat = TcFormat {
+const Q4K: TcFormat = TcFormat {
     ty: GgmlType::Q4K,
     words: 4 * 3 * 32,
     sums: 16,
@@ -484,45 +484,28 @@ pub(crate) fn run(
 /// Rows per block of `mvtc_mix_Q6_K_Q4_K` (R = 1 for both formats).
 const MIX_ROWS: usize = 16;
 
-/// The x of a mixed launch (`run_mixed`): prepared in both layouts, or the norm its blocks take.
-pub(crate) enum MixX {
-    /// x prepared as `x6` (Q6_K layout) and `x4` (Q4_K).
-    Prepared { x6: TcX, x4: TcX },
-    /// x = rms_norm of a residual row, normed and prepared by each block (`NormIn`).
-    Normed(NormIn),
-}
-
 /// The dense products `m` of one x whose first is the Q6_K product of weight `w6` and the others
-/// Q4_K (`m.w`), in one launch (kernels-cuda/matvec_tc6.cu `mvtc_mix_Q6_K_Q4_K`, or
-/// `mvtc_norm_mix_Q6_K_Q4_K` for a normed x): Q4_K_M's qkv or v beside the layer's other
-/// projections.
+/// Q4_K (`m.w`), in one launch (kernels-cuda/matvec_tc6.cu `mvtc_mix_Q6_K_Q4_K`): Q4_K_M's qkv or v
+/// beside the layer's other projections. x prepared as `x6` (Q6_K layout) and `x4` (Q4_K).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run_mixed(
     inner: &Inner,
     op: &str,
     m: &Mv,
     w6: &super::linear::Weight,
-    x: MixX,
+    x6: TcX,
+    x4: TcX,
     flops: impl Fn(usize) -> f64,
     reads: &[&Tensor],
     writes: &[&Tensor],
 ) -> Result<()> {
     let q6_blocks = m.parts.iter().next().map_or(0, |p| p.n_out.div_ceil(MIX_ROWS));
     let nsb = m.n_in / SB;
-    let (name, smem) = match x {
-        MixX::Prepared { .. } => ("mvtc_mix_Q6_K_Q4_K", 0),
-        MixX::Normed(_) => ("mvtc_norm_mix_Q6_K_Q4_K", norm_smem(m.n_in)),
-    };
-    let launch = ((name, ""), MIX_ROWS, 256);
-    launch_chunks(inner, op, m, launch, smem, flops, reads, writes, |a, x_row0| {
-        match &x {
-            MixX::Prepared { x6, x4 } => {
-                // The Q4_K products' x in the usual slots, the Q6_K product's at p4 / p5 (mv_body ALT).
-                let (x4, x6) = (x4.rows_from(Q4K, x_row0, nsb), x6.rows_from(Q6K, x_row0, nsb));
-                (a.p[2], a.p[6], a.p[4], a.p[5]) = (x4.xa, x4.xs, x6.xa, x6.xs);
-            }
-            MixX::Normed(n) => n.slots(a, x_row0, m.n_in),
-        }
+    let launch = (("mvtc_mix_Q6_K_Q4_K", ""), MIX_ROWS, 256);
+    launch_chunks(inner, op, m, launch, 0, flops, reads, writes, |a, x_row0| {
+        // The Q4_K products' x in the usual slots, the Q6_K product's at p4 / p5 (mv_body ALT).
+        let (x4, x6) = (x4.rows_from(Q4K, x_row0, nsb), x6.rows_from(Q6K, x_row0, nsb));
+        (a.p[2], a.p[6], a.p[4], a.p[5]) = (x4.xa, x4.xs, x6.xa, x6.xs);
         a.n[9] = q6_blocks as i64;
         a.n[10] = w6.row_bytes as i64;
     })
@@ -553,14 +536,18 @@ impl NormIn {
 }
 
 /// Dynamic shared memory of a NORM kernel for x rows of `n_in` (matvec_tc.cuh `norm_smem`): the
-/// normed row, then the widest layout's words and sums (Q4_K's).
+/// normed row, then the Q4_K layout's words and sums.
 fn norm_smem(n_in: usize) -> u32 {
     ((n_in + n_in / SB * (Q4K.words + Q4K.sums)) * 4) as u32
 }
 
-/// The dense Q4_K products `m` of x = `norm` (one launch family) in the NORM kernel of the
-/// geometry `kernel_of` picks (`mvtc_norm_tall_Q4_K`, `mvtc_norm_Q4_K`). `Ok(false)` for another
-/// geometry (nothing done).
+/// Super-blocks of x each warp of the NORM kernel prepares at most (its 4 warps): with more, the
+/// prologue costs more than the norm's own launch (`normed_group`).
+pub(crate) const NORM_MAX_SB_PER_WARP: usize = 2;
+
+/// The dense Q4_K products `m` of x = `norm` (one launch family) in the tall kernel's NORM version
+/// (`mvtc_norm_tall_Q4_K`), where `kernel_of` picks the tall kernel and its warps prepare at most
+/// `NORM_MAX_SB_PER_WARP` super-blocks each. `Ok(false)` otherwise (nothing done).
 pub(crate) fn run_normed(
     inner: &Inner,
     op: &str,
@@ -570,13 +557,11 @@ pub(crate) fn run_normed(
     reads: &[&Tensor],
     writes: &[&Tensor],
 ) -> Result<bool> {
-    let name = match kernel_of(Q4K, m) {
-        ("mvtc_tall_", 32, 128) => "mvtc_norm_tall_",
-        ("mvtc_", 16, 256) => "mvtc_norm_",
-        _ => return Ok(false),
-    };
-    let (_, rows_per_block, threads) = kernel_of(Q4K, m);
-    let launch = ((name, m.w.suffix), rows_per_block, threads);
+    let (kernel, rows_per_block, threads) = kernel_of(Q4K, m);
+    if kernel != "mvtc_tall_" || (m.n_in / SB).div_ceil(threads as usize / 32) > NORM_MAX_SB_PER_WARP {
+        return Ok(false);
+    }
+    let launch = (("mvtc_norm_tall_", m.w.suffix), rows_per_block, threads);
     launch_chunks(
         inner,
         op,
