@@ -891,15 +891,18 @@ fn moe_ffn_matches_cpu() {
             (q8, 128, 512, 256, 1),
             (q4km, 256, 512, 256, 3),
         ] {
+            // (`then` draws its inputs from a stream of its own: the other cases keep theirs.)
+            let mut then_rng = Rng::new(61 + d as u64 + t_len as u64);
             for (add_norm, then) in [(false, false), (true, false), (true, true)] {
+                let rng = if then { &mut then_rng } else { &mut rng };
                 let what = format!(
                     "{} moe_ffn {tys:?} E={e} d={d} n_ff={n_ff} T={t_len} next={add_norm} then={then}",
                     p.name()
                 );
                 let (k, scale, eps) = (8usize, 2.5f32, 1e-6f32);
                 let (sd, sf) = (1.0 / (d as f32).sqrt(), 1.0 / (n_ff as f32).sqrt());
-                let ex = Experts::of_types(&p, &mut rng, tys, [e, d, n_ff], [sd, sd, sf]);
-                let sh = SharedW::new(&p, &mut rng, tys, d, n_ff);
+                let ex = Experts::of_types(&p, &mut *rng, tys, [e, d, n_ff], [sd, sd, sf]);
+                let sh = SharedW::new(&p, &mut *rng, tys, d, n_ff);
                 let router = p.up(&rng.normals(e * d, 4.0 * sd), &[e, d]);
                 let shared_gate = p.up(&rng.normals(d, sd), &[1, d]);
                 let h0 = rng.normals(t_len * d, 1.0);
@@ -910,16 +913,17 @@ fn moe_ffn_matches_cpu() {
                 let (ids, wts) = (p.up_u32(&vec![u32::MAX; t_len * k], &[t_len, k]), p.zeros(&[t_len, k]));
                 let tmp = || p.zeros(&[t_len, n_ff]);
                 let (gate_tmp, up_tmp, act, sh_out) = (tmp(), tmp(), tmp(), p.zeros(&[t_len, d]));
-                // The next block's products (Q4_K_M: its one Q6_K beside Q4_K ones).
-                // (Q4_K_M: a layer's Q4_K products on the tall kernel, or its one Q6_K beside Q4_K ones.)
-                let group: Vec<(Option<GgmlType>, usize)> = match (tys[0], t_len) {
-                    (Some(Q4K), 1) => vec![(Some(Q4K), 8192), (Some(Q4K), 64), (Some(Q4K), 32)],
-                    (Some(Q4K), _) => vec![(Some(Q6K), 256), (Some(Q4K), 512), (Some(Q4K), 32)],
+                // The next block's products (Q4_K_M: a layer's Q4_K products on the tall kernel, or its
+                // one Q6_K beside Q4_K ones).
+                let group: Vec<(Option<GgmlType>, usize)> = match (then, tys[0], t_len) {
+                    (false, ..) => vec![],
+                    (true, Some(Q4K), 1) => vec![(Some(Q4K), 8192), (Some(Q4K), 64), (Some(Q4K), 32)],
+                    (true, Some(Q4K), _) => vec![(Some(Q6K), 256), (Some(Q4K), 512), (Some(Q4K), 32)],
                     _ => vec![(tys[0], 256), (tys[0], 32)],
                 };
                 let pw: Vec<Weight> = group
                     .iter()
-                    .map(|&(ty, rows)| weight(&p, &mut rng, ty, &[rows, d], sd))
+                    .map(|&(ty, rows)| weight(&p, rng, ty, &[rows, d], sd))
                     .collect();
                 let ys: Vec<Pt> = group.iter().map(|&(_, rows)| p.zeros(&[t_len, rows])).collect();
                 p.run(&what, |be, s| {
