@@ -8,7 +8,7 @@ use std::sync::Arc;
 use common::device::{Both, Pt, Side};
 use common::weights::{dequant, random_weight, WEIGHT_TYPES};
 use common::*;
-use rill::backend::{AddNorm, Backend, DType, Group, MoeFfn, SharedExpert, Tensor, WeightData};
+use rill::backend::{AddNorm, Backend, DType, Group, MoeExperts, MoeFfn, SharedExpert, Tensor, WeightData};
 use rill::gguf::{GgmlType, TensorBytes};
 
 /// Route `logits` `[t, e]` on both backends; ids must match exactly, weights to `1e-5` relative.
@@ -624,31 +624,19 @@ fn shared_case_routed(
             act: act.on(s),
             out: sh_out.on(s),
         };
+        let e = MoeExperts {
+            gate_exps: ex.gate.t.on(s),
+            up_exps: ex.up.t.on(s),
+            down_exps: ex.down.t.on(s),
+            ids: it.on(s),
+            weights: wt.on(s),
+            sh: shared,
+        };
         match (&rl, router) {
-            (Some(rl), Some((_, scale))) => be.moe_route_experts_shared(
-                xt.on(s),
-                rl.on(s),
-                k,
-                scale,
-                ex.gate.t.on(s),
-                ex.up.t.on(s),
-                ex.down.t.on(s),
-                it.on(s),
-                wt.on(s),
-                shared,
-                out.on(s),
-                next,
-            ),
-            _ => be.moe_experts_shared(
-                xt.on(s),
-                ex.gate.t.on(s),
-                ex.up.t.on(s),
-                ex.down.t.on(s),
-                it.on(s),
-                wt.on(s),
-                shared,
-                out.on(s),
-            ),
+            (Some(rl), Some((_, scale))) => {
+                be.moe_route_experts_shared(xt.on(s), rl.on(s), k, scale, e, out.on(s), next)
+            }
+            _ => be.moe_experts_shared(xt.on(s), e, out.on(s)),
         }
     });
     let (gi, ids) = p.read_u32(&it);
@@ -944,20 +932,22 @@ fn moe_ffn_matches_cpu() {
                         logits: logits.on(s),
                         k,
                         scale,
-                        gate_exps: ex.gate.t.on(s),
-                        up_exps: ex.up.t.on(s),
-                        down_exps: ex.down.t.on(s),
-                        ids: ids.on(s),
-                        weights: wts.on(s),
-                        sh: SharedExpert {
-                            gate: sh.gate.t.on(s),
-                            up: sh.up.t.on(s),
-                            down: sh.down.t.on(s),
-                            gate_logit: sg.on(s),
-                            gate_tmp: gate_tmp.on(s),
-                            up_tmp: up_tmp.on(s),
-                            act: act.on(s),
-                            out: sh_out.on(s),
+                        experts: MoeExperts {
+                            gate_exps: ex.gate.t.on(s),
+                            up_exps: ex.up.t.on(s),
+                            down_exps: ex.down.t.on(s),
+                            ids: ids.on(s),
+                            weights: wts.on(s),
+                            sh: SharedExpert {
+                                gate: sh.gate.t.on(s),
+                                up: sh.up.t.on(s),
+                                down: sh.down.t.on(s),
+                                gate_logit: sg.on(s),
+                                gate_tmp: gate_tmp.on(s),
+                                up_tmp: up_tmp.on(s),
+                                act: act.on(s),
+                                out: sh_out.on(s),
+                            },
                         },
                         out: out.on(s),
                     };
@@ -1051,7 +1041,24 @@ fn shared_contract_errors_are_reported() {
             act: &act,
             out: &so,
         };
-        let call = |sh: SharedExpert<'_>, out: &Tensor| g.moe_experts_shared(&x, &gw, &uw, &dw, &ids, &ws, sh, out);
+        fn experts<'a>(
+            w: [&'a Tensor; 3],
+            ids: &'a Tensor,
+            weights: &'a Tensor,
+            sh: SharedExpert<'a>,
+        ) -> MoeExperts<'a> {
+            let [gate_exps, up_exps, down_exps] = w;
+            MoeExperts {
+                gate_exps,
+                up_exps,
+                down_exps,
+                ids,
+                weights,
+                sh,
+            }
+        }
+        let call =
+            |sh: SharedExpert<'_>, out: &Tensor| g.moe_experts_shared(&x, experts([&gw, &uw, &dw], &ids, &ws, sh), out);
         call(sh, &out).expect("valid experts_shared");
         let refused = |r: rill::Result<()>, what: &str| assert!(r.is_err(), "{name}: {what} must be refused");
         // Shapes.
@@ -1130,7 +1137,7 @@ fn shared_contract_errors_are_reported() {
         // moe_route_experts_shared: the routing's rules, and logits of the experts' tokens and experts.
         let (ids_r, ws_r) = (g.alloc(DType::U32, &[t, 2]).expect("alloc"), f(&[t, 2]));
         let route = |l: &Tensor, k: usize| {
-            g.moe_route_experts_shared(&x, l, k, 1.0, &gw, &uw, &dw, &ids_r, &ws_r, sh, &out, None)
+            g.moe_route_experts_shared(&x, l, k, 1.0, experts([&gw, &uw, &dw], &ids_r, &ws_r, sh), &out, None)
         };
         route(&f(&[t, n_exp]), 2).expect("valid route_experts_shared");
         refused(route(&f(&[t, n_exp + 1]), 2), "logits of another expert count");

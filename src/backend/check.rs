@@ -578,38 +578,17 @@ pub fn moe_experts(
 /// `matmul`'s on its down (`sh.act` -> `sh.out`), `sigmoid_scale_add`'s on `out += sigmoid(gate
 /// logit) * sh.out`, and no output (the scratch included) sharing a buffer with another operand.
 /// Returns the routed experts' dimensions and the shared expert's hidden width.
-#[allow(clippy::too_many_arguments)]
-pub fn moe_experts_shared(
-    x: &Tensor,
-    gate_exps: &Tensor,
-    up_exps: &Tensor,
-    down_exps: &Tensor,
-    ids: &Tensor,
-    weights: &Tensor,
-    sh: super::SharedExpert<'_>,
-    out: &Tensor,
-) -> Result<(MoeDims, usize)> {
+pub fn moe_experts_shared(x: &Tensor, e: super::MoeExperts<'_>, out: &Tensor) -> Result<(MoeDims, usize)> {
     let op = "moe_experts_shared";
-    let m = moe_experts(x, gate_exps, up_exps, down_exps, ids, weights, out)?;
+    let sh = e.sh;
+    let m = moe_experts(x, e.gate_exps, e.up_exps, e.down_exps, e.ids, e.weights, out)?;
     let g = matmul_swiglu(sh.gate, sh.up, x, sh.gate_tmp, sh.up_tmp, sh.act)?;
     matmul(sh.down, sh.act, sh.out)?;
     sigmoid_scale_add(out, sh.out, sh.gate_logit)?;
-    no_alias(
-        op,
-        &[out, sh.gate_tmp, sh.up_tmp, sh.act, sh.out],
-        &[
-            x,
-            gate_exps,
-            up_exps,
-            down_exps,
-            ids,
-            weights,
-            sh.gate,
-            sh.up,
-            sh.down,
-            sh.gate_logit,
-        ],
-    )?;
+    let [a, b, c, d] = e.scratch();
+    let mut reads = vec![x];
+    reads.extend(e.reads());
+    no_alias(op, &[out, a, b, c, d], &reads)?;
     Ok((m, g.n_out))
 }
 
@@ -617,23 +596,17 @@ pub fn moe_experts_shared(
 /// experts, the logits one row per token of x and one column per expert, and no output of the
 /// experts (the scratch included) sharing a buffer with the logits. Returns what
 /// `moe_experts_shared` returns.
-#[allow(clippy::too_many_arguments)]
 pub fn moe_route_experts_shared(
     x: &Tensor,
     logits: &Tensor,
     k: usize,
-    gate_exps: &Tensor,
-    up_exps: &Tensor,
-    down_exps: &Tensor,
-    ids: &Tensor,
-    weights: &Tensor,
-    sh: super::SharedExpert<'_>,
+    ex: super::MoeExperts<'_>,
     out: &Tensor,
     next: Option<super::AddNorm<'_>>,
 ) -> Result<(MoeDims, usize)> {
     let op = "moe_route_experts_shared";
-    let (t, e) = moe_route(logits, k, ids, weights)?;
-    let r = moe_experts_shared(x, gate_exps, up_exps, down_exps, ids, weights, sh, out)?;
+    let (t, e) = moe_route(logits, k, ex.ids, ex.weights)?;
+    let r = moe_experts_shared(x, ex, out)?;
     if (t, e, k) != (r.0.t, r.0.n_exp, r.0.k) {
         return Err(shape_err(
             op,
@@ -643,21 +616,11 @@ pub fn moe_route_experts_shared(
             ),
         ));
     }
-    no_alias(op, &[out, sh.gate_tmp, sh.up_tmp, sh.act, sh.out], &[logits])?;
+    let [a, b, c, d] = ex.scratch();
+    no_alias(op, &[out, a, b, c, d], &[logits])?;
     if let Some(n) = next {
-        let inputs = [
-            x,
-            logits,
-            gate_exps,
-            up_exps,
-            down_exps,
-            ids,
-            weights,
-            sh.gate,
-            sh.up,
-            sh.down,
-            sh.gate_logit,
-        ];
+        let mut inputs = vec![x, logits];
+        inputs.extend(ex.reads());
         add_norm_after(op, out, n, &inputs)?;
     }
     Ok(r)
@@ -694,40 +657,12 @@ pub fn moe_ffn(m: super::MoeFfn<'_>, next: Option<super::AddNorm<'_>>) -> Result
         return Err(shape_err(op, "the input norm takes no products of its own (`then`)"));
     }
     add_rms_norm(m.input.acc, m.y, m.input.w, x)?;
-    matmul_group(&[m.router, m.shared_gate], x, &[m.logits, m.sh.gate_logit])?;
-    let r = moe_route_experts_shared(
-        x,
-        m.logits,
-        m.k,
-        m.gate_exps,
-        m.up_exps,
-        m.down_exps,
-        m.ids,
-        m.weights,
-        m.sh,
-        m.out,
-        next,
-    )?;
-    let sh = m.sh;
-    let others = [
-        m.router,
-        m.shared_gate,
-        m.logits,
-        m.gate_exps,
-        m.up_exps,
-        m.down_exps,
-        m.ids,
-        m.weights,
-        sh.gate,
-        sh.up,
-        sh.down,
-        sh.gate_logit,
-        sh.gate_tmp,
-        sh.up_tmp,
-        sh.act,
-        sh.out,
-        m.out,
-    ];
+    let e = m.experts;
+    matmul_group(&[m.router, m.shared_gate], x, &[m.logits, e.sh.gate_logit])?;
+    let r = moe_route_experts_shared(x, m.logits, m.k, e, m.out, next)?;
+    let mut others = vec![m.router, m.shared_gate, m.logits, m.out];
+    others.extend(e.reads());
+    others.extend(e.scratch());
     no_alias(op, &[m.input.acc], &others)?;
     Ok(r)
 }

@@ -220,6 +220,42 @@ pub struct SharedExpert<'a> {
     pub out: &'a Tensor,
 }
 
+/// A routed MoE FFN's experts (`Backend::moe_experts_shared`'s operands but its input and output):
+/// gate and up `[E, n_ff, d]`, down `[E, d, n_ff]` (every expert's), the routing's `ids` (U32) and
+/// `weights` `[T, k]`, and the shared expert `sh`.
+#[derive(Clone, Copy)]
+pub struct MoeExperts<'a> {
+    pub gate_exps: &'a Tensor,
+    pub up_exps: &'a Tensor,
+    pub down_exps: &'a Tensor,
+    pub ids: &'a Tensor,
+    pub weights: &'a Tensor,
+    pub sh: SharedExpert<'a>,
+}
+
+impl<'a> MoeExperts<'a> {
+    /// What the experts' products read besides x: the weights, the routing and the shared
+    /// expert's weights and gate logit.
+    pub fn reads(&self) -> [&'a Tensor; 9] {
+        let sh = self.sh;
+        [
+            self.gate_exps,
+            self.up_exps,
+            self.down_exps,
+            self.ids,
+            self.weights,
+            sh.gate,
+            sh.up,
+            sh.down,
+            sh.gate_logit,
+        ]
+    }
+    /// The shared expert's scratch (written).
+    pub fn scratch(&self) -> [&'a Tensor; 4] {
+        [self.sh.gate_tmp, self.sh.up_tmp, self.sh.act, self.sh.out]
+    }
+}
+
 /// The residual update and RMSNorm that follow a block's output (spec/MODEL.md §3): `acc += y`,
 /// then `out = rms_norm(acc; w, eps)`, the next block's input, `y` being the producing op's result
 /// (`Backend::matmul_add_rms_norm`, `Backend::moe_route_experts_shared`), and with `then` the
@@ -245,8 +281,8 @@ pub struct Group<'a> {
 /// The tensors of `Backend::moe_ffn`, a MoE layer's FFN from its block's output `y` `[T, d]` on: the
 /// residual add and input norm `input` (`input.acc += y`, `input.out = rms_norm(input.acc)`, the
 /// experts' x), the router `[E, d]` and the shared expert's gate `[1, d]` with their products
-/// `logits` `[T, E]` and `sh.gate_logit`, the routing (`k`, `scale`, `ids`, `weights`), the experts
-/// (`moe_experts_shared`'s operands) and their output `out` `[T, d]`.
+/// `logits` `[T, E]` and `experts.sh.gate_logit`, the routing (`k`, `scale`, into `experts.ids` and
+/// `experts.weights`), the experts and their output `out` `[T, d]`.
 #[derive(Clone, Copy)]
 pub struct MoeFfn<'a> {
     pub input: AddNorm<'a>,
@@ -256,12 +292,7 @@ pub struct MoeFfn<'a> {
     pub logits: &'a Tensor,
     pub k: usize,
     pub scale: f32,
-    pub gate_exps: &'a Tensor,
-    pub up_exps: &'a Tensor,
-    pub down_exps: &'a Tensor,
-    pub ids: &'a Tensor,
-    pub weights: &'a Tensor,
-    pub sh: SharedExpert<'a>,
+    pub experts: MoeExperts<'a>,
     pub out: &'a Tensor,
 }
 
@@ -272,21 +303,8 @@ pub fn moe_ffn_ops<B: Backend + ?Sized>(be: &B, m: MoeFfn<'_>, next: Option<AddN
     check::moe_ffn(m, next)?;
     let x = m.input.out;
     be.add_rms_norm(m.input.acc, m.y, m.input.w, m.input.eps, x)?;
-    be.matmul_group(&[m.router, m.shared_gate], x, &[m.logits, m.sh.gate_logit])?;
-    be.moe_route_experts_shared(
-        x,
-        m.logits,
-        m.k,
-        m.scale,
-        m.gate_exps,
-        m.up_exps,
-        m.down_exps,
-        m.ids,
-        m.weights,
-        m.sh,
-        m.out,
-        next,
-    )
+    be.matmul_group(&[m.router, m.shared_gate], x, &[m.logits, m.experts.sh.gate_logit])?;
+    be.moe_route_experts_shared(x, m.logits, m.k, m.scale, m.experts, m.out, next)
 }
 
 /// Most products one `Backend::matmul_group` takes (a Gated DeltaNet layer has four).
@@ -684,30 +702,19 @@ pub trait Backend: Send + Sync {
     ) -> Result<()>;
     /// The routed experts and the shared expert of a MoE FFN in one op:
     /// `out[t] = moe_experts(x)[t] + sigmoid(sh.gate_logit[t]) * down_sh(silu(gate_sh x[t]) * up_sh x[t])`
-    /// (`moe_experts`' operands, the shared expert's in `sh`). The default composes
+    /// (`moe_experts`' operands in `e`, the shared expert's in `e.sh`). The default composes
     /// `moe_experts`, `matmul_swiglu`, `matmul` and `sigmoid_scale_add` (the CPU reference); a GPU
     /// backend may run the shared expert as one more expert per token inside the experts'
     /// launches.
-    #[allow(clippy::too_many_arguments)]
-    fn moe_experts_shared(
-        &self,
-        x: &Tensor,
-        gate_exps: &Tensor,
-        up_exps: &Tensor,
-        down_exps: &Tensor,
-        ids: &Tensor,
-        weights: &Tensor,
-        sh: SharedExpert<'_>,
-        out: &Tensor,
-    ) -> Result<()> {
-        moe_experts_shared_composed(self, x, gate_exps, up_exps, down_exps, ids, weights, sh, out)
+    fn moe_experts_shared(&self, x: &Tensor, e: MoeExperts<'_>, out: &Tensor) -> Result<()> {
+        moe_experts_shared_composed(self, x, e, out)
     }
-    /// A MoE FFN's routing and experts in one op: `moe_route(logits, k, scale, ids, weights)`
-    /// then `moe_experts_shared(x, .., ids, weights, sh, out)` (logits `[T, E]` of the E experts
-    /// of `gate_exps`), ids and weights written as `moe_route` writes them; with `next`, then
-    /// `add_rms_norm(next.acc, out, next.w, next.eps, next.out)`, `out` being scratch (as
-    /// `matmul_add_rms_norm`'s `y`). The default is that composition (the CPU reference); a GPU
-    /// backend may route inside the experts' first launch, or add their sum into `next.acc`.
+    /// A MoE FFN's routing and experts in one op: `moe_route(logits, k, scale, e.ids, e.weights)`
+    /// then `moe_experts_shared(x, e, out)` (logits `[T, E]` of the E experts of `e.gate_exps`),
+    /// ids and weights written as `moe_route` writes them; with `next`, then `add_norm_after(out,
+    /// next)`, `out` being scratch (as `matmul_add_rms_norm`'s `y`). The default is that
+    /// composition (the CPU reference); a GPU backend may route inside the experts' first launch,
+    /// or add their sum into `next.acc`.
     #[allow(clippy::too_many_arguments)]
     fn moe_route_experts_shared(
         &self,
@@ -715,18 +722,13 @@ pub trait Backend: Send + Sync {
         logits: &Tensor,
         k: usize,
         scale: f32,
-        gate_exps: &Tensor,
-        up_exps: &Tensor,
-        down_exps: &Tensor,
-        ids: &Tensor,
-        weights: &Tensor,
-        sh: SharedExpert<'_>,
+        e: MoeExperts<'_>,
         out: &Tensor,
         next: Option<AddNorm<'_>>,
     ) -> Result<()> {
-        check::moe_route_experts_shared(x, logits, k, gate_exps, up_exps, down_exps, ids, weights, sh, out, next)?;
-        self.moe_route(logits, k, scale, ids, weights)?;
-        moe_experts_shared_then(self, x, gate_exps, up_exps, down_exps, ids, weights, sh, out, next)
+        check::moe_route_experts_shared(x, logits, k, e, out, next)?;
+        self.moe_route(logits, k, scale, e.ids, e.weights)?;
+        moe_experts_shared_then(self, x, e, out, next)
     }
 
     /// A MoE layer's FFN (`MoeFfn`): its block's output added into the residual and normed, the
@@ -746,20 +748,15 @@ pub trait Backend: Send + Sync {
 
 /// `Backend::moe_experts_shared` composed of plain ops: its default (the CPU reference), and
 /// what a backend that fuses only some cases runs for the others.
-#[allow(clippy::too_many_arguments)]
 pub fn moe_experts_shared_composed<B: Backend + ?Sized>(
     be: &B,
     x: &Tensor,
-    gate_exps: &Tensor,
-    up_exps: &Tensor,
-    down_exps: &Tensor,
-    ids: &Tensor,
-    weights: &Tensor,
-    sh: SharedExpert<'_>,
+    e: MoeExperts<'_>,
     out: &Tensor,
 ) -> Result<()> {
-    check::moe_experts_shared(x, gate_exps, up_exps, down_exps, ids, weights, sh, out)?;
-    be.moe_experts(x, gate_exps, up_exps, down_exps, ids, weights, out)?;
+    check::moe_experts_shared(x, e, out)?;
+    let sh = e.sh;
+    be.moe_experts(x, e.gate_exps, e.up_exps, e.down_exps, e.ids, e.weights, out)?;
     be.matmul_swiglu(sh.gate, sh.up, x, sh.gate_tmp, sh.up_tmp, sh.act)?;
     be.matmul(sh.down, sh.act, sh.out)?;
     be.sigmoid_scale_add(out, sh.out, sh.gate_logit)
@@ -767,20 +764,14 @@ pub fn moe_experts_shared_composed<B: Backend + ?Sized>(
 
 /// `moe_experts_shared` then `next`'s residual add and norm of its output: the routed op's tail in
 /// the default composition and in a backend's fallback (`moe_route_experts_shared`).
-#[allow(clippy::too_many_arguments)]
 pub fn moe_experts_shared_then<B: Backend + ?Sized>(
     be: &B,
     x: &Tensor,
-    gate_exps: &Tensor,
-    up_exps: &Tensor,
-    down_exps: &Tensor,
-    ids: &Tensor,
-    weights: &Tensor,
-    sh: SharedExpert<'_>,
+    e: MoeExperts<'_>,
     out: &Tensor,
     next: Option<AddNorm<'_>>,
 ) -> Result<()> {
-    be.moe_experts_shared(x, gate_exps, up_exps, down_exps, ids, weights, sh, out)?;
+    be.moe_experts_shared(x, e, out)?;
     add_norm_after(be, out, next)
 }
 
@@ -789,13 +780,8 @@ pub fn moe_experts_shared_then<B: Backend + ?Sized>(
 pub fn add_norm_after<B: Backend + ?Sized>(be: &B, y: &Tensor, next: Option<AddNorm<'_>>) -> Result<()> {
     let Some(n) = next else { return Ok(()) };
     be.add_rms_norm(n.acc, y, n.w, n.eps, n.out)?;
-    group_after(be, n)
-}
-
-/// `next.then`'s products of the normed rows `next.out`, if any (after the norm).
-pub fn group_after<B: Backend + ?Sized>(be: &B, next: AddNorm<'_>) -> Result<()> {
-    match next.then {
-        Some(g) => be.matmul_group(g.ws, next.out, g.outs),
+    match n.then {
+        Some(g) => be.matmul_group(g.ws, n.out, g.outs),
         None => Ok(()),
     }
 }

@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 pub use session::{LayerState, Session, Snapshot, SnapshotLayer};
 
 use crate::backend::{
-    AddNorm, AttnPrep, Backend, DType, GdnGates, GdnStep, Group, MoeFfn, Pos, ReadFuture, SharedExpert, StepMode,
-    Tensor, MAX_GROUP, NON_FINITE,
+    AddNorm, AttnPrep, Backend, DType, GdnGates, GdnStep, Group, MoeExperts, MoeFfn, Pos, ReadFuture, SharedExpert,
+    StepMode, Tensor, MAX_GROUP, NON_FINITE,
 };
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
@@ -747,12 +747,14 @@ impl Model {
                     logits,
                     k: m.n_expert_used,
                     scale: m.weights_scale,
-                    gate_exps,
-                    up_exps,
-                    down_exps,
-                    ids,
-                    weights: wts,
-                    sh,
+                    experts: MoeExperts {
+                        gate_exps,
+                        up_exps,
+                        down_exps,
+                        ids,
+                        weights: wts,
+                        sh,
+                    },
                     out: &sc.mix,
                 };
                 be.moe_ffn(ffn, next)

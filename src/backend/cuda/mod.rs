@@ -38,8 +38,8 @@ use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
 use crate::backend::{
-    check, AddNorm, AttnDims, AttnPrep, Backend, BackendOptions, DType, GdnDims, GdnGates, GdnStep, MoeFfn, Pos,
-    Precision, ReadFuture, SharedExpert, StepMode, Tensor, WeightData,
+    check, AddNorm, AttnDims, AttnPrep, Backend, BackendOptions, DType, GdnDims, GdnGates, GdnStep, MoeExperts, MoeFfn,
+    Pos, Precision, ReadFuture, StepMode, Tensor, WeightData,
 };
 use crate::error::Result;
 use driver::{cuda_err, Device, Stream};
@@ -104,26 +104,19 @@ impl CudaBackend {
     /// The experts of a routed MoE FFN (`moe_experts_shared`'s operands, checked by the caller) and
     /// `next`: in decode the down product adds the experts' sum into `next.acc` itself and the
     /// norm reads the finished row (`ops::norm::moe_experts_add_rms_norm`); otherwise the ops.
-    #[allow(clippy::too_many_arguments)]
     fn routed_experts_then(
         &self,
         x: &Tensor,
-        gate_exps: &Tensor,
-        up_exps: &Tensor,
-        down_exps: &Tensor,
-        ids: &Tensor,
-        weights: &Tensor,
-        sh: SharedExpert<'_>,
+        e: MoeExperts<'_>,
         out: &Tensor,
         next: Option<AddNorm<'_>>,
     ) -> Result<()> {
         if let Some(n) = next {
-            let inner = &self.inner;
-            if ops::norm::moe_experts_add_rms_norm(inner, x, gate_exps, up_exps, down_exps, ids, weights, sh, n)? {
+            if ops::norm::moe_experts_add_rms_norm(&self.inner, x, e, n)? {
                 return Ok(());
             }
         }
-        crate::backend::moe_experts_shared_then(self, x, gate_exps, up_exps, down_exps, ids, weights, sh, out, next)
+        crate::backend::moe_experts_shared_then(self, x, e, out, next)
     }
 }
 
@@ -531,32 +524,11 @@ impl Backend for CudaBackend {
     ) -> Result<()> {
         ops::linear::moe_experts(&self.inner, x, gate_exps, up_exps, down_exps, ids, weights, out)
     }
-    fn moe_experts_shared(
-        &self,
-        x: &Tensor,
-        gate_exps: &Tensor,
-        up_exps: &Tensor,
-        down_exps: &Tensor,
-        ids: &Tensor,
-        weights: &Tensor,
-        sh: SharedExpert<'_>,
-        out: &Tensor,
-    ) -> Result<()> {
-        if ops::linear::moe_experts_shared(
-            &self.inner,
-            x,
-            gate_exps,
-            up_exps,
-            down_exps,
-            ids,
-            weights,
-            sh,
-            out,
-            false,
-        )? {
+    fn moe_experts_shared(&self, x: &Tensor, e: MoeExperts<'_>, out: &Tensor) -> Result<()> {
+        if ops::linear::moe_experts_shared(&self.inner, x, e, out, false)? {
             return Ok(());
         }
-        crate::backend::moe_experts_shared_composed(self, x, gate_exps, up_exps, down_exps, ids, weights, sh, out)
+        crate::backend::moe_experts_shared_composed(self, x, e, out)
     }
     fn moe_route_experts_shared(
         &self,
@@ -564,26 +536,20 @@ impl Backend for CudaBackend {
         logits: &Tensor,
         k: usize,
         scale: f32,
-        gate_exps: &Tensor,
-        up_exps: &Tensor,
-        down_exps: &Tensor,
-        ids: &Tensor,
-        weights: &Tensor,
-        sh: SharedExpert<'_>,
+        e: MoeExperts<'_>,
         out: &Tensor,
         next: Option<AddNorm<'_>>,
     ) -> Result<()> {
-        check::moe_route_experts_shared(x, logits, k, gate_exps, up_exps, down_exps, ids, weights, sh, out, next)?;
-        self.moe_route(logits, k, scale, ids, weights)?;
-        self.routed_experts_then(x, gate_exps, up_exps, down_exps, ids, weights, sh, out, next)
+        check::moe_route_experts_shared(x, logits, k, e, out, next)?;
+        self.moe_route(logits, k, scale, e.ids, e.weights)?;
+        self.routed_experts_then(x, e, out, next)
     }
     fn moe_ffn(&self, m: MoeFfn<'_>, next: Option<AddNorm<'_>>) -> Result<()> {
         check::moe_ffn(m, next)?;
         if !ops::norm::moe_norm_route(&self.inner, &m)? {
             return crate::backend::moe_ffn_ops(self, m, next);
         }
-        let (gate, up, down) = (m.gate_exps, m.up_exps, m.down_exps);
-        self.routed_experts_then(m.input.out, gate, up, down, m.ids, m.weights, m.sh, m.out, next)
+        self.routed_experts_then(m.input.out, m.experts, m.out, next)
     }
     fn argmax(&self, logits: &Tensor, out: &Tensor) -> Result<()> {
         ops::eltwise::argmax(&self.inner, logits, out)

@@ -19,8 +19,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::backend::{
-    check, AddNorm, AttnDims, AttnPrep, Backend, BackendOptions, DType, GdnDims, GdnGates, Pos, Precision,
-    SharedExpert, StepMode, Tensor, WeightData, WeightUpload,
+    check, AddNorm, AttnDims, AttnPrep, Backend, BackendOptions, DType, GdnDims, GdnGates, MoeExperts, Pos, Precision,
+    StepMode, Tensor, WeightData, WeightUpload,
 };
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
@@ -552,21 +552,11 @@ impl Backend for WgpuBackend {
     ) -> Result<()> {
         ops::moe_experts(self, x, gate_exps, up_exps, down_exps, ids, weights, out)
     }
-    fn moe_experts_shared(
-        &self,
-        x: &Tensor,
-        gate_exps: &Tensor,
-        up_exps: &Tensor,
-        down_exps: &Tensor,
-        ids: &Tensor,
-        weights: &Tensor,
-        sh: SharedExpert<'_>,
-        out: &Tensor,
-    ) -> Result<()> {
-        if ops::moe_experts_shared(self, x, gate_exps, up_exps, down_exps, ids, weights, sh, out)? {
+    fn moe_experts_shared(&self, x: &Tensor, e: MoeExperts<'_>, out: &Tensor) -> Result<()> {
+        if ops::moe_experts_shared(self, x, e, out)? {
             return Ok(());
         }
-        crate::backend::moe_experts_shared_composed(self, x, gate_exps, up_exps, down_exps, ids, weights, sh, out)
+        crate::backend::moe_experts_shared_composed(self, x, e, out)
     }
     fn moe_route_experts_shared(
         &self,
@@ -574,20 +564,15 @@ impl Backend for WgpuBackend {
         logits: &Tensor,
         k: usize,
         scale: f32,
-        gate_exps: &Tensor,
-        up_exps: &Tensor,
-        down_exps: &Tensor,
-        ids: &Tensor,
-        weights: &Tensor,
-        sh: SharedExpert<'_>,
+        e: MoeExperts<'_>,
         out: &Tensor,
         next: Option<AddNorm<'_>>,
     ) -> Result<()> {
-        check::moe_route_experts_shared(x, logits, k, gate_exps, up_exps, down_exps, ids, weights, sh, out, next)?;
+        check::moe_route_experts_shared(x, logits, k, e, out, next)?;
         let route = ops::Route { logits, k, scale };
-        if !ops::moe_route_experts_shared(self, x, route, gate_exps, up_exps, down_exps, ids, weights, sh, out)? {
-            self.moe_route(logits, k, scale, ids, weights)?;
-            self.moe_experts_shared(x, gate_exps, up_exps, down_exps, ids, weights, sh, out)?;
+        if !ops::moe_route_experts_shared(self, x, route, e, out)? {
+            self.moe_route(logits, k, scale, e.ids, e.weights)?;
+            self.moe_experts_shared(x, e, out)?;
         }
         crate::backend::add_norm_after(self, out, next)
     }

@@ -14,7 +14,7 @@ use crate::backend::cuda::driver::{cuda_err, DevPtr};
 use crate::backend::cuda::launch::{Args, MvSeg, MV_SEGS};
 use crate::backend::cuda::profile::Phase;
 use crate::backend::cuda::{buffer, Inner};
-use crate::backend::{check, AddNorm, DType, Group, SharedExpert, Tensor};
+use crate::backend::{check, AddNorm, DType, Group, MoeExperts, Tensor};
 use crate::error::Result;
 use crate::gguf::GgmlType;
 
@@ -741,12 +741,9 @@ fn mixed_mv<'a>(
     let members: Vec<usize> = std::iter::once(families[six].1[0])
         .chain(families[four].1.iter().copied())
         .collect();
-    let mut m = family_mv(&members[1..], weights, x, outp, dims)?;
-    m.parts = Parts::of(members.iter().map(|&i| Part {
-        w: weights[i].ptr,
-        out: outp[i],
-        n_out: dims[i].n_out,
-    }))?;
+    let mut m = family_mv(&members, weights, x, outp, dims)?;
+    // The launch's format is the Q4_K family's (its kernel suffix, phase and row bytes).
+    m.w = &weights[members[1]];
     Ok((m, members))
 }
 
@@ -1051,21 +1048,17 @@ struct SharedMv {
 /// the caller composes the plain ops). `accumulate`: add the result into `out` (the residual add
 /// of `moe_route_experts_shared`'s `next`), only where the down product runs on the tensor cores
 /// (else `Ok(false)`, nothing done).
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn moe_experts_shared(
     inner: &Inner,
     x: &Tensor,
-    gate_exps: &Tensor,
-    up_exps: &Tensor,
-    down_exps: &Tensor,
-    ids: &Tensor,
-    weights: &Tensor,
-    sh: SharedExpert<'_>,
+    ex: MoeExperts<'_>,
     out: &Tensor,
     accumulate: bool,
 ) -> Result<bool> {
     let op = "moe_experts_shared";
-    let (m, n_ff_sh) = check::moe_experts_shared(x, gate_exps, up_exps, down_exps, ids, weights, sh, out)?;
+    let (m, n_ff_sh) = check::moe_experts_shared(x, ex, out)?;
+    let (gate_exps, up_exps, down_exps, ids, weights, sh) =
+        (ex.gate_exps, ex.up_exps, ex.down_exps, ex.ids, ex.weights, ex.sh);
     let (t, d, e, f) = (m.t, m.d, m.n_exp, m.n_ff);
     if t == 0 || t > MATVEC_MAX_T || m.k == 0 || d == 0 || f == 0 || n_ff_sh != f || !moe_shared_enabled() {
         return Ok(false);
@@ -1085,18 +1078,8 @@ pub(crate) fn moe_experts_shared(
     // As `moe_experts`: the producer of x learns the layouts its readers take.
     matvec_tc::read_by(inner, x, g.ty, d);
     matvec_tc::read_by(inner, x, u.ty, d);
-    let reads = [
-        x,
-        gate_exps,
-        up_exps,
-        down_exps,
-        ids,
-        weights,
-        sh.gate,
-        sh.up,
-        sh.down,
-        sh.gate_logit,
-    ];
+    let mut reads = vec![x];
+    reads.extend(ex.reads());
     experts_mv(
         inner,
         op,

@@ -9,7 +9,7 @@ use crate::backend::cuda::buffer::ptr;
 use crate::backend::cuda::launch::Args;
 use crate::backend::cuda::profile::Phase;
 use crate::backend::cuda::{Inner, SYNC_PARTIALS};
-use crate::backend::{check, AddNorm, DType, GdnDims, MoeFfn, SharedExpert, Tensor};
+use crate::backend::{check, AddNorm, DType, GdnDims, MoeExperts, MoeFfn, Tensor};
 use crate::error::Result;
 
 /// Threads per block for `g` groups of `d` values. Many groups (prefill) fill the GPU with one
@@ -182,25 +182,17 @@ fn group_of_normed(inner: &Inner, next: AddNorm<'_>) -> Result<()> {
 /// `moe_experts_shared` and `next` (`moe_route_experts_shared` after its routing): in decode the
 /// down product adds the experts' sum into the residual itself and the norm reads the finished
 /// row; `Ok(false)` where that does not apply (nothing done). The caller has checked the operands.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn moe_experts_add_rms_norm(
     inner: &Inner,
     x: &Tensor,
-    gate_exps: &Tensor,
-    up_exps: &Tensor,
-    down_exps: &Tensor,
-    ids: &Tensor,
-    weights: &Tensor,
-    sh: SharedExpert<'_>,
+    e: MoeExperts<'_>,
     next: AddNorm<'_>,
 ) -> Result<bool> {
     let d = x.shape.last().copied().unwrap_or(0);
     let Some(t) = add_norm_rows(inner, next, d) else {
         return Ok(false);
     };
-    if !linear::moe_experts_shared(
-        inner, x, gate_exps, up_exps, down_exps, ids, weights, sh, next.acc, true,
-    )? {
+    if !linear::moe_experts_shared(inner, x, e, next.acc, true)? {
         return Ok(false);
     }
     norm_then(inner, next, t, d)?;
@@ -250,9 +242,9 @@ pub(crate) fn moe_norm_route(inner: &Inner, m: &MoeFfn<'_>) -> Result<bool> {
     a.n[2] = m.k as i64;
     a.n[3] = ptr(m.shared_gate, op)? as i64;
     a.n[4] = ptr(m.logits, op)? as i64;
-    a.n[5] = ptr(m.sh.gate_logit, op)? as i64;
-    a.n[6] = ptr(m.ids, op)? as i64;
-    a.n[7] = ptr(m.weights, op)? as i64;
+    a.n[5] = ptr(m.experts.sh.gate_logit, op)? as i64;
+    a.n[6] = ptr(m.experts.ids, op)? as i64;
+    a.n[7] = ptr(m.experts.weights, op)? as i64;
     a.n[8] = inner.route_counter() as i64;
     a.f[0] = m.input.eps;
     a.f[1] = m.scale;
@@ -267,9 +259,9 @@ pub(crate) fn moe_norm_route(inner: &Inner, m: &MoeFfn<'_>) -> Result<bool> {
         m.router,
         m.shared_gate,
         m.logits,
-        m.sh.gate_logit,
-        m.ids,
-        m.weights,
+        m.experts.sh.gate_logit,
+        m.experts.ids,
+        m.experts.weights,
     ];
     inner.kernel(
         Launch {

@@ -18,7 +18,7 @@
 use super::{pieces, row_bytes, u32_of, weight_type, Piece, MATMUL_ROWS_MAX_IN};
 use crate::backend::wgpu::kernels::{self, Kernel, ELT_WG, MM_ROWS_WG, MOE_MAX_E, MOE_MAX_K};
 use crate::backend::wgpu::{gpu_err, WgpuBackend};
-use crate::backend::{check, DType, SharedExpert, Tensor};
+use crate::backend::{check, DType, MoeExperts, Tensor};
 use crate::error::Result;
 use crate::gguf::GgmlType;
 
@@ -174,27 +174,9 @@ const SHARED_MAX_T: usize = 4;
 /// decode batch whose shared expert has the routed experts' hidden width and, per projection,
 /// their format (gate and up one format), rows of whole matrix-vector units, and every weight in
 /// one binding; `Ok(false)` otherwise (nothing done: the caller composes the plain ops).
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn moe_experts_shared(
-    be: &WgpuBackend,
-    x: &Tensor,
-    gate_exps: &Tensor,
-    up_exps: &Tensor,
-    down_exps: &Tensor,
-    ids: &Tensor,
-    weights: &Tensor,
-    sh: SharedExpert<'_>,
-    out: &Tensor,
-) -> Result<bool> {
-    let dims = check::moe_experts_shared(x, gate_exps, up_exps, down_exps, ids, weights, sh, out)?;
-    let w = Weights {
-        x,
-        gate_exps,
-        up_exps,
-        down_exps,
-        sh,
-    };
-    experts_shared(be, "moe_experts_shared", dims, w, None, ids, weights, out)
+pub(crate) fn moe_experts_shared(be: &WgpuBackend, x: &Tensor, e: MoeExperts<'_>, out: &Tensor) -> Result<bool> {
+    let dims = check::moe_experts_shared(x, e, out)?;
+    experts_shared(be, "moe_experts_shared", dims, x, e, None, out)
 }
 
 /// The routing operands of `moe_route_experts_shared`.
@@ -210,76 +192,41 @@ pub(crate) struct Route<'a> {
 /// `moe_experts_shared` would compose, or the adapter binds too few storage buffers for the
 /// routing (`Caps::moe_route`), or the routing is past `moe_route`'s limits: nothing done, the
 /// caller runs `moe_route` and `moe_experts_shared`.
-#[allow(clippy::too_many_arguments)]
 pub(crate) fn moe_route_experts_shared(
     be: &WgpuBackend,
     x: &Tensor,
     route: Route<'_>,
-    gate_exps: &Tensor,
-    up_exps: &Tensor,
-    down_exps: &Tensor,
-    ids: &Tensor,
-    weights: &Tensor,
-    sh: SharedExpert<'_>,
+    e: MoeExperts<'_>,
     out: &Tensor,
 ) -> Result<bool> {
-    let dims = check::moe_route_experts_shared(
-        x,
-        route.logits,
-        route.k,
+    let dims = check::moe_route_experts_shared(x, route.logits, route.k, e, out, None)?;
+    if !be.caps.moe_route || dims.0.n_exp > MAX_EXPERTS {
+        return Ok(false);
+    }
+    u32_of("moe_route_experts_shared", "logits", route.logits.numel())?;
+    experts_shared(be, "moe_route_experts_shared", dims, x, e, Some(route), out)
+}
+
+/// `moe_experts_shared`'s two dispatches where they apply (`Ok(false)` where not: nothing done),
+/// the first routing each token itself with `route`, reading ids from `ids` without; `dims` from
+/// the op's checks.
+fn experts_shared(
+    be: &WgpuBackend,
+    op: &str,
+    (m, n_ff_sh): (check::MoeDims, usize),
+    x: &Tensor,
+    e: MoeExperts<'_>,
+    route: Option<Route<'_>>,
+    out: &Tensor,
+) -> Result<bool> {
+    let MoeExperts {
         gate_exps,
         up_exps,
         down_exps,
         ids,
         weights,
         sh,
-        out,
-        None,
-    )?;
-    if !be.caps.moe_route || dims.0.n_exp > MAX_EXPERTS {
-        return Ok(false);
-    }
-    u32_of("moe_route_experts_shared", "logits", route.logits.numel())?;
-    let w = Weights {
-        x,
-        gate_exps,
-        up_exps,
-        down_exps,
-        sh,
-    };
-    experts_shared(be, "moe_route_experts_shared", dims, w, Some(route), ids, weights, out)
-}
-
-/// The input and weights of `moe_experts_shared`.
-struct Weights<'a> {
-    x: &'a Tensor,
-    gate_exps: &'a Tensor,
-    up_exps: &'a Tensor,
-    down_exps: &'a Tensor,
-    sh: SharedExpert<'a>,
-}
-
-/// `moe_experts_shared`'s two dispatches where they apply (`Ok(false)` where not: nothing done),
-/// the first routing each token itself with `route`, reading ids from `ids` without; `dims` from
-/// the op's checks.
-#[allow(clippy::too_many_arguments)]
-fn experts_shared(
-    be: &WgpuBackend,
-    op: &str,
-    (m, n_ff_sh): (check::MoeDims, usize),
-    w: Weights<'_>,
-    route: Option<Route<'_>>,
-    ids: &Tensor,
-    weights: &Tensor,
-    out: &Tensor,
-) -> Result<bool> {
-    let Weights {
-        x,
-        gate_exps,
-        up_exps,
-        down_exps,
-        sh,
-    } = w;
+    } = e;
     let check::MoeDims {
         t: n_tok,
         d,
