@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use common::weights::{dequant, random_weight, upload};
 use common::*;
+use rill::backend::compose;
 use rill::backend::{Backend, DType, Precision, Tensor};
 use rill::exec::{Logits, Model};
 use rill::gguf::GgmlType;
@@ -217,7 +218,7 @@ fn split_lo_plane_case(g: &dyn Backend, c: &dyn Backend) {
         let (gate, upw) = (weight(ty, f, d, &mut rng), weight(ty, f, d, &mut rng));
         let scratch = || g.alloc(DType::F32, &[t, f]).unwrap();
         let (gt, ut, h) = (scratch(), scratch(), scratch());
-        g.matmul_swiglu(&gate.0, &upw.0, &x, &gt, &ut, &h)
+        compose::matmul_swiglu(&*g, &gate.0, &upw.0, &x, &gt, &ut, &h)
             .unwrap_or_else(|e| panic!("matmul_swiglu {ty}: {e}"));
         check(&format!("F16 down after {ty} gate/up"), &down, &h, d, f);
     }

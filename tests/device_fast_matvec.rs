@@ -12,6 +12,7 @@ use std::sync::{Arc, Once};
 
 use common::weights::{dequant, random_weight, upload};
 use common::Rng;
+use rill::backend::compose;
 use rill::backend::{Backend, DType};
 use rill::gguf::GgmlType;
 
@@ -134,7 +135,7 @@ fn q8_swiglu_matches_the_quantized_reference() {
         let x = g.upload_f32(&xv, &[1, n_in]).expect("upload");
         let tmp = |n| g.alloc(DType::F32, &[1, n]).expect("alloc");
         let (gt, ut, out) = (tmp(n_ff), tmp(n_ff), tmp(n_ff));
-        g.matmul_swiglu(&gw, &uw, &x, &gt, &ut, &out).expect("swiglu");
+        compose::matmul_swiglu(&*g, &gw, &uw, &x, &gt, &ut, &out).expect("swiglu");
         let got = g.read_f32(&out).expect("read");
         let xq = quantized(&xv);
         for (o, &gv) in got.iter().enumerate() {

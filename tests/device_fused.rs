@@ -15,6 +15,7 @@ mod common;
 use common::device::{pos_on, Both, Pt, Side, Steps};
 use common::weights::{random_weight, upload};
 use common::*;
+use rill::backend::compose;
 use rill::backend::{AddNorm, AttnPrep, Backend, GdnDims, GdnGates, GdnStep, Group, Pos, Tensor};
 
 const TS: [usize; 4] = [1, 3, 64, 65];
@@ -116,7 +117,7 @@ fn gdn_conv_gates_matches() {
                 let out = p.zeros(&[t, cd]);
                 let gates = Gates::new(&p, &mut rng, t, dims.hv);
                 let op = |be: &dyn Backend, s: Side| {
-                    be.gdn_conv_gates(x.on(s), w.on(s), state.on(s), out.on(s), dims, 1e-6, gates.on(s))
+                    compose::gdn_conv_gates(&*be, x.on(s), w.on(s), state.on(s), out.on(s), dims, 1e-6, gates.on(s))
                 };
                 // The wide key head is past some backends' limit (wgpu: 128): refused, or right.
                 if dims.dk > 128 {
@@ -178,7 +179,7 @@ fn gdn_recurrent_step_matches() {
                         o: o.on(s),
                         out: out.on(s),
                     };
-                    be.gdn_recurrent_step(step, d, 1e-6, 1e-6)
+                    compose::gdn_recurrent_step(&*be, step, d, 1e-6, 1e-6)
                 });
                 p.check(&format!("{what} conv state"), &conv_state, 0.0, 0.0);
                 p.check(&format!("{what} delta state"), &state, 1e-5, 1e-4);
@@ -231,7 +232,7 @@ fn gdn_recurrent_step_refuses_bad_operands() {
         let name = g.name();
         let refused = |s: GdnStep<'_>, what: &str| {
             assert!(
-                g.gdn_recurrent_step(s, d, 1e-6, 1e-6).is_err(),
+                compose::gdn_recurrent_step(&*g, s, d, 1e-6, 1e-6).is_err(),
                 "{name}: {what} must be refused"
             )
         };
@@ -246,7 +247,7 @@ fn gdn_recurrent_step_refuses_bad_operands() {
             },
             "a short state",
         );
-        g.gdn_recurrent_step(step, d, 1e-6, 1e-6)
+        compose::gdn_recurrent_step(&*g, step, d, 1e-6, 1e-6)
             .unwrap_or_else(|e| panic!("{name}: a valid call after the refusals: {e}"));
     }
 }
@@ -277,7 +278,7 @@ fn matmul_add_rms_norm_refuses_bad_operands() {
         let name = g.name();
         let refused = |w: &Tensor, x: &Tensor, y: &Tensor, n: AddNorm<'_>, what: &str| {
             assert!(
-                g.matmul_add_rms_norm(w, x, y, n).is_err(),
+                compose::matmul_add_rms_norm(&*g, w, x, y, n).is_err(),
                 "{name}: {what} must be refused"
             )
         };
@@ -343,9 +344,9 @@ fn matmul_add_rms_norm_refuses_bad_operands() {
             then: Some(Group { ws: &gws, outs: &gys }),
             ..next
         };
-        g.matmul_add_rms_norm(&w, &x, &y, n)
+        compose::matmul_add_rms_norm(&*g, &w, &x, &y, n)
             .unwrap_or_else(|e| panic!("{name}: a valid call with products of the normed rows: {e}"));
-        g.matmul_add_rms_norm(&w, &x, &y, next)
+        compose::matmul_add_rms_norm(&*g, &w, &x, &y, next)
             .unwrap_or_else(|e| panic!("{name}: a valid call after the refusals: {e}"));
         // The normed output over the product's input: x = W = the norm weight = ones, so the
         // residual gains 256 per element and x becomes its norm, all ones (to within rounding).
@@ -357,7 +358,7 @@ fn matmul_add_rms_norm_refuses_bad_operands() {
             out: &x1,
             ..next
         };
-        g.matmul_add_rms_norm(&w1, &x1, &y, n1)
+        compose::matmul_add_rms_norm(&*g, &w1, &x1, &y, n1)
             .unwrap_or_else(|e| panic!("{name}: the normed output over x: {e}"));
         let (h, nx) = (g.read_f32(&acc).expect("read"), g.read_f32(&x1).expect("read"));
         assert!(
@@ -427,7 +428,7 @@ impl Prep {
     fn run(&self, p: &Both, (_, _, d, n_rot): AttnShape, theta: f32, pos: usize, pos_t: &Pt) {
         p.run("attn_qk_prep", |be, s| {
             let at = pos_on(pos, pos_t, s);
-            be.attn_qk_prep(
+            compose::attn_qk_prep(&*be, 
                 self.on(s),
                 d,
                 n_rot,
@@ -568,8 +569,8 @@ fn recorded_fused_step_replays_at_new_positions() {
             ] {
                 be.embed(tab.on(s), ids.on(s), dst.on(s))?;
             }
-            be.gdn_conv_gates(x.on(s), w.on(s), state.on(s), out.on(s), dims, 1e-6, gates.on(s))?;
-            be.attn_qk_prep(prep.on(s), d, n_rot, 1e7, 1e-6, kc.on(s), vc.on(s), at)
+            compose::gdn_conv_gates(&*be, x.on(s), w.on(s), state.on(s), out.on(s), dims, 1e-6, gates.on(s))?;
+            compose::attn_qk_prep(&*be, prep.on(s), d, n_rot, 1e7, 1e-6, kc.on(s), vc.on(s), at)
         };
         let (key, record) = (0xf05e, Steps::default());
         for step in 0..steps {
@@ -691,10 +692,10 @@ fn recorded_product_then_norm_matches_cpu() {
                         out: xn.on(s),
                         then: None,
                     };
-                    be.matmul_add_rms_norm(w.on(s), x.on(s), mix.on(s), next)?;
+                    compose::matmul_add_rms_norm(&*be, w.on(s), x.on(s), mix.on(s), next)?;
                 } else {
                     be.matmul(w.on(s), x.on(s), mix.on(s))?;
-                    be.add_rms_norm(h.on(s), mix.on(s), norm_w.on(s), 1e-6, xn.on(s))?;
+                    compose::add_rms_norm(&*be, h.on(s), mix.on(s), norm_w.on(s), 1e-6, xn.on(s))?;
                 }
                 be.matmul(w2.on(s), xn.on(s), y.on(s))
             };
@@ -791,7 +792,7 @@ fn recorded_norm_then_group_matches_cpu() {
                     out: xn.on(s),
                     then: Some(Group { ws: &ws, outs: &outs }),
                 };
-                be.matmul_add_rms_norm(w.on(s), x.on(s), mix.on(s), next)
+                compose::matmul_add_rms_norm(&*be, w.on(s), x.on(s), mix.on(s), next)
             };
             let ops = |be: &dyn Backend, s: Side, _: Pos| run(be, s, (&h, &x, &mix, &xn, &ys));
             let key = 0x4e0b_0000 + case as u64;
@@ -828,7 +829,7 @@ fn recorded_norm_then_group_matches_cpu() {
                     .map(|&(_, rows)| dev.alloc(rill::backend::DType::F32, &[t, rows]).expect("alloc"))
                     .collect();
                 let outs: Vec<&Tensor> = refs.iter().collect();
-                dev.matmul_group(&ws, &pxn.dev, &outs).expect("plain group");
+                compose::matmul_group(&*dev, &ws, &pxn.dev, &outs).expect("plain group");
                 for (i, (y, r)) in pys.iter().zip(&refs).enumerate() {
                     assert!(
                         same(&bits(&y.dev), &bits(r)),

@@ -9,6 +9,7 @@ mod common;
 use common::device::{Both, Pt};
 use common::weights::{check_matmul, dequant, random_weight, upload};
 use common::*;
+use rill::backend::compose;
 use rill::backend::{Backend, DType, Tensor, MAX_GROUP};
 use rill::gguf::GgmlType;
 
@@ -72,7 +73,7 @@ fn group_case(p: &Both, group: &[(Option<GgmlType>, usize)], n_in: usize, tokens
         p.run(&what, |be, s| {
             let ws: Vec<&Tensor> = prods.iter().map(|q| q.w.on(s)).collect();
             let os: Vec<&Tensor> = outs.iter().map(|o| o.on(s)).collect();
-            be.matmul_group(&ws, xt.on(s), &os)
+            compose::matmul_group(&*be, &ws, xt.on(s), &os)
         });
         let alone: Vec<Pt> = prods.iter().map(|q| garbage(rng, q.n_out)).collect();
         p.run(&format!("{what}: one matmul each"), |be, s| {
@@ -205,19 +206,19 @@ fn matmul_group_contract_errors() {
         let x = up(g, &rng.normals(2 * 64, 1.0), &[2, 64]);
         let f = |shape: &[usize]| g.alloc(DType::F32, shape).expect("alloc");
         let (o1, o2) = (f(&[2, 4]), f(&[2, 4]));
-        g.matmul_group(&[&w, &w], &x, &[&o1, &o2]).expect("valid group");
+        compose::matmul_group(&*g, &[&w, &w], &x, &[&o1, &o2]).expect("valid group");
         let refused = |r: rill::Result<()>, what: &str| assert!(r.is_err(), "{name}: {what} must be refused");
-        refused(g.matmul_group(&[], &x, &[]), "an empty group");
+        refused(compose::matmul_group(&*g, &[], &x, &[]), "an empty group");
         let many: Vec<Tensor> = (0..=MAX_GROUP).map(|_| f(&[2, 4])).collect();
         let many_refs: Vec<&Tensor> = many.iter().collect();
         refused(
-            g.matmul_group(&[&w; MAX_GROUP + 1], &x, &many_refs),
+            compose::matmul_group(&*g, &[&w; MAX_GROUP + 1], &x, &many_refs),
             "more than MAX_GROUP pairs",
         );
-        refused(g.matmul_group(&[&w, &w], &x, &[&o1]), "fewer outputs than weights");
-        refused(g.matmul_group(&[&w, &w], &x, &[&o1, &o1]), "an output twice");
-        refused(g.matmul_group(&[&w], &x, &[&x]), "the input as an output");
-        refused(g.matmul_group(&[&w, &w], &x, &[&o1, &f(&[2, 5])]), "an n_out mismatch");
-        refused(g.matmul_group(&[&w], &f(&[2, 32]), &[&o1]), "an n_in mismatch");
+        refused(compose::matmul_group(&*g, &[&w, &w], &x, &[&o1]), "fewer outputs than weights");
+        refused(compose::matmul_group(&*g, &[&w, &w], &x, &[&o1, &o1]), "an output twice");
+        refused(compose::matmul_group(&*g, &[&w], &x, &[&x]), "the input as an output");
+        refused(compose::matmul_group(&*g, &[&w, &w], &x, &[&o1, &f(&[2, 5])]), "an n_out mismatch");
+        refused(compose::matmul_group(&*g, &[&w], &f(&[2, 32]), &[&o1]), "an n_in mismatch");
     }
 }

@@ -1,9 +1,11 @@
 //! The backend contract: device buffers behind opaque handles and the model's op set.
 //!
-//! The executor (`crate::exec`) records a whole prefill or decode step as a sequence of op calls on
-//! a `&dyn Backend`; it never touches tensor bytes. A backend may execute each op immediately (cpu)
-//! or enqueue it and submit at `sync`/`read_*` (GPU backends). The only host reads in the token loop
-//! are `read_u32` of the sampled token (or `read_f32` of logits when the caller asks for them).
+//! The executor (`crate::exec`) describes a whole prefill or decode step as a plan of the model's
+//! plain ops (`plan`) and hands it to the backend (`Backend::run_plan`); it never touches tensor
+//! bytes and never knows what a backend fuses. The CPU backend runs a plan op by op (the reference);
+//! a GPU backend launches runs of ops as one kernel where it has one (`fusion`), enqueues, and
+//! submits at `sync`/`read_*`. The only host reads in the token loop are `read_u32` of the sampled
+//! token (or `read_f32` of logits when the caller asks for them).
 //!
 //! Shapes are written row-major, outermost first, the PyTorch way: a ggml tensor with
 //! `ne = {ne0, ne1, ne2}` has `shape = [ne2, ne1, ne0]`. A weight matrix `[out, in]` holds `out`
@@ -11,6 +13,9 @@
 //! `y[t][o] = dot(W[o], x[t])`.
 
 pub mod check;
+pub mod compose;
+pub mod fusion;
+pub mod plan;
 /// The CPU reference backend (rayon threads): native only, the browser runs on WebGPU.
 #[cfg(not(target_arch = "wasm32"))]
 pub mod cpu;
@@ -26,6 +31,8 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::gguf::{GgmlType, TensorBytes};
+pub use fusion::{AddNorm, AttnPrep, GdnGates, GdnStep, Group, MoeExperts, MoeFfn, SharedExpert, MAX_GROUP};
+pub use plan::{DeltaAlgo, Op, Plan};
 
 /// Element type of a device tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -144,172 +151,6 @@ pub struct Pos<'a> {
     pub dev: &'a Tensor,
 }
 
-/// The inputs and outputs of `gdn_gates`, for the fused `Backend::gdn_conv_gates`.
-#[derive(Clone, Copy)]
-pub struct GdnGates<'a> {
-    pub a: &'a Tensor,
-    pub b: &'a Tensor,
-    pub ssm_a: &'a Tensor,
-    pub dt_bias: &'a Tensor,
-    pub g: &'a Tensor,
-    pub beta: &'a Tensor,
-}
-
-/// The tensors of `Backend::gdn_recurrent_step`: the projections `qkv` `[T, conv_dim]` and `z`
-/// `[T, Hv*dv]`, the conv weights `[conv_dim, K]` and state `[K-1, conv_dim]` (updated), the gates'
-/// inputs and outputs, the delta-rule state `[Hv, dv, dk]` (updated), the gated norm's weight `[dv]`,
-/// the scratch `conv_out` `[T, conv_dim]` and `o` `[T, Hv*dv]`, and the output `out` `[T, Hv*dv]`.
-#[derive(Clone, Copy)]
-pub struct GdnStep<'a> {
-    pub qkv: &'a Tensor,
-    pub z: &'a Tensor,
-    pub conv_w: &'a Tensor,
-    pub conv_state: &'a Tensor,
-    pub gates: GdnGates<'a>,
-    pub state: &'a Tensor,
-    pub norm_w: &'a Tensor,
-    pub conv_out: &'a Tensor,
-    pub o: &'a Tensor,
-    pub out: &'a Tensor,
-}
-
-/// `Backend::gdn_recurrent_step` as its three ops (the trait's default, and a backend's fallback
-/// for the shapes its fused kernel does not take), after the op's own rules.
-pub fn gdn_recurrent_step_ops<B: Backend + ?Sized>(
-    be: &B,
-    s: GdnStep<'_>,
-    dims: GdnDims,
-    l2_eps: f32,
-    eps: f32,
-) -> Result<()> {
-    check::gdn_recurrent_step(s, dims)?;
-    be.gdn_conv_gates(s.qkv, s.conv_w, s.conv_state, s.conv_out, dims, l2_eps, s.gates)?;
-    be.delta_rule_recurrent(s.conv_out, s.gates.g, s.gates.beta, s.state, s.o, dims)?;
-    be.gated_rms_norm(s.o, s.z, s.norm_w, eps, s.out)
-}
-
-/// The tensors of `Backend::attn_qk_prep`: the projections `qg` `[T, 2*H*D]` (query and gate
-/// interleaved per head), `k` and `v` `[T, Hkv*D]`; the per-head norm weights `[D]`; the scratch
-/// `q` and the outputs `gate`, `q_normed` `[T, H*D]` and `k_normed` `[T, Hkv*D]`.
-#[derive(Clone, Copy)]
-pub struct AttnPrep<'a> {
-    pub qg: &'a Tensor,
-    pub k: &'a Tensor,
-    pub v: &'a Tensor,
-    pub q_norm: &'a Tensor,
-    pub k_norm: &'a Tensor,
-    pub q: &'a Tensor,
-    pub gate: &'a Tensor,
-    pub q_normed: &'a Tensor,
-    pub k_normed: &'a Tensor,
-}
-
-/// The shared expert of a MoE FFN, for `Backend::moe_experts_shared`: its weights `gate`, `up`
-/// `[n_ff_sh, d]` and `down` `[d, n_ff_sh]`, the logit of its gate `gate_logit` `[T, 1]`, and the
-/// scratch the composition of plain ops needs: `gate_tmp`, `up_tmp`, `act` `[T, n_ff_sh]` and
-/// `out` `[T, d]` (their contents afterwards are unspecified).
-#[derive(Clone, Copy)]
-pub struct SharedExpert<'a> {
-    pub gate: &'a Tensor,
-    pub up: &'a Tensor,
-    pub down: &'a Tensor,
-    pub gate_logit: &'a Tensor,
-    pub gate_tmp: &'a Tensor,
-    pub up_tmp: &'a Tensor,
-    pub act: &'a Tensor,
-    pub out: &'a Tensor,
-}
-
-/// A routed MoE FFN's experts (`Backend::moe_experts_shared`'s operands but its input and output):
-/// gate and up `[E, n_ff, d]`, down `[E, d, n_ff]` (every expert's), the routing's `ids` (U32) and
-/// `weights` `[T, k]`, and the shared expert `sh`.
-#[derive(Clone, Copy)]
-pub struct MoeExperts<'a> {
-    pub gate_exps: &'a Tensor,
-    pub up_exps: &'a Tensor,
-    pub down_exps: &'a Tensor,
-    pub ids: &'a Tensor,
-    pub weights: &'a Tensor,
-    pub sh: SharedExpert<'a>,
-}
-
-impl<'a> MoeExperts<'a> {
-    /// What the experts' products read besides x: the weights, the routing and the shared
-    /// expert's weights and gate logit.
-    pub fn reads(&self) -> [&'a Tensor; 9] {
-        let sh = self.sh;
-        [
-            self.gate_exps,
-            self.up_exps,
-            self.down_exps,
-            self.ids,
-            self.weights,
-            sh.gate,
-            sh.up,
-            sh.down,
-            sh.gate_logit,
-        ]
-    }
-    /// The shared expert's scratch (written).
-    pub fn scratch(&self) -> [&'a Tensor; 4] {
-        [self.sh.gate_tmp, self.sh.up_tmp, self.sh.act, self.sh.out]
-    }
-}
-
-/// The residual update and RMSNorm that follow a block's output (spec/MODEL.md §3): `acc += y`,
-/// then `out = rms_norm(acc; w, eps)`, the next block's input, `y` being the producing op's result
-/// (`Backend::matmul_add_rms_norm`, `Backend::moe_route_experts_shared`), and with `then` the
-/// next block's first products of it: `matmul_group(then.ws, out, then.outs)` (a GPU backend may
-/// norm inside those products' launch instead of a launch of its own).
-#[derive(Clone, Copy)]
-pub struct AddNorm<'a> {
-    pub acc: &'a Tensor,
-    pub w: &'a Tensor,
-    pub eps: f32,
-    pub out: &'a Tensor,
-    pub then: Option<Group<'a>>,
-}
-
-/// Products of one input (`Backend::matmul_group`'s operands but the input): `outs[i] =
-/// matmul(ws[i], x)`.
-#[derive(Clone, Copy)]
-pub struct Group<'a> {
-    pub ws: &'a [&'a Tensor],
-    pub outs: &'a [&'a Tensor],
-}
-
-/// The tensors of `Backend::moe_ffn`, a MoE layer's FFN from its block's output `y` `[T, d]` on: the
-/// residual add and input norm `input` (`input.acc += y`, `input.out = rms_norm(input.acc)`, the
-/// experts' x), the router `[E, d]` and the shared expert's gate `[1, d]` with their products
-/// `logits` `[T, E]` and `experts.sh.gate_logit`, the routing (`k`, `scale`, into `experts.ids` and
-/// `experts.weights`), the experts and their output `out` `[T, d]`.
-#[derive(Clone, Copy)]
-pub struct MoeFfn<'a> {
-    pub input: AddNorm<'a>,
-    pub y: &'a Tensor,
-    pub router: &'a Tensor,
-    pub shared_gate: &'a Tensor,
-    pub logits: &'a Tensor,
-    pub k: usize,
-    pub scale: f32,
-    pub experts: MoeExperts<'a>,
-    pub out: &'a Tensor,
-}
-
-/// `Backend::moe_ffn` as its ops (the trait's default, and a backend's fallback), after the op's
-/// own rules: `add_rms_norm(input.acc, y, ..)`, `matmul_group([router, shared_gate], input.out,
-/// [logits, sh.gate_logit])`, `moe_route_experts_shared(input.out, logits, .., out, next)`.
-pub fn moe_ffn_ops<B: Backend + ?Sized>(be: &B, m: MoeFfn<'_>, next: Option<AddNorm<'_>>) -> Result<()> {
-    check::moe_ffn(m, next)?;
-    let x = m.input.out;
-    be.add_rms_norm(m.input.acc, m.y, m.input.w, m.input.eps, x)?;
-    be.matmul_group(&[m.router, m.shared_gate], x, &[m.logits, m.experts.sh.gate_logit])?;
-    be.moe_route_experts_shared(x, m.logits, m.k, m.scale, m.experts, m.out, next)
-}
-
-/// Most products one `Backend::matmul_group` takes (a Gated DeltaNet layer has four).
-pub const MAX_GROUP: usize = 4;
-
 /// What a backend does with the ops of one decode step (`Backend::step_begin`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum StepMode {
@@ -373,9 +214,8 @@ pub type ReadFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + 'a>>;
 /// The rules of each op (dtypes, shapes, aliasing) are written once, in `check`, and every
 /// backend calls them; the CPU backend defines the math.
 ///
-/// Fused ops (`add_rms_norm`, `matmul_swiglu`, `conv1d_silu_l2qk`, `kv_store`, `moe_experts_shared`,
-/// ...) have default implementations that compose the plain ops, so they are the CPU reference by
-/// construction; GPU backends override them with one kernel where that saves launches or passes.
+/// The ops are the model's plain math; a step runs as a plan of them (`run_plan`), and what a GPU
+/// backend launches as one kernel is its own choice (`fusion`), never the caller's.
 pub trait Backend: Send + Sync {
     /// Short name used by `--backend` (`cpu`, `wgpu`, `cuda`).
     fn name(&self) -> &'static str;
@@ -467,63 +307,34 @@ pub trait Backend: Send + Sync {
         Ok(())
     }
 
+    // ---- plans ----
+    /// Run a step's plan. The default runs its ops one by one (the reference); a GPU backend
+    /// launches runs of them as one kernel where it has one.
+    fn run_plan(&self, plan: &Plan<'_>) -> Result<()> {
+        plan::run_ops(self, plan.ops())
+    }
+    /// `run_plan`, appending to `launched` what ran: the name of each fused run of ops
+    /// (`fusion::Fusion::name`) and of each op run on its own (`Op::name`).
+    fn run_plan_listed(&self, plan: &Plan<'_>, launched: &mut Vec<&'static str>) -> Result<()> {
+        for op in plan.ops() {
+            plan::run_op(self, op)?;
+            launched.push(op.name());
+        }
+        Ok(())
+    }
+
     // ---- ops ----
     /// `out[t] = dequant(table[ids[t]])`; table `[vocab, d]` (any weight type), ids U32 `[T]`, out `[T, d]`.
     fn embed(&self, table: &Tensor, ids: &Tensor, out: &Tensor) -> Result<()>;
     /// `out[t][o] = dot(W[o], x[t])`; W `[n_out, n_in]` (any weight type or F32), x `[T, n_in]`, out `[T, n_out]`.
     fn matmul(&self, w: &Tensor, x: &Tensor, out: &Tensor) -> Result<()>;
-    /// Several products of one input in one op: `outs[i] = matmul(ws[i], x)`, at most
-    /// `MAX_GROUP` of them (the projections of a layer that share its normed input). The weights
-    /// may differ in format and row count; every pair follows `matmul`'s rules and no output may
-    /// alias another. GPU backends launch them as one kernel where they can (one launch and one
-    /// tail instead of several on the decode path).
-    fn matmul_group(&self, ws: &[&Tensor], x: &Tensor, outs: &[&Tensor]) -> Result<()> {
-        check::matmul_group(ws, x, outs)?;
-        for (w, out) in ws.iter().zip(outs) {
-            self.matmul(w, x, out)?;
-        }
-        Ok(())
-    }
     /// RMSNorm over groups of `w.len()` consecutive values: `x / sqrt(mean(x^2) + eps) * w`.
     /// `x.numel()` must be a multiple of `w.numel()` (per-head norms pass `[T, H*D]` with `w` `[D]`).
     fn rms_norm(&self, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()>;
     /// `acc += x` elementwise (in place).
     fn add_assign(&self, acc: &Tensor, x: &Tensor) -> Result<()>;
-    /// Fused residual add and the next RMSNorm: `acc += x; out = rms_norm(acc; w)`.
-    fn add_rms_norm(&self, acc: &Tensor, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
-        check::add_rms_norm(acc, x, w, out)?;
-        self.add_assign(acc, x)?;
-        self.rms_norm(acc, w, eps, out)
-    }
-    /// A block's last product, its residual add and the next RMSNorm: `y = matmul(w, x)`, then
-    /// `add_rms_norm(next.acc, y, next.w, next.eps, next.out)` (and `next.then`'s products of
-    /// `next.out`: `add_norm_after`). `y` is scratch: its contents
-    /// afterwards are unspecified (a backend may add the product into `next.acc` directly, so that
-    /// the norm needs no residual add of its own). The default is that composition (the CPU
-    /// reference).
-    fn matmul_add_rms_norm(&self, w: &Tensor, x: &Tensor, y: &Tensor, next: AddNorm<'_>) -> Result<()> {
-        check::matmul_add_rms_norm(w, x, y, next)?;
-        self.matmul(w, x, y)?;
-        add_norm_after(self, y, Some(next))
-    }
     /// `out = silu(gate) * up`.
     fn swiglu(&self, gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<()>;
-    /// The FFN's input side in one op: `out = silu(W_gate x) * (W_up x)`. `gate_tmp` and
-    /// `up_tmp` `[T, n_ff]` are scratch: their contents afterwards are unspecified.
-    fn matmul_swiglu(
-        &self,
-        w_gate: &Tensor,
-        w_up: &Tensor,
-        x: &Tensor,
-        gate_tmp: &Tensor,
-        up_tmp: &Tensor,
-        out: &Tensor,
-    ) -> Result<()> {
-        check::matmul_swiglu(w_gate, w_up, x, gate_tmp, up_tmp, out)?;
-        self.matmul(w_gate, x, gate_tmp)?;
-        self.matmul(w_up, x, up_tmp)?;
-        self.swiglu(gate_tmp, up_tmp, out)
-    }
     /// `x *= sigmoid(gate)` elementwise (in place).
     fn sigmoid_mul_assign(&self, x: &Tensor, gate: &Tensor) -> Result<()>;
     /// `acc[t] += sigmoid(gate_logit[t]) * x[t]`; acc, x `[T, d]`, gate_logit `[T, 1]`.
@@ -533,37 +344,6 @@ pub trait Backend: Send + Sync {
     /// x `[T, C]` raw projections; w `[C, K]` F32 (tap K-1 multiplies the newest token);
     /// state `[K-1, C]` (oldest first) holds the raw inputs of the previous K-1 tokens; out `[T, C]`.
     fn conv1d_causal_silu(&self, x: &Tensor, w: &Tensor, state: &Tensor, out: &Tensor) -> Result<()>;
-    /// `conv1d_causal_silu` followed by `l2_norm_qk` on its output.
-    fn conv1d_silu_l2qk(
-        &self,
-        x: &Tensor,
-        w: &Tensor,
-        state: &Tensor,
-        out: &Tensor,
-        dims: GdnDims,
-        eps: f32,
-    ) -> Result<()> {
-        self.conv1d_causal_silu(x, w, state, out)?;
-        self.l2_norm_qk(out, dims, eps)
-    }
-    /// The Gated DeltaNet's per-token preparation in one op: `gdn_gates` on `gates`, then
-    /// `conv1d_silu_l2qk(x, w, state, out, dims, eps)`. Both read only their own inputs, so a
-    /// backend may run them as one launch.
-    #[allow(clippy::too_many_arguments)]
-    fn gdn_conv_gates(
-        &self,
-        x: &Tensor,
-        w: &Tensor,
-        state: &Tensor,
-        out: &Tensor,
-        dims: GdnDims,
-        eps: f32,
-        gates: GdnGates<'_>,
-    ) -> Result<()> {
-        check::gdn_conv_gates(x, w, state, out, dims, gates)?;
-        self.gdn_gates(gates.a, gates.b, gates.ssm_a, gates.dt_bias, gates.g, gates.beta)?;
-        self.conv1d_silu_l2qk(x, w, state, out, dims, eps)
-    }
     /// Per-head delta-rule scalars: `beta = sigmoid(b)`, `g = ssm_a * softplus(a + dt_bias)`.
     /// a, b `[T, Hv]`; ssm_a, dt_bias `[Hv]`; g_out, beta_out `[T, Hv]`.
     fn gdn_gates(
@@ -603,12 +383,6 @@ pub trait Backend: Send + Sync {
     ) -> Result<()>;
     /// Gated RMSNorm per head: `out = rms_norm(x; w) * silu(z)` over groups of `w.len()` (= dv).
     fn gated_rms_norm(&self, x: &Tensor, z: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()>;
-    /// The recurrent middle of a Gated DeltaNet layer: `gdn_conv_gates(qkv -> conv_out; l2_eps)`,
-    /// `delta_rule_recurrent(conv_out -> o)`, `gated_rms_norm(o, z; eps) -> out`. The scratch
-    /// tensors' contents afterwards are unspecified (a backend may keep the intermediates on chip).
-    fn gdn_recurrent_step(&self, s: GdnStep<'_>, dims: GdnDims, l2_eps: f32, eps: f32) -> Result<()> {
-        gdn_recurrent_step_ops(self, s, dims, l2_eps, eps)
-    }
 
     /// Split the interleaved query/gate projection `qg` `[T, 2*H*D]` (`[q_0|gate_0|q_1|gate_1|...]`)
     /// into `q` `[T, H*D]` and `gate` `[T, H*D]`.
@@ -622,32 +396,6 @@ pub trait Backend: Send + Sync {
         let t = check::kv_store(k, v, k_cache, v_cache, pos)?;
         self.copy_rows(k, 0, k_cache, pos.host, t)?;
         self.copy_rows(v, 0, v_cache, pos.host, t)
-    }
-    /// The attention layer's steps between its projections and the attention itself, in one op:
-    /// `split_qgate(qg) -> (a.q, a.gate)`, per-head RMSNorm of q (`a.q_norm`) into `a.q_normed`
-    /// and of k (`a.k_norm`) into `a.k_normed`, NeoX RoPE (`rope_neox`: `n_rot`, `theta`, `pos`)
-    /// on both, then `kv_store(a.k_normed, a.v)` into the caches at `pos`. `a.q` is scratch (its
-    /// contents afterwards are unspecified); `a.gate`, `a.q_normed`, `a.k_normed` and the cache
-    /// rows are outputs.
-    #[allow(clippy::too_many_arguments)]
-    fn attn_qk_prep(
-        &self,
-        a: AttnPrep<'_>,
-        head_dim: usize,
-        n_rot: usize,
-        theta: f32,
-        eps: f32,
-        k_cache: &Tensor,
-        v_cache: &Tensor,
-        pos: Pos,
-    ) -> Result<()> {
-        check::attn_qk_prep(a, head_dim, n_rot, theta, k_cache, v_cache, pos)?;
-        self.split_qgate(a.qg, head_dim, a.q, a.gate)?;
-        self.rms_norm(a.q, a.q_norm, eps, a.q_normed)?;
-        self.rms_norm(a.k, a.k_norm, eps, a.k_normed)?;
-        self.rope_neox(a.q_normed, head_dim, n_rot, theta, pos)?;
-        self.rope_neox(a.k_normed, head_dim, n_rot, theta, pos)?;
-        self.kv_store(a.k_normed, a.v, k_cache, v_cache, pos)
     }
     /// Causal GQA softmax attention of the T new queries (positions `pos..pos+T`) against the
     /// cache rows `0..pos+T`. q `[T, H*D]`; k_cache, v_cache `[ctx, Hkv*D]`; out `[T, H*D]`.
@@ -663,26 +411,6 @@ pub trait Backend: Send + Sync {
         scale: f32,
         out: &Tensor,
     ) -> Result<()>;
-
-    /// `attention` then `out *= sigmoid(gate)` (the gated attention's output gate, spec/MODEL.md
-    /// §6); gate `[T, H*D]`. The default composes `attention` and `sigmoid_mul_assign` (the CPU
-    /// reference); a GPU backend may apply the gate where it writes the output.
-    #[allow(clippy::too_many_arguments)]
-    fn attention_gated(
-        &self,
-        q: &Tensor,
-        k_cache: &Tensor,
-        v_cache: &Tensor,
-        pos: Pos,
-        dims: AttnDims,
-        scale: f32,
-        gate: &Tensor,
-        out: &Tensor,
-    ) -> Result<()> {
-        check::attention_gated(q, k_cache, v_cache, pos, dims, gate, out)?;
-        self.attention(q, k_cache, v_cache, pos, dims, scale, out)?;
-        self.sigmoid_mul_assign(out, gate)
-    }
 
     /// MoE routing: softmax over all experts of `logits` `[T, E]`, top-k, renormalise (sum clamped
     /// to >= 6.1035e-5), times `scale`. ids U32 `[T, k]`, weights F32 `[T, k]`.
@@ -700,90 +428,11 @@ pub trait Backend: Send + Sync {
         weights: &Tensor,
         out: &Tensor,
     ) -> Result<()>;
-    /// The routed experts and the shared expert of a MoE FFN in one op:
-    /// `out[t] = moe_experts(x)[t] + sigmoid(sh.gate_logit[t]) * down_sh(silu(gate_sh x[t]) * up_sh x[t])`
-    /// (`moe_experts`' operands in `e`, the shared expert's in `e.sh`). The default composes
-    /// `moe_experts`, `matmul_swiglu`, `matmul` and `sigmoid_scale_add` (the CPU reference); a GPU
-    /// backend may run the shared expert as one more expert per token inside the experts'
-    /// launches.
-    fn moe_experts_shared(&self, x: &Tensor, e: MoeExperts<'_>, out: &Tensor) -> Result<()> {
-        moe_experts_shared_composed(self, x, e, out)
-    }
-    /// A MoE FFN's routing and experts in one op: `moe_route(logits, k, scale, e.ids, e.weights)`
-    /// then `moe_experts_shared(x, e, out)` (logits `[T, E]` of the E experts of `e.gate_exps`),
-    /// ids and weights written as `moe_route` writes them; with `next`, then `add_norm_after(out,
-    /// next)`, `out` being scratch (as `matmul_add_rms_norm`'s `y`). The default is that
-    /// composition (the CPU reference); a GPU backend may route inside the experts' first launch,
-    /// or add their sum into `next.acc`.
-    #[allow(clippy::too_many_arguments)]
-    fn moe_route_experts_shared(
-        &self,
-        x: &Tensor,
-        logits: &Tensor,
-        k: usize,
-        scale: f32,
-        e: MoeExperts<'_>,
-        out: &Tensor,
-        next: Option<AddNorm<'_>>,
-    ) -> Result<()> {
-        check::moe_route_experts_shared(x, logits, k, e, out, next)?;
-        self.moe_route(logits, k, scale, e.ids, e.weights)?;
-        moe_experts_shared_then(self, x, e, out, next)
-    }
-
-    /// A MoE layer's FFN (`MoeFfn`): its block's output added into the residual and normed, the
-    /// router, the routing, the experts and, with `next`, their output added into `next.acc` and
-    /// normed (`moe_route_experts_shared`'s `next`); `logits`, `y` and `out` are scratch afterwards
-    /// (`y` and `out` may be one tensor). The default is `moe_ffn_ops` (the CPU reference); a GPU
-    /// backend may norm, route and compute the router in one launch.
-    fn moe_ffn(&self, m: MoeFfn<'_>, next: Option<AddNorm<'_>>) -> Result<()> {
-        moe_ffn_ops(self, m, next)
-    }
 
     /// Row-wise argmax of `logits` `[T, V]` into U32 `out` `[T]`: the first index of the largest
     /// value, NaN and -inf never chosen (the sampler's rule), `NON_FINITE` for a row where every
     /// value is NaN or -inf.
     fn argmax(&self, logits: &Tensor, out: &Tensor) -> Result<()>;
-}
-
-/// `Backend::moe_experts_shared` composed of plain ops: its default (the CPU reference), and
-/// what a backend that fuses only some cases runs for the others.
-pub fn moe_experts_shared_composed<B: Backend + ?Sized>(
-    be: &B,
-    x: &Tensor,
-    e: MoeExperts<'_>,
-    out: &Tensor,
-) -> Result<()> {
-    check::moe_experts_shared(x, e, out)?;
-    let sh = e.sh;
-    be.moe_experts(x, e.gate_exps, e.up_exps, e.down_exps, e.ids, e.weights, out)?;
-    be.matmul_swiglu(sh.gate, sh.up, x, sh.gate_tmp, sh.up_tmp, sh.act)?;
-    be.matmul(sh.down, sh.act, sh.out)?;
-    be.sigmoid_scale_add(out, sh.out, sh.gate_logit)
-}
-
-/// `moe_experts_shared` then `next`'s residual add and norm of its output: the routed op's tail in
-/// the default composition and in a backend's fallback (`moe_route_experts_shared`).
-pub fn moe_experts_shared_then<B: Backend + ?Sized>(
-    be: &B,
-    x: &Tensor,
-    e: MoeExperts<'_>,
-    out: &Tensor,
-    next: Option<AddNorm<'_>>,
-) -> Result<()> {
-    be.moe_experts_shared(x, e, out)?;
-    add_norm_after(be, out, next)
-}
-
-/// `next`'s residual add and norm of an op's result `y` (`add_rms_norm(next.acc, y, ..)`) and its
-/// products of the normed rows (`next.then`), if any.
-pub fn add_norm_after<B: Backend + ?Sized>(be: &B, y: &Tensor, next: Option<AddNorm<'_>>) -> Result<()> {
-    let Some(n) = next else { return Ok(()) };
-    be.add_rms_norm(n.acc, y, n.w, n.eps, n.out)?;
-    match n.then {
-        Some(g) => be.matmul_group(g.ws, n.out, g.outs),
-        None => Ok(()),
-    }
 }
 
 /// Names of the backends compiled into this build.

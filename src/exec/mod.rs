@@ -1,6 +1,7 @@
 //! The shared model executor: the layer loop, prefill vs decode scheduling and the per-sequence
 //! state. Written once against `&dyn Backend`; it never names a backend type.
 
+mod forward;
 mod scratch;
 mod session;
 
@@ -13,14 +14,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 pub use session::{LayerState, Session, Snapshot, SnapshotLayer};
 
-use crate::backend::{
-    AddNorm, AttnPrep, Backend, DType, GdnGates, GdnStep, Group, MoeExperts, MoeFfn, Pos, ReadFuture, SharedExpert,
-    StepMode, Tensor, MAX_GROUP, NON_FINITE,
-};
+use crate::backend::{Backend, DType, Plan, ReadFuture, StepMode, Tensor, NON_FINITE};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
-use crate::model::weights::{AttnWeights, Ffn, GdnWeights, Mixer};
 use crate::model::{Config, TensorSource, Weights};
+use forward::{Forward, Head};
 use scratch::{HeadBuffers, Scratch};
 
 /// A process-wide unique id for sessions and scratches (the keys of recorded steps).
@@ -29,29 +27,16 @@ pub(crate) fn next_uid() -> u64 {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
-/// Which delta-rule algorithm a batch of tokens uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DeltaMode {
-    /// Recurrence for one token (decode), chunked algorithm for a batch (prefill).
-    Auto,
-    Recurrent,
-    Chunked,
-}
-
 /// Tunables of the executor.
 #[derive(Debug, Clone)]
 pub struct ExecOptions {
     /// Largest number of prompt tokens run through the layers at once (bounds activation memory).
     pub ubatch: usize,
-    pub delta: DeltaMode,
 }
 
 impl Default for ExecOptions {
     fn default() -> Self {
-        ExecOptions {
-            ubatch: 512,
-            delta: DeltaMode::Auto,
-        }
+        ExecOptions { ubatch: 512 }
     }
 }
 
@@ -75,19 +60,6 @@ pub struct HiddenTrace {
     pub layers: Vec<Vec<f32>>,
     /// After the final RMSNorm (the LM head's input).
     pub final_norm: Vec<f32>,
-}
-
-/// What a forward step leaves for the host to read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Head {
-    /// Nothing (a prefill batch whose logits nobody wants).
-    None,
-    /// The logits of the last position.
-    LastLogits,
-    /// The logits of every position.
-    AllLogits,
-    /// The argmax of the last position's logits, computed on the device.
-    LastArgmax,
 }
 
 /// The token of a greedy step's argmax read-back.
@@ -218,7 +190,6 @@ impl Model {
     /// token as it arrives and returns whether to go on. Returns the tokens; the session has
     /// consumed `first` and every token but the last, and, when `on_token` stopped early, the
     /// refused token too (its step was already enqueued): `Session::pos` counts them.
-    /// `RILL_DECODE_AHEAD=0` runs one step at a time instead (`decode_greedy`), for A/B runs.
     pub fn generate_greedy(
         &self,
         s: &mut Session,
@@ -239,17 +210,6 @@ impl Model {
     ) -> Result<Vec<u32>> {
         let mut out = Vec::new();
         if n == 0 {
-            return Ok(out);
-        }
-        if std::env::var_os("RILL_DECODE_AHEAD").is_some_and(|v| v == "0") {
-            let mut tok = first;
-            while out.len() < n {
-                tok = self.decode_greedy_async(s, tok).await?;
-                out.push(tok);
-                if !on_token(tok)? {
-                    break;
-                }
-            }
             return Ok(out);
         }
         // The token each step is fed, on the device: this generation's own, so another thread's
@@ -362,13 +322,19 @@ impl Model {
         self.check_room(s, tokens.len())?;
         let be = self.backend.as_ref();
         let mut guard = self.lock()?;
-        let sc = self.prepare(&mut guard, s, tokens)?;
+        let sc: &Scratch = self.prepare(&mut guard, s, tokens)?;
+        let f = self.forward(s, sc);
         let mut trace = HiddenTrace::default();
-        let mut obs = |layer: Option<usize>, h: Vec<f32>| match layer {
-            None => trace.embed = h,
-            Some(_) => trace.layers.push(h),
-        };
-        self.run_layers(s, sc, None, Some(&mut obs))?;
+        let mut p = Plan::new();
+        f.embed(&mut p);
+        be.run_plan(&p)?;
+        trace.embed = be.read_f32(&sc.h)?;
+        for i in 0..self.weights.layers.len() {
+            let mut p = Plan::new();
+            f.layer(&mut p, i)?;
+            be.run_plan(&p)?;
+            trace.layers.push(be.read_f32(&sc.h)?);
+        }
         let normed = be.alloc(DType::F32, &[tokens.len(), self.config.n_embd])?;
         be.rms_norm(&sc.h, &self.weights.output_norm, self.config.eps, &normed)?;
         trace.final_norm = be.read_f32(&normed)?;
@@ -382,15 +348,6 @@ impl Model {
         self.state
             .lock()
             .map_err(|_| Error::Backend("executor state lock poisoned by an earlier panic".into()))
-    }
-
-    /// The delta-rule algorithm for a batch of `t` tokens.
-    fn delta_mode(&self, t: usize) -> DeltaMode {
-        match self.options.delta {
-            DeltaMode::Auto if t > 1 => DeltaMode::Chunked,
-            DeltaMode::Auto => DeltaMode::Recurrent,
-            m => m,
-        }
     }
 
     fn check_room(&self, s: &Session, n: usize) -> Result<()> {
@@ -420,6 +377,17 @@ impl Model {
         self.backend.write_u32(&sc.pos, &[pos])
     }
 
+    /// The model's forward pass over the batch in `sc`, continuing from `s`.
+    fn forward<'a>(&'a self, s: &'a Session, sc: &'a Scratch) -> Forward<'a> {
+        Forward {
+            cfg: &self.config,
+            w: &self.weights,
+            sc,
+            state: &s.layers,
+            pos: s.pos,
+        }
+    }
+
     /// The layers and the head of one batch, a one-token batch offered to the backend for
     /// recording and replay (`Backend::step_begin`): it is the same ops on the same buffers every
     /// token.
@@ -434,9 +402,7 @@ impl Model {
             (StepMode::Run, 0)
         };
         if mode.0 != StepMode::Replayed {
-            let r = self
-                .run_layers(s, sc, Some(head), None)
-                .and_then(|()| self.run_head(sc, head));
+            let r = self.forward(s, sc).step(head).and_then(|p| be.run_plan(&p));
             if sc.t == 1 {
                 be.step_end(mode.1, r.is_ok())?;
             }
@@ -498,306 +464,6 @@ impl Model {
             Head::LastArgmax => Ok(StepOut::Token(greedy_token(
                 &be.read_u32_async(&sc.head_last.argmax).await?,
             )?)),
-        }
-    }
-
-    /// Embed the batch and run every layer. With a one-token batch whose head wants the last
-    /// position, the last layer's residual add is fused with the final norm into the head's input.
-    /// `observe` reads the residual stream back after the embedding (`None`) and after each layer
-    /// (`Some(i)`); only debugging and tests observe.
-    fn run_layers(
-        &self,
-        s: &Session,
-        sc: &Scratch,
-        head: Option<Head>,
-        mut observe: Option<&mut dyn FnMut(Option<usize>, Vec<f32>)>,
-    ) -> Result<()> {
-        let be = self.backend.as_ref();
-        let eps = self.config.eps;
-        let mode = self.delta_mode(sc.t);
-        let pos = Pos {
-            host: s.pos,
-            dev: &sc.pos,
-        };
-        be.embed(&self.weights.token_embd, &sc.ids, &sc.h)?;
-        if let Some(f) = observe.as_mut() {
-            f(None, be.read_f32(&sc.h)?);
-        }
-        let layers = &self.weights.layers;
-        let Some(first) = layers.first() else {
-            return Ok(());
-        };
-        be.rms_norm(&sc.h, &first.attn_norm, eps, &sc.xn)?;
-        let fuse_final = sc.t == 1 && matches!(head, Some(Head::LastLogits | Head::LastArgmax));
-        // A block's output is added into the residual stream `h`, which is then normed into the
-        // next block's input (the op that produces the output does both: `AddNorm`).
-        let add_norm = |w, out| AddNorm {
-            acc: &sc.h,
-            w,
-            eps,
-            out,
-            then: None,
-        };
-        // Whether this layer's first products already ran: the block before it ended with them
-        // (`AddNorm::then`: the norm and the products of the normed rows in one op).
-        let mut grouped = false;
-        for (i, (l, state)) in layers.iter().zip(s.layers.iter()).enumerate() {
-            let post_norm = add_norm(&l.post_norm, &sc.xn);
-            // A MoE FFN takes its block's output, the residual add and its input norm itself
-            // (`moe_ffn`: the norm, the router and the routing can share a launch).
-            let post = (!matches!(l.ffn, Ffn::Moe { .. })).then_some(post_norm);
-            match (&l.mixer, state) {
-                (Mixer::Gdn(w), LayerState::Gdn { conv, delta }) => {
-                    self.gdn(w, conv, delta, sc, mode, post, grouped)?
-                }
-                (Mixer::Attn(w), LayerState::Attn { k, v }) => self.attention(w, k, v, sc, pos, post, grouped)?,
-                _ => return Err(Error::Backend("session does not match the model's layer types".into())),
-            }
-            let next_products = layers.get(i + 1).map(|n| MixerProducts::of(&n.mixer, sc));
-            let next = match (layers.get(i + 1), &next_products) {
-                (Some(next), Some(p)) => Some(AddNorm {
-                    then: Some(p.group()),
-                    ..add_norm(&next.attn_norm, &sc.xn)
-                }),
-                (None, _) if fuse_final => Some(add_norm(&self.weights.output_norm, &sc.head_last.normed)),
-                _ => None,
-            };
-            grouped = next_products.is_some();
-            self.ffn(&l.ffn, sc, post_norm, next)?;
-            if next.is_none() {
-                be.add_assign(&sc.h, &sc.mix)?;
-            }
-            if let Some(f) = observe.as_mut() {
-                f(Some(i), be.read_f32(&sc.h)?);
-            }
-        }
-        Ok(())
-    }
-
-    /// Final norm and LM head, only on the positions whose logits are wanted.
-    fn run_head(&self, sc: &Scratch, head: Head) -> Result<()> {
-        let be = self.backend.as_ref();
-        let (norm, eps) = (&self.weights.output_norm, self.config.eps);
-        match head {
-            Head::None => return Ok(()),
-            Head::AllLogits => {
-                let hb = sc
-                    .head_all
-                    .as_ref()
-                    .ok_or_else(|| Error::Backend("head buffers missing".into()))?;
-                be.rms_norm(&sc.h, norm, eps, &hb.normed)?;
-                return be.matmul(&self.weights.output, &hb.normed, &hb.logits);
-            }
-            Head::LastLogits | Head::LastArgmax => {}
-        }
-        let hb = &sc.head_last;
-        if sc.t > 1 {
-            // `run_layers` fused the norm only for one-token batches.
-            be.copy_rows(&sc.h, sc.t - 1, &hb.last_row, 0, 1)?;
-            be.rms_norm(&hb.last_row, norm, eps, &hb.normed)?;
-        }
-        be.matmul(&self.weights.output, &hb.normed, &hb.logits)?;
-        if head == Head::LastArgmax {
-            be.argmax(&hb.logits, &hb.argmax)?;
-        }
-        Ok(())
-    }
-
-    /// Gated DeltaNet mixer (spec/MODEL.md §5): xn -> mix, and `post`'s residual add and norm when
-    /// given. `grouped`: its input projections already ran (`MixerProducts`).
-    #[allow(clippy::too_many_arguments)]
-    fn gdn(
-        &self,
-        w: &GdnWeights,
-        conv: &Tensor,
-        delta: &Tensor,
-        sc: &Scratch,
-        mode: DeltaMode,
-        post: Option<AddNorm<'_>>,
-        grouped: bool,
-    ) -> Result<()> {
-        let be = self.backend.as_ref();
-        let dims = self.config.gdn;
-        if !grouped {
-            let p = MixerProducts::gdn(w, sc);
-            be.matmul_group(p.group().ws, &sc.xn, p.group().outs)?;
-        }
-        let gates = GdnGates {
-            a: &sc.a,
-            b: &sc.b,
-            ssm_a: &w.ssm_a,
-            dt_bias: &w.dt_bias,
-            g: &sc.g,
-            beta: &sc.beta,
-        };
-        // HF's kernel uses a fixed 1e-6 for the q/k L2 norm (spec/MODEL.md §4.1).
-        let l2_eps = 1e-6;
-        if mode == DeltaMode::Chunked {
-            be.gdn_conv_gates(&sc.qkv, &w.conv1d, conv, &sc.conv_out, dims, l2_eps, gates)?;
-            be.delta_rule_chunked(&sc.conv_out, &sc.g, &sc.beta, delta, &sc.o, dims)?;
-            be.gated_rms_norm(&sc.o, &sc.z, &w.ssm_norm, self.config.eps, &sc.o_normed)?;
-        } else {
-            let step = GdnStep {
-                qkv: &sc.qkv,
-                z: &sc.z,
-                conv_w: &w.conv1d,
-                conv_state: conv,
-                gates,
-                state: delta,
-                norm_w: &w.ssm_norm,
-                conv_out: &sc.conv_out,
-                o: &sc.o,
-                out: &sc.o_normed,
-            };
-            be.gdn_recurrent_step(step, dims, l2_eps, self.config.eps)?;
-        }
-        self.last_product(&w.out, &sc.o_normed, sc, post)
-    }
-
-    /// A block's last product (a mixer's output projection, a dense FFN's down) into `mix`, then
-    /// its residual add and the next norm when `post` says (`matmul_add_rms_norm`).
-    fn last_product(&self, w: &Tensor, x: &Tensor, sc: &Scratch, post: Option<AddNorm<'_>>) -> Result<()> {
-        let be = self.backend.as_ref();
-        match post {
-            Some(p) => be.matmul_add_rms_norm(w, x, &sc.mix, p),
-            None => be.matmul(w, x, &sc.mix),
-        }
-    }
-
-    /// Gated full attention (spec/MODEL.md §6): xn -> mix, and `post`'s residual add and norm
-    /// when given, appending to the KV cache. `grouped`: its input projections already ran
-    /// (`MixerProducts`).
-    #[allow(clippy::too_many_arguments)]
-    fn attention(
-        &self,
-        w: &AttnWeights,
-        kc: &Tensor,
-        vc: &Tensor,
-        sc: &Scratch,
-        pos: Pos,
-        post: Option<AddNorm<'_>>,
-        grouped: bool,
-    ) -> Result<()> {
-        let be = self.backend.as_ref();
-        let cfg = &self.config;
-        let dims = cfg.attn;
-        let hd = dims.head_dim;
-        if !grouped {
-            let p = MixerProducts::attention(w, sc);
-            be.matmul_group(p.group().ws, &sc.xn, p.group().outs)?;
-        }
-        let prep = AttnPrep {
-            qg: &sc.qg,
-            k: &sc.k,
-            v: &sc.v,
-            q_norm: &w.q_norm,
-            k_norm: &w.k_norm,
-            q: &sc.q,
-            gate: &sc.gate,
-            q_normed: &sc.q_normed,
-            k_normed: &sc.k_normed,
-        };
-        be.attn_qk_prep(prep, hd, cfg.n_rot, cfg.rope_theta, cfg.eps, kc, vc, pos)?;
-        let scale = 1.0 / (hd as f32).sqrt();
-        be.attention_gated(&sc.q_normed, kc, vc, pos, dims, scale, &sc.gate, &sc.att)?;
-        self.last_product(&w.out, &sc.att, sc, post)
-    }
-
-    /// FFN (spec/MODEL.md §7): xn -> h += out, then `next` (without it, xn -> mix). A MoE FFN
-    /// starts from the mixer's output in mix, which it adds into h and norms (`input`) itself.
-    fn ffn(&self, f: &Ffn, sc: &Scratch, input: AddNorm<'_>, next: Option<AddNorm<'_>>) -> Result<()> {
-        let be = self.backend.as_ref();
-        match f {
-            Ffn::Dense { gate, up, down } => {
-                be.matmul_swiglu(gate, up, &sc.xn, &sc.ff_gate, &sc.ff_up, &sc.ff_act)?;
-                self.last_product(down, &sc.ff_act, sc, next)
-            }
-            Ffn::Moe {
-                router,
-                gate_exps,
-                up_exps,
-                down_exps,
-                shexp_gate,
-                gate_sh,
-                up_sh,
-                down_sh,
-            } => {
-                let missing = || Error::Backend("MoE scratch missing".into());
-                let logits = sc.router_logits.as_ref().ok_or_else(missing)?;
-                let ids = sc.expert_ids.as_ref().ok_or_else(missing)?;
-                let wts = sc.expert_w.as_ref().ok_or_else(missing)?;
-                let shared = sc.shared_out.as_ref().ok_or_else(missing)?;
-                let sg = sc.shared_gate.as_ref().ok_or_else(missing)?;
-                let m = self.config.moe.as_ref().ok_or_else(missing)?;
-                let sh = SharedExpert {
-                    gate: gate_sh,
-                    up: up_sh,
-                    down: down_sh,
-                    gate_logit: sg,
-                    gate_tmp: &sc.ff_gate,
-                    up_tmp: &sc.ff_up,
-                    act: &sc.ff_act,
-                    out: shared,
-                };
-                let ffn = MoeFfn {
-                    input,
-                    y: &sc.mix,
-                    router,
-                    shared_gate: shexp_gate,
-                    logits,
-                    k: m.n_expert_used,
-                    scale: m.weights_scale,
-                    experts: MoeExperts {
-                        gate_exps,
-                        up_exps,
-                        down_exps,
-                        ids,
-                        weights: wts,
-                        sh,
-                    },
-                    out: &sc.mix,
-                };
-                be.moe_ffn(ffn, next)
-            }
-        }
-    }
-}
-
-/// A mixer's input projections, the products of its normed input `xn` (`Backend::matmul_group`):
-/// a Gated DeltaNet layer's qkv, z, beta and alpha, an attention layer's q (with its gate), k and v.
-/// The block before the mixer may run them with its norm (`AddNorm::then`).
-struct MixerProducts<'a> {
-    ws: [&'a Tensor; MAX_GROUP],
-    outs: [&'a Tensor; MAX_GROUP],
-    n: usize,
-}
-
-impl<'a> MixerProducts<'a> {
-    fn of(mixer: &'a Mixer, sc: &'a Scratch) -> MixerProducts<'a> {
-        match mixer {
-            Mixer::Gdn(w) => Self::gdn(w, sc),
-            Mixer::Attn(w) => Self::attention(w, sc),
-        }
-    }
-    fn gdn(w: &'a GdnWeights, sc: &'a Scratch) -> MixerProducts<'a> {
-        MixerProducts {
-            ws: [&w.qkv, &w.gate, &w.beta, &w.alpha],
-            outs: [&sc.qkv, &sc.z, &sc.b, &sc.a],
-            n: 4,
-        }
-    }
-    fn attention(w: &'a AttnWeights, sc: &'a Scratch) -> MixerProducts<'a> {
-        // (The fourth entries are unused.)
-        MixerProducts {
-            ws: [&w.q, &w.k, &w.v, &w.v],
-            outs: [&sc.qg, &sc.k, &sc.v, &sc.v],
-            n: 3,
-        }
-    }
-    fn group(&self) -> Group<'_> {
-        Group {
-            ws: &self.ws[..self.n],
-            outs: &self.outs[..self.n],
         }
     }
 }

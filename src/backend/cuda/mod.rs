@@ -25,6 +25,7 @@
 
 mod buffer;
 mod driver;
+mod fuse;
 mod kernels;
 mod launch;
 mod ops;
@@ -37,9 +38,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 
+use crate::backend::fusion::{self, Fuse};
 use crate::backend::{
-    check, AddNorm, AttnDims, AttnPrep, Backend, BackendOptions, DType, GdnDims, GdnGates, GdnStep, MoeExperts, MoeFfn,
-    Pos, Precision, ReadFuture, StepMode, Tensor, WeightData,
+    AttnDims, Backend, BackendOptions, DType, GdnDims, Plan, Pos, Precision, ReadFuture, StepMode, Tensor, WeightData,
 };
 use crate::error::Result;
 use driver::{cuda_err, Device, Stream};
@@ -100,25 +101,6 @@ pub struct CudaBackend {
     inner: Arc<Inner>,
 }
 
-impl CudaBackend {
-    /// The experts of a routed MoE FFN (`moe_experts_shared`'s operands, checked by the caller) and
-    /// `next`: in decode the down product adds the experts' sum into `next.acc` itself and the
-    /// norm reads the finished row (`ops::norm::moe_experts_add_rms_norm`); otherwise the ops.
-    fn routed_experts_then(
-        &self,
-        x: &Tensor,
-        e: MoeExperts<'_>,
-        out: &Tensor,
-        next: Option<AddNorm<'_>>,
-    ) -> Result<()> {
-        if let Some(n) = next {
-            if ops::norm::moe_experts_add_rms_norm(&self.inner, x, e, n)? {
-                return Ok(());
-            }
-        }
-        crate::backend::moe_experts_shared_then(self, x, e, out, next)
-    }
-}
 
 /// Bytes of `Inner::sync_scratch`. Its layout: the decode RMSNorm's grid barrier (one 64-bit word at 0,
 /// kernels-cuda/norm.cu `grid_barrier`), the counter of norm.cu's `moe_norm_route` (one u32 at 64)
@@ -362,6 +344,12 @@ impl Backend for CudaBackend {
     fn step_end(&self, key: u64, ok: bool) -> Result<()> {
         self.inner.step_end(key, ok)
     }
+    fn run_plan(&self, plan: &Plan<'_>) -> Result<()> {
+        fusion::run(self, plan.ops(), self.fusions(), &mut None)
+    }
+    fn run_plan_listed(&self, plan: &Plan<'_>, launched: &mut Vec<&'static str>) -> Result<()> {
+        fusion::run(self, plan.ops(), self.fusions(), &mut Some(launched))
+    }
 
     fn embed(&self, table: &Tensor, ids: &Tensor, out: &Tensor) -> Result<()> {
         ops::linear::embed(&self.inner, table, ids, out)
@@ -369,34 +357,14 @@ impl Backend for CudaBackend {
     fn matmul(&self, w: &Tensor, x: &Tensor, out: &Tensor) -> Result<()> {
         ops::linear::matmul(&self.inner, w, x, out)
     }
-    fn matmul_group(&self, ws: &[&Tensor], x: &Tensor, outs: &[&Tensor]) -> Result<()> {
-        ops::linear::matmul_group(&self.inner, ws, x, outs)
-    }
     fn rms_norm(&self, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
         ops::norm::rms_norm(&self.inner, x, w, eps, out)
     }
     fn add_assign(&self, acc: &Tensor, x: &Tensor) -> Result<()> {
         ops::eltwise::add_assign(&self.inner, acc, x)
     }
-    fn add_rms_norm(&self, acc: &Tensor, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
-        ops::norm::add_rms_norm(&self.inner, acc, x, w, eps, out)
-    }
-    fn matmul_add_rms_norm(&self, w: &Tensor, x: &Tensor, y: &Tensor, next: AddNorm<'_>) -> Result<()> {
-        ops::norm::matmul_add_rms_norm(&self.inner, w, x, y, next)
-    }
     fn swiglu(&self, gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<()> {
         ops::eltwise::swiglu(&self.inner, gate, up, out)
-    }
-    fn matmul_swiglu(
-        &self,
-        w_gate: &Tensor,
-        w_up: &Tensor,
-        x: &Tensor,
-        gate_tmp: &Tensor,
-        up_tmp: &Tensor,
-        out: &Tensor,
-    ) -> Result<()> {
-        ops::linear::matmul_swiglu(&self.inner, w_gate, w_up, x, gate_tmp, up_tmp, out)
     }
     fn sigmoid_mul_assign(&self, x: &Tensor, gate: &Tensor) -> Result<()> {
         ops::eltwise::sigmoid_mul_assign(&self.inner, x, gate)
@@ -406,29 +374,6 @@ impl Backend for CudaBackend {
     }
     fn conv1d_causal_silu(&self, x: &Tensor, w: &Tensor, state: &Tensor, out: &Tensor) -> Result<()> {
         ops::conv::conv1d_causal_silu(&self.inner, x, w, state, out)
-    }
-    fn conv1d_silu_l2qk(
-        &self,
-        x: &Tensor,
-        w: &Tensor,
-        state: &Tensor,
-        out: &Tensor,
-        dims: GdnDims,
-        eps: f32,
-    ) -> Result<()> {
-        ops::conv::conv1d_silu_l2qk(&self.inner, x, w, state, out, dims, eps)
-    }
-    fn gdn_conv_gates(
-        &self,
-        x: &Tensor,
-        w: &Tensor,
-        state: &Tensor,
-        out: &Tensor,
-        dims: GdnDims,
-        eps: f32,
-        gates: GdnGates<'_>,
-    ) -> Result<()> {
-        ops::conv::gdn_conv_gates(&self.inner, x, w, state, out, dims, eps, gates)
     }
     fn gdn_gates(
         &self,
@@ -469,12 +414,6 @@ impl Backend for CudaBackend {
     fn gated_rms_norm(&self, x: &Tensor, z: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
         ops::norm::gated_rms_norm(&self.inner, x, z, w, eps, out)
     }
-    fn gdn_recurrent_step(&self, s: GdnStep<'_>, dims: GdnDims, l2_eps: f32, eps: f32) -> Result<()> {
-        if ops::gdn_step::gdn_step(&self.inner, s, dims, l2_eps, eps)? {
-            return Ok(());
-        }
-        crate::backend::gdn_recurrent_step_ops(self, s, dims, l2_eps, eps)
-    }
     fn split_qgate(&self, qg: &Tensor, head_dim: usize, q: &Tensor, gate: &Tensor) -> Result<()> {
         ops::eltwise::split_qgate(&self.inner, qg, head_dim, q, gate)
     }
@@ -483,19 +422,6 @@ impl Backend for CudaBackend {
     }
     fn kv_store(&self, k: &Tensor, v: &Tensor, k_cache: &Tensor, v_cache: &Tensor, pos: Pos) -> Result<()> {
         ops::attention::kv_store(&self.inner, k, v, k_cache, v_cache, pos)
-    }
-    fn attn_qk_prep(
-        &self,
-        a: AttnPrep<'_>,
-        head_dim: usize,
-        n_rot: usize,
-        theta: f32,
-        eps: f32,
-        k_cache: &Tensor,
-        v_cache: &Tensor,
-        pos: Pos,
-    ) -> Result<()> {
-        ops::attention::attn_qk_prep(&self.inner, a, head_dim, n_rot, theta, eps, k_cache, v_cache, pos)
     }
     fn attention(
         &self,
@@ -523,33 +449,6 @@ impl Backend for CudaBackend {
         out: &Tensor,
     ) -> Result<()> {
         ops::linear::moe_experts(&self.inner, x, gate_exps, up_exps, down_exps, ids, weights, out)
-    }
-    fn moe_experts_shared(&self, x: &Tensor, e: MoeExperts<'_>, out: &Tensor) -> Result<()> {
-        if ops::linear::moe_experts_shared(&self.inner, x, e, out, false)? {
-            return Ok(());
-        }
-        crate::backend::moe_experts_shared_composed(self, x, e, out)
-    }
-    fn moe_route_experts_shared(
-        &self,
-        x: &Tensor,
-        logits: &Tensor,
-        k: usize,
-        scale: f32,
-        e: MoeExperts<'_>,
-        out: &Tensor,
-        next: Option<AddNorm<'_>>,
-    ) -> Result<()> {
-        check::moe_route_experts_shared(x, logits, k, e, out, next)?;
-        self.moe_route(logits, k, scale, e.ids, e.weights)?;
-        self.routed_experts_then(x, e, out, next)
-    }
-    fn moe_ffn(&self, m: MoeFfn<'_>, next: Option<AddNorm<'_>>) -> Result<()> {
-        check::moe_ffn(m, next)?;
-        if !ops::norm::moe_norm_route(&self.inner, &m)? {
-            return crate::backend::moe_ffn_ops(self, m, next);
-        }
-        self.routed_experts_then(m.input.out, m.experts, m.out, next)
     }
     fn argmax(&self, logits: &Tensor, out: &Tensor) -> Result<()> {
         ops::eltwise::argmax(&self.inner, logits, out)

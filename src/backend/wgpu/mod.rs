@@ -8,6 +8,7 @@
 mod buffer;
 pub(crate) mod caps;
 mod encoder;
+mod fuse;
 pub(crate) mod kernels;
 mod ops;
 mod readback;
@@ -19,7 +20,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::backend::{
-    check, AddNorm, AttnDims, AttnPrep, Backend, BackendOptions, DType, GdnDims, GdnGates, MoeExperts, Pos, Precision,
+    check, fusion, AttnDims, Backend, BackendOptions, DType, GdnDims, Pos, Precision,
     StepMode, Tensor, WeightData, WeightUpload,
 };
 use crate::error::{Error, Result};
@@ -382,6 +383,12 @@ impl Backend for WgpuBackend {
         let replayed = self.encoder()?.step_begin(key)?;
         Ok(if replayed { StepMode::Replayed } else { StepMode::Record })
     }
+    fn run_plan(&self, plan: &crate::backend::Plan<'_>) -> Result<()> {
+        crate::backend::fusion::run(self, plan.ops(), fusion::Fuse::fusions(self), &mut None)
+    }
+    fn run_plan_listed(&self, plan: &crate::backend::Plan<'_>, launched: &mut Vec<&'static str>) -> Result<()> {
+        crate::backend::fusion::run(self, plan.ops(), fusion::Fuse::fusions(self), &mut Some(launched))
+    }
     fn step_end(&self, key: u64, ok: bool) -> Result<()> {
         self.encoder()?.step_end(key, ok);
         Ok(())
@@ -393,31 +400,14 @@ impl Backend for WgpuBackend {
     fn matmul(&self, w: &Tensor, x: &Tensor, out: &Tensor) -> Result<()> {
         ops::matmul(self, w, x, out)
     }
-    fn matmul_group(&self, ws: &[&Tensor], x: &Tensor, outs: &[&Tensor]) -> Result<()> {
-        ops::matmul_group(self, ws, x, outs)
-    }
     fn rms_norm(&self, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
         ops::rms_norm(self, x, w, eps, out)
     }
     fn add_assign(&self, acc: &Tensor, x: &Tensor) -> Result<()> {
         ops::add_assign(self, acc, x)
     }
-    fn add_rms_norm(&self, acc: &Tensor, x: &Tensor, w: &Tensor, eps: f32, out: &Tensor) -> Result<()> {
-        ops::add_rms_norm(self, acc, x, w, eps, out)
-    }
     fn swiglu(&self, gate: &Tensor, up: &Tensor, out: &Tensor) -> Result<()> {
         ops::swiglu(self, gate, up, out)
-    }
-    fn matmul_swiglu(
-        &self,
-        w_gate: &Tensor,
-        w_up: &Tensor,
-        x: &Tensor,
-        gate_tmp: &Tensor,
-        up_tmp: &Tensor,
-        out: &Tensor,
-    ) -> Result<()> {
-        ops::matmul_swiglu(self, w_gate, w_up, x, gate_tmp, up_tmp, out)
     }
     fn sigmoid_mul_assign(&self, x: &Tensor, gate: &Tensor) -> Result<()> {
         ops::sigmoid_mul_assign(self, x, gate)
@@ -427,29 +417,6 @@ impl Backend for WgpuBackend {
     }
     fn conv1d_causal_silu(&self, x: &Tensor, w: &Tensor, state: &Tensor, out: &Tensor) -> Result<()> {
         ops::conv1d_causal_silu(self, x, w, state, out)
-    }
-    fn conv1d_silu_l2qk(
-        &self,
-        x: &Tensor,
-        w: &Tensor,
-        state: &Tensor,
-        out: &Tensor,
-        dims: GdnDims,
-        eps: f32,
-    ) -> Result<()> {
-        ops::conv1d_silu_l2qk(self, x, w, state, out, dims, eps)
-    }
-    fn gdn_conv_gates(
-        &self,
-        x: &Tensor,
-        w: &Tensor,
-        state: &Tensor,
-        out: &Tensor,
-        dims: GdnDims,
-        eps: f32,
-        gates: GdnGates<'_>,
-    ) -> Result<()> {
-        ops::gdn_conv_gates(self, x, w, state, out, dims, eps, gates)
     }
     fn gdn_gates(
         &self,
@@ -499,19 +466,6 @@ impl Backend for WgpuBackend {
     fn kv_store(&self, k: &Tensor, v: &Tensor, k_cache: &Tensor, v_cache: &Tensor, pos: Pos) -> Result<()> {
         ops::kv_store(self, k, v, k_cache, v_cache, pos)
     }
-    fn attn_qk_prep(
-        &self,
-        a: AttnPrep<'_>,
-        head_dim: usize,
-        n_rot: usize,
-        theta: f32,
-        eps: f32,
-        k_cache: &Tensor,
-        v_cache: &Tensor,
-        pos: Pos,
-    ) -> Result<()> {
-        ops::attn_qk_prep(self, a, head_dim, n_rot, theta, eps, k_cache, v_cache, pos)
-    }
     fn attention(
         &self,
         q: &Tensor,
@@ -523,19 +477,6 @@ impl Backend for WgpuBackend {
         out: &Tensor,
     ) -> Result<()> {
         ops::attention(self, q, k_cache, v_cache, pos, dims, scale, out)
-    }
-    fn attention_gated(
-        &self,
-        q: &Tensor,
-        k_cache: &Tensor,
-        v_cache: &Tensor,
-        pos: Pos,
-        dims: AttnDims,
-        scale: f32,
-        gate: &Tensor,
-        out: &Tensor,
-    ) -> Result<()> {
-        ops::attention_gated(self, q, k_cache, v_cache, pos, dims, scale, gate, out)
     }
     fn moe_route(&self, logits: &Tensor, k: usize, scale: f32, ids: &Tensor, weights: &Tensor) -> Result<()> {
         ops::moe_route(self, logits, k, scale, ids, weights)
@@ -551,30 +492,6 @@ impl Backend for WgpuBackend {
         out: &Tensor,
     ) -> Result<()> {
         ops::moe_experts(self, x, gate_exps, up_exps, down_exps, ids, weights, out)
-    }
-    fn moe_experts_shared(&self, x: &Tensor, e: MoeExperts<'_>, out: &Tensor) -> Result<()> {
-        if ops::moe_experts_shared(self, x, e, out)? {
-            return Ok(());
-        }
-        crate::backend::moe_experts_shared_composed(self, x, e, out)
-    }
-    fn moe_route_experts_shared(
-        &self,
-        x: &Tensor,
-        logits: &Tensor,
-        k: usize,
-        scale: f32,
-        e: MoeExperts<'_>,
-        out: &Tensor,
-        next: Option<AddNorm<'_>>,
-    ) -> Result<()> {
-        check::moe_route_experts_shared(x, logits, k, e, out, next)?;
-        let route = ops::Route { logits, k, scale };
-        if !ops::moe_route_experts_shared(self, x, route, e, out)? {
-            self.moe_route(logits, k, scale, e.ids, e.weights)?;
-            self.moe_experts_shared(x, e, out)?;
-        }
-        crate::backend::add_norm_after(self, out, next)
     }
     fn argmax(&self, logits: &Tensor, out: &Tensor) -> Result<()> {
         ops::argmax(self, logits, out)
