@@ -90,7 +90,7 @@ fn weight(be: &dyn Backend, ty: GgmlType, rows: usize, cols: usize, bytes: &[u8]
 /// The case's op on `be` with weights `ws` (one, or gate and up).
 fn op(be: &dyn Backend, c: &Case, ws: &[Tensor], x: &Tensor, tmp: &[Tensor], out: &Tensor) -> Result<()> {
     if c.swiglu {
-        compose::matmul_swiglu(&*be, &ws[0], &ws[1], x, &tmp[0], &tmp[1], out)
+        compose::matmul_swiglu(be, &ws[0], &ws[1], x, &tmp[0], &tmp[1], out)
     } else {
         be.matmul(&ws[0], x, out)
     }

@@ -218,7 +218,7 @@ fn split_lo_plane_case(g: &dyn Backend, c: &dyn Backend) {
         let (gate, upw) = (weight(ty, f, d, &mut rng), weight(ty, f, d, &mut rng));
         let scratch = || g.alloc(DType::F32, &[t, f]).unwrap();
         let (gt, ut, h) = (scratch(), scratch(), scratch());
-        compose::matmul_swiglu(&*g, &gate.0, &upw.0, &x, &gt, &ut, &h)
+        compose::matmul_swiglu(g, &gate.0, &upw.0, &x, &gt, &ut, &h)
             .unwrap_or_else(|e| panic!("matmul_swiglu {ty}: {e}"));
         check(&format!("F16 down after {ty} gate/up"), &down, &h, d, f);
     }

@@ -135,7 +135,7 @@ fn q8_swiglu_matches_the_quantized_reference() {
         let x = g.upload_f32(&xv, &[1, n_in]).expect("upload");
         let tmp = |n| g.alloc(DType::F32, &[1, n]).expect("alloc");
         let (gt, ut, out) = (tmp(n_ff), tmp(n_ff), tmp(n_ff));
-        compose::matmul_swiglu(&*g, &gw, &uw, &x, &gt, &ut, &out).expect("swiglu");
+        compose::matmul_swiglu(g, &gw, &uw, &x, &gt, &ut, &out).expect("swiglu");
         let got = g.read_f32(&out).expect("read");
         let xq = quantized(&xv);
         for (o, &gv) in got.iter().enumerate() {

@@ -117,7 +117,7 @@ fn gdn_conv_gates_matches() {
                 let out = p.zeros(&[t, cd]);
                 let gates = Gates::new(&p, &mut rng, t, dims.hv);
                 let op = |be: &dyn Backend, s: Side| {
-                    compose::gdn_conv_gates(&*be, x.on(s), w.on(s), state.on(s), out.on(s), dims, 1e-6, gates.on(s))
+                    compose::gdn_conv_gates(be, x.on(s), w.on(s), state.on(s), out.on(s), dims, 1e-6, gates.on(s))
                 };
                 // The wide key head is past some backends' limit (wgpu: 128): refused, or right.
                 if dims.dk > 128 {
@@ -179,7 +179,7 @@ fn gdn_recurrent_step_matches() {
                         o: o.on(s),
                         out: out.on(s),
                     };
-                    compose::gdn_recurrent_step(&*be, step, d, 1e-6, 1e-6)
+                    compose::gdn_recurrent_step(be, step, d, 1e-6, 1e-6)
                 });
                 p.check(&format!("{what} conv state"), &conv_state, 0.0, 0.0);
                 p.check(&format!("{what} delta state"), &state, 1e-5, 1e-4);
@@ -247,7 +247,7 @@ fn gdn_recurrent_step_refuses_bad_operands() {
             },
             "a short state",
         );
-        compose::gdn_recurrent_step(&*g, step, d, 1e-6, 1e-6)
+        compose::gdn_recurrent_step(g, step, d, 1e-6, 1e-6)
             .unwrap_or_else(|e| panic!("{name}: a valid call after the refusals: {e}"));
     }
 }
@@ -344,9 +344,9 @@ fn matmul_add_rms_norm_refuses_bad_operands() {
             then: Some(Group { ws: &gws, outs: &gys }),
             ..next
         };
-        compose::matmul_add_rms_norm(&*g, &w, &x, &y, n)
+        compose::matmul_add_rms_norm(g, &w, &x, &y, n)
             .unwrap_or_else(|e| panic!("{name}: a valid call with products of the normed rows: {e}"));
-        compose::matmul_add_rms_norm(&*g, &w, &x, &y, next)
+        compose::matmul_add_rms_norm(g, &w, &x, &y, next)
             .unwrap_or_else(|e| panic!("{name}: a valid call after the refusals: {e}"));
         // The normed output over the product's input: x = W = the norm weight = ones, so the
         // residual gains 256 per element and x becomes its norm, all ones (to within rounding).
@@ -358,7 +358,7 @@ fn matmul_add_rms_norm_refuses_bad_operands() {
             out: &x1,
             ..next
         };
-        compose::matmul_add_rms_norm(&*g, &w1, &x1, &y, n1)
+        compose::matmul_add_rms_norm(g, &w1, &x1, &y, n1)
             .unwrap_or_else(|e| panic!("{name}: the normed output over x: {e}"));
         let (h, nx) = (g.read_f32(&acc).expect("read"), g.read_f32(&x1).expect("read"));
         assert!(
@@ -428,7 +428,8 @@ impl Prep {
     fn run(&self, p: &Both, (_, _, d, n_rot): AttnShape, theta: f32, pos: usize, pos_t: &Pt) {
         p.run("attn_qk_prep", |be, s| {
             let at = pos_on(pos, pos_t, s);
-            compose::attn_qk_prep(&*be, 
+            compose::attn_qk_prep(
+                be,
                 self.on(s),
                 d,
                 n_rot,
@@ -569,8 +570,8 @@ fn recorded_fused_step_replays_at_new_positions() {
             ] {
                 be.embed(tab.on(s), ids.on(s), dst.on(s))?;
             }
-            compose::gdn_conv_gates(&*be, x.on(s), w.on(s), state.on(s), out.on(s), dims, 1e-6, gates.on(s))?;
-            compose::attn_qk_prep(&*be, prep.on(s), d, n_rot, 1e7, 1e-6, kc.on(s), vc.on(s), at)
+            compose::gdn_conv_gates(be, x.on(s), w.on(s), state.on(s), out.on(s), dims, 1e-6, gates.on(s))?;
+            compose::attn_qk_prep(be, prep.on(s), d, n_rot, 1e7, 1e-6, kc.on(s), vc.on(s), at)
         };
         let (key, record) = (0xf05e, Steps::default());
         for step in 0..steps {
@@ -692,10 +693,10 @@ fn recorded_product_then_norm_matches_cpu() {
                         out: xn.on(s),
                         then: None,
                     };
-                    compose::matmul_add_rms_norm(&*be, w.on(s), x.on(s), mix.on(s), next)?;
+                    compose::matmul_add_rms_norm(be, w.on(s), x.on(s), mix.on(s), next)?;
                 } else {
                     be.matmul(w.on(s), x.on(s), mix.on(s))?;
-                    compose::add_rms_norm(&*be, h.on(s), mix.on(s), norm_w.on(s), 1e-6, xn.on(s))?;
+                    compose::add_rms_norm(be, h.on(s), mix.on(s), norm_w.on(s), 1e-6, xn.on(s))?;
                 }
                 be.matmul(w2.on(s), xn.on(s), y.on(s))
             };
@@ -792,7 +793,7 @@ fn recorded_norm_then_group_matches_cpu() {
                     out: xn.on(s),
                     then: Some(Group { ws: &ws, outs: &outs }),
                 };
-                compose::matmul_add_rms_norm(&*be, w.on(s), x.on(s), mix.on(s), next)
+                compose::matmul_add_rms_norm(be, w.on(s), x.on(s), mix.on(s), next)
             };
             let ops = |be: &dyn Backend, s: Side, _: Pos| run(be, s, (&h, &x, &mix, &xn, &ys));
             let key = 0x4e0b_0000 + case as u64;
@@ -829,7 +830,7 @@ fn recorded_norm_then_group_matches_cpu() {
                     .map(|&(_, rows)| dev.alloc(rill::backend::DType::F32, &[t, rows]).expect("alloc"))
                     .collect();
                 let outs: Vec<&Tensor> = refs.iter().collect();
-                compose::matmul_group(&*dev, &ws, &pxn.dev, &outs).expect("plain group");
+                compose::matmul_group(dev, &ws, &pxn.dev, &outs).expect("plain group");
                 for (i, (y, r)) in pys.iter().zip(&refs).enumerate() {
                     assert!(
                         same(&bits(&y.dev), &bits(r)),

@@ -73,7 +73,7 @@ fn group_case(p: &Both, group: &[(Option<GgmlType>, usize)], n_in: usize, tokens
         p.run(&what, |be, s| {
             let ws: Vec<&Tensor> = prods.iter().map(|q| q.w.on(s)).collect();
             let os: Vec<&Tensor> = outs.iter().map(|o| o.on(s)).collect();
-            compose::matmul_group(&*be, &ws, xt.on(s), &os)
+            compose::matmul_group(be, &ws, xt.on(s), &os)
         });
         let alone: Vec<Pt> = prods.iter().map(|q| garbage(rng, q.n_out)).collect();
         p.run(&format!("{what}: one matmul each"), |be, s| {
@@ -206,19 +206,28 @@ fn matmul_group_contract_errors() {
         let x = up(g, &rng.normals(2 * 64, 1.0), &[2, 64]);
         let f = |shape: &[usize]| g.alloc(DType::F32, shape).expect("alloc");
         let (o1, o2) = (f(&[2, 4]), f(&[2, 4]));
-        compose::matmul_group(&*g, &[&w, &w], &x, &[&o1, &o2]).expect("valid group");
+        compose::matmul_group(g, &[&w, &w], &x, &[&o1, &o2]).expect("valid group");
         let refused = |r: rill::Result<()>, what: &str| assert!(r.is_err(), "{name}: {what} must be refused");
-        refused(compose::matmul_group(&*g, &[], &x, &[]), "an empty group");
+        refused(compose::matmul_group(g, &[], &x, &[]), "an empty group");
         let many: Vec<Tensor> = (0..=MAX_GROUP).map(|_| f(&[2, 4])).collect();
         let many_refs: Vec<&Tensor> = many.iter().collect();
         refused(
-            compose::matmul_group(&*g, &[&w; MAX_GROUP + 1], &x, &many_refs),
+            compose::matmul_group(g, &[&w; MAX_GROUP + 1], &x, &many_refs),
             "more than MAX_GROUP pairs",
         );
-        refused(compose::matmul_group(&*g, &[&w, &w], &x, &[&o1]), "fewer outputs than weights");
-        refused(compose::matmul_group(&*g, &[&w, &w], &x, &[&o1, &o1]), "an output twice");
-        refused(compose::matmul_group(&*g, &[&w], &x, &[&x]), "the input as an output");
-        refused(compose::matmul_group(&*g, &[&w, &w], &x, &[&o1, &f(&[2, 5])]), "an n_out mismatch");
-        refused(compose::matmul_group(&*g, &[&w], &f(&[2, 32]), &[&o1]), "an n_in mismatch");
+        refused(
+            compose::matmul_group(g, &[&w, &w], &x, &[&o1]),
+            "fewer outputs than weights",
+        );
+        refused(compose::matmul_group(g, &[&w, &w], &x, &[&o1, &o1]), "an output twice");
+        refused(compose::matmul_group(g, &[&w], &x, &[&x]), "the input as an output");
+        refused(
+            compose::matmul_group(g, &[&w, &w], &x, &[&o1, &f(&[2, 5])]),
+            "an n_out mismatch",
+        );
+        refused(
+            compose::matmul_group(g, &[&w], &f(&[2, 32]), &[&o1]),
+            "an n_in mismatch",
+        );
     }
 }

@@ -117,7 +117,7 @@ fn products_of_prepared_producer_outputs_match() {
                 for producer in ["rms_norm", "add_rms_norm", "gated_rms_norm", "sigmoid_mul_assign"] {
                     p.run(producer, |be, s| match producer {
                         "rms_norm" => be.rms_norm(x.on(s), w.on(s), 1e-6, y.on(s)),
-                        "add_rms_norm" => compose::add_rms_norm(&*be, acc.on(s), x.on(s), w.on(s), 1e-6, y.on(s)),
+                        "add_rms_norm" => compose::add_rms_norm(be, acc.on(s), x.on(s), w.on(s), 1e-6, y.on(s)),
                         "gated_rms_norm" => be.gated_rms_norm(x.on(s), z.on(s), w_head.on(s), 1e-6, y.on(s)),
                         // In place on the gated norm's output.
                         _ => be.sigmoid_mul_assign(y.on(s), z.on(s)),
@@ -192,7 +192,7 @@ fn products_of_norm_outputs_see_their_current_values() {
                 let norm = |y: &Pt| {
                     p.run(producer, |be, s| match producer {
                         "rms_norm" => be.rms_norm(x.on(s), w.on(s), 1e-6, y.on(s)),
-                        "add_rms_norm" => compose::add_rms_norm(&*be, acc.on(s), x.on(s), w.on(s), 1e-6, y.on(s)),
+                        "add_rms_norm" => compose::add_rms_norm(be, acc.on(s), x.on(s), w.on(s), 1e-6, y.on(s)),
                         _ => be.gated_rms_norm(x.on(s), z.on(s), w_head.on(s), 1e-6, y.on(s)),
                     })
                 };
@@ -274,7 +274,7 @@ fn norm_written_planes_match_the_products_own_prep() {
             let norm = || {
                 p.run(producer, |be, s| match producer {
                     "rms_norm" => be.rms_norm(x.on(s), w.on(s), 1e-6, y.on(s)),
-                    "add_rms_norm" => compose::add_rms_norm(&*be, acc.on(s), x.on(s), w.on(s), 1e-6, y.on(s)),
+                    "add_rms_norm" => compose::add_rms_norm(be, acc.on(s), x.on(s), w.on(s), 1e-6, y.on(s)),
                     _ => be.gated_rms_norm(x.on(s), z.on(s), w.on(s), 1e-6, y.on(s)),
                 })
             };
@@ -345,7 +345,7 @@ fn attention_gate_planes_match_the_products_own_prep() {
                 let wt = upload_both(&p, ty, &[n_out, n], &b);
                 p.run("attention_gated", |be, s| {
                     let at = pos_on(pos0, &pt, s);
-                    compose::attention_gated(&*be, q.on(s), kc.on(s), vc.on(s), at, dims, scale, gate.on(s), y.on(s))
+                    compose::attention_gated(be, q.on(s), kc.on(s), vc.on(s), at, dims, scale, gate.on(s), y.on(s))
                 });
                 let out = p.zeros(&[t, n_out]);
                 p.run("product", |be, s| be.matmul(wt.on(s), y.on(s), out.on(s)));
@@ -581,7 +581,8 @@ fn swiglu_case(p: &Both, c: &GateUp, n_in: usize, n_ff: usize, tokens: &[usize],
 fn swiglu_run(p: &Both, c: &GateUp, xt: &Pt, t: usize, n_ff: usize, what: &str) -> Pt {
     let (gate_tmp, up_tmp, out) = (p.zeros(&[t, n_ff]), p.zeros(&[t, n_ff]), p.zeros(&[t, n_ff]));
     p.run(what, |be, s| {
-        compose::matmul_swiglu(&*be, 
+        compose::matmul_swiglu(
+            be,
             c.gate.on(s),
             c.up.on(s),
             xt.on(s),
@@ -852,18 +853,24 @@ fn shape_dtype_and_alias_errors() {
 
         // matmul_swiglu: the two weights differ, scratch of the wrong size, aliasing.
         let (gt, ut, o) = (f(&[2, 4]), f(&[2, 4]), f(&[2, 4]));
-        compose::matmul_swiglu(&*g, &w, &w, &x, &gt, &ut, &o).expect("valid matmul_swiglu");
+        compose::matmul_swiglu(g, &w, &w, &x, &gt, &ut, &o).expect("valid matmul_swiglu");
         let w8 = upload(
             g,
             GgmlType::Q4_0,
             &[8, 64],
             &random_weight(GgmlType::Q4_0, 8, 64, 0.5, &mut rng),
         );
-        refused(compose::matmul_swiglu(&*g, &w, &w8, &x, &gt, &ut, &o), "W_up shape");
-        refused(compose::matmul_swiglu(&*g, &w, &w, &x, &f(&[2, 3]), &ut, &o), "gate_tmp size");
-        refused(compose::matmul_swiglu(&*g, &w, &w, &x, &gt, &ut, &f(&[3, 4])), "out size");
-        refused(compose::matmul_swiglu(&*g, &w, &w, &x, &gt, &gt, &o), "gate_tmp is up_tmp");
-        refused(compose::matmul_swiglu(&*g, &w, &w, &x, &gt, &ut, &gt), "out is gate_tmp");
+        refused(compose::matmul_swiglu(g, &w, &w8, &x, &gt, &ut, &o), "W_up shape");
+        refused(
+            compose::matmul_swiglu(g, &w, &w, &x, &f(&[2, 3]), &ut, &o),
+            "gate_tmp size",
+        );
+        refused(compose::matmul_swiglu(g, &w, &w, &x, &gt, &ut, &f(&[3, 4])), "out size");
+        refused(
+            compose::matmul_swiglu(g, &w, &w, &x, &gt, &gt, &o),
+            "gate_tmp is up_tmp",
+        );
+        refused(compose::matmul_swiglu(g, &w, &w, &x, &gt, &ut, &gt), "out is gate_tmp");
 
         // embed.
         let ids = g.upload_u32(&[0, 3], &[2]).expect("up");

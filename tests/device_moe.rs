@@ -635,9 +635,9 @@ fn shared_case_routed(
         };
         match (&rl, router) {
             (Some(rl), Some((_, scale))) => {
-                compose::moe_route_experts_shared(&*be, xt.on(s), rl.on(s), k, scale, e, out.on(s), next)
+                compose::moe_route_experts_shared(be, xt.on(s), rl.on(s), k, scale, e, out.on(s), next)
             }
-            _ => compose::moe_experts_shared(&*be, xt.on(s), e, out.on(s)),
+            _ => compose::moe_experts_shared(be, xt.on(s), e, out.on(s)),
         }
     });
     let (gi, ids) = p.read_u32(&it);
@@ -952,7 +952,7 @@ fn moe_ffn_matches_cpu() {
                         },
                         out: out.on(s),
                     };
-                    compose::moe_ffn(&*be, m, add_norm.then(|| norm("next")))
+                    compose::moe_ffn(be, m, add_norm.then(|| norm("next")))
                 });
                 p.check(&format!("{what}: normed input"), &xn, 1e-5, 1e-5);
                 let (gi, ci) = p.read_u32(&ids);
@@ -996,7 +996,7 @@ fn moe_ffn_matches_cpu() {
                         .map(|&(_, rows)| dev.alloc(DType::F32, &[t_len, rows]).expect("alloc"))
                         .collect();
                     let outs: Vec<&Tensor> = refs.iter().collect();
-                    compose::matmul_group(&*dev, &ws, &xn2.dev, &outs).expect("plain group");
+                    compose::matmul_group(dev, &ws, &xn2.dev, &outs).expect("plain group");
                     for (i, (y, r)) in ys.iter().zip(&refs).enumerate() {
                         let (got, plain) = (dev.read_f32(&y.dev).expect("read"), dev.read_f32(r).expect("read"));
                         assert!(
@@ -1058,8 +1058,9 @@ fn shared_contract_errors_are_reported() {
                 sh,
             }
         }
-        let call =
-            |sh: SharedExpert<'_>, out: &Tensor| compose::moe_experts_shared(&*g, &x, experts([&gw, &uw, &dw], &ids, &ws, sh), out);
+        let call = |sh: SharedExpert<'_>, out: &Tensor| {
+            compose::moe_experts_shared(&*g, &x, experts([&gw, &uw, &dw], &ids, &ws, sh), out)
+        };
         call(sh, &out).expect("valid experts_shared");
         let refused = |r: rill::Result<()>, what: &str| assert!(r.is_err(), "{name}: {what} must be refused");
         // Shapes.
@@ -1138,7 +1139,16 @@ fn shared_contract_errors_are_reported() {
         // moe_route_experts_shared: the routing's rules, and logits of the experts' tokens and experts.
         let (ids_r, ws_r) = (g.alloc(DType::U32, &[t, 2]).expect("alloc"), f(&[t, 2]));
         let route = |l: &Tensor, k: usize| {
-            compose::moe_route_experts_shared(&*g, &x, l, k, 1.0, experts([&gw, &uw, &dw], &ids_r, &ws_r, sh), &out, None)
+            compose::moe_route_experts_shared(
+                &*g,
+                &x,
+                l,
+                k,
+                1.0,
+                experts([&gw, &uw, &dw], &ids_r, &ws_r, sh),
+                &out,
+                None,
+            )
         };
         route(&f(&[t, n_exp]), 2).expect("valid route_experts_shared");
         refused(route(&f(&[t, n_exp + 1]), 2), "logits of another expert count");

@@ -293,7 +293,7 @@ fn rms_norms_match() {
                 let acc = p.up(&rng.normals(t * width, 2.0), &[t, width]);
                 let out = p.zeros(&[t, width]);
                 p.run("add_rms_norm", |be, s| {
-                    compose::add_rms_norm(&*be, acc.on(s), z.on(s), w.on(s), 1e-6, out.on(s))
+                    compose::add_rms_norm(be, acc.on(s), z.on(s), w.on(s), 1e-6, out.on(s))
                 });
                 p.check(&format!("add_rms_norm acc t={t} width={width} d={d}"), &acc, 0.0, 0.0);
                 p.check(&format!("add_rms_norm out t={t} width={width} d={d}"), &out, 1e-6, 1e-5);
@@ -411,7 +411,7 @@ fn conv1d_silu_l2qk_matches() {
                 let x = p.up(&rng.normals(t * cd, 1.0), &[t, cd]);
                 let out = p.zeros(&[t, cd]);
                 p.run(&what, |be, s| {
-                    compose::conv1d_silu_l2qk(&*be, x.on(s), w.on(s), state.on(s), out.on(s), dims, 1e-6)
+                    compose::conv1d_silu_l2qk(be, x.on(s), w.on(s), state.on(s), out.on(s), dims, 1e-6)
                 });
                 p.check(&format!("{what} state"), &state, 0.0, 0.0);
                 p.check_conv_l2qk(&what, &out, dims, t);
@@ -538,7 +538,7 @@ fn attention_run(
     p.run("attention", |be, s| {
         let at = pos_on(pos0, &pt, s);
         if gated {
-            compose::attention_gated(&*be, q.on(s), k.on(s), v.on(s), at, dims, scale, gate.on(s), out.on(s))
+            compose::attention_gated(be, q.on(s), k.on(s), v.on(s), at, dims, scale, gate.on(s), out.on(s))
         } else {
             be.attention(q.on(s), k.on(s), v.on(s), at, dims, scale, out.on(s))
         }
@@ -665,13 +665,22 @@ fn contract_errors_are_reported() {
             g.gated_rms_norm(&a, &f(&[2, 2]), &f(&[4]), 1e-6, &b),
             "gated_rms_norm z",
         );
-        refused(compose::add_rms_norm(&*g, &a, &f(&[9]), &f(&[4]), 1e-6, &b), "add_rms_norm count");
         refused(
-            compose::add_rms_norm(&*g, &a, &b, &f(&[3]), 1e-6, &f(&[2, 4])),
+            compose::add_rms_norm(g, &a, &f(&[9]), &f(&[4]), 1e-6, &b),
+            "add_rms_norm count",
+        );
+        refused(
+            compose::add_rms_norm(g, &a, &b, &f(&[3]), 1e-6, &f(&[2, 4])),
             "add_rms_norm groups",
         );
-        refused(compose::add_rms_norm(&*g, &a, &b, &f(&[4]), 1e-6, &a), "add_rms_norm out is acc");
-        refused(compose::add_rms_norm(&*g, &a, &b, &f(&[4]), 1e-6, &b), "add_rms_norm out is x");
+        refused(
+            compose::add_rms_norm(g, &a, &b, &f(&[4]), 1e-6, &a),
+            "add_rms_norm out is acc",
+        );
+        refused(
+            compose::add_rms_norm(g, &a, &b, &f(&[4]), 1e-6, &b),
+            "add_rms_norm out is x",
+        );
         let dims = GdnDims {
             hk: 2,
             hv: 4,
@@ -695,16 +704,16 @@ fn contract_errors_are_reported() {
         refused(g.conv1d_causal_silu(&x, &f(&[5, 4]), &f(&[3, 5]), &x), "conv out is x");
         let xc = f(&[3, 64]);
         refused(
-            compose::conv1d_silu_l2qk(&*g, &xc, &f(&[64, 4]), &f(&[2, 64]), &f(&[3, 64]), dims, 1e-6),
+            compose::conv1d_silu_l2qk(g, &xc, &f(&[64, 4]), &f(&[2, 64]), &f(&[3, 64]), dims, 1e-6),
             "conv_l2qk state",
         );
         refused(
-            compose::conv1d_silu_l2qk(&*g, &xc, &f(&[64, 4]), &f(&[3, 64]), &xc, dims, 1e-6),
+            compose::conv1d_silu_l2qk(g, &xc, &f(&[64, 4]), &f(&[3, 64]), &xc, dims, 1e-6),
             "conv_l2qk alias",
         );
         let odd = GdnDims { dk: 7, ..dims };
         refused(
-            compose::conv1d_silu_l2qk(&*g, &xc, &f(&[64, 4]), &f(&[3, 64]), &f(&[3, 64]), odd, 1e-6),
+            compose::conv1d_silu_l2qk(g, &xc, &f(&[64, 4]), &f(&[3, 64]), &f(&[3, 64]), odd, 1e-6),
             "conv_l2qk dims",
         );
         // RoPE: partial heads, odd n_rot, n_rot > head_dim, a position tensor that is not U32 [1].
@@ -765,15 +774,15 @@ fn contract_errors_are_reported() {
         // The gated attention: attention's rules, and a gate shaped like out, not out itself.
         let out = f(&[2, 16]);
         refused(
-            compose::attention_gated(&*g, &q, &kc, &vc, at4, attn(4, 2, 4), 0.5, &f(&[2, 16]), &out),
+            compose::attention_gated(g, &q, &kc, &vc, at4, attn(4, 2, 4), 0.5, &f(&[2, 16]), &out),
             "attention_gated past the cache",
         );
         refused(
-            compose::attention_gated(&*g, &q, &kc, &vc, at0, attn(4, 2, 4), 0.5, &f(&[2, 15]), &out),
+            compose::attention_gated(g, &q, &kc, &vc, at0, attn(4, 2, 4), 0.5, &f(&[2, 15]), &out),
             "attention_gated gate size",
         );
         refused(
-            compose::attention_gated(&*g, &q, &kc, &vc, at0, attn(4, 2, 4), 0.5, &out, &out),
+            compose::attention_gated(g, &q, &kc, &vc, at0, attn(4, 2, 4), 0.5, &out, &out),
             "attention_gated gate aliases out",
         );
         // The backend still works after the refusals.

@@ -137,7 +137,7 @@ fn embed_and_swiglu_case(g: &dyn Backend, c: &dyn Backend) {
         let uw = weight(be, "up", GgmlType::Q8_0, &[n_ff, n_in], &ub).unwrap();
         let f = |shape: &[usize]| be.alloc(DType::F32, shape).unwrap();
         let (gtmp, utmp, out) = (f(&[1, n_ff]), f(&[1, n_ff]), f(&[1, n_ff]));
-        compose::matmul_swiglu(&*be, &gw, &uw, &up(be, &x, &[1, n_in]), &gtmp, &utmp, &out)
+        compose::matmul_swiglu(be, &gw, &uw, &up(be, &x, &[1, n_in]), &gtmp, &utmp, &out)
             .unwrap_or_else(|e| panic!("{} matmul_swiglu: {e}", be.name()));
         be.read_f32(&out).unwrap()
     };

@@ -80,7 +80,11 @@ fn swiglu_ops<'a>(
             x,
             out: gate_tmp,
         },
-        Op::Matmul { w: w_up, x, out: up_tmp },
+        Op::Matmul {
+            w: w_up,
+            x,
+            out: up_tmp,
+        },
         Op::Swiglu {
             gate: gate_tmp,
             up: up_tmp,

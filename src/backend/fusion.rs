@@ -291,6 +291,9 @@ impl<'a> AddNormRun<'a> {
     pub fn len(&self) -> usize {
         2 + self.then.map_or(0, |p| p.n)
     }
+    pub fn is_empty(&self) -> bool {
+        false
+    }
 }
 
 /// A run of ops matched as one fusion, with the operands its kernel takes.
@@ -418,9 +421,7 @@ impl<'a> Fused<'a> {
             Fused::AttentionGated { .. } => 2,
             Fused::MoeExpertsShared { .. } => EXPERTS_SHARED_OPS,
             Fused::MoeRouteExpertsShared { next, .. } => 1 + EXPERTS_SHARED_OPS + next.map_or(0, |n| n.len()),
-            Fused::MoeFfn { next, .. } => {
-                MOE_FFN_ROUTED_OPS + EXPERTS_SHARED_OPS + next.map_or(0, |n| n.len())
-            }
+            Fused::MoeFfn { next, .. } => MOE_FFN_ROUTED_OPS + EXPERTS_SHARED_OPS + next.map_or(0, |n| n.len()),
         }
     }
 
@@ -900,8 +901,18 @@ fn route_experts_shared_at<'a>(ops: &[Op<'a>], i: usize, end: usize) -> Option<F
 
 fn moe_ffn_at<'a>(ops: &[Op<'a>], i: usize, end: usize) -> Option<Fused<'a>> {
     let input = add_norm_at(ops, i, end, false)?;
-    let (Some(&Op::Matmul { w: router, x: rx, out: logits }), Some(&Op::Matmul { w: shared_gate, x: gx, out: gl })) =
-        (ops.get(i + 2), ops.get(i + 3))
+    let (
+        Some(&Op::Matmul {
+            w: router,
+            x: rx,
+            out: logits,
+        }),
+        Some(&Op::Matmul {
+            w: shared_gate,
+            x: gx,
+            out: gl,
+        }),
+    ) = (ops.get(i + 2), ops.get(i + 3))
     else {
         return None;
     };

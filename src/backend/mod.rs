@@ -14,13 +14,13 @@
 
 pub mod check;
 pub mod compose;
-pub mod fusion;
-pub mod plan;
 /// The CPU reference backend (rayon threads): native only, the browser runs on WebGPU.
 #[cfg(not(target_arch = "wasm32"))]
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+pub mod fusion;
+pub mod plan;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
 

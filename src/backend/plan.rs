@@ -22,21 +22,47 @@ pub enum DeltaAlgo {
 #[derive(Clone, Copy)]
 pub enum Op<'a> {
     /// `out[t] = table[ids[t]]` (`Backend::embed`).
-    Embed { table: &'a Tensor, ids: &'a Tensor, out: &'a Tensor },
+    Embed {
+        table: &'a Tensor,
+        ids: &'a Tensor,
+        out: &'a Tensor,
+    },
     /// `out = rms_norm(x; w)` over groups of `w.len()` (`Backend::rms_norm`).
-    RmsNorm { x: &'a Tensor, w: &'a Tensor, eps: f32, out: &'a Tensor },
+    RmsNorm {
+        x: &'a Tensor,
+        w: &'a Tensor,
+        eps: f32,
+        out: &'a Tensor,
+    },
     /// `out = x W^T` (`Backend::matmul`).
-    Matmul { w: &'a Tensor, x: &'a Tensor, out: &'a Tensor },
+    Matmul {
+        w: &'a Tensor,
+        x: &'a Tensor,
+        out: &'a Tensor,
+    },
     /// `acc += x`: a residual add (`Backend::add_assign`).
     Add { acc: &'a Tensor, x: &'a Tensor },
     /// `out = silu(gate) * up` (`Backend::swiglu`).
-    Swiglu { gate: &'a Tensor, up: &'a Tensor, out: &'a Tensor },
+    Swiglu {
+        gate: &'a Tensor,
+        up: &'a Tensor,
+        out: &'a Tensor,
+    },
     /// `x *= sigmoid(gate)` (`Backend::sigmoid_mul_assign`).
     SigmoidMul { x: &'a Tensor, gate: &'a Tensor },
     /// `acc[t] += sigmoid(gate_logit[t]) * x[t]` (`Backend::sigmoid_scale_add`).
-    SigmoidScaleAdd { acc: &'a Tensor, x: &'a Tensor, gate_logit: &'a Tensor },
+    SigmoidScaleAdd {
+        acc: &'a Tensor,
+        x: &'a Tensor,
+        gate_logit: &'a Tensor,
+    },
     /// Causal conv1d + SiLU, updating the rolling state (`Backend::conv1d_causal_silu`).
-    Conv1dSilu { x: &'a Tensor, w: &'a Tensor, state: &'a Tensor, out: &'a Tensor },
+    Conv1dSilu {
+        x: &'a Tensor,
+        w: &'a Tensor,
+        state: &'a Tensor,
+        out: &'a Tensor,
+    },
     /// The delta rule's per-head gates `g` and `beta` (`Backend::gdn_gates`).
     GdnGates {
         a: &'a Tensor,
@@ -59,13 +85,36 @@ pub enum Op<'a> {
         algo: DeltaAlgo,
     },
     /// `out = rms_norm(x; w) * silu(z)` per head (`Backend::gated_rms_norm`).
-    GatedRmsNorm { x: &'a Tensor, z: &'a Tensor, w: &'a Tensor, eps: f32, out: &'a Tensor },
+    GatedRmsNorm {
+        x: &'a Tensor,
+        z: &'a Tensor,
+        w: &'a Tensor,
+        eps: f32,
+        out: &'a Tensor,
+    },
     /// The interleaved query/gate projection split (`Backend::split_qgate`).
-    SplitQGate { qg: &'a Tensor, head_dim: usize, q: &'a Tensor, gate: &'a Tensor },
+    SplitQGate {
+        qg: &'a Tensor,
+        head_dim: usize,
+        q: &'a Tensor,
+        gate: &'a Tensor,
+    },
     /// NeoX RoPE in place (`Backend::rope_neox`).
-    Rope { x: &'a Tensor, head_dim: usize, n_rot: usize, theta: f32, pos: Pos<'a> },
+    Rope {
+        x: &'a Tensor,
+        head_dim: usize,
+        n_rot: usize,
+        theta: f32,
+        pos: Pos<'a>,
+    },
     /// Append the step's k and v rows to the cache (`Backend::kv_store`).
-    KvStore { k: &'a Tensor, v: &'a Tensor, k_cache: &'a Tensor, v_cache: &'a Tensor, pos: Pos<'a> },
+    KvStore {
+        k: &'a Tensor,
+        v: &'a Tensor,
+        k_cache: &'a Tensor,
+        v_cache: &'a Tensor,
+        pos: Pos<'a>,
+    },
     /// Causal GQA attention over the cache (`Backend::attention`).
     Attention {
         q: &'a Tensor,
@@ -77,7 +126,13 @@ pub enum Op<'a> {
         out: &'a Tensor,
     },
     /// Softmax top-k routing (`Backend::moe_route`).
-    MoeRoute { logits: &'a Tensor, k: usize, scale: f32, ids: &'a Tensor, weights: &'a Tensor },
+    MoeRoute {
+        logits: &'a Tensor,
+        k: usize,
+        scale: f32,
+        ids: &'a Tensor,
+        weights: &'a Tensor,
+    },
     /// The routed experts' weighted SwiGLU FFNs (`Backend::moe_experts`).
     MoeExperts {
         x: &'a Tensor,
@@ -89,7 +144,13 @@ pub enum Op<'a> {
         out: &'a Tensor,
     },
     /// `dst[dst_row..] = src[src_row..]`, `n` rows (`Backend::copy_rows`).
-    CopyRows { src: &'a Tensor, src_row: usize, dst: &'a Tensor, dst_row: usize, n: usize },
+    CopyRows {
+        src: &'a Tensor,
+        src_row: usize,
+        dst: &'a Tensor,
+        dst_row: usize,
+        n: usize,
+    },
     /// Row-wise argmax on the device (`Backend::argmax`).
     Argmax { logits: &'a Tensor, out: &'a Tensor },
 }

@@ -12,13 +12,14 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+pub use forward::Head;
 pub use session::{LayerState, Session, Snapshot, SnapshotLayer};
 
 use crate::backend::{Backend, DType, Plan, ReadFuture, StepMode, Tensor, NON_FINITE};
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::model::{Config, TensorSource, Weights};
-use forward::{Forward, Head};
+use forward::Forward;
 use scratch::{HeadBuffers, Scratch};
 
 /// A process-wide unique id for sessions and scratches (the keys of recorded steps).
@@ -340,6 +341,51 @@ impl Model {
         trace.final_norm = be.read_f32(&normed)?;
         s.pos += tokens.len();
         Ok(trace)
+    }
+
+    // ---- step plans, for inspection ----
+
+    /// The plan of one step of `t` tokens from the session's position with `head` (what the
+    /// backend's `run_plan` gets), handed to `inspect`; nothing runs.
+    pub fn inspect_step<R>(
+        &self,
+        s: &Session,
+        t: usize,
+        head: Head,
+        inspect: impl FnOnce(&Plan<'_>) -> R,
+    ) -> Result<R> {
+        if t == 0 {
+            return Err(Error::InvalidArgument("empty batch".into()));
+        }
+        let be = self.backend.as_ref();
+        let mut guard = self.lock()?;
+        let sc = guard.scratch(be, &self.config, t)?;
+        if head == Head::AllLogits && sc.head_all.is_none() {
+            sc.head_all = Some(HeadBuffers::new(be, &self.config, t)?);
+        }
+        let sc: &Scratch = sc;
+        let plan = self.forward(s, sc).step(head)?;
+        Ok(inspect(&plan))
+    }
+
+    /// Run `tokens` as one step with `head` (unrecorded) and return what the backend launched:
+    /// each fused run of ops by its name, each op run on its own by its own
+    /// (`Backend::run_plan_listed`). The session advances.
+    pub fn run_step_listed(&self, s: &mut Session, tokens: &[u32], head: Head) -> Result<Vec<&'static str>> {
+        self.check_room(s, tokens.len())?;
+        let be = self.backend.as_ref();
+        let mut guard = self.lock()?;
+        let sc = self.prepare(&mut guard, s, tokens)?;
+        if head == Head::AllLogits && sc.head_all.is_none() {
+            sc.head_all = Some(HeadBuffers::new(be, &self.config, tokens.len())?);
+        }
+        let sc: &Scratch = sc;
+        let plan = self.forward(s, sc).step(head)?;
+        let mut launched = Vec::new();
+        be.run_plan_listed(&plan, &mut launched)?;
+        be.sync()?;
+        s.pos += tokens.len();
+        Ok(launched)
     }
 
     // ---- one forward step ----

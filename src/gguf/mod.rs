@@ -1,7 +1,6 @@
 //! GGUF container: reader (zero-copy over memmap2 for tensors and metadata arrays, every size
 //! checked) and writer (for `rill synth`).
 
-pub mod array;
 mod bytes;
 mod cursor;
 pub mod reader;

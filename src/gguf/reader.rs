@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::array::read_value;
+use super::value::read_value;
 use super::bytes::{Source, TensorBytes};
 use super::cursor::{Cursor, Parse};
 use super::types::GgmlType;

@@ -9,7 +9,7 @@ use crate::error::Result;
 
 /// The fusions this backend has kernels for (attention's output gate has none of its own: it is
 /// matched as `Attention` and `SigmoidMul`).
-const TAKEN: [Fusion; 11] = [
+pub const FUSIONS: [Fusion; 11] = [
     Fusion::Group,
     Fusion::AddNorm,
     Fusion::MatmulAddNorm,
@@ -25,7 +25,7 @@ const TAKEN: [Fusion; 11] = [
 
 impl Fuse for CudaBackend {
     fn fusions(&self) -> FusionSet {
-        FusionSet::of(&TAKEN)
+        FusionSet::of(&FUSIONS)
     }
 
     fn run_fused(&self, f: &Fused<'_>) -> Result<usize> {

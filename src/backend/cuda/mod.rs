@@ -25,7 +25,7 @@
 
 mod buffer;
 mod driver;
-mod fuse;
+pub mod fuse;
 mod kernels;
 mod launch;
 mod ops;
@@ -100,7 +100,6 @@ impl Drop for Inner {
 pub struct CudaBackend {
     inner: Arc<Inner>,
 }
-
 
 /// Bytes of `Inner::sync_scratch`. Its layout: the decode RMSNorm's grid barrier (one 64-bit word at 0,
 /// kernels-cuda/norm.cu `grid_barrier`), the counter of norm.cu's `moe_norm_route` (one u32 at 64)

@@ -3,14 +3,14 @@
 //! adapter's binding limits, shapes) runs nothing here and is matched again without that fusion.
 
 use super::{ops, WgpuBackend};
-use crate::backend::fusion::{Fuse, Fused, Fusion, FusionSet};
 use crate::backend::check;
+use crate::backend::fusion::{Fuse, Fused, Fusion, FusionSet};
 use crate::error::Result;
 
 /// The fusions this backend has kernels for. A MoE FFN's norm and router and a block's last
 /// product with its residual add have none of their own here: those runs are matched as their
 /// parts (`AddNorm`, `Group`).
-const TAKEN: [Fusion; 9] = [
+pub const FUSIONS: [Fusion; 9] = [
     Fusion::Group,
     Fusion::AddNorm,
     Fusion::MatmulSwiglu,
@@ -24,7 +24,7 @@ const TAKEN: [Fusion; 9] = [
 
 impl Fuse for WgpuBackend {
     fn fusions(&self) -> FusionSet {
-        FusionSet::of(&TAKEN)
+        FusionSet::of(&FUSIONS)
     }
 
     fn run_fused(&self, f: &Fused<'_>) -> Result<usize> {
@@ -109,4 +109,3 @@ impl Fuse for WgpuBackend {
         Ok(all)
     }
 }
-

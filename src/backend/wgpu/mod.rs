@@ -8,7 +8,7 @@
 mod buffer;
 pub(crate) mod caps;
 mod encoder;
-mod fuse;
+pub mod fuse;
 pub(crate) mod kernels;
 mod ops;
 mod readback;
@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::backend::{
-    check, fusion, AttnDims, Backend, BackendOptions, DType, GdnDims, Pos, Precision,
-    StepMode, Tensor, WeightData, WeightUpload,
+    check, fusion, AttnDims, Backend, BackendOptions, DType, GdnDims, Pos, Precision, StepMode, Tensor, WeightData,
+    WeightUpload,
 };
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;

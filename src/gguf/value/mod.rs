@@ -1,6 +1,9 @@
 //! GGUF metadata values (spec/GGUF.md §1.3) and their on-disk type ids.
 
-pub use super::array::Array;
+mod array;
+
+pub use array::Array;
+pub(crate) use array::read_value;
 
 /// A metadata value. Arrays are homogeneous (nested arrays allowed); see `Array`.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,9 +5,9 @@
 
 use std::fmt;
 
-use super::bytes::TensorBytes;
-use super::cursor::Cursor;
-use super::value::{min_encoded_size, type_id, Value, MAX_NESTING};
+use super::{min_encoded_size, type_id, Value, MAX_NESTING};
+use crate::gguf::bytes::TensorBytes;
+use crate::gguf::cursor::Cursor;
 use crate::error::{GgufError, Result};
 
 /// A homogeneous metadata array: its element type, its length, and its elements either still
