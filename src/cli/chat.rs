@@ -9,6 +9,7 @@ use std::path::Path;
 use clap::Args;
 
 use super::common;
+use super::saved_chat::SavedChat;
 use super::serve::EngineArgs;
 use crate::cache::{model_fingerprint, read_state, write_state, Engine, Flow, Outcome};
 use crate::error::{Error, Result};
@@ -234,23 +235,22 @@ impl Chat {
 
     fn save(&mut self, path: &Path) -> Result<()> {
         let (tokens, snap) = self.engine.snapshot_live()?;
-        let messages: Vec<serde_json::Value> = self
-            .messages
-            .iter()
-            .map(|m| serde_json::json!({"role": m.role, "content": m.content}))
-            .collect();
-        let meta = serde_json::json!({"messages": messages, "tokens": tokens, "thinking": self.thinking});
+        let saved = SavedChat {
+            messages: self.messages.clone(),
+            tokens,
+            thinking: self.thinking,
+        };
         write_state(
             path,
             self.fingerprint,
-            &meta,
+            &saved.to_meta(),
             &snap,
             self.engine.model().backend().as_ref(),
         )?;
         eprintln!(
             "[saved {} messages, {} tokens of state, to {}]",
-            self.messages.len(),
-            tokens.len(),
+            saved.messages.len(),
+            saved.tokens.len(),
             path.display()
         );
         Ok(())
@@ -265,23 +265,11 @@ impl Chat {
             self.engine.n_ctx(),
             model.backend().as_ref(),
         )?;
-        let bad = || Error::InvalidArgument(format!("state file {}: metadata is not a rill chat", path.display()));
-        let tokens: Vec<u32> =
-            serde_json::from_value(saved.meta.get("tokens").cloned().ok_or_else(bad)?).map_err(|_| bad())?;
-        let messages = saved
-            .meta
-            .get("messages")
-            .and_then(|m| m.as_array())
-            .ok_or_else(bad)?
-            .iter()
-            .map(|m| {
-                let role = m.get("role").and_then(|r| r.as_str()).ok_or_else(bad)?;
-                let content = m.get("content").and_then(|r| r.as_str()).ok_or_else(bad)?;
-                Ok(ChatMessage::new(role, content))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        self.engine.load_live(tokens, saved.snap)?;
-        self.messages = messages;
+        // Everything is checked before anything changes: a refused file leaves the chat as it was.
+        let chat = SavedChat::from_meta(&saved.meta, model.config.n_vocab, saved.snap.pos)
+            .map_err(|problem| Error::state_file(path, problem))?;
+        self.engine.load_live(chat.tokens, saved.snap)?;
+        self.messages = chat.messages;
         eprintln!(
             "[loaded {} messages, {} tokens of state, from {}]",
             self.messages.len(),
