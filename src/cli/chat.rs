@@ -2,6 +2,10 @@
 //! conversation with the chat template, but only runs the tokens the cached state has not seen:
 //! after every reply the conversation is cached the way the next turn will render it.
 //! Reads piped stdin too (one message per line), so it can be scripted.
+//!
+//! Nothing a turn or a command runs into ends the chat: a turn that fails is taken back whole
+//! (the conversation and the model state as before the message), a `/load` that fails leaves the
+//! current conversation, and a `/save` that fails leaves the previous file.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
@@ -13,9 +17,10 @@ use super::saved_chat::SavedChat;
 use super::serve::EngineArgs;
 use crate::cache::{model_fingerprint, read_state, write_state, Engine, Flow, Outcome};
 use crate::error::{Error, Result};
+use crate::exec::Snapshot;
 use crate::gguf::GgufFile;
 use crate::sample::{Sampler, SamplerConfig};
-use crate::tokenizer::{render_chat_prompt, ChatMessage, ChatOptions, ReplyEvent, ReplyStream, Tokenizer};
+use crate::tokenizer::{render_chat_prompt, ChatMessage, ChatOptions, EncodedChat, ReplyEvent, ReplyStream, Tokenizer};
 
 #[derive(Args)]
 pub struct ChatArgs {
@@ -104,7 +109,9 @@ pub fn run(a: ChatArgs) -> Result<()> {
                 }
             }
         }
-        chat.turn(text)?;
+        if let Err(e) = chat.turn(text) {
+            eprintln!("error: {e}\n[that message was dropped: the conversation is kept as it was before it]");
+        }
     }
     Ok(())
 }
@@ -164,22 +171,59 @@ impl Chat {
         Ok(true)
     }
 
+    /// One message and its reply, all or nothing: when anything fails (generation, non-finite
+    /// logits, the device, caching the reply) the conversation and the model state go back to
+    /// where they were before the message, and the error is returned for the caller to report.
     fn turn(&mut self, text: &str) -> Result<()> {
-        self.messages.push(ChatMessage::new("user", text));
+        let mut messages = self.messages.clone();
+        messages.push(ChatMessage::new("user", text));
         let opts = ChatOptions {
             add_generation_prompt: true,
             enable_thinking: self.thinking,
         };
-        let enc = self.tok.encode_chat(&render_chat_prompt(&self.messages, &[], opts)?);
+        let enc = self.tok.encode_chat(&render_chat_prompt(&messages, &[], opts)?);
         let n_ctx = self.engine.n_ctx();
         if enc.tokens.len() >= n_ctx {
-            self.messages.pop();
             eprintln!(
                 "error: the conversation ({} tokens) no longer fits the context of {n_ctx} tokens; /reset or use a larger --ctx",
                 enc.tokens.len()
             );
             return Ok(());
         }
+        let before = self.checkpoint()?;
+        self.reply(messages, enc).inspect_err(|_| self.roll_back(before))
+    }
+
+    /// The live state, to go back to if a turn fails; `None` when the device has no room for a
+    /// copy (the turn still runs; if it fails, the state is rebuilt from the conversation).
+    fn checkpoint(&self) -> Result<Option<(Vec<u32>, Snapshot)>> {
+        match self.engine.snapshot_live() {
+            Ok(live) => Ok(Some(live)),
+            Err(Error::OutOfMemory { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Make `checkpoint` the live state again after a failed turn. Without one (or when restoring
+    /// fails too) the live state and the cache are cleared: the conversation is still whole, and
+    /// the next turn computes its state from the start.
+    fn roll_back(&mut self, checkpoint: Option<(Vec<u32>, Snapshot)>) {
+        let restored = match checkpoint {
+            Some((tokens, snap)) => self.engine.load_live(tokens, snap),
+            None => Err(Error::InvalidArgument("no copy of the state to go back to".into())),
+        };
+        if let Err(e) = restored {
+            eprintln!("[the model state could not be restored ({e}); the next turn recomputes it]");
+            if let Err(e) = self.engine.reset() {
+                eprintln!("error: clearing the model state: {e}");
+            }
+        }
+    }
+
+    /// Generate the reply to `messages` (the conversation and the new message, rendered as
+    /// `enc`, which fits the context) and make them the conversation.
+    fn reply(&mut self, mut messages: Vec<ChatMessage>, enc: EncodedChat) -> Result<()> {
+        let n_ctx = self.engine.n_ctx();
         let room = n_ctx - enc.tokens.len();
         let max_new = self.n_predict.map_or(room, |n| n.min(room));
         let mut cfg = self.sampler;
@@ -216,21 +260,33 @@ impl Chat {
                     Flow::Stop
                 })
             },
-        )?;
+        );
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(e) => {
+                // End the part of the reply already printed before the error is reported.
+                if printer.printed {
+                    let _ = printer.end();
+                }
+                return Err(e);
+            }
+        };
         let mut evs = parser.push(&dec.finish());
         evs.extend(parser.finish());
         handle(evs, &mut content, &mut printer)?;
         printer.end()?;
-        self.turns += 1;
         let reply = crate::tokenizer::ParsedReply {
             content,
             ..Default::default()
         };
-        let next = self.tok.encode_follow_up(&self.messages, &[], &reply)?;
-        self.messages.push(ChatMessage::new("assistant", reply.content));
-        self.last = Some(outcome);
+        let next = self.tok.encode_follow_up(&messages, &[], &reply)?;
         // Prepare the next turn while the user reads: cache the conversation as it will be rendered.
-        self.engine.cache_sequence(&next)
+        self.engine.cache_sequence(&next)?;
+        messages.push(ChatMessage::new("assistant", reply.content));
+        self.messages = messages;
+        self.turns += 1;
+        self.last = Some(outcome);
+        Ok(())
     }
 
     fn save(&mut self, path: &Path) -> Result<()> {
