@@ -7,6 +7,7 @@
 //!   the chat goes on, the next turn works and `/save` after it writes a file that loads.
 //!
 //! Every run of the binary is bounded in time: a hang fails the test instead of stalling it.
+#![cfg(unix)]
 
 mod common;
 
