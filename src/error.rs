@@ -94,6 +94,61 @@ pub enum Error {
     /// A path argument names something rill cannot use (a directory, a FIFO, a device...).
     #[error("{path}: {problem}")]
     BadPath { path: PathBuf, problem: String },
+
+    /// A session state file (`rill chat`'s `/load`) that cannot be used: damaged, another
+    /// model's, or well-formed but with content that would break the next turn.
+    #[error("state file {path}: {problem}")]
+    StateFile {
+        path: PathBuf,
+        #[source]
+        problem: StateFileError,
+    },
+}
+
+/// Precise reasons a state file is refused. The checksum only tells damage apart: a file edited
+/// with its checksum recomputed passes it, so everything semantic is checked too.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StateFileError {
+    #[error("not a regular file (it is {0})")]
+    NotRegular(&'static str),
+    #[error("not a rill state file (bad magic)")]
+    BadMagic,
+    #[error("format version {found}, this build reads {supported}")]
+    Version { found: u32, supported: u32 },
+    #[error("saved for another model (fingerprint {saved:016x}, this model is {model:016x})")]
+    OtherModel { saved: u64, model: u64 },
+    #[error("{pos} positions do not fit the context of {n_ctx} tokens")]
+    ContextTooSmall { pos: u64, n_ctx: usize },
+    #[error("{file_len} bytes, expected {expected} for {pos} positions of this model (truncated or corrupt)")]
+    Size { file_len: u64, expected: u128, pos: u64 },
+    #[error("metadata is not JSON: {0}")]
+    MetaNotJson(String),
+    #[error("{found} layers, the model has {model}")]
+    LayerCount { found: usize, model: usize },
+    #[error("layer {0} has the wrong kind")]
+    LayerKind(usize),
+    #[error("checksum mismatch (the file is corrupt)")]
+    Checksum,
+    #[error("layer {layer}'s {tensor} holds a non-finite value (NaN or infinity) at index {index}")]
+    NonFinite {
+        layer: usize,
+        tensor: &'static str,
+        index: usize,
+    },
+    #[error("metadata is not a rill chat: {0}")]
+    NotAChat(String),
+    #[error("message {index} has the unknown role '{role}'")]
+    UnknownRole { index: usize, role: String },
+    #[error("message {index} is from '{role}' where the conversation needs {expected}")]
+    RoleOrder {
+        index: usize,
+        role: String,
+        expected: &'static str,
+    },
+    #[error("token {index} is id {id}, outside the model's vocabulary of {n_vocab}")]
+    TokenOutOfVocab { index: usize, id: u64, n_vocab: usize },
+    #[error("the state covers {pos} positions but the file lists {tokens} tokens")]
+    TokenCount { pos: usize, tokens: usize },
 }
 
 /// Precise reasons a GGUF file is rejected.
@@ -193,6 +248,12 @@ impl Error {
                 source: Box::new(self),
             },
             other => other,
+        }
+    }
+    pub fn state_file(path: impl Into<PathBuf>, problem: StateFileError) -> Self {
+        Error::StateFile {
+            path: path.into(),
+            problem,
         }
     }
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {

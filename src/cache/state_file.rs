@@ -7,13 +7,18 @@
 //! `pos` key rows, `pos` value rows) with every tensor as raw f32, and last a u64 FNV-1a checksum of
 //! everything before it. Sizes are derived from the model's config and checked against the file
 //! length before anything large is allocated.
+//!
+//! Writing replaces the file atomically (`fsutil::write_atomically`): a save that fails half-way
+//! keeps the previous file. Reading checks the checksum and then what a checksum cannot vouch for
+//! (a file edited with its checksum recomputed): every state value must be finite.
 
 use std::io::{BufWriter, Read, Write};
 use std::path::Path;
 
 use crate::backend::{Backend, Tensor};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, StateFileError};
 use crate::exec::{Session, Snapshot, SnapshotLayer};
+use crate::fsutil;
 use crate::gguf::GgufFile;
 use crate::model::Config;
 
@@ -59,7 +64,9 @@ pub struct SavedState {
     pub snap: Snapshot,
 }
 
-/// Write `snap` (read back from `backend`) and `meta` to `path`.
+/// Write `snap` (read back from `backend`) and `meta` to `path`, replacing it atomically: on any
+/// error the previous file at `path` is left as it was. `path` must not be a symbolic link, FIFO,
+/// device or directory.
 pub fn write_state(
     path: &Path,
     fingerprint: u64,
@@ -67,8 +74,21 @@ pub fn write_state(
     snap: &Snapshot,
     backend: &dyn Backend,
 ) -> Result<()> {
+    fsutil::write_atomically(path, "a state file", |file| {
+        write_contents(file, path, fingerprint, meta, snap, backend)
+    })
+}
+
+/// The whole file, checksum last, to `file` (`path` is for errors).
+fn write_contents(
+    file: &mut std::fs::File,
+    path: &Path,
+    fingerprint: u64,
+    meta: &serde_json::Value,
+    snap: &Snapshot,
+    backend: &dyn Backend,
+) -> Result<()> {
     let io = |e| Error::io(path, e);
-    let file = std::fs::File::create(path).map_err(io)?;
     let mut w = Hashing {
         inner: BufWriter::new(file),
         hash: Fnv::new(),
@@ -117,7 +137,8 @@ impl<W: Write> Hashing<W> {
 
 /// Read a state file written for the model with `fingerprint` and `cfg`, uploading it to `backend`.
 /// Every mismatch (another model, another format, a truncated or corrupt file, a position beyond
-/// `n_ctx`) is an error that names it.
+/// `n_ctx`, a non-finite state value) is an `Error::StateFile` that names it. The metadata is the
+/// caller's to check.
 pub fn read_state(
     path: &Path,
     fingerprint: u64,
@@ -125,13 +146,14 @@ pub fn read_state(
     n_ctx: usize,
     backend: &dyn Backend,
 ) -> Result<SavedState> {
-    let bad = |what: String| Error::InvalidArgument(format!("state file {}: {what}", path.display()));
-    // Check the type before opening: opening a FIFO for reading would block.
+    let bad = |problem: StateFileError| Error::state_file(path, problem);
+    // Check the type before opening: opening a FIFO for reading would block (and `open_regular`
+    // checks again on the open file).
     let md = std::fs::metadata(path).map_err(|e| Error::io(path, e))?;
     if !md.is_file() {
-        return Err(bad("not a regular file".into()));
+        return Err(bad(StateFileError::NotRegular(fsutil::file_kind(md.file_type()))));
     }
-    let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+    let mut f = fsutil::open_regular(path, "a state file")?;
     let file_len = f.metadata().map_err(|e| Error::io(path, e))?.len();
     let mut r = Reader {
         inner: &mut f,
@@ -140,21 +162,25 @@ pub fn read_state(
     };
     let magic: [u8; 8] = r.array()?;
     if &magic != MAGIC {
-        return Err(bad("not a rill state file (bad magic)".into()));
+        return Err(bad(StateFileError::BadMagic));
     }
     let version = u32::from_le_bytes(r.array()?);
     if version != VERSION {
-        return Err(bad(format!("format version {version}, this build reads {VERSION}")));
+        return Err(bad(StateFileError::Version {
+            found: version,
+            supported: VERSION,
+        }));
     }
     let fp = u64::from_le_bytes(r.array()?);
     if fp != fingerprint {
-        return Err(bad(format!(
-            "saved for another model (fingerprint {fp:016x}, this model is {fingerprint:016x})"
-        )));
+        return Err(bad(StateFileError::OtherModel {
+            saved: fp,
+            model: fingerprint,
+        }));
     }
     let pos = u64::from_le_bytes(r.array()?);
     if pos > n_ctx as u64 {
-        return Err(bad(format!("{pos} positions do not fit the context of {n_ctx} tokens")));
+        return Err(bad(StateFileError::ContextTooSmall { pos, n_ctx }));
     }
     let pos = pos as usize;
     let meta_len = u64::from_le_bytes(r.array()?);
@@ -162,44 +188,60 @@ pub fn read_state(
     let tensors = Session::bytes_needed(cfg, pos) as u128;
     let expected = 8 + 4 + 8 + 8 + 8 + meta_len as u128 + 4 + cfg.is_linear.len() as u128 + tensors + 8;
     if meta_len > MAX_META || expected != file_len as u128 {
-        return Err(bad(format!(
-            "{file_len} bytes, expected {expected} for {pos} positions of this model (truncated or corrupt)"
-        )));
+        return Err(bad(StateFileError::Size {
+            file_len,
+            expected,
+            pos: pos as u64,
+        }));
     }
     let meta_bytes = r.bytes(meta_len as usize)?;
-    let meta: serde_json::Value =
-        serde_json::from_slice(&meta_bytes).map_err(|e| bad(format!("metadata is not JSON: {e}")))?;
+    // Parsed after the checksum is known good (damage is reported as damage).
+    let meta = serde_json::from_slice::<serde_json::Value>(&meta_bytes);
     let n_layers = u32::from_le_bytes(r.array()?) as usize;
     if n_layers != cfg.is_linear.len() {
-        return Err(bad(format!("{n_layers} layers, the model has {}", cfg.is_linear.len())));
+        return Err(bad(StateFileError::LayerCount {
+            found: n_layers,
+            model: cfg.is_linear.len(),
+        }));
     }
     let g = cfg.gdn;
     let kv_width = cfg.attn.n_head_kv * cfg.attn.head_dim;
     let mut layers = Vec::with_capacity(n_layers);
+    // The first non-finite value met, reported once the checksum has passed.
+    let mut non_finite: Option<StateFileError> = None;
     for (i, &linear) in cfg.is_linear.iter().enumerate() {
         let [kind] = r.array()?;
         if kind != if linear { 0 } else { 1 } {
-            return Err(bad(format!("layer {i} has the wrong kind")));
+            return Err(bad(StateFileError::LayerKind(i)));
         }
-        let mut tensor = |shape: &[usize]| -> Result<Tensor> {
+        let mut tensor = |name: &'static str, shape: &[usize]| -> Result<Tensor> {
             let n: usize = shape.iter().product();
             let bytes = r.bytes(n * 4)?;
             let data: Vec<f32> = bytes
                 .chunks_exact(4)
                 .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
                 .collect();
+            if non_finite.is_none() {
+                if let Some(index) = data.iter().position(|v| !v.is_finite()) {
+                    non_finite = Some(StateFileError::NonFinite {
+                        layer: i,
+                        tensor: name,
+                        index,
+                    });
+                }
+            }
             backend.upload_f32(&data, shape)
         };
         layers.push(if linear {
             SnapshotLayer::Gdn {
-                conv: tensor(&[cfg.conv_kernel - 1, g.conv_dim()])?,
-                delta: tensor(&[g.hv, g.dv, g.dk])?,
+                conv: tensor("conv state", &[cfg.conv_kernel - 1, g.conv_dim()])?,
+                delta: tensor("delta state", &[g.hv, g.dv, g.dk])?,
             }
         } else if pos == 0 {
             SnapshotLayer::Attn { kv: None }
         } else {
             SnapshotLayer::Attn {
-                kv: Some((tensor(&[pos, kv_width])?, tensor(&[pos, kv_width])?)),
+                kv: Some((tensor("keys", &[pos, kv_width])?, tensor("values", &[pos, kv_width])?)),
             }
         });
     }
@@ -207,8 +249,13 @@ pub fn read_state(
     let mut sum = [0u8; 8];
     r.inner.read_exact(&mut sum).map_err(|e| Error::io(path, e))?;
     if u64::from_le_bytes(sum) != computed {
-        return Err(bad("checksum mismatch (the file is corrupt)".into()));
+        return Err(bad(StateFileError::Checksum));
     }
+    // Intact as written: now what a recomputed checksum would let through.
+    if let Some(problem) = non_finite {
+        return Err(bad(problem));
+    }
+    let meta = meta.map_err(|e| bad(StateFileError::MetaNotJson(e.to_string())))?;
     Ok(SavedState {
         meta,
         snap: Snapshot::from_parts(layers, pos),

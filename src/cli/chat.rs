@@ -2,6 +2,10 @@
 //! conversation with the chat template, but only runs the tokens the cached state has not seen:
 //! after every reply the conversation is cached the way the next turn will render it.
 //! Reads piped stdin too (one message per line), so it can be scripted.
+//!
+//! Nothing a turn or a command runs into ends the chat: a turn that fails is taken back whole
+//! (the conversation and the model state as before the message), a `/load` that fails leaves the
+//! current conversation, and a `/save` that fails leaves the previous file.
 
 use std::io::{BufRead, IsTerminal, Write};
 use std::path::Path;
@@ -9,12 +13,14 @@ use std::path::Path;
 use clap::Args;
 
 use super::common;
+use super::saved_chat::SavedChat;
 use super::serve::EngineArgs;
 use crate::cache::{model_fingerprint, read_state, write_state, Engine, Flow, Outcome};
 use crate::error::{Error, Result};
+use crate::exec::Snapshot;
 use crate::gguf::GgufFile;
 use crate::sample::{Sampler, SamplerConfig};
-use crate::tokenizer::{render_chat_prompt, ChatMessage, ChatOptions, ReplyEvent, ReplyStream, Tokenizer};
+use crate::tokenizer::{render_chat_prompt, ChatMessage, ChatOptions, EncodedChat, ReplyEvent, ReplyStream, Tokenizer};
 
 #[derive(Args)]
 pub struct ChatArgs {
@@ -103,7 +109,9 @@ pub fn run(a: ChatArgs) -> Result<()> {
                 }
             }
         }
-        chat.turn(text)?;
+        if let Err(e) = chat.turn(text) {
+            eprintln!("error: {e}\n[that message was dropped: the conversation is kept as it was before it]");
+        }
     }
     Ok(())
 }
@@ -163,22 +171,59 @@ impl Chat {
         Ok(true)
     }
 
+    /// One message and its reply, all or nothing: when anything fails (generation, non-finite
+    /// logits, the device, caching the reply) the conversation and the model state go back to
+    /// where they were before the message, and the error is returned for the caller to report.
     fn turn(&mut self, text: &str) -> Result<()> {
-        self.messages.push(ChatMessage::new("user", text));
+        let mut messages = self.messages.clone();
+        messages.push(ChatMessage::new("user", text));
         let opts = ChatOptions {
             add_generation_prompt: true,
             enable_thinking: self.thinking,
         };
-        let enc = self.tok.encode_chat(&render_chat_prompt(&self.messages, &[], opts)?);
+        let enc = self.tok.encode_chat(&render_chat_prompt(&messages, &[], opts)?);
         let n_ctx = self.engine.n_ctx();
         if enc.tokens.len() >= n_ctx {
-            self.messages.pop();
             eprintln!(
                 "error: the conversation ({} tokens) no longer fits the context of {n_ctx} tokens; /reset or use a larger --ctx",
                 enc.tokens.len()
             );
             return Ok(());
         }
+        let before = self.checkpoint()?;
+        self.reply(messages, enc).inspect_err(|_| self.roll_back(before))
+    }
+
+    /// The live state, to go back to if a turn fails; `None` when the device has no room for a
+    /// copy (the turn still runs; if it fails, the state is rebuilt from the conversation).
+    fn checkpoint(&self) -> Result<Option<(Vec<u32>, Snapshot)>> {
+        match self.engine.snapshot_live() {
+            Ok(live) => Ok(Some(live)),
+            Err(Error::OutOfMemory { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Make `checkpoint` the live state again after a failed turn. Without one (or when restoring
+    /// fails too) the live state and the cache are cleared: the conversation is still whole, and
+    /// the next turn computes its state from the start.
+    fn roll_back(&mut self, checkpoint: Option<(Vec<u32>, Snapshot)>) {
+        let restored = match checkpoint {
+            Some((tokens, snap)) => self.engine.load_live(tokens, snap),
+            None => Err(Error::InvalidArgument("no copy of the state to go back to".into())),
+        };
+        if let Err(e) = restored {
+            eprintln!("[the model state could not be restored ({e}); the next turn recomputes it]");
+            if let Err(e) = self.engine.reset() {
+                eprintln!("error: clearing the model state: {e}");
+            }
+        }
+    }
+
+    /// Generate the reply to `messages` (the conversation and the new message, rendered as
+    /// `enc`, which fits the context) and make them the conversation.
+    fn reply(&mut self, mut messages: Vec<ChatMessage>, enc: EncodedChat) -> Result<()> {
+        let n_ctx = self.engine.n_ctx();
         let room = n_ctx - enc.tokens.len();
         let max_new = self.n_predict.map_or(room, |n| n.min(room));
         let mut cfg = self.sampler;
@@ -215,42 +260,53 @@ impl Chat {
                     Flow::Stop
                 })
             },
-        )?;
+        );
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(e) => {
+                // End the part of the reply already printed before the error is reported.
+                if printer.printed {
+                    let _ = printer.end();
+                }
+                return Err(e);
+            }
+        };
         let mut evs = parser.push(&dec.finish());
         evs.extend(parser.finish());
         handle(evs, &mut content, &mut printer)?;
         printer.end()?;
-        self.turns += 1;
         let reply = crate::tokenizer::ParsedReply {
             content,
             ..Default::default()
         };
-        let next = self.tok.encode_follow_up(&self.messages, &[], &reply)?;
-        self.messages.push(ChatMessage::new("assistant", reply.content));
-        self.last = Some(outcome);
+        let next = self.tok.encode_follow_up(&messages, &[], &reply)?;
         // Prepare the next turn while the user reads: cache the conversation as it will be rendered.
-        self.engine.cache_sequence(&next)
+        self.engine.cache_sequence(&next)?;
+        messages.push(ChatMessage::new("assistant", reply.content));
+        self.messages = messages;
+        self.turns += 1;
+        self.last = Some(outcome);
+        Ok(())
     }
 
     fn save(&mut self, path: &Path) -> Result<()> {
         let (tokens, snap) = self.engine.snapshot_live()?;
-        let messages: Vec<serde_json::Value> = self
-            .messages
-            .iter()
-            .map(|m| serde_json::json!({"role": m.role, "content": m.content}))
-            .collect();
-        let meta = serde_json::json!({"messages": messages, "tokens": tokens, "thinking": self.thinking});
+        let saved = SavedChat {
+            messages: self.messages.clone(),
+            tokens,
+            thinking: self.thinking,
+        };
         write_state(
             path,
             self.fingerprint,
-            &meta,
+            &saved.to_meta(),
             &snap,
             self.engine.model().backend().as_ref(),
         )?;
         eprintln!(
             "[saved {} messages, {} tokens of state, to {}]",
-            self.messages.len(),
-            tokens.len(),
+            saved.messages.len(),
+            saved.tokens.len(),
             path.display()
         );
         Ok(())
@@ -265,23 +321,11 @@ impl Chat {
             self.engine.n_ctx(),
             model.backend().as_ref(),
         )?;
-        let bad = || Error::InvalidArgument(format!("state file {}: metadata is not a rill chat", path.display()));
-        let tokens: Vec<u32> =
-            serde_json::from_value(saved.meta.get("tokens").cloned().ok_or_else(bad)?).map_err(|_| bad())?;
-        let messages = saved
-            .meta
-            .get("messages")
-            .and_then(|m| m.as_array())
-            .ok_or_else(bad)?
-            .iter()
-            .map(|m| {
-                let role = m.get("role").and_then(|r| r.as_str()).ok_or_else(bad)?;
-                let content = m.get("content").and_then(|r| r.as_str()).ok_or_else(bad)?;
-                Ok(ChatMessage::new(role, content))
-            })
-            .collect::<Result<Vec<_>>>()?;
-        self.engine.load_live(tokens, saved.snap)?;
-        self.messages = messages;
+        // Everything is checked before anything changes: a refused file leaves the chat as it was.
+        let chat = SavedChat::from_meta(&saved.meta, model.config.n_vocab, saved.snap.pos)
+            .map_err(|problem| Error::state_file(path, problem))?;
+        self.engine.load_live(chat.tokens, saved.snap)?;
+        self.messages = chat.messages;
         eprintln!(
             "[loaded {} messages, {} tokens of state, from {}]",
             self.messages.len(),

@@ -7,6 +7,7 @@ mod info;
 mod logits;
 mod output;
 mod run;
+mod saved_chat;
 mod serve;
 mod synth;
 mod tokenize;
