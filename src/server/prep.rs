@@ -36,10 +36,29 @@ impl PrepPool {
             .map_err(|_| ApiError::server("the request preparation pool is closed"))?;
         tokio::task::spawn_blocking(move || {
             let _permit = permit;
+            lower_thread_priority();
             f()
         })
         .await
         .map_err(|_| ApiError::server("internal error while preparing the request"))?
+    }
+}
+
+/// Let the runtime's threads (which answer `/health` and stream every response) go first on a
+/// busy machine: the calling blocking-pool thread runs at nice 10 from now on. Linux only (where
+/// `setpriority` on the calling thread's id changes that thread alone); elsewhere a no-op.
+fn lower_thread_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        thread_local!(static LOWERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+        if !LOWERED.get() {
+            // SAFETY: plain syscalls on the calling thread; a failure only leaves the priority as is.
+            unsafe {
+                let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+                libc::setpriority(libc::PRIO_PROCESS as _, tid, 10);
+            }
+            LOWERED.set(true);
+        }
     }
 }
 
