@@ -75,6 +75,16 @@ impl Engine {
         })
     }
 
+    /// Serve the following requests for `tenant`: they resume only from its own cache entries
+    /// (see `PrefixCache::set_tenant`), and not from the live session when another tenant's
+    /// request left it there.
+    pub fn set_tenant(&mut self, tenant: &str) {
+        if self.cache.tenant() != tenant {
+            self.tokens.clear();
+            self.cache.set_tenant(tenant);
+        }
+    }
+
     pub fn model(&self) -> &Model {
         &self.model
     }

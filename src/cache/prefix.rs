@@ -4,10 +4,15 @@
 //! can, so reuse works at snapshot boundaries only: a request resumes from the longest cached
 //! sequence that is a prefix of its tokens and prefills just the rest. Entries are evicted least
 //! recently used once their bytes exceed the budget.
+//!
+//! Entries belong to a tenant (`set_tenant`): a lookup sees only the current tenant's entries.
+//! A server shared by several users sets one per API key (and per `cache_salt`), since whether a
+//! prompt hits the cache (and how fast it runs) tells whether someone else sent the same prefix.
 
 use crate::exec::Snapshot;
 
 struct Entry {
+    tenant: String,
     tokens: Vec<u32>,
     snap: Snapshot,
     last_used: u64,
@@ -33,6 +38,8 @@ pub struct CacheStats {
 
 pub struct PrefixCache {
     entries: Vec<Entry>,
+    /// Whose entries lookups, `contains` and inserts see (`""` unless set).
+    tenant: String,
     budget: u64,
     bytes: u64,
     clock: u64,
@@ -50,6 +57,7 @@ impl PrefixCache {
     pub fn new(budget: u64) -> PrefixCache {
         PrefixCache {
             entries: Vec::new(),
+            tenant: String::new(),
             budget,
             bytes: 0,
             clock: 0,
@@ -64,6 +72,18 @@ impl PrefixCache {
         self.budget > 0
     }
 
+    /// Scope the following lookups, `contains` and inserts to `tenant`'s entries. The byte budget
+    /// and eviction stay shared.
+    pub fn set_tenant(&mut self, tenant: &str) {
+        if self.tenant != tenant {
+            self.tenant = tenant.to_string();
+        }
+    }
+
+    pub fn tenant(&self) -> &str {
+        &self.tenant
+    }
+
     /// The longest cached sequence that is a proper prefix of `tokens` (at least one token of
     /// `tokens` is left to run, since the caller needs the logits of the last one) and longer than
     /// `live`, the prefix the caller can already continue from without a restore. Marks the
@@ -73,7 +93,12 @@ impl PrefixCache {
             .entries
             .iter()
             .enumerate()
-            .filter(|(_, e)| e.tokens.len() > live && e.tokens.len() < tokens.len() && tokens.starts_with(&e.tokens))
+            .filter(|(_, e)| {
+                e.tenant == self.tenant
+                    && e.tokens.len() > live
+                    && e.tokens.len() < tokens.len()
+                    && tokens.starts_with(&e.tokens)
+            })
             .max_by_key(|(_, e)| e.tokens.len())
             .map(|(i, _)| i)?;
         self.clock += 1;
@@ -97,7 +122,9 @@ impl PrefixCache {
 
     /// Whether `tokens` exactly is cached (no counters change).
     pub fn contains(&self, tokens: &[u32]) -> bool {
-        self.entries.iter().any(|e| e.tokens == tokens)
+        self.entries
+            .iter()
+            .any(|e| e.tenant == self.tenant && e.tokens == tokens)
     }
 
     /// Store `snap` as the state after `tokens`, evicting least recently used entries to stay
@@ -109,7 +136,12 @@ impl PrefixCache {
             return false;
         }
         self.clock += 1;
-        if let Some(e) = self.entries.iter_mut().find(|e| e.tokens == tokens) {
+        let tenant = &self.tenant;
+        if let Some(e) = self
+            .entries
+            .iter_mut()
+            .find(|e| &e.tenant == tenant && e.tokens == tokens)
+        {
             // Same sequence, same state: keep the old copy, just refresh it.
             e.last_used = self.clock;
             return false;
@@ -125,6 +157,7 @@ impl PrefixCache {
         self.bytes += size;
         self.stats.inserted += 1;
         self.entries.push(Entry {
+            tenant: self.tenant.clone(),
             tokens,
             snap,
             last_used: self.clock,
@@ -144,5 +177,32 @@ impl PrefixCache {
             bytes: self.bytes,
             ..self.stats
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snap(pos: usize) -> Snapshot {
+        Snapshot::from_parts(Vec::new(), pos)
+    }
+
+    #[test]
+    fn tenants_see_only_their_own_entries() {
+        let mut c = PrefixCache::new(1 << 20);
+        c.set_tenant("alice");
+        assert!(c.insert(vec![1, 2, 3], snap(3)));
+        assert_eq!(c.lookup(&[1, 2, 3, 4], 0).map(|h| h.len), Some(3));
+        c.set_tenant("bob");
+        assert!(c.lookup(&[1, 2, 3, 4], 0).is_none());
+        assert!(!c.contains(&[1, 2, 3]));
+        // Bob's copy of the same sequence is his own entry.
+        assert!(c.insert(vec![1, 2, 3], snap(3)));
+        assert_eq!(c.stats().entries, 2);
+        c.set_tenant("");
+        assert!(c.lookup(&[1, 2, 3, 4], 0).is_none());
+        c.set_tenant("alice");
+        assert!(c.contains(&[1, 2, 3]));
     }
 }

@@ -2,13 +2,14 @@
 //! shares with `rill chat`.
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use clap::Args;
 
 use super::common;
 use crate::cache::Engine;
 use crate::error::{Error, Result};
-use crate::server::{serve, ServeOptions};
+use crate::server::{is_exposed, serve, ApiKeys, Limits, Privacy, ServeOptions, DEFAULT_KEY_NAME};
 
 /// Model, device and cache flags of `rill chat` and `rill serve`.
 #[derive(Args)]
@@ -77,9 +78,50 @@ pub struct ServeArgs {
     /// Port (0 picks a free one; the address is printed on stderr).
     #[arg(long, default_value_t = 8080)]
     port: u16,
-    /// Require `Authorization: Bearer KEY` on /v1 endpoints (default: $RILL_API_KEY if set).
+    /// Require `Authorization: Bearer KEY` (default: $RILL_API_KEY if set). The key is named
+    /// `default`; see --api-key-file for one key per user.
     #[arg(long)]
     api_key: Option<String>,
+    /// A file of named keys, one `NAME:KEY` per line (`#` comments): each user gets their own key,
+    /// request cap and prefix cache. May be combined with --api-key.
+    #[arg(long, value_name = "PATH")]
+    api_key_file: Option<PathBuf>,
+    /// Serve /health and /metrics without a key (e.g. for a load balancer's probes). They show
+    /// live context length and cache counters, so by default they need a key like /v1.
+    #[arg(long)]
+    public_health: bool,
+    /// Let every key resume from every other key's cached prompts (faster for a team that shares
+    /// long system prompts, but one user can then tell what another has sent).
+    #[arg(long)]
+    shared_cache: bool,
+    /// Leave `usage.prompt_tokens_details.cached_tokens` and `timings` out of responses.
+    #[arg(long)]
+    hide_cache_stats: bool,
+    /// Seconds a client has to send a request's headers; also closes connections that send
+    /// nothing (new or between requests).
+    #[arg(long, default_value_t = 10.0, value_parser = parse_secs)]
+    header_timeout: f64,
+    /// Seconds a client has to send a request's body.
+    #[arg(long, default_value_t = 30.0, value_parser = parse_secs)]
+    body_timeout: f64,
+    /// Open connections at most; more are answered 503 and closed (lowered to fit the open-file
+    /// limit).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(1..))]
+    max_connections: u32,
+    /// Seconds shutdown (SIGINT/SIGTERM) waits for running requests before it exits; queued ones
+    /// are answered 503 at once.
+    #[arg(long, default_value_t = 5.0, value_parser = parse_secs)]
+    shutdown_timeout: f64,
+    /// Requests parsed and tokenized at once (off the network threads).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..))]
+    prep_threads: u32,
+    /// Requests one API key may have queued or running at once; more get 429 (0 = no cap; a
+    /// server without keys has no cap).
+    #[arg(long, default_value_t = 4)]
+    max_requests_per_key: usize,
+    /// `max_tokens` of a chat request that names none (0 = the rest of the context).
+    #[arg(long, default_value_t = 2048)]
+    default_max_tokens: usize,
     /// The model id clients send (default: the file name without .gguf).
     #[arg(long)]
     alias: Option<String>,
@@ -95,6 +137,28 @@ pub struct ServeArgs {
     no_think: bool,
 }
 
+/// Seconds, more than 0 and at most a day.
+fn parse_secs(s: &str) -> std::result::Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(x) if x > 0.0 && x <= 86_400.0 => Ok(x),
+        _ => Err(format!("'{s}' is not a number of seconds between 0 and 86400")),
+    }
+}
+
+/// The keys of --api-key, $RILL_API_KEY and --api-key-file. An empty key is an error, not "no key".
+fn api_keys(a: &ServeArgs) -> Result<ApiKeys> {
+    let mut keys = ApiKeys::default();
+    match (&a.api_key, std::env::var("RILL_API_KEY")) {
+        (Some(k), _) => keys.add(DEFAULT_KEY_NAME, k, "--api-key")?,
+        (None, Ok(k)) => keys.add(DEFAULT_KEY_NAME, &k, "RILL_API_KEY (unset it to run without a key)")?,
+        (None, Err(_)) => {}
+    }
+    if let Some(path) = &a.api_key_file {
+        keys.add_file(path)?;
+    }
+    Ok(keys)
+}
+
 fn model_id(path: &Path) -> String {
     path.file_name()
         .map(|n| n.to_string_lossy().trim_end_matches(".gguf").to_string())
@@ -105,11 +169,14 @@ pub fn run(a: ServeArgs) -> Result<()> {
     if a.max_queue == 0 {
         return Err(Error::InvalidArgument("--max-queue must be at least 1".into()));
     }
-    let api_key = a
-        .api_key
-        .clone()
-        .or_else(|| std::env::var("RILL_API_KEY").ok())
-        .filter(|k| !k.is_empty());
+    let keys = api_keys(&a)?;
+    if keys.is_empty() && is_exposed(&a.host) {
+        eprintln!(
+            "warning: listening on {} without an API key: anyone who can reach this machine can use the \
+             model (set --api-key or --api-key-file)",
+            a.host
+        );
+    }
     let (engine, tok) = a.engine.engine()?;
     let stats = engine.stats();
     eprintln!(
@@ -126,10 +193,24 @@ pub fn run(a: ServeArgs) -> Result<()> {
             host: a.host,
             port: a.port,
             model_id: a.alias.unwrap_or_else(|| model_id(&a.engine.model)),
-            api_key,
+            keys,
             body_limit: a.max_body,
             max_queue: a.max_queue,
             think_default: !a.no_think,
+            limits: Limits {
+                header_timeout: Duration::from_secs_f64(a.header_timeout),
+                body_timeout: Duration::from_secs_f64(a.body_timeout),
+                max_connections: a.max_connections as usize,
+                shutdown_timeout: Duration::from_secs_f64(a.shutdown_timeout),
+                prep_threads: a.prep_threads as usize,
+                max_per_key: a.max_requests_per_key,
+                default_max_tokens: a.default_max_tokens,
+            },
+            privacy: Privacy {
+                shared_cache: a.shared_cache,
+                hide_cache_stats: a.hide_cache_stats,
+                public_health: a.public_health,
+            },
         },
     )
 }

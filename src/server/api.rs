@@ -291,3 +291,23 @@ pub fn chat_messages(req: &ChatRequest) -> Result<(Vec<ChatMessage>, Vec<Value>)
     }
     Ok((out, tools))
 }
+
+/// The optional `cache_salt` field (as vLLM has it): requests share prefix-cache entries only
+/// when their salts (and API keys) are the same.
+#[derive(Deserialize, Default)]
+pub struct CacheScope {
+    pub cache_salt: Option<String>,
+}
+
+impl CacheScope {
+    /// The salt, checked: 1 to 256 bytes.
+    pub fn salt(&self) -> Result<Option<&str>, ApiError> {
+        match self.cache_salt.as_deref() {
+            Some(s) if s.is_empty() || s.len() > 256 => Err(ApiError::invalid(
+                "cache_salt must be 1 to 256 bytes long",
+                Some("cache_salt"),
+            )),
+            s => Ok(s),
+        }
+    }
+}

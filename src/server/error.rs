@@ -46,6 +46,13 @@ impl ApiError {
         ApiError::invalid(message, None).with_status(StatusCode::INTERNAL_SERVER_ERROR, "server_error")
     }
 
+    /// 503: the server cannot take the request now (busy, shutting down); the client may retry.
+    pub fn unavailable(message: impl Into<String>, code: &'static str) -> ApiError {
+        ApiError::server(message)
+            .with_status(StatusCode::SERVICE_UNAVAILABLE, "server_error")
+            .with_code(code)
+    }
+
     pub fn body(&self) -> serde_json::Value {
         json!({"error": {
             "message": self.message,

@@ -1,15 +1,17 @@
 //! The HTTP side: routes, authentication, body limits, and the translation between OpenAI JSON
 //! (plain or server-sent events) and worker jobs. Handlers validate everything before a job is
-//! queued, so a bad request never reaches the model thread.
+//! queued, so a bad request never reaches the model thread. The CPU-heavy part of that (parsing,
+//! rendering, tokenizing) runs in the blocking pool (`prep`), never on the runtime's threads.
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::Arc;
+use std::time::Duration;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -18,10 +20,16 @@ use futures_util::stream::{self, Stream};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde_json::{json, Value};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver};
+use tokio::sync::watch;
 
-use super::api::{self, ChatRequest, CompletionRequest, Sampling};
+use super::api::{self, CacheScope, ChatRequest, CompletionRequest, Sampling};
+use super::auth::ApiKeys;
 use super::error::ApiError;
-use super::worker::{Done, Event, Job, JobKind, Shared};
+use super::listen::ConnCount;
+use super::prep::{PrepPool, TextBound};
+use super::slots::{ClientSlots, Slot};
+use super::worker::{shutting_down, Done, Event, Job, JobKind, Shared, Ticket};
+use crate::sample::SamplerConfig;
 use crate::tokenizer::{render_chat_prompt, ChatOptions, ReplyEvent, Tokenizer, ToolCall};
 
 pub struct AppState {
@@ -31,13 +39,51 @@ pub struct AppState {
     pub model_id: String,
     pub n_ctx: usize,
     pub n_vocab: usize,
-    pub api_key: Option<String>,
+    pub keys: ApiKeys,
+    /// In-flight requests per API key.
+    pub slots: Arc<ClientSlots>,
+    /// Where parsing and tokenization run.
+    pub prep: PrepPool,
+    /// Prompts longer than this many bytes cannot fit the context (checked before tokenizing).
+    pub text_bound: TextBound,
+    pub conns: Arc<ConnCount>,
     pub body_limit: usize,
+    /// The longest a request body may take to arrive.
+    pub body_timeout: Duration,
     pub max_queue: usize,
     /// Thinking on unless the request says otherwise (`--no-think` turns the default off).
     pub think_default: bool,
+    /// `max_tokens` of a chat request that names none (0: the rest of the context).
+    pub default_max_tokens: usize,
+    /// One prefix cache for every key (`--shared-cache`) instead of one per key.
+    pub shared_cache: bool,
+    /// Leave `cached_tokens` and `timings` out of responses.
+    pub hide_cache_stats: bool,
+    /// `/health` and `/metrics` without a key.
+    pub public_health: bool,
+    /// Becomes true when the server starts shutting down: queued requests are withdrawn (503).
+    pub stopping: watch::Sender<bool>,
     pub created: u64,
     pub next_id: AtomicU64,
+}
+
+/// A validated request, ready to queue.
+struct Prepared {
+    prompt: Vec<u32>,
+    snap_at: Vec<usize>,
+    max_tokens: usize,
+    sampler: SamplerConfig,
+    stop: Vec<String>,
+    kind: JobKind,
+    stream: bool,
+    include_usage: bool,
+    salt: Option<String>,
+}
+
+/// A queued request as its handler sees it.
+struct Queued {
+    rx: UnboundedReceiver<Event>,
+    ticket: Arc<Ticket>,
 }
 
 type St = State<Arc<AppState>>;
@@ -58,24 +104,33 @@ pub fn router(state: Arc<AppState>) -> Router {
 }
 
 impl AppState {
-    fn authorize(&self, headers: &HeaderMap) -> Result<(), ApiError> {
-        let Some(key) = &self.api_key else {
-            return Ok(());
-        };
-        let given = headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .unwrap_or("");
-        // Compare in time independent of where the first difference is.
-        let same =
-            given.len() == key.len() && given.bytes().zip(key.bytes()).fold(0u8, |acc, (a, b)| acc | (a ^ b)) == 0;
-        if same {
-            Ok(())
-        } else {
-            Err(ApiError::invalid("missing or incorrect API key", None)
+    /// The name of the caller's API key (`""` on a server without keys), or a 401.
+    fn authorize(&self, headers: &HeaderMap) -> Result<Arc<str>, ApiError> {
+        if self.keys.is_empty() {
+            return Ok(Arc::from(""));
+        }
+        let given = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok());
+        self.keys.check(given).ok_or_else(|| {
+            ApiError::invalid("missing or incorrect API key", None)
                 .with_status(StatusCode::UNAUTHORIZED, "authentication_error")
-                .with_code("invalid_api_key"))
+                .with_code("invalid_api_key")
+        })
+    }
+
+    /// Authorize and take one of the caller's request slots (429 when it has none left).
+    fn admit(self: &Arc<Self>, headers: &HeaderMap) -> Result<(Arc<str>, Slot), ApiError> {
+        let client = self.authorize(headers)?;
+        let slot = self.slots.acquire(&client)?;
+        Ok((client, slot))
+    }
+
+    /// The prefix-cache owner of a request: its key (unless the cache is shared) and its salt.
+    fn tenant(&self, client: &str, salt: Option<&str>) -> String {
+        let owner = if self.shared_cache { "" } else { client };
+        match salt {
+            // Key names cannot hold NUL: no (key, salt) pair reads as another.
+            Some(s) => format!("{owner}\0{s}"),
+            None => owner.to_string(),
         }
     }
 
@@ -96,22 +151,64 @@ impl AppState {
     }
 
     /// Queue a job; a full queue is a 503 so clients back off instead of piling up.
-    fn submit(&self, job: Job) -> Result<(), ApiError> {
+    fn submit(&self, client: Arc<str>, p: Prepared) -> Result<Queued, ApiError> {
+        if *self.stopping.borrow() {
+            return Err(shutting_down());
+        }
+        let (tx, rx) = unbounded_channel();
+        let ticket = Arc::new(Ticket::default());
+        let job = Job {
+            tenant: self.tenant(&client, p.salt.as_deref()),
+            client,
+            ticket: Arc::clone(&ticket),
+            prompt: p.prompt,
+            snap_at: p.snap_at,
+            max_tokens: p.max_tokens,
+            sampler: p.sampler,
+            stop: p.stop,
+            kind: p.kind,
+            events: tx,
+        };
         self.shared.queued.fetch_add(1, Ordering::SeqCst);
         match self.jobs.try_send(job) {
-            Ok(()) => Ok(()),
+            Ok(()) => Ok(Queued { rx, ticket }),
             Err(e) => {
                 self.shared.queued.fetch_sub(1, Ordering::SeqCst);
                 Err(match e {
-                    TrySendError::Full(_) => ApiError::server(format!(
-                        "the server is busy ({} requests queued); retry later",
-                        self.max_queue
-                    ))
-                    .with_status(StatusCode::SERVICE_UNAVAILABLE, "server_error")
-                    .with_code("server_busy"),
+                    TrySendError::Full(_) => ApiError::unavailable(
+                        format!("the server is busy ({} requests queued); retry later", self.max_queue),
+                        "server_busy",
+                    ),
                     TrySendError::Disconnected(_) => ApiError::server("the model thread has stopped"),
                 })
             }
+        }
+    }
+
+    /// Wait until the model thread takes the job. When the server starts shutting down first,
+    /// the job is withdrawn and the client gets a 503 at once.
+    async fn wait_started(&self, q: &mut Queued) -> Result<(), ApiError> {
+        let mut stopping = self.stopping.subscribe();
+        let stopped = async move {
+            // (The guard `wait_for` returns must not live across an await: it is not `Send`.)
+            let seen = stopping.wait_for(|&s| s).await.is_ok();
+            if !seen {
+                std::future::pending::<()>().await;
+            }
+        };
+        let first = tokio::select! {
+            ev = q.rx.recv() => ev,
+            () = stopped => {
+                if q.ticket.withdraw() {
+                    return Err(shutting_down());
+                }
+                q.rx.recv().await
+            }
+        };
+        match first {
+            Some(Event::Started) => Ok(()),
+            Some(Event::Failed(e)) => Err(e),
+            _ => Err(unexpected_end()),
         }
     }
 
@@ -144,8 +241,8 @@ impl AppState {
     }
 }
 
-async fn read_body(st: &AppState, headers: &HeaderMap, body: Body) -> Result<Value, ApiError> {
-    st.authorize(headers)?;
+/// The request body, within the size limit and the body timeout.
+async fn read_body(st: &AppState, headers: &HeaderMap, body: Body) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError::invalid(format!("request body is larger than {} bytes", st.body_limit), None)
             .with_status(StatusCode::PAYLOAD_TOO_LARGE, "invalid_request_error")
@@ -158,14 +255,28 @@ async fn read_body(st: &AppState, headers: &HeaderMap, body: Body) -> Result<Val
     if declared.is_some_and(|n| n > st.body_limit as u64) {
         return Err(too_large());
     }
-    let bytes = Limited::new(body, st.body_limit).collect().await.map_err(|e| {
-        if e.downcast_ref::<LengthLimitError>().is_some() {
-            too_large()
-        } else {
-            ApiError::invalid(format!("could not read the request body: {e}"), None)
-        }
-    })?;
-    api::parse_body(&bytes.to_bytes())
+    let collect = Limited::new(body, st.body_limit).collect();
+    let bytes = tokio::time::timeout(st.body_timeout, collect)
+        .await
+        .map_err(|_| {
+            ApiError::invalid(
+                format!(
+                    "the request body did not arrive within {:.1} s",
+                    st.body_timeout.as_secs_f64()
+                ),
+                None,
+            )
+            .with_status(StatusCode::REQUEST_TIMEOUT, "invalid_request_error")
+            .with_code("request_timeout")
+        })?
+        .map_err(|e| {
+            if e.downcast_ref::<LengthLimitError>().is_some() {
+                too_large()
+            } else {
+                ApiError::invalid(format!("could not read the request body: {e}"), None)
+            }
+        })?;
+    Ok(bytes.to_bytes())
 }
 
 fn default_seed() -> u64 {
@@ -183,11 +294,30 @@ async fn chat(State(st): St, headers: HeaderMap, body: Body) -> Response {
 }
 
 async fn chat_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
-    let body = read_body(st, headers, body).await?;
+    let (client, slot) = st.admit(headers)?;
+    let bytes = read_body(st, headers, body).await?;
+    let prep_st = Arc::clone(st);
+    let p = st.prep.run(move || prepare_chat(&prep_st, &bytes)).await?;
+    let (stream, include_usage) = (p.stream, p.include_usage);
+    let mut q = st.submit(client, p)?;
+    st.wait_started(&mut q).await?;
+    let id = st.new_id("chatcmpl");
+    if stream {
+        Ok(sse(chat_stream(Arc::clone(st), id, q.rx, include_usage, slot)))
+    } else {
+        chat_whole(st, id, q.rx).await
+    }
+}
+
+/// Parse, check, render and tokenize a chat request (on the blocking pool).
+fn prepare_chat(st: &AppState, bytes: &[u8]) -> Result<Prepared, ApiError> {
+    let body = api::parse_body(bytes)?;
     let req: ChatRequest = api::fields(&body)?;
     let sampling: Sampling = api::fields(&body)?;
+    let scope: CacheScope = api::fields(&body)?;
     st.check_model(&sampling)?;
     let settings = sampling.settings(default_seed())?;
+    let salt = scope.salt()?.map(str::to_string);
     let (messages, tools) = api::chat_messages(&req)?;
     let thinking = req
         .chat_template_kwargs
@@ -200,10 +330,11 @@ async fn chat_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Resu
     };
     let rendered =
         render_chat_prompt(&messages, &tools, opts).map_err(|e| ApiError::invalid(e.to_string(), Some("messages")))?;
+    st.text_bound.check(rendered.text_len(), "messages")?;
     let enc = st.tok.encode_chat(&rendered);
-    let max_tokens = st.budget(enc.tokens.len(), settings.max_tokens, None)?;
-    let (tx, rx) = unbounded_channel();
-    st.submit(Job {
+    let default = (st.default_max_tokens > 0).then_some(st.default_max_tokens);
+    let max_tokens = st.budget(enc.tokens.len(), settings.max_tokens, default)?;
+    Ok(Prepared {
         prompt: enc.tokens,
         // Snapshot where the reply starts: a later turn renders this turn's opening the same way.
         snap_at: enc.reply_start.into_iter().collect(),
@@ -215,31 +346,35 @@ async fn chat_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Resu
             tools,
             thinking,
         },
-        events: tx,
-    })?;
-    let id = st.new_id("chatcmpl");
-    if settings.stream {
-        Ok(sse(chat_stream(Arc::clone(st), id, rx, settings.include_usage)))
-    } else {
-        chat_whole(st, id, rx).await
-    }
+        stream: settings.stream,
+        include_usage: settings.include_usage,
+        salt,
+    })
 }
 
-fn usage(d: &Done) -> Value {
-    json!({
+/// `usage`; without `cached_tokens` when the server hides cache statistics.
+fn usage(st: &AppState, d: &Done) -> Value {
+    let mut u = json!({
         "prompt_tokens": d.prompt_tokens,
         "completion_tokens": d.completion_tokens,
         "total_tokens": d.prompt_tokens + d.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": d.cached_tokens},
-    })
+    });
+    if !st.hide_cache_stats {
+        u["prompt_tokens_details"] = json!({"cached_tokens": d.cached_tokens});
+    }
+    u
 }
 
-fn timings(d: &Done) -> Value {
-    json!({
-        "first_token_ms": d.first_token_secs * 1e3,
-        "decode_ms": d.decode_secs * 1e3,
-        "prompt_tokens_processed": d.prompt_tokens - d.cached_tokens,
-    })
+/// Add `timings` to a response object, unless the server hides cache statistics (the time to
+/// the first token says how much of the prompt came from the cache).
+fn add_timings(st: &AppState, out: &mut Value, d: &Done) {
+    if !st.hide_cache_stats {
+        out["timings"] = json!({
+            "first_token_ms": d.first_token_secs * 1e3,
+            "decode_ms": d.decode_secs * 1e3,
+            "prompt_tokens_processed": d.prompt_tokens - d.cached_tokens,
+        });
+    }
 }
 
 fn tool_call_json(id: &str, index: usize, c: &ToolCall) -> Value {
@@ -262,6 +397,7 @@ async fn chat_whole(st: &AppState, id: String, mut rx: UnboundedReceiver<Event>)
             Event::Reply(ReplyEvent::Content(t)) | Event::Text(t) => content.push_str(&t),
             Event::Reply(ReplyEvent::Reasoning(t)) => reasoning.push_str(&t),
             Event::Reply(ReplyEvent::ToolCall(c)) => calls.push(c),
+            Event::Started => {}
             Event::Done(d) => break d,
             Event::Failed(e) => return Err(e),
         }
@@ -285,16 +421,16 @@ async fn chat_whole(st: &AppState, id: String, mut rx: UnboundedReceiver<Event>)
             message["content"] = Value::Null;
         }
     }
-    Ok(Json(json!({
+    let mut out = json!({
         "id": id,
         "object": "chat.completion",
         "created": st.created,
         "model": st.model_id,
         "choices": [{"index": 0, "message": message, "finish_reason": done.finish_reason, "logprobs": null}],
-        "usage": usage(&done),
-        "timings": timings(&done),
-    }))
-    .into_response())
+        "usage": usage(st, &done),
+    });
+    add_timings(st, &mut out, &done);
+    Ok(Json(out).into_response())
 }
 
 fn sse(s: impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static) -> Response {
@@ -310,6 +446,8 @@ struct Streaming {
     tool_index: usize,
     pending: std::collections::VecDeque<String>,
     finished: bool,
+    /// The client's request slot, held until the stream ends.
+    _slot: Slot,
 }
 
 impl Streaming {
@@ -327,13 +465,12 @@ impl Streaming {
             self.pending.push_back(s);
         }
         if let (true, Some(d)) = (self.include_usage, done) {
-            self.pending.push_back(
-                json!({
-                    "id": self.id, "object": object, "created": self.st.created, "model": self.st.model_id,
-                    "choices": [], "usage": usage(d), "timings": timings(d),
-                })
-                .to_string(),
-            );
+            let mut last = json!({
+                "id": self.id, "object": object, "created": self.st.created, "model": self.st.model_id,
+                "choices": [], "usage": usage(&self.st, d),
+            });
+            add_timings(&self.st, &mut last, d);
+            self.pending.push_back(last.to_string());
         }
         self.pending.push_back("[DONE]".into());
         self.finished = true;
@@ -372,6 +509,7 @@ fn chat_stream(
     id: String,
     rx: UnboundedReceiver<Event>,
     include_usage: bool,
+    slot: Slot,
 ) -> impl Stream<Item = Result<SseEvent, Infallible>> + Send + 'static {
     let s = Streaming {
         st,
@@ -381,6 +519,7 @@ fn chat_stream(
         tool_index: 0,
         pending: Default::default(),
         finished: false,
+        _slot: slot,
     };
     let role = json!({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null});
     let first = s.chunk("chat.completion.chunk", role);
@@ -405,6 +544,7 @@ fn chat_stream(
                 s.tool_index += 1;
                 s.pending.push_back(c);
             }
+            Event::Started => {}
             Event::Done(d) => {
                 let last = json!({"index": 0, "delta": {}, "finish_reason": d.finish_reason});
                 s.end(OBJ, Some(&d), Some(last));
@@ -427,12 +567,16 @@ async fn completions(State(st): St, headers: HeaderMap, body: Body) -> Response 
 /// The prompt of a completion request: a string, a one-string array, or token ids.
 fn completion_prompt(st: &AppState, prompt: &Value) -> Result<Vec<u32>, ApiError> {
     let bad = |m: &str| ApiError::invalid(m.to_string(), Some("prompt"));
+    // The client writes the whole model input here, so its special tokens count (a client may
+    // apply its own template); chat requests never parse them in content.
+    let encode = |s: &str| {
+        st.text_bound.check(s.len(), "prompt")?;
+        Ok::<_, ApiError>(st.tok.encode(s, true))
+    };
     let ids = match prompt {
-        // The client writes the whole model input here, so its special tokens count (a client
-        // may apply its own template); chat requests never parse them in content.
-        Value::String(s) => st.tok.encode(s, true),
+        Value::String(s) => encode(s)?,
         Value::Array(items) if items.len() == 1 && items[0].is_string() => {
-            st.tok.encode(items[0].as_str().unwrap_or_default(), true)
+            encode(items[0].as_str().unwrap_or_default())?
         }
         Value::Array(items) if !items.is_empty() && items.iter().all(Value::is_u64) => items
             .iter()
@@ -453,39 +597,25 @@ fn completion_prompt(st: &AppState, prompt: &Value) -> Result<Vec<u32>, ApiError
 }
 
 async fn completions_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
-    let body = read_body(st, headers, body).await?;
-    let req: CompletionRequest = api::fields(&body)?;
-    let sampling: Sampling = api::fields(&body)?;
-    st.check_model(&sampling)?;
-    let settings = sampling.settings(default_seed())?;
-    if req.echo == Some(true) || req.suffix.is_some() || req.best_of.is_some_and(|b| b != 1) {
-        return Err(ApiError::invalid("echo, suffix and best_of are not supported", None));
-    }
-    let prompt = completion_prompt(st, &req.prompt)?;
-    // OpenAI's default for completions is 16 tokens.
-    let max_tokens = st.budget(prompt.len(), settings.max_tokens, Some(16))?;
-    let (tx, rx) = unbounded_channel();
-    let n = prompt.len();
-    st.submit(Job {
-        prompt,
-        // Before the last prompt token: the same prompt again (a retry, another sample) hits.
-        snap_at: vec![n - 1],
-        max_tokens,
-        sampler: settings.sampler,
-        stop: settings.stop,
-        kind: JobKind::Completion,
-        events: tx,
-    })?;
+    let (client, slot) = st.admit(headers)?;
+    let bytes = read_body(st, headers, body).await?;
+    let prep_st = Arc::clone(st);
+    let p = st.prep.run(move || prepare_completion(&prep_st, &bytes)).await?;
+    let (stream, include_usage) = (p.stream, p.include_usage);
+    let mut q = st.submit(client, p)?;
+    st.wait_started(&mut q).await?;
+    let rx = q.rx;
     let id = st.new_id("cmpl");
-    if settings.stream {
+    if stream {
         let s = Streaming {
             st: Arc::clone(st),
             id,
             rx,
-            include_usage: settings.include_usage,
+            include_usage,
             tool_index: 0,
             pending: Default::default(),
             finished: false,
+            _slot: slot,
         };
         return Ok(sse(event_stream(s, None, |s, ev| {
             const OBJ: &str = "text_completion";
@@ -497,7 +627,7 @@ async fn completions_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) 
                     );
                     s.pending.push_back(c);
                 }
-                Event::Reply(_) => {}
+                Event::Reply(_) | Event::Started => {}
                 Event::Done(d) => {
                     let last = json!({"index": 0, "text": "", "logprobs": null, "finish_reason": d.finish_reason});
                     s.end(OBJ, Some(&d), Some(last));
@@ -514,21 +644,52 @@ async fn completions_inner(st: &Arc<AppState>, headers: &HeaderMap, body: Body) 
     let done = loop {
         match rx.recv().await.ok_or_else(unexpected_end)? {
             Event::Text(t) | Event::Reply(ReplyEvent::Content(t)) => text.push_str(&t),
-            Event::Reply(_) => {}
+            Event::Reply(_) | Event::Started => {}
             Event::Done(d) => break d,
             Event::Failed(e) => return Err(e),
         }
     };
-    Ok(Json(json!({
+    let mut out = json!({
         "id": id,
         "object": "text_completion",
         "created": st.created,
         "model": st.model_id,
         "choices": [{"index": 0, "text": text, "logprobs": null, "finish_reason": done.finish_reason}],
-        "usage": usage(&done),
-        "timings": timings(&done),
-    }))
-    .into_response())
+        "usage": usage(st, &done),
+    });
+    add_timings(st, &mut out, &done);
+    drop(slot);
+    Ok(Json(out).into_response())
+}
+
+/// Parse, check and tokenize a completion request (on the blocking pool).
+fn prepare_completion(st: &AppState, bytes: &[u8]) -> Result<Prepared, ApiError> {
+    let body = api::parse_body(bytes)?;
+    let req: CompletionRequest = api::fields(&body)?;
+    let sampling: Sampling = api::fields(&body)?;
+    let scope: CacheScope = api::fields(&body)?;
+    st.check_model(&sampling)?;
+    let settings = sampling.settings(default_seed())?;
+    let salt = scope.salt()?.map(str::to_string);
+    if req.echo == Some(true) || req.suffix.is_some() || req.best_of.is_some_and(|b| b != 1) {
+        return Err(ApiError::invalid("echo, suffix and best_of are not supported", None));
+    }
+    let prompt = completion_prompt(st, &req.prompt)?;
+    // OpenAI's default for completions is 16 tokens.
+    let max_tokens = st.budget(prompt.len(), settings.max_tokens, Some(16))?;
+    let n = prompt.len();
+    Ok(Prepared {
+        prompt,
+        // Before the last prompt token: the same prompt again (a retry, another sample) hits.
+        snap_at: vec![n - 1],
+        max_tokens,
+        sampler: settings.sampler,
+        stop: settings.stop,
+        kind: JobKind::Completion,
+        stream: settings.stream,
+        include_usage: settings.include_usage,
+        salt,
+    })
 }
 
 async fn models(State(st): St, headers: HeaderMap) -> Response {
@@ -558,6 +719,7 @@ fn health_json(st: &AppState) -> Value {
             "failed": sh.failed.load(Ordering::Relaxed),
         },
         "context": {"n_ctx": st.n_ctx, "live_tokens": stats.map(|s| s.pos).unwrap_or(0)},
+        "connections": st.conns.open(),
         "cache": {
             "hits": cache.hits,
             "misses": cache.misses,
@@ -571,17 +733,33 @@ fn health_json(st: &AppState) -> Value {
     })
 }
 
-async fn health(State(st): St) -> Response {
+/// `/health` and `/metrics` need a key unless the operator opened them (`--public-health`):
+/// they show live context length and cache counters, which say what other clients are doing.
+fn authorize_monitoring(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    if st.public_health {
+        return Ok(());
+    }
+    st.authorize(headers).map(drop)
+}
+
+async fn health(State(st): St, headers: HeaderMap) -> Response {
+    if let Err(e) = authorize_monitoring(&st, &headers) {
+        return e.into_response();
+    }
     Json(health_json(&st)).into_response()
 }
 
 /// The same numbers in the Prometheus text format.
-async fn metrics(State(st): St) -> Response {
+async fn metrics(State(st): St, headers: HeaderMap) -> Response {
+    if let Err(e) = authorize_monitoring(&st, &headers) {
+        return e.into_response();
+    }
     let h = health_json(&st);
     let n = |p: &str| h.pointer(p).and_then(Value::as_u64).unwrap_or(0);
     let mut out = String::new();
     for (name, help, ptr) in [
         ("rill_queue_depth", "requests waiting for the model", "/queue_depth"),
+        ("rill_connections", "open client connections", "/connections"),
         (
             "rill_requests_completed_total",
             "requests served to the end",

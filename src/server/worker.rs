@@ -3,7 +3,7 @@
 //! the job stops at the next token.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 
@@ -28,7 +28,38 @@ pub enum JobKind {
     Completion,
 }
 
+/// Where a queued job stands. The model thread starts it, or the HTTP side withdraws it (the
+/// server is shutting down and the job has not started: its client gets a 503 at once instead
+/// of waiting for a prefill whose result nobody would see). Whichever comes first wins.
+#[derive(Default)]
+pub struct Ticket(AtomicU8);
+
+const QUEUED: u8 = 0;
+const RUNNING: u8 = 1;
+const WITHDRAWN: u8 = 2;
+
+impl Ticket {
+    /// Claim the job for the model thread; false when it was withdrawn.
+    pub fn start(&self) -> bool {
+        self.0
+            .compare_exchange(QUEUED, RUNNING, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }
+
+    /// Take the job back before it starts; false when it already runs.
+    pub fn withdraw(&self) -> bool {
+        self.0
+            .compare_exchange(QUEUED, WITHDRAWN, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }
+}
+
 pub struct Job {
+    /// The API key's name (`""` without keys), for the log.
+    pub client: Arc<str>,
+    /// Whose prefix-cache entries the job may use and add to (see `Engine::set_tenant`).
+    pub tenant: String,
+    pub ticket: Arc<Ticket>,
     pub prompt: Vec<u32>,
     /// Prompt positions after which to snapshot.
     pub snap_at: Vec<usize>,
@@ -41,6 +72,8 @@ pub struct Job {
 
 /// What a job reports, in order: text as it comes, then `Done` or `Failed`.
 pub enum Event {
+    /// The model thread has taken the job (it can no longer be withdrawn).
+    Started,
     /// Completion text.
     Text(String),
     /// Chat reply pieces.
@@ -93,10 +126,18 @@ impl Shared {
 pub fn run(mut engine: Engine, tok: Arc<Tokenizer>, jobs: Receiver<Job>, shared: Arc<Shared>) {
     for job in jobs {
         shared.queued.fetch_sub(1, Ordering::SeqCst);
-        if job.events.is_closed() {
+        if job.events.is_closed() || !job.ticket.start() {
             shared.cancelled.fetch_add(1, Ordering::Relaxed);
-            continue; // the client left while queued
+            continue; // the client left while queued, or the job was withdrawn at shutdown
         }
+        if shared.shutdown.load(Ordering::SeqCst) {
+            // Shutting down: a queued job does not start (its client may not have been told yet).
+            let _ = job.events.send(Event::Failed(shutting_down()));
+            shared.cancelled.fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        let _ = job.events.send(Event::Started);
+        engine.set_tenant(&job.tenant);
         shared.busy.store(true, Ordering::SeqCst);
         let events = job.events.clone();
         let result = std::panic::catch_unwind(AssertUnwindSafe(|| run_job(&mut engine, &tok, job, &shared)));
@@ -121,6 +162,14 @@ pub fn run(mut engine: Engine, tok: Arc<Tokenizer>, jobs: Receiver<Job>, shared:
         }
         shared.busy.store(false, Ordering::SeqCst);
     }
+}
+
+/// The answer to a request that could not start because the server is stopping.
+pub fn shutting_down() -> ApiError {
+    ApiError::unavailable(
+        "the server is shutting down; retry on another server or later",
+        "shutting_down",
+    )
 }
 
 /// Routes generated text through stop matching and (for chat) the reply parser to the client.
@@ -216,21 +265,28 @@ fn run_job(engine: &mut Engine, tok: &Tokenizer, job: Job, shared: &Shared) -> R
     if let Ok(mut s) = shared.stats.lock() {
         *s = engine.stats();
     }
+    // The token that found the client gone (or the server stopping) was counted but never sent.
+    let completion_tokens = outcome.generated.len().saturating_sub(usize::from(gone));
     let _ = job.events.send(Event::Done(Done {
         finish_reason,
         prompt_tokens: outcome.prompt_tokens,
-        completion_tokens: outcome.generated.len(),
+        completion_tokens,
         cached_tokens: outcome.cached_tokens,
         first_token_secs: outcome.first_token_secs,
         decode_secs: outcome.decode_secs,
     }));
+    let client = if job.client.is_empty() {
+        String::new()
+    } else {
+        format!(" from {}", job.client)
+    };
     eprintln!(
-        "request: prompt {} tokens ({} from cache, {} run), first token after {:.1} ms, {} generated in {:.1} ms, {finish_reason}",
+        "request{client}: prompt {} tokens ({} from cache, {} run), first token after {:.1} ms, {} generated in {:.1} ms, {finish_reason}",
         outcome.prompt_tokens,
         outcome.cached_tokens,
         outcome.prompt_tokens - outcome.cached_tokens,
         outcome.first_token_secs * 1e3,
-        outcome.generated.len(),
+        completion_tokens,
         outcome.decode_secs * 1e3,
     );
     if gone {

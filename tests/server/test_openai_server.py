@@ -31,11 +31,22 @@ NO_THINK = {"chat_template_kwargs": {"enable_thinking": False}}
 
 
 class Server:
-    def __init__(self):
+    """`rill serve` on a free port. `opts` override the default flags (a value of None drops the
+    flag), `args` are added; `key` is the key requests send (None: none); `preexec_fn` runs in the
+    child (resource limits)."""
+
+    def __init__(self, opts=None, args=(), key=KEY, preexec_fn=None, env=None):
+        self.key = key
+        flags = {"--api-key": key, "--ctx": CTX, "--max-body": MAX_BODY, "--cache-mem": "256M", "--max-queue": 8}
+        flags.update(opts or {})
+        cmd = [RILL, "serve", "-m", MODEL, "--backend", "cpu", "--port", "0"]
+        for flag, value in flags.items():
+            if value is not None:
+                cmd += [flag, str(value)]
         self.proc = subprocess.Popen(
-            [RILL, "serve", "-m", MODEL, "--backend", "cpu", "--port", "0", "--api-key", KEY,
-             "--ctx", str(CTX), "--max-body", str(MAX_BODY), "--cache-mem", "256M", "--max-queue", "8"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            cmd + list(args),
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            preexec_fn=preexec_fn, env=env)
         self.log = []
         ready = threading.Event()
 
@@ -54,15 +65,16 @@ class Server:
             raise RuntimeError("rill serve did not start:\n" + "\n".join(self.log))
         self.url = f"http://{self.host}:{self.port}"
 
-    def client(self, **kw):
-        return openai.OpenAI(base_url=self.url + "/v1", api_key=KEY, max_retries=0, timeout=120, **kw)
+    def client(self, key=None, **kw):
+        return openai.OpenAI(base_url=self.url + "/v1", api_key=key or self.key or "none", max_retries=0,
+                             timeout=120, **kw)
 
     def raw(self, method, path, body=None, headers=None, auth=True, chunked=False):
         """One HTTP request; returns (status, parsed JSON or text)."""
         conn = http.client.HTTPConnection(self.host, self.port, timeout=120)
         h = {"Content-Type": "application/json"}
-        if auth:
-            h["Authorization"] = f"Bearer {KEY}"
+        if auth and self.key is not None:
+            h["Authorization"] = f"Bearer {self.key}"
         h.update(headers or {})
         if isinstance(body, (dict, list)):
             body = json.dumps(body)
@@ -82,7 +94,7 @@ class Server:
             return resp.status, data
 
     def health(self):
-        status, h = self.raw("GET", "/health", auth=False)
+        status, h = self.raw("GET", "/health")
         assert status == 200, h
         return h
 

@@ -115,6 +115,18 @@ impl ChatPrompt {
         }
         s
     }
+
+    /// Bytes of `text()`, without building it (a cheap bound before tokenizing).
+    pub fn text_len(&self) -> usize {
+        self.pieces
+            .iter()
+            .map(|p| match p {
+                Piece::Template(t) => t.len(),
+                Piece::Content(c) => c.len(),
+                Piece::Mark(_) => 0,
+            })
+            .sum()
+    }
 }
 
 /// Token ids of a rendered conversation and its boundaries.
