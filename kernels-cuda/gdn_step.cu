@@ -5,8 +5,8 @@
 // conv1d_silu_l2qk with the gate blocks, delta_rule.cu, norm.cu's gated norm.
 //
 // Why: in decode those are three short kernels in the layer's serial chain; each pays a grid
-// boundary and an L2 round trip for the previous one's output (dev/cuda/NOTES.md, nineteenth
-// session). The same values, computed as follows:
+// boundary and an L2 round trip for the previous one's output (dev/cuda/DECISIONS.md, launches
+// per layer). The same values, computed as follows:
 //   - A block owns GS_ROWS = 16 state rows of one value head j (8 warps x 2 rows; lane l holds
 //     columns l + 32m as in delta_rule.cu); grid hv * dv / 16. Its rows of the state, the conv
 //     weights and conv state of its channels are loaded before the dependent-launch wait: no

@@ -19,15 +19,15 @@ KERNEL void __launch_bounds__(32) mvtc_prep_Q4_K(const Args a) {
 // for Q4_K on the H200: the 8192-row kernel at 211 registers fits two blocks per SM instead of
 // three (a 9B layer's grouped qkv + z launch of 12352 rows then takes two waves: 16.5 -> 19.6 us
 // per launch in RILL_PROFILE=1), and the 4096-row one gains nothing (12.6 -> 12.7 us); tg128 9B
-// Q4_K_M 320.8 -> 316.5, 35B-A3B 366.0 -> 359.2 (dev/cuda/NOTES.md, eighteenth session).
+// Q4_K_M 320.8 -> 316.5, 35B-A3B 366.0 -> 359.2 (dev/cuda/DECISIONS.md, tensor cores).
 KERNEL void __launch_bounds__(128) mvtc_tall_Q4_K(const Args a) { mvtc::mv_body<mvtc::TcQ4K, 2, 4, false>(a); }
 KERNEL void __launch_bounds__(256) mvtc_Q4_K(const Args a) { mvtc::mv_body<mvtc::TcQ4K, 1, 8, false>(a); }
 // The tall kernel with the norm before it as its prologue (mv_body NORM: a layer's first products
 // of the residual row the block before it finished; ops/linear.rs `normed_group`). Only this one:
 // a NORM block pays the prologue (~2 us alone) in every wave, so the launches of several waves
 // (the mixed Q6_K + Q4_K one, three waves on the 35B-A3B) and blocks that prepare 4 super-blocks
-// per warp (4096-wide rows) measured slower than the norm's own launch (dev/cuda/NOTES.md,
-// twenty-first session).
+// per warp (4096-wide rows) measured slower than the norm's own launch (dev/cuda/DECISIONS.md,
+// norms).
 KERNEL void __launch_bounds__(128) mvtc_norm_tall_Q4_K(const Args a) {
     mvtc::mv_body<mvtc::TcQ4K, 2, 4, false, true, false, false, false, true>(a);
 }

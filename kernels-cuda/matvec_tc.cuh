@@ -7,7 +7,7 @@
 //   out[o] = sum_i W[o][i] * x[i],  W in Q4_K: w = d * sc_j * q - dmin * m_j  (q 0..15, sc, m 0..63)
 //
 // Why: the f32 kernels spend ~3.5 instructions per weight (byte -> float, FMA) and are issue-bound
-// well below the H200's bandwidth (dev/cuda/NOTES.md). Here 8 quants cost 9 instructions (one
+// well below the H200's bandwidth (dev/cuda/DECISIONS.md). Here 8 quants cost 9 instructions (one
 // shift, four LOP3, four HFMA2) plus 2 mma.sync for the arithmetic, and nothing is rounded:
 //   * sc_j * q <= 945 is an integer, exact in f16. The B fragment (16 k x 8 weight rows) is built
 //     from the nibbles with the 0x6400 trick: (0x6400 | q) is the f16 1024 + q; one fused
@@ -400,7 +400,7 @@ struct TcQ4K {
 // this matrix's last arithmetic; returns whether `cur` then holds it. A reference, not a pointer
 // that may be null: a buffer reached through a run-time pointer lands in local memory (ptxas -v: a
 // stack frame). Costs one step's weight registers per lane (Q4_K 24 R, Q8_0 40 R); matvec_bench's
-// `tcD` variants measured it per shape (dev/cuda/NOTES.md).
+// `tcD` variants measured it per shape (dev/cuda/DECISIONS.md).
 template <class F, int R>
 static __device__ __forceinline__ bool rows_db(const uint8_t* const (&w)[2 * R], const uint32_t* xa, const float* xs,
                                                int n, int first, int step, float (&part)[2 * R],

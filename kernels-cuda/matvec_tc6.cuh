@@ -35,9 +35,9 @@
 //     (`load_row_any`): one body for any address, first super-block and warp count. The word that
 //     holds d then reaches two bytes past the super-block: past a row's end only into the weights'
 //     padding (src/backend/cuda/buffer.rs WEIGHT_PAD). Not for the dense products: the same body
-//     there measured faster alone but slower in the 9B decode chain (H200, session 16: 320.5 ->
+//     there measured faster alone but slower in the 9B decode chain (H200: 320.5 ->
 //     310.5 t/s); on the MoE downs it replaces the f32 kernels (16.6 -> 12.4 us per layer alone,
-//     35B-A3B decode within noise: session 17, BENCHMARKS.md).
+//     35B-A3B decode within noise: dev/cuda/DECISIONS.md, tensor cores).
 //
 // Instructions per weight (lane, super-block, row tile = 128 weights per lane): weight loads
 // 2 x 10 LDG.128, realignment 2 x 18 SHF on half the warps, decode 2 x 64 (1 per weight),

@@ -14,7 +14,7 @@
 //     X = D0 + 2^8 D1 + 2^16 D2 + 2^24 D3 (each in -128..127). The error is the rounding of x s:
 //     <= 2^-31 max|x| of the block per element (f32 rounds each product to 2^-24 of itself; the
 //     dot-product bound of the harness, 1e-5 sum|w x|, is met unless a block's largest |x|
-//     meets a zero weight and the rest of the row is 2^20 times smaller; see NOTES.md).
+//     meets a zero weight and the rest of the row is 2^20 times smaller).
 //   * B columns n = 0..3 carry digit n of the even block of a block pair, columns 4..7 digit
 //     n - 4 of the odd block (zero where the A byte belongs to the other block or is a d byte).
 //     So every C entry is one block's one digit sum, exact in int32 (|C| <= 32 * 128 * 128).

@@ -7,7 +7,7 @@
 // step's arithmetic and the first step before the dependent-launch wait (weights are written by no
 // kernel); `T` is the production loop. Both let the next kernel be scheduled after the wait, as
 // the backend's kernels do (kernel_start). A warp-private cp.async ring of 2-4 stages was also
-// timed and lost everywhere (dev/cuda/NOTES.md, eighteenth session).
+// timed and lost everywhere (dev/cuda/DECISIONS.md, tensor cores).
 #pragma once
 
 #include "matvec_tc.cuh"

@@ -161,7 +161,7 @@ struct Plan {
     int cfg = 0, splits = 1, per = 0;
     double est_us = 0;
 };
-// Cost model (documented in PREFILL-NOTES.md; the harness measures every candidate and prints the
+// Cost model (dev/cuda/DECISIONS.md, prefill; the harness measures every candidate and prints the
 // best, so the model can be corrected from one run): waves of CTAs, each CTA's MACs at an assumed
 // per-SM rate shared by the CTAs resident on an SM, at least the bytes each tile reads over HBM
 // bandwidth, plus the split-K partial traffic.

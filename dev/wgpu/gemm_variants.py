@@ -4,7 +4,7 @@
 writes OUT/<variant>/matmul_coop2.<fmt>.wgsl; time each with mv_bench --no-check and
 RILL_WGPU_SHADER_DIR=OUT/<variant>. The ablations compute wrong results on purpose: they say where
 the kernel's time goes (staging or products), not how to make it faster. The staging variants
-measured with this harness, and the two that landed, are in dev/wgpu/NOTES.md ("The prefill GEMM").
+measured with this harness, and the two that landed, are in dev/wgpu/DECISIONS.md ("Prefill").
 Each edit must apply (an edit that finds nothing fails)."""
 import os, re, sys
 

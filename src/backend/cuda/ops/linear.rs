@@ -760,8 +760,8 @@ fn normed_group_on() -> bool {
 /// block's first ones. Taken for decode rows of at most `matvec_tc::NORM_MAX_IN` values (a multiple
 /// of 256) whose products are one Q4_K launch family on the tall tensor-core kernel
 /// (`matvec_tc::run_normed` says which); `Ok(false)` otherwise (nothing done). The caller has
-/// checked the operands (`check::add_norm_after`). On the H200 (tg128, dev/cuda/NOTES.md,
-/// twenty-first session): the 35B-A3B's tall launches 400.8 -> 406.8 t/s; NORM versions of the
+/// checked the operands (`check::add_norm_after`). On the H200 (tg128, dev/cuda/DECISIONS.md,
+/// norms): the 35B-A3B's tall launches 400.8 -> 406.8 t/s; NORM versions of the
 /// mixed Q6_K + Q4_K launch (three waves, each paying the prologue) and of the 9B's tall one (4
 /// super-blocks per warp) measured slower and were not kept.
 pub(crate) fn normed_group(inner: &Inner, next: AddNorm<'_>, g: Group<'_>) -> Result<bool> {
