@@ -108,7 +108,7 @@ wgpu="RILL_TEST_BACKENDS=wgpu"
 #    experts_shared_decode_shapes, route_experts_shared_decode_shapes). The SwiGLU that writes the
 #    down product's planes (on with the dot units) runs in both passes and in the dot synth job.
 #  - the fused decode dispatches off (`nofusion`, with the dot units): every fallback a fused
-#    dispatch replaces (the SwiGLU without planes and the down product's own preparation, the
+#    dispatch replaces (norms and the SwiGLU without planes and the products' own preparation, the
 #    products one by one, the attention gate and preparation, the MoE shared expert composed).
 #  - at most 8 storage buffers per kernel (browsers): the fused decode dispatches' fallbacks
 #    (matrix-vector groups of 3, the attention preparation in halves, the gates separate), by op

@@ -10,6 +10,7 @@
 //! | `gdn_conv_gates` in one dispatch (`gdn_conv_gates.wgsl`) | 10 storage buffers per stage | `gdn_gates` + `conv1d_silu_l2qk` |
 //! | `attn_qk_prep` in one dispatch (`attn_qk_prep.wgsl`) | 11 storage buffers per stage | q and k/v halves (`attn_prep_q.wgsl`, `attn_prep_kv.wgsl`; 7), else the six separate ops |
 //! | the gated attention's output gate (with the packed-dot units, also the output's planes) in the decode merge of the split key range (`attention_combine_gate.wgsl`) | 4 storage buffers per stage | `attention_combine` + `sigmoid_mul_assign` (+ `mv_dot_prep` before the output projection) |
+//! | an RMS norm writes its output's packed-dot planes (`*_rms_norm_dot`) | the packed-dot units, whole 256-element rows of whole 32-element groups | the norm, and the product's `mv_dot_prep` |
 //! | the dense FFN's one-token SwiGLU writes its output's planes for the down product (`matvec_swiglu_xq`) | the packed-dot units, whole 256-element rows | `matvec_swiglu`, and the down product's `mv_dot_prep` |
 //! | a decode MoE layer's shared expert inside the routed experts' dispatches, the weighted sum inside the down products (`moe_swiglu_sh.wgsl` + `moe_down_sh.wgsl`) | 7 storage buffers per stage | `moe_experts` (gate, up, down, `moe_combine`) + `matmul_swiglu` + `matmul` + `sigmoid_scale_add` |
 //!
@@ -175,6 +176,26 @@ pub(crate) fn swiglu_out(dev: Device, n_out: usize) -> SwigluOut {
     }
 }
 
+/// What an RMS norm writes besides its output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NormOut {
+    /// The output only: a packed-dot product of it prepares its own planes (`mv_dot_prep`).
+    Plain,
+    /// Also the output's packed-dot planes, from registers (`*_rms_norm_dot`, ~3 us more than
+    /// the plain norm, against `mv_dot_prep`'s ~12 us in the H200 profile).
+    Planes,
+}
+
+/// For groups of `d` values over `n` elements: the packed-dot products take whole 256-element
+/// K-quant rows of whole 32-element blocks.
+pub(crate) fn norm_out(dev: Device, d: usize, n: usize) -> NormOut {
+    if dev.fusion && dev.dot && d.is_multiple_of(32) && n.is_multiple_of(256) {
+        NormOut::Planes
+    } else {
+        NormOut::Plain
+    }
+}
+
 /// Most tokens the shared-expert kernels take in one call (decode and short verify steps).
 pub(crate) const SHARED_MAX_T: usize = 4;
 /// Most experts per token (`moe_route.wgsl`/`moe_combine.wgsl` keep per-slot workgroup arrays).
@@ -239,6 +260,9 @@ pub(crate) fn describe(dev: Device) -> String {
     }
     if swiglu_out(dev, 256) == SwigluOut::Planes {
         parts.push("swiglu planes".to_string());
+    }
+    if norm_out(dev, 32, 256) == NormOut::Planes {
+        parts.push("norm planes".to_string());
     }
     match attn_prep(dev) {
         Prep::One => parts.push("prep in 1".to_string()),

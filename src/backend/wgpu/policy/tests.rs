@@ -102,6 +102,8 @@ struct Fusions {
     prep: Prep,
     attn_gate: AttnGate,
     swiglu: Option<SwigluOut>,
+    /// The block's input norm (n_embd values).
+    norm: NormOut,
     moe: Option<MoeShared>,
 }
 
@@ -116,6 +118,7 @@ fn decode(dev: Device, model: &Model, quant: Quant) -> Fusions {
         prep: attn_prep(dev),
         attn_gate: attn_gate(dev, model.q_heads),
         swiglu: model.n_ff.map(|n| swiglu_out(dev, n)),
+        norm: norm_out(dev, model.n_embd, model.n_embd),
         moe: model.moe.map(|(_, n_ff, k, n_ff_shared)| {
             moe_shared(
                 dev,
@@ -150,6 +153,7 @@ fn the_h200_fuses_everything() {
                 prep: Prep::One,
                 attn_gate: AttnGate::InMerge,
                 swiglu: Some(SwigluOut::Planes),
+                norm: NormOut::Planes,
                 moe: None,
             }
         );
@@ -162,6 +166,7 @@ fn the_h200_fuses_everything() {
                 prep: Prep::One,
                 attn_gate: AttnGate::InMerge,
                 swiglu: None,
+                norm: NormOut::Planes,
                 moe: Some(MoeShared::InExperts),
             }
         );
@@ -186,6 +191,7 @@ fn a_browser_fuses_what_eight_storage_buffers_hold() {
             prep: Prep::Halves,
             attn_gate: AttnGate::InMerge,
             swiglu,
+            norm: NormOut::Plain,
             moe,
         };
         // No packed-dot units: no planes to write.
@@ -209,6 +215,7 @@ fn fusion_off_fuses_nothing() {
                         prep: Prep::Separate,
                         attn_gate: AttnGate::Separate,
                         swiglu: model.n_ff.map(|_| SwigluOut::Plain),
+                        norm: NormOut::Plain,
                         moe: model.moe.map(|_| MoeShared::Composed),
                     }
                 );
@@ -244,8 +251,11 @@ fn prompts_take_the_unfused_shapes() {
         MoeShared::Composed,
         "a shared expert wider than the routed ones"
     );
-    // Planes only for whole 256-element rows.
+    // Planes only for whole 256-element rows (of whole 32-element groups for a norm).
     assert_eq!(swiglu_out(dev, 12288 + 32), SwigluOut::Plain);
+    assert_eq!(norm_out(dev, 256, 4096 + 32), NormOut::Plain);
+    assert_eq!(norm_out(dev, 48, 4096 * 3), NormOut::Plain);
+    assert_eq!(norm_out(dev, 128, 4096), NormOut::Planes);
 }
 
 /// The fused dispatches by the storage buffers per kernel: WebGPU's 8 (groups of 3, the attention
@@ -266,6 +276,6 @@ fn fused_dispatches_follow_the_storage_buffer_limit() {
     assert_eq!(at(11), (4, Gates::Fused, Prep::One, AttnGate::InMerge));
     assert_eq!(
         describe(h200(WgpuOptions::default())),
-        "fused: groups of 4, gates, attention gate, moe shared expert, swiglu planes, prep in 1"
+        "fused: groups of 4, gates, attention gate, moe shared expert, swiglu planes, norm planes, prep in 1"
     );
 }
