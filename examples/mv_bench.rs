@@ -6,16 +6,16 @@
 //! its weight from memory as a decode step does.
 //!
 //!   cargo run --release --example mv_bench -- [--backend wgpu] [--iters 500] [--copies-mb 256] [--warm 0.5]
-//!       [--tokens 1] [--precision exact|fast] [CASE ...]
+//!       [--tokens 1] [--precision exact|fast] [--wgpu OPTIONS] [CASE ...]
 //!
 //! `--tokens T` above 1 times the prefill products instead (T tokens per call, the backend's
 //! GEMM kernels; `--precision fast` selects the tensor-core ones where the backend has them) and
 //! reports TFLOP/s as well as weight GB/s. `--no-check` skips the CPU check (kernel variants that
 //! are timed, not checked: the CPU product of a prefill shape takes seconds).
 //! A case is `TYPE:ROWS:COLS` (`matmul`) or `TYPE:ROWS:COLS:swiglu` (`matmul_swiglu`, two weights
-//! of that shape); without cases, the qwen3.5-9b Q4_K_M products. With the wgpu backend,
-//! `RILL_WGPU_SHADER_DUMP=dir` writes the composed shaders and `RILL_WGPU_SHADER_DIR=dir` runs
-//! edited ones without a rebuild (src/backend/wgpu/kernels.rs `dev_source`).
+//! of that shape); without cases, the qwen3.5-9b Q4_K_M products. `--wgpu OPTIONS` runs the wgpu
+//! backend in another variant or geometry (a comma list as tests/common's `RILL_TEST_WGPU`, e.g.
+//! `mv_wg=256,mv_rows=4,mv_lanes=64` or `coop_tile=128x64x32:1`: `WgpuOptions`).
 
 use std::time::Instant;
 
@@ -226,6 +226,7 @@ fn main() -> Result<()> {
     let (mut name, mut iters, mut copies_mb, mut warm, mut specs) =
         ("wgpu".to_string(), 500usize, 256usize, 0.5f64, Vec::new());
     let (mut tokens, mut precision, mut check) = (1usize, Precision::Exact, true);
+    let mut opts = BackendOptions::default();
     while let Some(a) = args.next() {
         match a.as_str() {
             "--backend" => name = value(&mut args, "--backend NAME")?,
@@ -235,13 +236,16 @@ fn main() -> Result<()> {
             "--tokens" => tokens = value::<usize>(&mut args, "--tokens N")?.max(1),
             "--precision" => precision = value(&mut args, "--precision exact|fast")?,
             "--no-check" => check = false,
+            #[cfg(feature = "wgpu")]
+            "--wgpu" => opts.wgpu = value(&mut args, "--wgpu OPTIONS")?,
             _ => specs.push(a),
         }
     }
     if specs.is_empty() {
         specs = NINE_B.iter().map(|s| s.to_string()).collect();
     }
-    let dev = backend::create_with(&name, &BackendOptions { precision })?;
+    opts.precision = precision;
+    let dev = backend::create_with(&name, &opts)?;
     let cpu = backend::create("cpu")?;
     // Every case is prepared (and checked) before any is timed, so that the timed calls run
     // back to back on a busy GPU.

@@ -5,8 +5,9 @@
 # the lines of $AB: "SHAPE QUANT TAG [ENV=VALUE ...]". Writes $OUT/ab.txt (every run, then each
 # variant's median) and the bench logs into $OUT/ab.tar.gz. A variant with BIN=PATH among its
 # settings runs that rill instead (e.g. a previous pack's bundle, unpacked by hand into /tmp/old:
-# BIN=/tmp/old/rill), for an A/B across commits.
-#   AB=$'qwen3.5-9b q4_k_m default\nqwen3.5-9b q4_k_m nodot RILL_WGPU_MV_DOT=0' ROUNDS=3 \
+# BIN=/tmp/old/rill), for an A/B across commits (how kernel variants are measured end to end:
+# the losing ones do not ship behind switches).
+#   AB=$'qwen3.5-9b q4_k_m default\nqwen3.5-9b q4_k_m nofusion RILL_WGPU_FUSION=0' ROUNDS=3 \
 #       bash scripts/gpu-wgpu-ab.sh
 set -u
 cd "$(dirname "$0")/.."

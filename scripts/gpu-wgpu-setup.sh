@@ -1,4 +1,4 @@
-# Sourced by the wgpu GPU jobs (scripts/gpu-wgpu.sh, scripts/gpu-wgpu-mv-sweep.sh) from the tree's
+# Sourced by the wgpu GPU jobs (scripts/gpu-wgpu.sh, scripts/gpu-wgpu-ab.sh) from the tree's
 # root: unpacks .gpu-wgpu/bundle.tar.xz (scripts/pack-gpu-wgpu.sh) into $bin, links the directory
 # the test executables were built in to this tree, installs the Vulkan loader of .gl/ for the
 # NVIDIA driver (RILL_GPU_SETUP=0 skips it: a machine with its own driver, e.g. lavapipe) and

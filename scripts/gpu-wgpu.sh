@@ -6,17 +6,17 @@
 # (WGPU_BUDGET_S, default 290 s: every step gets a timeout within what is left, and steps that no
 # longer fit are skipped and say so).
 #   1. the device op suite and the end-to-end fixtures on wgpu (RILL_TEST_BACKENDS=wgpu): the
-#      subgroup path, then the plain path (RILL_WGPU_PLAIN=1, what browsers run) for the matrix
+#      subgroup path, then the plain path (RILL_TEST_WGPU=plain, what browsers run) for the matrix
 #      kernels, and Fast precision (cooperative matrices where the driver lists them);
 #   2. `rill bench --backend wgpu`: 9B q4_k_m (pp102, pp512, tg128; exact, then Fast prefill),
 #      35B-A3B q4_k_m (tg128, pp512), 9B q8_0 (tg128, pp512);
 #   3. wgpu's logits against the CPU backend's at the real shapes (9B and 35B-A3B q4_k_m: a
 #      70-token prefill, and 8 tokens decoded through recorded steps);
 #   4. RILL_PROFILE=1 decode runs (per-kernel GPU time and GB/s) of 9B q4_k_m and 35B-A3B, a
-#      9B q4_k_m decode with the tuning knobs (RILL_WGPU_FUSE, RILL_WGPU_MV_WG,
-#      RILL_WGPU_SUBMIT_AHEAD, RILL_WGPU_MV_MIN_WG) moved, decode one step at a time
-#      (RILL_DECODE_AHEAD=0), 35B-A3B decode with RILL_WGPU_MOE_SHARED=0, a
-#      Fast prefill profile of 9B q4_k_m, and 9B q4_k_m on the plain kernels (RILL_WGPU_PLAIN=1);
+#      9B q4_k_m decode with the fused dispatches off (RILL_WGPU_FUSION=0) and with naga's
+#      shader checks, decode one step at a time (RILL_DECODE_AHEAD=0), and a Fast prefill
+#      profile of 9B q4_k_m (the tuning numbers and kernel variants are measured per product by
+#      examples/mv_bench.rs --wgpu);
 #   5. a summary, printed last.
 # Everything lands in ONE file, $OUT/wgpu.tar.gz (logs, bench JSON, profiles, summary.txt),
 # refreshed after each phase. After the CUDA job in one 600 s call, give it what is left (at most
@@ -89,7 +89,7 @@ run_test() {
 }
 plain_tests() {
     for t in device_linear device_moe e2e_fixtures; do
-        run_test 30 "$t" plain RILL_WGPU_PLAIN=1
+        run_test 30 "$t" plain RILL_TEST_WGPU=plain
     done
 }
 if [ -z "${SKIP_TESTS:-}" ]; then
@@ -99,12 +99,11 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     run_test 45 device_fast fast
     # The f32 K-quant decode units (the packed-integer-dot ones are the default here; caps.rs).
     for t in device_linear device_group e2e_fixtures; do
-        run_test 45 "$t" nodot RILL_WGPU_MV_DOT=0
+        run_test 45 "$t" nodot RILL_TEST_WGPU=nodot
     done
-    # The other side of the default fused-path switches (caps.rs): the MoE routing inside the
-    # experts' gate/up dispatch on, the SwiGLU writing the down product's planes off.
+    # Every fused decode dispatch off (policy.rs): the fallbacks, on the packed-dot units.
     for t in device_moe device_linear e2e_fixtures; do
-        run_test 45 "$t" offdefault RILL_WGPU_MOE_ROUTE=1 RILL_WGPU_SWIGLU_XQ=0
+        run_test 45 "$t" nofusion RILL_TEST_WGPU=nofusion
     done
 else
     plain_tests() { :; }
@@ -235,36 +234,20 @@ profile() { # SHAPE QUANT TAG CAP [rill bench args...]
 }
 profile qwen3.5-9b q4_k_m decode 40 -p "" -n 32
 profile qwen3.5-35b-a3b q4_k_m decode 40 -p "" -n 32
-# The fused decode dispatches off (RILL_WGPU_FUSE=0) and shaders compiled with naga's runtime
-# checks (RILL_WGPU_SHADER_CHECKS=1) against the defaults, the submission and spread knobs
-# (src/backend/wgpu/caps.rs; a step ahead submits every 256, small products spread to 132
-# workgroups) and the host one step at a time (RILL_DECODE_AHEAD=0): 9B q4_k_m decode.
+# The fused decode dispatches off (RILL_WGPU_FUSION=0) and shaders compiled with naga's runtime
+# checks (RILL_WGPU_SHADER_CHECKS=1) against the defaults, and the host one step at a time
+# (RILL_DECODE_AHEAD=0): 9B q4_k_m decode.
 # The defaults at tg64 -r 1, the A/Bs' baseline (tg128 above includes no step recording).
 bench qwen3.5-9b q4_k_m tg64 30 -p "" -n 64 -r 1
 bench qwen3.5-35b-a3b q4_k_m tg64 30 -p "" -n 64 -r 1
-RILL_WGPU_FUSE=0 bench qwen3.5-9b q4_k_m nofuse 30 -p "" -n 64 -r 1
+RILL_WGPU_FUSION=0 bench qwen3.5-9b q4_k_m nofuse 30 -p "" -n 64 -r 1
 RILL_WGPU_SHADER_CHECKS=1 bench qwen3.5-9b q4_k_m checks 30 -p 102 -n 64 -r 1
-RILL_WGPU_SUBMIT_AHEAD=64 bench qwen3.5-9b q4_k_m ahead64 30 -p "" -n 64 -r 1
-RILL_WGPU_MV_MIN_WG=0 bench qwen3.5-35b-a3b q4_k_m nospread 30 -p "" -n 64 -r 1
 RILL_DECODE_AHEAD=0 bench qwen3.5-9b q4_k_m sync 30 -p "" -n 64 -r 1
 RILL_DECODE_AHEAD=0 bench qwen3.5-35b-a3b q4_k_m sync 30 -p "" -n 64 -r 1
-RILL_WGPU_MV_DOT=0 bench qwen3.5-9b q4_k_m nodot 30 -p "" -n 64 -r 1
-RILL_WGPU_MV_DOT=0 bench qwen3.5-35b-a3b q4_k_m nodot 30 -p "" -n 64 -r 1
-# The MoE shared expert in dispatches of its own (RILL_WGPU_MOE_SHARED=0), against the default
-# (inside the routed experts' two dispatches): 35B-A3B decode.
-RILL_WGPU_MOE_SHARED=0 bench qwen3.5-35b-a3b q4_k_m noshared 30 -p "" -n 64 -r 1
-# The MoE routing inside the gate/up dispatch (RILL_WGPU_MOE_ROUTE=1), against the default (a
-# dispatch of its own): 35B-A3B decode. The attention's output gate in a dispatch of its own and
-# the SwiGLU writing the down product's planes, against the defaults: 9B decode.
-RILL_WGPU_MOE_ROUTE=1 bench qwen3.5-35b-a3b q4_k_m route 30 -p "" -n 64 -r 1
-RILL_WGPU_ATT_GATE=0 bench qwen3.5-9b q4_k_m noattgate 30 -p "" -n 64 -r 1
-RILL_WGPU_SWIGLU_XQ=0 bench qwen3.5-9b q4_k_m noswigluxq 30 -p "" -n 64 -r 1
 save
-# After the numbers: the plain path's tests (the kernels browsers run), then its speed.
+# After the numbers: the plain path's tests (the kernels browsers run).
 plain_tests
 profile qwen3.5-9b q4_k_m prefill-fast 40 -p 512 -n 0 --precision fast
-# The plain kernels (no subgroups: what a browser runs), in case the subgroup path failed above.
-RILL_WGPU_PLAIN=1 bench qwen3.5-9b q4_k_m plain 40 -p 102 -n 64 -r 1
 
 # ---- 4. targets -------------------------------------------------------------------------------
 python3 - "$logs" <<'EOF' 2>&1 | tee -a "$summary" >&2

@@ -89,35 +89,39 @@ extra=("$@")
 all_tests=$(awk '{ print $1 }' "$work/bins")
 device_tests=$(printf '%s\n' $all_tests | grep '^device_' || true)
 wgpu="RILL_TEST_BACKENDS=wgpu"
-# The wgpu kernels come in variants chosen from the adapter's features (src/backend/wgpu/caps.rs):
-# each variant lavapipe can run gets the device op tests and the end-to-end fixtures, with the
-# features of the build above (no second build).
-#  - plain: what browsers get (no subgroups), with naga's runtime checks back on
-#    (RILL_WGPU_SHADER_CHECKS=1) for the op tests, so every kernel runs compiled with and without
-#    them; its end-to-end run (a job of its own, the longest) without them, as the kernels ship.
-#  - the decode kernels' geometry knobs at their extremes: one row per invocation and one lane per
-#    row (no reduction) on the subgroup path; eight rows (two for the formats decoded element by
+# The wgpu kernels come in variants chosen from the adapter's features (src/backend/wgpu/caps.rs)
+# and fused decode dispatches chosen from its limits (policy.rs): each variant lavapipe can run
+# gets the device op tests and the end-to-end fixtures, with the features of the build above (no
+# second build), through the test harness's RILL_TEST_WGPU (tests/common: a comma list of
+# `WgpuOptions`, which limit or override the adapter's capabilities; the library reads none of
+# these from the environment).
+#  - plain: what browsers get (no subgroups), with naga's runtime checks back on (`checks`) for
+#    the op tests, so every kernel runs compiled with and without them; its end-to-end run (a job
+#    of its own, the longest) without them, as the kernels ship.
+#  - the decode kernels' geometry at its extremes: one row per invocation and one lane per row
+#    (no reduction) on the subgroup path; eight rows (two for the formats decoded element by
 #    element: kernels.rs MV_GENERIC_MAX_ROWS) and a whole 256-invocation workgroup per row group
-#    (two-level reduction) on the plain path; both with the packed-integer-dot K-quant
-#    units (RILL_WGPU_MV_DOT=1, off by default on lavapipe, a CPU adapter). The MoE race test and
-#    the shared-expert tests are left to the other passes (their prompt-sized cases compose kernels
-#    these passes cover) except the fused decode shapes (moe_swiglu_sh, moe_swiglu_route and moe_down_sh
-#    take the knobs: experts_shared_decode_shapes, route_experts_shared_decode_shapes). Both passes
-#    turn on the fused path that is off by default (slower on the H200): the routing inside the
-#    experts' dispatch (RILL_WGPU_MOE_ROUTE=1, also in the plain pass's MoE job); the SwiGLU that
-#    writes the down product's planes (on by default with the dot units) runs in pass b and in the
-#    dot synth job, its fallback (the down product's own preparation) in pass a.
+#    (two-level reduction) on the plain path; both with the packed-integer-dot K-quant units
+#    (`dot`, off by default on lavapipe, a CPU adapter). The MoE race test and the shared-expert
+#    tests are left to the other passes (their prompt-sized cases compose kernels these passes
+#    cover) except the fused decode shapes (moe_swiglu_sh and moe_down_sh take the geometry:
+#    experts_shared_decode_shapes, route_experts_shared_decode_shapes). The SwiGLU that writes the
+#    down product's planes (on with the dot units) runs in both passes and in the dot synth job.
+#  - the fused decode dispatches off (`nofusion`, with the dot units): every fallback a fused
+#    dispatch replaces (norms and the SwiGLU without planes and the products' own preparation, the
+#    products one by one, the attention gate and preparation, the MoE shared expert composed).
 #  - at most 8 storage buffers per kernel (browsers): the fused decode dispatches' fallbacks
 #    (matrix-vector groups of 3, the attention preparation in halves, the gates separate), by op
 #    test and end to end on one dense quantized row (every fallback of a layer), the MoE row and
 #    the prefill-then-decode split, with the packed-integer-dot units.
 #  - fast precision with the cooperative-matrix kernel emulated (lavapipe has no tensor cores).
-plain="$wgpu RILL_WGPU_PLAIN=1"
-off="RILL_WGPU_MOE_ROUTE=1" # the fused path off by default (caps.rs)
-# (RILL_WGPU_MV_MIN_WG=0: small products would otherwise widen their one lane again.)
-mv_a="$wgpu RILL_WGPU_MV_DOT=1 $off RILL_WGPU_SWIGLU_XQ=0 RILL_WGPU_MV_WG=64 RILL_WGPU_MV_ROWS=1 RILL_WGPU_MV_LANES=1 RILL_WGPU_MV_MIN_WG=0"
-mv_b="$wgpu RILL_WGPU_MV_DOT=1 $off RILL_WGPU_SWIGLU_XQ=1 RILL_WGPU_PLAIN=1 RILL_WGPU_MV_WG=256 RILL_WGPU_MV_ROWS=8 RILL_WGPU_MV_LANES=256"
-narrow="$wgpu RILL_WGPU_MAX_STORAGE=8"
+plain="$wgpu RILL_TEST_WGPU=plain"
+checked="$wgpu RILL_TEST_WGPU=plain,checks"
+# (mv_min_wg=0: small products would otherwise widen their one lane again.)
+mv_a="$wgpu RILL_TEST_WGPU=dot,mv_wg=64,mv_rows=1,mv_lanes=1,mv_min_wg=0"
+mv_b="$wgpu RILL_TEST_WGPU=dot,plain,mv_wg=256,mv_rows=8,mv_lanes=256"
+unfused="$wgpu RILL_TEST_WGPU=nofusion,dot"
+narrow="$wgpu RILL_TEST_WGPU=max_storage=8"
 # Longest first (minutes on a 2-core machine, roughly): the end-to-end runs, the MoE and synth
 # suites, then the rest.
 job "e2e_fixtures" "" e2e_fixtures
@@ -129,11 +133,11 @@ job "synth_runs (deep dense)" "" synth_runs deep_dense
 job "synth_runs (deep moe)" "" synth_runs deep_moe
 job "synth_runs (tiny moe)" "" synth_runs every_quant_of_tiny_moe
 job "synth_runs (the rest)" "" synth_runs --skip deep_ --skip every_quant_of_tiny_moe
-job "e2e_fixtures (8 bindings, dot)" "$narrow RILL_WGPU_MV_DOT=1" e2e_fixtures \
+job "e2e_fixtures (8 bindings, dot)" "$wgpu RILL_TEST_WGPU=max_storage=8,dot" e2e_fixtures \
     q4_k_m_matches moe_f16_matches prefill_then_decode
-job "device_moe (plain, checks, routing fused)" "$plain RILL_WGPU_SHADER_CHECKS=1 RILL_WGPU_MOE_ROUTE=1" device_moe
+job "device_moe (plain, checks)" "$checked" device_moe
 # The dense FFN's SwiGLU writing the down product's planes (the fixtures' rows are too short for it).
-job "synth_runs (dot)" "$wgpu RILL_WGPU_MV_DOT=1 RILL_WGPU_SWIGLU_XQ=1" synth_runs dense_ffn_planes_decode_matches_prefill
+job "synth_runs (dot)" "$wgpu RILL_TEST_WGPU=dot" synth_runs dense_ffn_planes_decode_matches_prefill
 moe_skip=(--skip concurrent_callers --skip experts_shared_f32 --skip experts_shared_q4_k --skip experts_shared_q8_0
     --skip experts_shared_q6_k --skip experts_shared_mixed)
 job "device_moe (mv extremes a)" "$mv_a" device_moe "${moe_skip[@]}"
@@ -142,16 +146,19 @@ for t in device_linear device_group; do
     job "$t (mv extremes a)" "$mv_a" "$t"
 done
 job "device_linear (mv extremes b)" "$mv_b" device_linear
+for t in device_linear device_group device_fused device_moe; do
+    job "$t (no fusion, dot)" "$unfused" "$t"
+done
 job "prefix_cache" "" prefix_cache
 for t in $device_tests; do
     [ "$t" = device_moe ] && continue
     job "$t" "" "$t"
-    job "$t (plain, checks)" "$plain RILL_WGPU_SHADER_CHECKS=1" "$t"
+    job "$t (plain, checks)" "$checked" "$t"
 done
 for t in device_fused device_group; do
     job "$t (8 bindings)" "$narrow" "$t"
 done
-job "device_fast (coop emulated)" "$wgpu RILL_WGPU_COOP_EMULATE=1" device_fast
+job "device_fast (coop emulated)" "$wgpu RILL_TEST_WGPU=coop_emulate" device_fast
 for t in $all_tests; do
     case "$t" in device_* | e2e_fixtures | synth_runs | prefix_cache) continue ;; esac
     job "$t" "" "$t"

@@ -1,7 +1,5 @@
 // MoE routing of one token by one workgroup of RT_WG invocations (declared by the including kernel:
-// moe_route.wgsl ROW_WG, the routed experts' gate and up products that route their token themselves,
-// moe_swiglu_sh.wgsl with lib_moe_sh_route.wgsl, MV_WG: 64, 128 or 256), one function, so the two
-// give bit for bit the same ids and weights. The softmax sum is a 256-leaf tree whatever RT_WG:
+// moe_route.wgsl ROW_WG). The softmax sum is a 256-leaf tree whatever RT_WG:
 // an invocation sums its leaves (li + w RT_WG, elements leaf + 256 n) and folds them as the tree's
 // first levels would (rt_leaves), then the workgroup reduces the rest; the max and the ranks do not
 // depend on the order.

@@ -14,7 +14,6 @@ struct Params {
     row_groups: u32, // workgroups per entry (gate/up) or per token (down)
     units: u32,      // n_in / MV_UNIT
     lanes: u32,
-    scale: u32,      // f32 bits: the routing's scale (moe_swiglu_route)
 }
 
 @group(0) @binding(0) var<uniform> P: Params;

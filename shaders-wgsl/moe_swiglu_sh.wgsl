@@ -4,8 +4,7 @@
 // invocation's MV_R gate and MV_R up rows share each unit's x, as in matvec_swiglu.wgsl. The
 // arithmetic is moe_matvec.wgsl's gate and up passes': the routed experts' hidden rows are bit
 // for bit theirs (the shared expert's are matvec_swiglu.wgsl's without packed dots). Slot j's
-// expert comes from `sh_expert`: read from ids (lib_moe_sh_ids.wgsl), or routed by the workgroup
-// itself from the router logits (lib_moe_sh_route.wgsl, kernel moe_swiglu_route).
+// expert comes from `sh_expert` (lib_moe_sh_ids.wgsl): read from ids.
 @group(0) @binding(1) var<storage, read> W: array<vec4<u32>>;
 @group(0) @binding(2) var<storage, read> W2: array<vec4<u32>>;
 @group(0) @binding(3) var<storage, read> W3: array<vec4<u32>>;

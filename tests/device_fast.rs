@@ -1,7 +1,7 @@
 //! Every device backend at `Precision::Fast` (this binary's only instance of each device):
 //! wgpu's prefill matmuls on f16 cooperative matrices where the adapter has them (the H200's
-//! Vulkan driver), or their emulation with `RILL_WGPU_COOP_EMULATE=1` (scripts/test.sh runs this
-//! binary so on lavapipe); a backend without a faster tier runs exact, which is within the tier
+//! Vulkan driver), or their emulation with `RILL_TEST_WGPU=coop_emulate` (scripts/test.sh runs
+//! this binary so on lavapipe); a backend without a faster tier runs exact, which is within the tier
 //! too. Checked at the f16-rounded tier of ../shared/fixtures/README.md against the CPU
 //! backend's exact results.
 
@@ -20,29 +20,31 @@ fn fast() -> Vec<Arc<dyn Backend>> {
     device_backends_at(Precision::Fast)
 }
 
-/// The variant asked for through the environment is really what runs (a test of wgpu's variant
-/// choice: the environment variables are wgpu's).
+/// The variant asked for (`RILL_TEST_WGPU`) is really what runs (a test of wgpu's variant
+/// choice).
+#[cfg(feature = "wgpu")]
 #[test]
 fn variant_asked_for_is_selected() {
+    let asked = wgpu_options();
     for be in fast().into_iter().filter(|be| be.name() == "wgpu") {
-        if std::env::var_os("RILL_WGPU_COOP_EMULATE").is_some_and(|v| v == "1") {
+        let info = be.driver_info();
+        if asked.coop_emulate {
             assert_eq!(be.precision(), Precision::Fast);
-            assert!(
-                be.driver_info().contains("emulated cooperative-matrix"),
-                "{}",
-                be.driver_info()
-            );
+            assert!(info.contains("emulated cooperative-matrix"), "{info}");
         }
-        // The second tensor-core kernel asked for (tensor cores or emulated) is the one running.
-        // A geometry asked for that the device cannot hold falls back to the default: said here.
-        if be.precision() == Precision::Fast && std::env::var_os("RILL_WGPU_COOP").is_some_and(|v| v == "2") {
-            let info = be.driver_info();
-            assert!(info.contains("coop2"), "{info}");
-            if let Ok(tile) = std::env::var("RILL_WGPU_COOP_TILE") {
-                assert!(info.contains(&format!("coop2 {tile}")), "{tile} asked for: {info}");
+        // The tensor-core kernel (on tensor cores or emulated) in the geometry asked for; a
+        // geometry the device cannot hold falls back to the default: said here.
+        if be.precision() == Precision::Fast {
+            assert!(info.contains("coop2 "), "{info}");
+            if let Some(t) = asked.tuning.coop_tile {
+                let tile = format!(
+                    "coop2 {}x{}x{}/{}x{}, {} buffer",
+                    t.rows, t.toks, t.k, t.sg_rows, t.sg_toks, t.bufs
+                );
+                assert!(info.contains(&tile), "{tile} asked for: {info}");
             }
         }
-        if std::env::var_os("RILL_WGPU_PLAIN").is_some_and(|v| v == "1") {
+        if asked.plain {
             assert_eq!(be.precision(), Precision::Exact, "the plain path has no f16 products");
         }
     }

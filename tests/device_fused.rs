@@ -5,7 +5,7 @@
 //! recorded into a step that is then replayed at new positions (the position is read on the device).
 //! Then a model whose layers take every fused decode op (these two and `matmul_group`, whose own
 //! tests are tests/device_group.rs), decoded on each device against the CPU. scripts/test.sh runs
-//! this binary again with the wgpu fallbacks a browser gets (`RILL_WGPU_MAX_STORAGE=8`).
+//! this binary again with the wgpu fallbacks a browser gets (`RILL_TEST_WGPU=max_storage=8`).
 //!
 //! Tolerances are those of the unfused ops' tests (tests/device_ops.rs), which these ops compose:
 //! copies (the gate half of q, v into its cache, the conv state) are bit-exact.

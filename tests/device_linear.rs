@@ -162,7 +162,7 @@ fn assert_own_prep_agrees(p: &Both, what: &str, wt: &Pt, y: &Pt, got: &[f32]) {
     assert_eq!(bits(got), bits(&again), "{what}: not what the product's own prep gives");
 }
 
-/// With RILL_WGPU_MV_DOT=1 the wgpu norms write their output's packed-dot planes and a product of
+/// With the packed-dot units (`RILL_TEST_WGPU=dot`) the wgpu norms write their output's packed-dot planes and a product of
 /// that output reads them instead of quantizing it again: the product must see the norm's output
 /// as it is when the product runs. A norm then the Q4_K and Q6_K products; a norm, an in-place
 /// op that rewrites its output, then the products (stale planes would give the old values); two
@@ -228,7 +228,7 @@ fn products_of_norm_outputs_see_their_current_values() {
     }
 }
 
-/// With RILL_WGPU_MV_DOT=1 a norm writes its output's planes from registers, eight invocations
+/// With the packed-dot units (`RILL_TEST_WGPU=dot`) a norm writes its output's planes from registers, eight invocations
 /// per 32-element block (lib_norm_dot.wgsl): they must be what `mv_dot_prep` makes of the output,
 /// bit for bit (the scale, the three planes and both half-block sums), for every row length and
 /// row count the norms write planes for (rms_norm and add_rms_norm: one row of d a multiple of 256;
@@ -309,7 +309,7 @@ fn norm_written_planes_match_the_products_own_prep() {
     }
 }
 
-/// With RILL_WGPU_MV_DOT=1 the gated attention's merging dispatch writes its output's packed-dot
+/// With the packed-dot units (`RILL_TEST_WGPU=dot`) the gated attention's merging dispatch writes its output's packed-dot
 /// planes (lib_att_xq.wgsl: the row through workgroup memory, each block whole): the output
 /// projection's Q4_K and Q6_K products that read them must give what their own prep gives, bit
 /// for bit, and match the dequantized weights times the device's output. Qwen3.5's 16 heads of
@@ -390,7 +390,7 @@ fn matmul_prompt_batches_match_cpu() {
 /// (1, 33, 129, 515), rows whose units are not a multiple of the lanes (2304 = 9 K-quant blocks
 /// = 36 units of 64) or fewer than the lanes (512: 8 units), for the formats with their own
 /// decoders, one without (Q4_0), and the two-weight SwiGLU. scripts/test.sh runs it under several
-/// geometries of the knobs (`RILL_WGPU_MV_*`).
+/// geometries of the tuning options (`RILL_TEST_WGPU=mv_rows=..,mv_lanes=..`).
 #[test]
 fn matvec_geometry_edges_match_cpu() {
     use GgmlType::*;
@@ -443,7 +443,7 @@ fn matvec_x_case(p: &Both, ty: GgmlType, bytes: &[u8], n_out: usize, n_in: usize
 }
 
 /// Decode products of inputs whose 32-element blocks differ wildly, for the wgpu dot units
-/// (RILL_WGPU_MV_DOT=1: x quantized per block into three int8 planes under a power-of-two scale,
+/// (`RILL_TEST_WGPU=dot`: x quantized per block into three int8 planes under a power-of-two scale,
 /// mv_dot_prep.wgsl): zero blocks, a large outlier in a block, block scales from 1e-3 to 1e3,
 /// and whole rows of tiny (1e-30) and huge (1e30) magnitudes, which the scale's exponent must
 /// follow. Every backend must stay within the exact tier's bound here.
@@ -641,8 +641,8 @@ fn gate_up(p: &Both, ty: GgmlType, n_ff: usize, n_in: usize, rng: &mut Rng) -> G
     }
 }
 
-/// With the packed-dot units (RILL_WGPU_MV_DOT=1, scripts/test.sh's MV-geometry passes; by default
-/// where the adapter runs them natively) and unless RILL_WGPU_SWIGLU_XQ=0, the wgpu `matmul_swiglu` of one token writes its output's packed-dot
+/// With the packed-dot units (`RILL_TEST_WGPU=dot`, scripts/test.sh's MV-geometry passes; by default
+/// where the adapter runs them natively) and with fusion on, the wgpu `matmul_swiglu` of one token writes its output's packed-dot
 /// planes (matvec_swiglu_xq.wgsl: a workgroup owns whole 32-row blocks and writes them from
 /// workgroup memory, each block whole) and the FFN's down product reads them instead
 /// of quantizing the output again: they must be what `mv_dot_prep` makes of the output, bit for

@@ -1,6 +1,6 @@
 //! Weights larger than one storage binding (issue 12, finding 9): lavapipe and browsers bind at
 //! most 128 MiB, less than a 0.8B model's embedding. This binary lowers wgpu's limit to 512 KiB
-//! (`RILL_WGPU_MAX_BINDING`, set before any backend starts) so small tensors exercise the
+//! (`common::lower_wgpu_binding`, before any backend starts) so small tensors exercise the
 //! piecewise binding: matmul, embed, matmul_swiglu and the MoE experts run piece by piece and
 //! equal the CPU, a whole model runs, and a weight that cannot be split is refused at upload
 //! naming the tensor, the limit and `--backend cpu`. Every device backend runs the same cases (a
@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::sync::{Arc, Once};
+use std::sync::Arc;
 
 use common::device::Both;
 use common::weights::{check_matmul, dequant, random_weight, upload};
@@ -23,9 +23,7 @@ const LIMIT: u64 = 512 << 10;
 /// The device backends of this process at the exact tier (binding in pieces is the same at every
 /// tier; the checks here are exact), wgpu's with the lowered binding limit.
 fn each() -> Vec<Both> {
-    static LOWER: Once = Once::new();
-    // set_var before any backend of this process starts (and so before any thread reads it).
-    LOWER.call_once(|| std::env::set_var("RILL_WGPU_MAX_BINDING", LIMIT.to_string()));
+    lower_wgpu_binding(LIMIT);
     Both::each().into_iter().filter(|p| !p.fast()).collect()
 }
 

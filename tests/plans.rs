@@ -158,8 +158,8 @@ fn cuda_expected(m: &Model, t: usize, head: Head) -> Vec<&'static str> {
 
 #[cfg(feature = "wgpu")]
 /// wgpu: products of one input in one launch, the residual add with the next norm, the fused
-/// Gated DeltaNet preparation, attention preparation and gate, and a MoE FFN's routing with its
-/// experts.
+/// Gated DeltaNet preparation, attention preparation and gate, and a MoE FFN's shared expert
+/// with its routed experts.
 fn wgpu_expected(m: &Model, t: usize, head: Head) -> Vec<&'static str> {
     let moe = m.config.moe.is_some();
     let fuse_final = t == 1 && matches!(head, Head::LastLogits | Head::LastArgmax);
@@ -171,11 +171,7 @@ fn wgpu_expected(m: &Model, t: usize, head: Head) -> Vec<&'static str> {
     let mut ops = vec!["embed", "rms_norm"];
     let n = m.config.is_linear.len();
     for (i, &linear) in m.config.is_linear.iter().enumerate() {
-        // After a MoE layer, its routed run lists the residual add, the norm and these products
-        // (`launches` counts a run whole; on the device they launch as their own runs).
-        if i == 0 || !moe {
-            ops.push("matmul_group");
-        }
+        ops.push("matmul_group");
         if linear {
             ops.extend(["gdn_conv_gates", delta, "gated_rms_norm"]);
         } else {
@@ -184,19 +180,15 @@ fn wgpu_expected(m: &Model, t: usize, head: Head) -> Vec<&'static str> {
         ops.extend(["matmul", "add_rms_norm"]);
         let last = i + 1 == n;
         if moe {
-            // The routed run takes the residual add after it (`launches` counts it whole).
-            ops.extend(["matmul_group", "moe_route_experts_shared"]);
-            if last && !fuse_final {
-                ops.push("add_assign");
-            }
+            ops.extend(["matmul_group", "moe_route", "moe_experts_shared"]);
         } else {
             ops.extend(["matmul_swiglu", "matmul"]);
-            ops.push(if last && !fuse_final {
-                "add_assign"
-            } else {
-                "add_rms_norm"
-            });
         }
+        ops.push(if last && !fuse_final {
+            "add_assign"
+        } else {
+            "add_rms_norm"
+        });
     }
     head_ops(&mut ops, t, head, fuse_final);
     ops

@@ -144,7 +144,7 @@ fn deep_moe_bf16_stays_finite() {
 }
 
 /// A dense model whose rows take the one-token fused SwiGLU (rows longer than 256) and whose FFN
-/// width is whole 256-element blocks: with RILL_WGPU_MV_DOT=1 (scripts/test.sh; the SwiGLU's
+/// width is whole 256-element blocks: with the packed-dot units (`RILL_TEST_WGPU=dot`, scripts/test.sh; the SwiGLU's
 /// planes are on by default with the dot units) the SwiGLU writes its output's packed-dot planes and the down product reads
 /// them, in recorded and replayed decode steps, against prefill (which writes none).
 #[test]

@@ -199,6 +199,10 @@ impl std::str::FromStr for Precision {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct BackendOptions {
     pub precision: Precision,
+    /// The wgpu backend's capabilities limited or overridden (tests, measurements); the default
+    /// is the adapter's own choice.
+    #[cfg(feature = "wgpu")]
+    pub wgpu: wgpu::WgpuOptions,
 }
 
 /// What `argmax` writes for a row with no allowed value (every logit NaN or -inf), the same rows

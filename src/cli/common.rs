@@ -46,6 +46,7 @@ impl BackendArgs {
             &self.backend,
             &BackendOptions {
                 precision: self.precision,
+                ..BackendOptions::default()
             },
         )
     }

@@ -88,7 +88,7 @@ fn start(name: &str, precision: Precision) -> Started {
         .unwrap_or_else(|e| e.into_inner());
     map.entry((name.to_string(), precision.name()))
         .or_insert_with(|| {
-            let r = backend::create_with(name, &BackendOptions { precision }).map_err(|e| e.to_string());
+            let r = backend::create_with(name, &options(precision)).map_err(|e| e.to_string());
             if let (Err(e), Some((_, IfMissing::Skip, _))) = (&r, DEVICES.iter().find(|d| d.0 == name)) {
                 if name == "cuda" && std::env::var_os("RILL_TEST_REQUIRE_CUDA").is_some() {
                     panic!("cuda backend required (RILL_TEST_REQUIRE_CUDA): {e}");
@@ -99,6 +99,48 @@ fn start(name: &str, precision: Precision) -> Started {
             r
         })
         .clone()
+}
+
+/// The options every backend of this process starts with: `precision`, and the wgpu backend's
+/// `wgpu_options`.
+fn options(precision: Precision) -> BackendOptions {
+    #[allow(unused_mut)] // Only the wgpu backend has options of its own.
+    let mut o = BackendOptions {
+        precision,
+        ..BackendOptions::default()
+    };
+    #[cfg(feature = "wgpu")]
+    {
+        o.wgpu = wgpu_options();
+    }
+    o
+}
+
+/// The storage binding limit a test binary lowers for itself (`lower_wgpu_binding`).
+#[cfg(feature = "wgpu")]
+static WGPU_BINDING: OnceLock<u64> = OnceLock::new();
+
+/// The wgpu variant under test: `RILL_TEST_WGPU`, a comma list of options (`WgpuOptions`'
+/// `FromStr`: `plain`, `checks`, `nofusion`, `dot`, `coop_emulate`, `max_storage=8`,
+/// `mv_rows=1`, ...; scripts/test.sh runs the suites under several), and a binding limit the
+/// binary lowered (`lower_wgpu_binding`). Unset: the adapter's own choice. A list that does not
+/// parse fails every test rather than testing the default variant by mistake.
+#[cfg(feature = "wgpu")]
+pub fn wgpu_options() -> rill::backend::wgpu::WgpuOptions {
+    let mut o: rill::backend::wgpu::WgpuOptions = std::env::var("RILL_TEST_WGPU")
+        .map(|v| v.parse().unwrap_or_else(|e| panic!("RILL_TEST_WGPU={v}: {e}")))
+        .unwrap_or_default();
+    if let Some(&b) = WGPU_BINDING.get() {
+        o.max_binding = Some(b);
+    }
+    o
+}
+
+/// Lower the wgpu backend's storage binding limit to `bytes` for this process (tests of the
+/// piecewise binding): call before any backend starts.
+#[cfg(feature = "wgpu")]
+pub fn lower_wgpu_binding(bytes: u64) {
+    WGPU_BINDING.get_or_init(|| bytes);
 }
 
 /// The backend `name` (`cpu`, `wgpu`, ...) at the exact tier, one instance per process. A backend

@@ -31,7 +31,7 @@ use crate::gguf::GgmlType;
 const PARAM_SLOTS: u64 = super::caps::SUBMIT_EVERY_MAX as u64;
 /// Most storage bindings of one kernel (`attn_qk_prep`'s; `caps` runs a kernel only where the
 /// adapter allows its count).
-const MAX_BINDS: usize = kernels::PREP_BINDINGS as usize;
+const MAX_BINDS: usize = super::geometry::PREP_BINDINGS as usize;
 /// Recorded steps kept (a few sessions x head variants).
 const MAX_STEPS: usize = 16;
 /// Most timestamps per submission when profiling.
@@ -428,7 +428,7 @@ impl<'a> Encoder<'a> {
         let be = self.be;
         let caps = &be.caps;
         let label = kernels::label(kernel, fmt, caps);
-        let src = kernels::dev_source(&label, kernels::source(kernel, fmt, caps)?)?;
+        let src = kernels::source(kernel, fmt, caps)?;
         let slots = kernels::bindings(&src)?;
         if slots.first() != Some(&Slot::Uniform) || slots[1..].contains(&Slot::Uniform) {
             return Err(gpu_err(format!("{label}: binding 0 must be the only uniform")));
@@ -499,10 +499,10 @@ impl<'a> Encoder<'a> {
         if let Some(e) = pollster::block_on(scope.pop()) {
             return Err(gpu_err(format!("shader {label} failed to compile: {e}")));
         }
-        // RILL_WGPU_TRACE_COMPILE=1: each pipeline's creation time. Drivers that compile lazily
-        // (lavapipe runs LLVM at the first dispatch) show the rest in a `RILL_PROFILE=1` run.
+        // Profiling: each pipeline's creation time too. Drivers that compile lazily (lavapipe
+        // runs LLVM at the first dispatch) show the rest in the profile's first dispatch.
         #[cfg(not(target_arch = "wasm32"))]
-        if std::env::var_os("RILL_WGPU_TRACE_COMPILE").is_some_and(|v| v == "1") {
+        if self.st.profile.on {
             eprintln!(
                 "rill wgpu: compiled {label} in {:.0} ms",
                 t0.elapsed().as_secs_f64() * 1e3

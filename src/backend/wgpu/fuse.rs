@@ -3,14 +3,13 @@
 //! adapter's binding limits, shapes) runs nothing here and is matched again without that fusion.
 
 use super::{ops, WgpuBackend};
-use crate::backend::check;
 use crate::backend::fusion::{Fuse, Fused, Fusion, FusionSet};
 use crate::error::Result;
 
-/// The fusions this backend has kernels for. A MoE FFN's norm and router and a block's last
-/// product with its residual add have none of their own here: those runs are matched as their
-/// parts (`AddNorm`, `Group`).
-pub const FUSIONS: [Fusion; 9] = [
+/// The fusions this backend has kernels for. A MoE FFN's norm, router and routing and a block's
+/// last product with its residual add have none of their own here: those runs are matched as
+/// their parts (`AddNorm`, `Group`, `MoeExpertsShared`).
+pub const FUSIONS: [Fusion; 8] = [
     Fusion::Group,
     Fusion::AddNorm,
     Fusion::MatmulSwiglu,
@@ -19,12 +18,16 @@ pub const FUSIONS: [Fusion; 9] = [
     Fusion::AttnPrep,
     Fusion::AttentionGated,
     Fusion::MoeExpertsShared,
-    Fusion::MoeRouteExpertsShared,
 ];
 
 impl Fuse for WgpuBackend {
     fn fusions(&self) -> FusionSet {
-        FusionSet::of(&FUSIONS)
+        // `RILL_WGPU_FUSION=0` (`WgpuOptions::fusion`): one dispatch per op.
+        if self.caps.fusion {
+            FusionSet::of(&FUSIONS)
+        } else {
+            FusionSet::NONE
+        }
     }
 
     fn run_fused(&self, f: &Fused<'_>) -> Result<usize> {
@@ -85,26 +88,10 @@ impl Fuse for WgpuBackend {
                     return Ok(0);
                 }
             }
-            Fused::MoeRouteExpertsShared {
-                x,
-                logits,
-                k,
-                scale,
-                experts,
-                out,
-                next,
-            } => {
-                let n = next.as_ref().map(|n| n.add_norm());
-                check::moe_route_experts_shared(x, logits, k, experts, out, n)?;
-                let route = ops::Route { logits, k, scale };
-                if !ops::moe_route_experts_shared(self, x, route, experts, out)? {
-                    return Ok(0);
-                }
-                // The routing and the experts ran; the residual add and norm after them (`next`)
-                // are matched again on their own.
-                return Ok(all - next.map_or(0, |n| n.len()));
-            }
-            Fused::MatmulAddNorm { .. } | Fused::GdnStep { .. } | Fused::MoeFfn { .. } => return Ok(0),
+            Fused::MatmulAddNorm { .. }
+            | Fused::GdnStep { .. }
+            | Fused::MoeRouteExpertsShared { .. }
+            | Fused::MoeFfn { .. } => return Ok(0),
         }
         Ok(all)
     }

@@ -7,7 +7,8 @@
 //! (`dequant_<type>.wgsl` plus the shared snippets it needs), for a reducing kernel the reduction
 //! of the selected variant (`lib_reduce_sg.wgsl` or `lib_reduce_plain.wgsl`), then the op's file.
 
-use super::caps::{AttTile, Caps, Coop, CoopTile, COOP_SCRATCH_STRIDE};
+use super::caps::{Caps, Coop};
+use super::geometry::{AttTile, CoopTile, ATT_MAX_D, ATT_T_BK, ATT_T_BQ, ATT_T_WG, COOP_SCRATCH_STRIDE, MOE_MAX_K};
 use crate::backend::wgpu::gpu_err;
 use crate::error::Result;
 use crate::gguf::GgmlType;
@@ -31,14 +32,6 @@ pub(crate) const TILE_N: u32 = 64;
 pub(crate) const TILE_K: u32 = 32;
 /// Invocations of `matmul_tiled` (16 x 16, each a 4 x 4 block of outputs).
 pub(crate) const TILE_WG: u32 = 256;
-/// The cooperative-matrix kernel: same tile, 4 subgroups of 32 invocations; its f32 result tile
-/// has a row stride of TILE_N + 4: a cooperative load or store needs a stride of a whole number of
-/// 16 bytes (Vulkan's VUID-RuntimeSpirv-OpCooperativeMatrixLoadKHR-08986), and the padding cuts
-/// the bank conflicts of the transposing write-out to 4-way.
-pub(crate) const COOP_WG: u32 = 128;
-pub(crate) const COOP_CS: u32 = TILE_N + 4;
-/// Workgroup memory of the coop kernel: f16 weight and x tiles, f32 result tile.
-pub(crate) const COOP_WORKGROUP_BYTES: u32 = 2 * (TILE_M * TILE_K + TILE_K * TILE_N) + 4 * TILE_M * COOP_CS;
 /// Invocations of the one-workgroup-per-row kernels (norms, embedding rows, argmax).
 pub(crate) const ROW_WG: u32 = 256;
 /// Values of a row one argmax workgroup scans when a row is split (rows up to this long take one
@@ -49,17 +42,7 @@ pub(crate) const ELT_WG: u32 = 256;
 /// Attention: invocations and keys per tile, largest head dim, and the number of pieces the KV
 /// range of one decode query is split into (flash-decoding).
 pub(crate) const ATT_WG: u32 = 64;
-pub(crate) const ATT_MAX_D: u32 = 256;
 pub(crate) const ATT_SPLITS: u32 = 32;
-/// The tiled prefill attention (`attention_tiled.wgsl`): invocations (8 x 16), query rows and keys
-/// per tile (each invocation scores 4 rows x 4 keys and accumulates 4 rows x 4 vec4s of dims, so
-/// 4 * 16 vec4s cover ATT_MAX_D). Its chunk of staged dims and V rows are `Caps::att_tiled`.
-pub(crate) const ATT_T_WG: u32 = 128;
-pub(crate) const ATT_T_BQ: u32 = 32;
-pub(crate) const ATT_T_BK: u32 = 64;
-const _: () = assert!(ATT_T_WG == 8 * 16 && ATT_T_BQ == 4 * 8 && ATT_T_BK == 4 * 16 && ATT_MAX_D == 4 * 4 * 16);
-// The softmax pass gives each row four invocations.
-const _: () = assert!(ATT_T_WG == 4 * ATT_T_BQ);
 /// The chunked delta rule: chunk length, largest key head dim, invocations per workgroup of both
 /// kernels, and state rows per workgroup of `delta_rule_chunk_state` (whose phase a gives each
 /// invocation one token and four rows: `DELTA_WG = DELTA_CHUNK · DELTA_ROWS / 4`; the prep kernel
@@ -102,30 +85,8 @@ pub(crate) const CONV_NORM_WG: u32 = 128;
 pub(crate) const PREP_WG: u32 = ATT_MAX_D;
 // The workgroup-memory reduction (lib_reduce_plain.wgsl) takes a power of two up to 256.
 const _: () = assert!(PREP_WG.is_power_of_two() && PREP_WG <= 256);
-/// Storage buffers of the fused decode kernels (`caps` picks them only where the adapter allows
-/// as many; `fused_kernels_bind_what_caps_assumes` checks these against the shaders):
-/// `gdn_conv_gates`, `attn_qk_prep` and each of its halves.
-pub(crate) const GATES_BINDINGS: u32 = 10;
-pub(crate) const PREP_BINDINGS: u32 = 11;
-pub(crate) const PREP_HALF_BINDINGS: u32 = 7;
-
-/// Storage buffers of a `matvec_group` of `n` products: x, and a weight and an output each.
-pub(crate) const fn mv_group_bindings(n: u32) -> u32 {
-    1 + 2 * n
-}
-
-/// Storage buffers of `attention_combine_gate` with the planes (`Caps::attn_gate`).
-pub(crate) const ATT_GATE_BINDINGS: u32 = 4;
-/// MoE: most experts per token, most experts in all (`moe_route` keeps them in workgroup memory).
-pub(crate) const MOE_MAX_K: u32 = 16;
+/// MoE: most experts in all (`moe_route` keeps them in workgroup memory).
 pub(crate) const MOE_MAX_E: u32 = 2048;
-/// Storage buffers of each kernel of the MoE experts with the shared expert among them
-/// (`moe_swiglu_sh`: four weights, ids, x, hidden rows; `moe_down_sh`: two weights, ids, weights,
-/// gate logits, hidden rows, out).
-pub(crate) const MOE_SH_BINDINGS: u32 = 7;
-/// Storage buffers of `moe_swiglu_route` (`moe_swiglu_sh` that routes its token itself: also the
-/// router logits and the weights it writes).
-pub(crate) const MOE_ROUTE_SH_BINDINGS: u32 = 9;
 /// The routing runs one slot per invocation of a matrix-vector workgroup (`moe_route.wgsl`), which
 /// has at least 64 (`Caps::mv_wg`).
 const _: () = assert!(MOE_MAX_K <= 64);
@@ -138,7 +99,7 @@ pub(crate) const XQ_VEC4: u32 = 7;
 pub(crate) const PARAM_BYTES: u64 = 64;
 
 /// The generated WGSL constants (one `const` per shared value) of `kernel`'s source. The geometry
-/// of the matrix-vector kernels (`matvec`, `matvec_swiglu`, `moe_matvec`) is tuning knobs of
+/// of the matrix-vector kernels (`matvec`, `matvec_swiglu`, `moe_matvec`) is tuning numbers of
 /// `Caps`: `MV_WG` invocations per workgroup, `MV_R` rows per invocation (`mv_rows`: per kernel and
 /// format; the lanes per row group are a per-dispatch parameter, `mv_lanes`).
 fn constants(caps: &Caps, kernel: Kernel, fmt: Option<GgmlType>) -> String {
@@ -156,8 +117,6 @@ fn constants(caps: &Caps, kernel: Kernel, fmt: Option<GgmlType>) -> String {
         ("TILE_N", TILE_N),
         ("TILE_K", TILE_K),
         ("TILE_WG", TILE_WG),
-        ("COOP_WG", COOP_WG),
-        ("COOP_CS", COOP_CS),
         ("C2_R", c2.rows),
         ("C2_T", c2.toks),
         ("C2_K", c2.k),
@@ -232,7 +191,7 @@ pub(crate) fn mv_rows(caps: &Caps, kernel: Kernel, ty: Option<GgmlType>) -> u32 
 }
 
 /// Lanes per row group of a matrix-vector dispatch over rows of `units` units (`MV_UNIT`
-/// elements each): the `RILL_WGPU_MV_LANES` knob (`RILL_WGPU_MV_LANES_LONG` for long rows), but
+/// elements each): `Caps::mv_lanes` (`Caps::mv_lanes_long` for long rows), but
 /// no more than the smallest power of two that covers the row (more would idle), and at most the
 /// workgroup.
 pub(crate) fn mv_lanes(caps: &Caps, units: usize) -> u32 {
@@ -316,7 +275,6 @@ kernels! {
     MatvecGroup3,
     MatvecGroup4,
     MatmulTiled,
-    MatmulCoop,
     MatmulCoop2,
     MoeRoute,
     MoeMatvec,
@@ -358,7 +316,6 @@ kernels! {
     DeltaChunkState,
     MoeSwigluSh,
     MoeDownSh,
-    MoeSwigluRoute,
 }
 
 struct Spec {
@@ -408,7 +365,6 @@ const ATTEND: &str = wgsl!("lib_attention");
 const ATT_XQ: &str = wgsl!("lib_att_xq");
 const ATT_NOXQ: &str = wgsl!("lib_att_noxq");
 const ATT_MERGE: &str = wgsl!("lib_att_merge");
-const COOP_TILES: &str = wgsl!("lib_coop_tiles");
 const COOP2_TILES: &str = wgsl!("lib_coop2_tiles");
 const MM_IO: &str = wgsl!("lib_mm_io");
 const MV_IO: &str = wgsl!("lib_mv_io");
@@ -477,11 +433,6 @@ impl Kernel {
             Kernel::MatvecGroup3 => group_spec("matvec_group3", 3),
             Kernel::MatvecGroup4 => group_spec("matvec_group4", 4),
             Kernel::MatmulTiled => spec("matmul_tiled", wgsl!("matmul_tiled"), One, false).with(&[TILE_IO]),
-            Kernel::MatmulCoop => match caps.coop {
-                Coop::Emulated => spec("matmul_coop_emu", wgsl!("matmul_coop_emu"), One, false),
-                _ => spec("matmul_coop", wgsl!("matmul_coop"), One, false),
-            }
-            .with(&[TILE_IO, COOP_TILES]),
             Kernel::MatmulCoop2 => match caps.coop {
                 Coop::Emulated => spec("matmul_coop2_emu", wgsl!("matmul_coop2_emu"), One, false),
                 _ => spec("matmul_coop2", wgsl!("matmul_coop2"), One, false),
@@ -557,9 +508,6 @@ impl Kernel {
             Kernel::MoeSwigluSh => spec("moe_swiglu_sh", wgsl!("moe_swiglu_sh"), Four, false)
                 .mv()
                 .with(&[MOE_SH, wgsl!("lib_moe_sh_ids")]),
-            Kernel::MoeSwigluRoute => spec("moe_swiglu_route", wgsl!("moe_swiglu_sh"), Four, false)
-                .mv()
-                .with(&[MOE_SH, MOE_ROUTE, wgsl!("lib_moe_sh_route")]),
             Kernel::MoeDownSh => spec("moe_down_sh", wgsl!("moe_down_sh"), Two, false)
                 .mv()
                 .with(&[MOE_SH]),
@@ -754,8 +702,8 @@ pub(crate) fn label(kernel: Kernel, fmt: Option<GgmlType>, caps: &Caps) -> Strin
 pub(crate) fn source(kernel: Kernel, fmt: Option<GgmlType>, caps: &Caps) -> Result<String> {
     let sp = kernel.spec(caps);
     let mut src = String::new();
-    if matches!(kernel, Kernel::MatmulCoop | Kernel::MatmulCoop2) {
-        if caps.coop == Coop::Off || (kernel == Kernel::MatmulCoop2 && caps.coop2.is_none()) {
+    if kernel == Kernel::MatmulCoop2 {
+        if caps.coop == Coop::Off || caps.coop2.is_none() {
             return Err(gpu_err("the cooperative-matrix kernel is not enabled on this device"));
         }
         src.push_str("enable f16;\n");
@@ -819,33 +767,6 @@ pub(crate) fn source(kernel: Kernel, fmt: Option<GgmlType>, caps: &Caps) -> Resu
     Ok(src)
 }
 
-/// Kernel development, not for users: `RILL_WGPU_SHADER_DUMP=dir` writes every composed source to
-/// `dir/<label>.wgsl` (the label's `/` as `.`), and `RILL_WGPU_SHADER_DIR=dir` compiles
-/// `dir/<label>.wgsl` instead of the built-in source where that file exists, so that a kernel
-/// variant runs on a GPU machine without a rebuild (`examples/mv_bench.rs`). Read once per
-/// pipeline, never per dispatch.
-#[cfg(not(target_arch = "wasm32"))]
-pub(crate) fn dev_source(label: &str, src: String) -> Result<String> {
-    let file = format!("{}.wgsl", label.replace('/', "."));
-    let io = |p: &std::path::Path, e: std::io::Error| gpu_err(format!("{}: {e}", p.display()));
-    if let Some(dir) = std::env::var_os("RILL_WGPU_SHADER_DUMP") {
-        let p = std::path::Path::new(&dir).join(&file);
-        std::fs::write(&p, &src).map_err(|e| io(&p, e))?;
-    }
-    if let Some(dir) = std::env::var_os("RILL_WGPU_SHADER_DIR") {
-        let p = std::path::Path::new(&dir).join(&file);
-        if p.is_file() {
-            return std::fs::read_to_string(&p).map_err(|e| io(&p, e));
-        }
-    }
-    Ok(src)
-}
-
-#[cfg(target_arch = "wasm32")]
-pub(crate) fn dev_source(_label: &str, src: String) -> Result<String> {
-    Ok(src)
-}
-
 /// How a shader declares binding `n` (parsed from its source): the layout is explicit so that the
 /// parameter block can take a dynamic offset.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -903,7 +824,7 @@ fn all_keys(caps: &Caps) -> Vec<(Kernel, Option<GgmlType>)> {
     ];
     let mut v = Vec::new();
     for &k in ALL {
-        if (k == Kernel::MatmulCoop && caps.coop == Coop::Off) || (k == Kernel::MatmulCoop2 && caps.coop2.is_none()) {
+        if k == Kernel::MatmulCoop2 && caps.coop2.is_none() {
             continue;
         }
         if k.has_weights(caps) {
@@ -918,21 +839,29 @@ fn all_keys(caps: &Caps) -> Vec<(Kernel, Option<GgmlType>)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::backend::wgpu::geometry::{
+        mv_group_bindings, ATT_GATE_BINDINGS, GATES_BINDINGS, MOE_SH_BINDINGS, PREP_BINDINGS, PREP_HALF_BINDINGS,
+    };
+    use crate::backend::wgpu::options::{Tuning, WgpuOptions};
 
     /// One state row per subgroup where the subgroup size is fixed; 8 rows where it varies
     /// (subgroups then loop over the block's rows); the plain path's rows of `DELTA_LANES`.
     #[test]
     fn delta_rows_follow_the_subgroup_size() {
         use crate::backend::wgpu::caps::tests::caps;
-        use crate::backend::wgpu::caps::Overrides;
         use crate::backend::Precision;
-        let sg = caps(wgpu::Features::SUBGROUP, Precision::Exact, false, Overrides::default());
+        let sg = caps(
+            wgpu::Features::SUBGROUP,
+            Precision::Exact,
+            false,
+            WgpuOptions::default(),
+        );
         assert_eq!(delta_rec_rows(&sg.with_subgroup_sizes(32, 32)), 8);
         assert_eq!(delta_rec_rows(&sg.with_subgroup_sizes(8, 8)), 32);
         assert_eq!(delta_rec_rows(&sg.with_subgroup_sizes(64, 64)), 4);
         assert_eq!(delta_rec_rows(&sg.with_subgroup_sizes(8, 16)), 8);
         assert_eq!(delta_rec_rows(&sg), 8);
-        let plain = Overrides {
+        let plain = WgpuOptions {
             plain: true,
             ..Default::default()
         };
@@ -995,13 +924,12 @@ mod tests {
     /// The caps of an exact-tier adapter with subgroups, or its plain (browser) variant.
     fn exact_caps(plain: bool) -> Caps {
         use crate::backend::wgpu::caps::tests::caps;
-        use crate::backend::wgpu::caps::Overrides;
         use crate::backend::Precision;
         caps(
             wgpu::Features::SUBGROUP,
             Precision::Exact,
             false,
-            Overrides {
+            WgpuOptions {
                 plain,
                 ..Default::default()
             },
@@ -1027,7 +955,6 @@ mod tests {
     #[test]
     fn matvec_kernels_keep_their_data_in_registers() {
         use crate::backend::wgpu::caps::tests::caps;
-        use crate::backend::wgpu::caps::Overrides;
         use crate::backend::Precision;
         let sg = wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16;
         for (plain, rows, dot) in [
@@ -1042,10 +969,13 @@ mod tests {
                 sg,
                 Precision::Exact,
                 false,
-                Overrides {
+                WgpuOptions {
                     plain,
-                    mv_rows: Some(rows),
-                    mv_dot: Some(dot),
+                    dot: Some(dot),
+                    tuning: Tuning {
+                        mv_rows: Some(rows),
+                        ..Default::default()
+                    },
                     ..Default::default()
                 },
             );
@@ -1061,9 +991,9 @@ mod tests {
             }
             assert_eq!(
                 checked,
-                11 * 16,
+                10 * 16,
                 "matvec, matvec_tall, matvec_swiglu (and _xq), the three matvec_groups, moe_matvec, moe_swiglu_sh, \
-                 moe_down_sh, moe_swiglu_route in every format"
+                 moe_down_sh in every format"
             );
         }
     }
@@ -1135,19 +1065,21 @@ mod tests {
     }
 
     /// The element-decoded formats take at most `MV_GENERIC_MAX_ROWS` rows per invocation, in the
-    /// shader and in the dispatch's workgroup count alike; the whole-word formats take the knobs.
+    /// shader and in the dispatch's workgroup count alike; the whole-word formats take the tuning.
     #[test]
     fn generic_formats_keep_few_rows() {
         use crate::backend::wgpu::caps::tests::caps;
-        use crate::backend::wgpu::caps::Overrides;
         use crate::backend::Precision;
         let c = caps(
             wgpu::Features::SUBGROUP,
             Precision::Exact,
             false,
-            Overrides {
-                mv_rows: Some(8),
-                mv_rows_swiglu: Some(4),
+            WgpuOptions {
+                tuning: Tuning {
+                    mv_rows: Some(8),
+                    mv_rows_swiglu: Some(4),
+                    ..Default::default()
+                },
                 ..Default::default()
             },
         );
@@ -1166,26 +1098,28 @@ mod tests {
     }
 
     /// The SwiGLU that writes its output's planes (matvec_swiglu_xq.wgsl) keeps a workgroup's span
-    /// of outputs in workgroup memory: at the geometry knobs' largest (256 invocations, 8 rows,
+    /// of outputs in workgroup memory: at the tuning's largest (256 invocations, 8 rows,
     /// one lane: 2048 rows) it must stay within the 16 KiB every WebGPU adapter offers, with and
     /// without subgroups, on the packed-dot units and the f32 ones (the registers as
     /// `matvec_kernels_keep_their_data_in_registers`).
     #[test]
     fn swiglu_planes_fit_workgroup_memory() {
         use crate::backend::wgpu::caps::tests::caps;
-        use crate::backend::wgpu::caps::Overrides;
         use crate::backend::Precision;
         for (plain, dot) in [(false, true), (true, true), (false, false)] {
             let c = caps(
                 wgpu::Features::SUBGROUP,
                 Precision::Exact,
                 false,
-                Overrides {
+                WgpuOptions {
                     plain,
-                    mv_wg: Some(256),
-                    mv_rows: Some(8),
-                    mv_lanes: Some(1),
-                    mv_dot: Some(dot),
+                    dot: Some(dot),
+                    tuning: Tuning {
+                        mv_wg: Some(256),
+                        mv_rows: Some(8),
+                        mv_lanes: Some(1),
+                        ..Default::default()
+                    },
                     ..Default::default()
                 },
             );
@@ -1207,15 +1141,17 @@ mod tests {
     #[test]
     fn small_products_spread_their_lanes() {
         use crate::backend::wgpu::caps::tests::caps;
-        use crate::backend::wgpu::caps::Overrides;
         use crate::backend::Precision;
         let with = |min_wg| {
             caps(
                 wgpu::Features::SUBGROUP,
                 Precision::Exact,
                 false,
-                Overrides {
-                    mv_min_wg: min_wg,
+                WgpuOptions {
+                    tuning: Tuning {
+                        mv_min_wg: min_wg,
+                        ..Default::default()
+                    },
                     ..Default::default()
                 },
             )
@@ -1256,10 +1192,6 @@ mod tests {
                 assert_eq!(storage(k, Some(GgmlType::Q4K)), MOE_SH_BINDINGS, "{k:?}");
             }
             assert_eq!(storage(Kernel::AttentionCombineGateDot, None), ATT_GATE_BINDINGS);
-            assert_eq!(
-                storage(Kernel::MoeSwigluRoute, Some(GgmlType::Q4K)),
-                MOE_ROUTE_SH_BINDINGS
-            );
             // Within the 8 storage buffers of every adapter (caps does not check it).
             assert_eq!(storage(Kernel::MatvecSwigluXq, Some(GgmlType::Q4K)), 5);
         }
@@ -1272,8 +1204,8 @@ mod tests {
     /// machine runs: a shader error there would otherwise surface only on the device.
     #[test]
     fn every_kernel_variant_compiles() {
+        use crate::backend::wgpu::caps::coop_features;
         use crate::backend::wgpu::caps::tests::caps;
-        use crate::backend::wgpu::caps::{coop_features, Overrides};
         use crate::backend::Precision;
         use wgpu::naga;
         let sg = wgpu::Features::SUBGROUP | wgpu::Features::SHADER_F16;
@@ -1284,16 +1216,16 @@ mod tests {
                     sg,
                     Precision::Fast,
                     true,
-                    Overrides {
+                    WgpuOptions {
                         plain: true,
                         ..Default::default()
                     },
                 ),
             ),
-            ("subgroups", caps(sg, Precision::Exact, false, Overrides::default())),
+            ("subgroups", caps(sg, Precision::Exact, false, WgpuOptions::default())),
             (
                 "coop",
-                caps(sg | coop_features(), Precision::Fast, true, Overrides::default()),
+                caps(sg | coop_features(), Precision::Fast, true, WgpuOptions::default()),
             ),
             (
                 "coop-emulated",
@@ -1301,22 +1233,25 @@ mod tests {
                     sg,
                     Precision::Fast,
                     false,
-                    Overrides {
+                    WgpuOptions {
                         coop_emulate: true,
                         ..Default::default()
                     },
                 ),
             ),
-            // The matrix-vector workgroup sizes the tuning knob allows besides the default.
+            // The matrix-vector workgroup sizes the tuning allows besides the default.
             (
                 "plain, matvec workgroup 256",
                 caps(
                     sg,
                     Precision::Exact,
                     false,
-                    Overrides {
+                    WgpuOptions {
                         plain: true,
-                        mv_wg: Some(256),
+                        tuning: Tuning {
+                            mv_wg: Some(256),
+                            ..Default::default()
+                        },
                         ..Default::default()
                     },
                 ),
@@ -1327,23 +1262,29 @@ mod tests {
                     sg,
                     Precision::Exact,
                     false,
-                    Overrides {
-                        mv_wg: Some(64),
+                    WgpuOptions {
+                        tuning: Tuning {
+                            mv_wg: Some(64),
+                            ..Default::default()
+                        },
                         ..Default::default()
                     },
                 ),
             ),
-            // The geometry knobs' extremes: one and eight rows per invocation.
+            // The geometry's extremes: one and eight rows per invocation.
             (
                 "plain, matvec rows 8, workgroup 256",
                 caps(
                     sg,
                     Precision::Exact,
                     false,
-                    Overrides {
+                    WgpuOptions {
                         plain: true,
-                        mv_wg: Some(256),
-                        mv_rows: Some(8),
+                        tuning: Tuning {
+                            mv_wg: Some(256),
+                            mv_rows: Some(8),
+                            ..Default::default()
+                        },
                         ..Default::default()
                     },
                 ),
@@ -1354,8 +1295,11 @@ mod tests {
                     sg,
                     Precision::Exact,
                     false,
-                    Overrides {
-                        mv_rows: Some(1),
+                    WgpuOptions {
+                        tuning: Tuning {
+                            mv_rows: Some(1),
+                            ..Default::default()
+                        },
                         ..Default::default()
                     },
                 ),
@@ -1363,7 +1307,7 @@ mod tests {
             // One state row per subgroup of 8 in the recurrent delta rule (lavapipe).
             (
                 "subgroups of 8",
-                caps(sg, Precision::Exact, false, Overrides::default()).with_subgroup_sizes(8, 8),
+                caps(sg, Precision::Exact, false, WgpuOptions::default()).with_subgroup_sizes(8, 8),
             ),
             // The tiled attention's geometry for 16 KiB of workgroup memory (browsers).
             (
@@ -1374,7 +1318,7 @@ mod tests {
                         sg,
                         Precision::Exact,
                         false,
-                        Overrides {
+                        WgpuOptions {
                             plain: true,
                             ..Default::default()
                         },
@@ -1390,15 +1334,15 @@ mod tests {
         // matmul_coop2 in every geometry the kernel takes (every count of staging units, both
         // pieces, one and two buffers), on tensor cores and emulated.
         let mut variants: Vec<(String, Caps)> = variants.into_iter().map(|(n, c)| (n.to_string(), c)).collect();
-        // The packed-integer-dot Q4_K units (RILL_WGPU_MV_DOT) with both reductions.
+        // The packed-integer-dot Q4_K units (`WgpuOptions::dot`) with both reductions.
         for plain in [false, true] {
             let c = caps(
                 sg,
                 Precision::Exact,
                 false,
-                Overrides {
+                WgpuOptions {
                     plain,
-                    mv_dot: Some(true),
+                    dot: Some(true),
                     ..Default::default()
                 },
             );
@@ -1426,11 +1370,12 @@ mod tests {
                     if emulate { sg } else { sg | coop_features() },
                     Precision::Fast,
                     !emulate,
-                    Overrides {
+                    WgpuOptions {
                         coop_emulate: emulate,
-                        coop_kernel: Some(2),
-                        coop_tile: Some(want),
-                        coop_bufs: Some(bufs),
+                        tuning: Tuning {
+                            coop_tile: Some(want),
+                            ..Default::default()
+                        },
                         ..Default::default()
                     },
                 );

@@ -9,8 +9,11 @@ mod buffer;
 pub(crate) mod caps;
 mod encoder;
 pub mod fuse;
+mod geometry;
 pub(crate) mod kernels;
 mod ops;
+mod options;
+pub(crate) mod policy;
 mod readback;
 mod stream;
 #[cfg(target_arch = "wasm32")]
@@ -25,8 +28,11 @@ use crate::backend::{
 };
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
-use caps::{Caps, Overrides};
+use caps::Caps;
 use encoder::{Encoder, State};
+pub use geometry::CoopTile;
+use options::UserSwitches;
+pub use options::{Tuning, WgpuOptions};
 
 pub struct WgpuBackend {
     device: wgpu::Device,
@@ -73,8 +79,9 @@ impl WgpuBackend {
     }
 
     /// Pick the best adapter (a discrete or integrated GPU over a CPU fallback such as lavapipe;
-    /// `RILL_WGPU_ADAPTER=substring` picks by name) and open a device with its full limits and
-    /// the optional features the selected kernel variants use (`caps`).
+    /// `RILL_WGPU_ADAPTER=substring` picks by name) and open a device with its full limits (as far
+    /// as `opts.wgpu` leaves them) and the optional features the selected kernel variants use
+    /// (`caps`).
     #[cfg(not(target_arch = "wasm32"))]
     pub fn with_options(opts: &BackendOptions) -> Result<WgpuBackend> {
         pollster::block_on(WgpuBackend::with_options_async(opts))
@@ -83,10 +90,10 @@ impl WgpuBackend {
     /// `with_options`, awaiting the adapter and the device (the browser cannot block on them;
     /// there the adapter is WebGPU's, `navigator.gpu`, also in a worker).
     pub async fn with_options_async(opts: &BackendOptions) -> Result<WgpuBackend> {
-        let ov = Overrides::from_env();
+        let user = UserSwitches::from_env();
+        let wo = user.apply(opts.wgpu);
         let instance = wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapters = instance.enumerate_adapters(wgpu::Backends::all()).await;
-        let want = std::env::var("RILL_WGPU_ADAPTER").ok().map(|s| s.to_lowercase());
         let rank = |a: &wgpu::Adapter| {
             let i = a.get_info();
             let kind = match i.device_type {
@@ -104,7 +111,7 @@ impl WgpuBackend {
             .into_iter()
             .filter(|a| {
                 let i = a.get_info();
-                want.as_ref().is_none_or(|w| i.name.to_lowercase().contains(w))
+                user.adapter.as_ref().is_none_or(|w| i.name.to_lowercase().contains(w))
                     && a.get_downlevel_capabilities()
                         .flags
                         .contains(wgpu::DownlevelFlags::COMPUTE_SHADERS)
@@ -118,7 +125,7 @@ impl WgpuBackend {
                 })
             })?;
         let info = adapter.get_info();
-        let features = caps::wanted_features(&adapter, opts.precision, ov);
+        let features = caps::wanted_features(&adapter, opts.precision, &wo);
         let coop16 = caps::has_coop16(&adapter);
         let mut limits = adapter.limits();
         let caps = Caps::select(
@@ -127,7 +134,7 @@ impl WgpuBackend {
             opts.precision,
             coop16,
             caps::native_dot4(&adapter),
-            ov,
+            &wo,
         )
         .with_subgroup_sizes(info.subgroup_min_size, info.subgroup_max_size);
         // Lowered binding limits (tests) are enforced by wgpu's validation too.

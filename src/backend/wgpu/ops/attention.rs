@@ -4,16 +4,13 @@
 //! later position.
 
 use super::u32_of;
-use crate::backend::wgpu::caps::Prep;
 use crate::backend::wgpu::encoder::Bind;
-use crate::backend::wgpu::kernels::{self, Kernel, ATT_MAX_D, ATT_SPLITS, ATT_T_BQ, ELT_WG, PREP_WG};
+use crate::backend::wgpu::geometry::{ATT_MAX_D, ATT_T_BQ, SPLIT_MAX_ROWS};
+use crate::backend::wgpu::kernels::{self, Kernel, ATT_SPLITS, ELT_WG, PREP_WG};
+use crate::backend::wgpu::policy::{self, AttnGate, Prep};
 use crate::backend::wgpu::{gpu_err, WgpuBackend};
 use crate::backend::{check, AttnDims, AttnPrep, DType, Pos, Tensor};
 use crate::error::Result;
-
-/// Query rows (tokens x heads) up to which attention splits each row's key range over
-/// ATT_SPLITS workgroups (flash-decoding); longer batches have a workgroup per row already.
-const SPLIT_MAX_ROWS: usize = 256;
 
 /// In place NeoX RoPE on the first `n_rot` dims of every head of x `[T, nh*D]`.
 ///
@@ -151,7 +148,7 @@ fn attend(
     let [gx, gy] = be.grid(r32);
     let wg = [gx, gy, 1];
     // The gate goes into the merge of a split key range; elsewhere it is a dispatch of its own.
-    let fused = gate.filter(|_| be.caps.attn_gate && rows <= SPLIT_MAX_ROWS);
+    let fused = gate.filter(|_| policy::attn_gate(be.caps.device(), rows) == AttnGate::InMerge);
     {
         let mut enc = be.encoder()?;
         if rows > SPLIT_MAX_ROWS && be.caps.att_tiled.is_some() {
@@ -241,7 +238,8 @@ pub(crate) fn attn_qk_prep(
     let (rq, rk, t_len) = check::attn_qk_prep(a, head_dim, n_rot, theta, k_cache, v_cache, pos)?;
     // One invocation per element of a head; a v row as wide as a k row (one index for both).
     let fits = head_dim <= PREP_WG as usize && a.v.cols() == a.k.cols();
-    if be.caps.prep == Prep::Separate || !fits {
+    let prep = policy::attn_prep(be.caps.device());
+    if prep == Prep::Separate || !fits {
         super::split_qgate(be, a.qg, head_dim, a.q, a.gate)?;
         super::rms_norm(be, a.q, a.q_norm, eps, a.q_normed)?;
         super::rms_norm(be, a.k, a.k_norm, eps, a.k_normed)?;
@@ -280,7 +278,7 @@ pub(crate) fn attn_qk_prep(
     ];
     let q: [Bind<'_>; 4] = [a.qg.into(), a.q_norm.into(), a.gate.into(), a.q_normed.into()];
     let mut enc = be.encoder()?;
-    if be.caps.prep == Prep::One {
+    if prep == Prep::One {
         let total = q_rows
             .checked_add(kv_rows)
             .ok_or_else(|| gpu_err(format!("{op}: too many heads")))?;

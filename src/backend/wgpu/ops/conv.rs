@@ -3,6 +3,7 @@
 
 use super::u32_of;
 use crate::backend::wgpu::kernels::{Kernel, CONV_MAX_K, CONV_NORM_WG, CONV_WG};
+use crate::backend::wgpu::policy::{self, Gates};
 use crate::backend::wgpu::{gpu_err, WgpuBackend};
 use crate::backend::{check, GdnDims, GdnGates, Tensor};
 use crate::error::Result;
@@ -98,7 +99,7 @@ pub(crate) fn conv1d_silu_l2qk(
 
 /// `gdn_gates` and `conv1d_silu_l2qk` in one dispatch (gdn_conv_gates.wgsl): the conv's
 /// workgroups, then CONV_NORM_WG gates per workgroup. The two ops where the adapter does not
-/// allow the kernel's 10 storage buffers (`Caps::fused_gates`) or the batch takes the separate
+/// allow the kernel's 10 storage buffers (`policy::gdn_gates`) or the batch takes the separate
 /// conv kernels.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn gdn_conv_gates(
@@ -113,7 +114,7 @@ pub(crate) fn gdn_conv_gates(
 ) -> Result<()> {
     let op = "gdn_conv_gates";
     let (_, (n_gates, hv)) = check::gdn_conv_gates(x, w, state, out, dims, g)?;
-    let plan = if be.caps.fused_gates {
+    let plan = if policy::gdn_gates(be.caps.device()) == Gates::Fused {
         conv_l2qk_plan(op, x, w, state, out, dims, eps)?
     } else {
         None

@@ -4,8 +4,7 @@
 //! * one token (decode): `matvec.wgsl` (each weight byte read once, whole-word decoding), and
 //!   `matvec_group.wgsl` for several products of that token sharing a format (`matmul_group`);
 //! * several tokens (prefill): `matmul_tiled.wgsl` (64 x 64 tiles, weights dequantized once per
-//!   tile), or its cooperative-matrix versions at `Precision::Fast` (`matmul_coop.wgsl`,
-//!   `matmul_coop2.wgsl`; `caps`);
+//!   tile), or its cooperative-matrix version at `Precision::Fast` (`matmul_coop2.wgsl`; `caps`);
 //! * rows that are not a multiple of the fast kernels' units (small F32/F16 tensors):
 //!   `matmul_rows.wgsl` (short rows) or `matmul.wgsl`.
 
@@ -13,9 +12,11 @@ use super::{pieces, row_bytes, u32_of, weight_type, MATMUL_ROWS_MAX_IN};
 use crate::backend::wgpu::caps::Coop;
 use crate::backend::wgpu::encoder::{Bind, Encoder};
 use crate::backend::wgpu::kernels::{self, Kernel, MM_ROWS_WG, MM_TILE, TILE_K, TILE_M, TILE_N};
+use crate::backend::wgpu::policy::{self, SwigluOut};
 use crate::backend::wgpu::{gpu_err, WgpuBackend};
 use crate::backend::{check, Tensor, MAX_GROUP};
 use crate::error::Result;
+use crate::gguf::GgmlType;
 
 /// `out[t] = dequant(table[ids[t]])`. Ids >= vocab give a zero row (checked in the shader; the
 /// host cannot see device ids without a readback). The CPU backend errors instead.
@@ -62,7 +63,7 @@ struct Mm {
     t: usize,
     n_in: usize,
     n_out: usize,
-    ty: crate::gguf::GgmlType,
+    ty: GgmlType,
     rb: u64,
 }
 
@@ -86,7 +87,7 @@ fn short_rows(caps: &crate::backend::wgpu::caps::Caps, m: &Mm, w: &Tensor) -> Re
 }
 
 /// Whether one token's matrix-vector kernel takes rows of `n_in` of `ty`.
-fn matvec_fits(ty: crate::gguf::GgmlType, n_in: usize) -> bool {
+fn matvec_fits(ty: GgmlType, n_in: usize) -> bool {
     n_in.is_multiple_of(kernels::mv_unit(ty))
 }
 
@@ -114,7 +115,7 @@ pub(crate) fn matmul(be: &WgpuBackend, w: &Tensor, x: &Tensor, out: &Tensor) -> 
 }
 
 /// `outs[i] = matmul(ws[i], x)`: for one token, the products that take the matrix-vector kernel
-/// in one binding each are launched by format, up to `Caps::mv_group` of a format in one
+/// in one binding each are launched by format, up to `policy::group_size` of a format in one
 /// `matvec_group` dispatch (a Q4_K_M Gated DeltaNet layer: qkv, z, beta and alpha in one, or its
 /// Q6_K qkv alone and the other three in one); every other product as `matmul`.
 pub(crate) fn matmul_group(be: &WgpuBackend, ws: &[&Tensor], x: &Tensor, outs: &[&Tensor]) -> Result<()> {
@@ -122,9 +123,9 @@ pub(crate) fn matmul_group(be: &WgpuBackend, ws: &[&Tensor], x: &Tensor, outs: &
     check::matmul_group(ws, x, outs)?;
     let caps = &be.caps;
     let n = ws.len();
-    // Which products join a group: one token on the matrix-vector kernel, one binding each.
+    // Which products can join a group: one token on the matrix-vector kernel, one binding each.
     let mut ms: [Option<Mm>; MAX_GROUP] = [None; MAX_GROUP];
-    if caps.mv_group > 1 {
+    if policy::group_size(caps.device()) > 1 {
         for (i, (w, out)) in ws.iter().zip(outs).enumerate() {
             let m = mm_dims(op, w, x, out)?;
             if m.t == 1
@@ -136,26 +137,12 @@ pub(crate) fn matmul_group(be: &WgpuBackend, ws: &[&Tensor], x: &Tensor, outs: &
             }
         }
     }
+    let formats: [Option<GgmlType>; MAX_GROUP] = ms.map(|m| m.map(|m| m.ty));
     let mut done = [false; MAX_GROUP];
-    for i in 0..n {
-        let Some(m) = ms[i].filter(|_| !done[i]) else {
-            continue;
-        };
-        // Product i and those after it in its format (one x: the same row length), at most
-        // `mv_group` of them.
-        let mut seg = [0usize; MAX_GROUP];
-        let mut k = 0;
-        for j in i..n {
-            if k < caps.mv_group as usize && !done[j] && ms[j].is_some_and(|mj| mj.ty == m.ty) {
-                seg[k] = j;
-                k += 1;
-            }
-        }
-        if k >= 2 {
-            matvec_group(be, &seg[..k], &ms, ws, x, outs)?;
-            for &j in &seg[..k] {
-                done[j] = true;
-            }
+    for g in policy::product_groups(caps.device(), &formats[..n]) {
+        matvec_group(be, g.members(), &ms, ws, x, outs)?;
+        for &j in g.members() {
+            done[j] = true;
         }
     }
     for (i, (w, out)) in ws.iter().zip(outs).enumerate() {
@@ -331,16 +318,17 @@ fn mv_dot_x(enc: &mut Encoder<'_>, kernel: Kernel, m: &Mm, x: &Tensor) -> Result
 }
 
 /// Several tokens through tiles of (rows, tokens): 64 x 64 in f32, or f16 cooperative matrices at
-/// Precision::Fast (`matmul_coop`, or `matmul_coop2` in its geometry where the k step divides the
-/// row; caps.rs chooses).
+/// Precision::Fast (`matmul_coop2` in its geometry where the k step divides the row; caps.rs
+/// chooses).
 fn tiled(enc: &mut Encoder<'_>, m: &Mm, w: &Tensor, x: &Tensor, out: &Tensor) -> Result<()> {
     let caps = enc.be.caps;
     // F32 weights (the MoE router, the shared expert's gate) stay exact: a rounded router logit
     // can flip an expert choice, which moves the output far more than any f16 product.
     let (kernel, coop2) = match caps.coop2 {
-        _ if caps.coop == Coop::Off || m.ty == crate::gguf::GgmlType::F32 => (Kernel::MatmulTiled, None),
-        Some(c) if m.n_in.is_multiple_of(c.k as usize) => (Kernel::MatmulCoop2, Some(c)),
-        _ => (Kernel::MatmulCoop, None),
+        Some(c) if caps.coop != Coop::Off && m.ty != GgmlType::F32 && m.n_in.is_multiple_of(c.k as usize) => {
+            (Kernel::MatmulCoop2, Some(c))
+        }
+        _ => (Kernel::MatmulTiled, None),
     };
     let (tile_rows, tile_toks) = coop2.map_or((TILE_M, TILE_N), |c| (c.rows, c.toks));
     let t32 = u32_of("matmul", "T", m.t)?;
@@ -352,7 +340,7 @@ fn tiled(enc: &mut Encoder<'_>, m: &Mm, w: &Tensor, x: &Tensor, out: &Tensor) ->
             .ok_or_else(|| gpu_err("matmul: too many tiles"))?;
         // A cooperative store needs 16-byte aligned rows: whole 4 floats in out's row stride and
         // at the piece's first row.
-        let direct = coop2.is_some_and(|c| c.direct) && m.n_out.is_multiple_of(4) && p.row0.is_multiple_of(4);
+        let direct = coop2.is_some() && m.n_out.is_multiple_of(4) && p.row0.is_multiple_of(4);
         let params = [
             m.n_in as u32,
             m.n_out as u32,
@@ -416,10 +404,9 @@ pub(crate) fn matmul_swiglu(
         // With the packed-dot units, the variant that also writes out's planes where a K-quant
         // product (the FFN's down) can read them: whole 256-element rows, as the norms (norm.rs).
         // Whatever the gate's format: the down product's decides whether they are read.
-        let kernel = if be.caps.mv_dot && be.caps.swiglu_xq && m.n_out.is_multiple_of(256) {
-            Kernel::MatvecSwigluXq
-        } else {
-            Kernel::MatvecSwiglu
+        let kernel = match policy::swiglu_out(be.caps.device(), m.n_out) {
+            SwigluOut::Planes => Kernel::MatvecSwigluXq,
+            SwigluOut::Plain => Kernel::MatvecSwiglu,
         };
         let mut enc = be.encoder()?;
         return matvec(&mut enc, kernel, &m, &[w_gate, w_up], x, out);

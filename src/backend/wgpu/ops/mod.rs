@@ -19,7 +19,7 @@ pub(crate) use conv::{conv1d_causal_silu, conv1d_silu_l2qk, gdn_conv_gates};
 pub(crate) use delta::{delta_rule_chunked, delta_rule_recurrent};
 pub(crate) use eltwise::{add_assign, argmax, gdn_gates, sigmoid_mul_assign, sigmoid_scale_add, split_qgate, swiglu};
 pub(crate) use linear::{embed, matmul, matmul_group, matmul_swiglu};
-pub(crate) use moe::{moe_experts, moe_experts_shared, moe_route, moe_route_experts_shared, Route};
+pub(crate) use moe::{moe_experts, moe_experts_shared, moe_route};
 pub(crate) use norm::{add_rms_norm, gated_rms_norm, l2_norm_qk, rms_norm};
 
 use super::buffer;

@@ -10,13 +10,13 @@
 //! `moe_experts_shared` at decode is two dispatches: the shared expert is entry k of each token's
 //! k + 1, its gate and up products among the routed experts' (`moe_swiglu_sh.wgsl`, gate, up and
 //! SwiGLU in one pass), its down product in each token's weighted sum, which the down dispatch
-//! makes itself (`moe_down_sh.wgsl`): two dependent dispatches per MoE layer instead of seven.
-//! `moe_route_experts_shared` at decode drops the routing's dispatch too: every workgroup of the
-//! gate and up dispatch routes its token itself (`moe_swiglu_route`: `moe_route.wgsl`'s code,
-//! `lib_moe_route.wgsl`), the token's first one storing the ids and weights the down dispatch reads.
+//! makes itself (`moe_down_sh.wgsl`): two dependent dispatches per MoE layer instead of seven
+//! (`policy::moe_shared` decides).
 
 use super::{pieces, row_bytes, u32_of, weight_type, Piece, MATMUL_ROWS_MAX_IN};
-use crate::backend::wgpu::kernels::{self, Kernel, ELT_WG, MM_ROWS_WG, MOE_MAX_E, MOE_MAX_K};
+use crate::backend::wgpu::geometry::MOE_MAX_K;
+use crate::backend::wgpu::kernels::{self, Kernel, ELT_WG, MM_ROWS_WG, MOE_MAX_E};
+use crate::backend::wgpu::policy::{self, MoeShape, MoeShared};
 use crate::backend::wgpu::{gpu_err, WgpuBackend};
 use crate::backend::{check, DType, MoeExperts, Tensor};
 use crate::error::Result;
@@ -161,11 +161,6 @@ pub(crate) fn moe_experts(
     )
 }
 
-/// Most tokens `moe_experts_shared` runs with the shared expert among the routed experts: decode
-/// batches. A prompt's shared expert takes the composition's tiled products, which read its
-/// weights once for all tokens rather than once per token.
-const SHARED_MAX_T: usize = 4;
-
 /// `moe_experts_shared` with the shared expert as one more expert per token (the module's
 /// notes): `moe_swiglu_sh` into hidden rows, then `moe_down_sh` into `out`. The routed experts'
 /// hidden rows are bit for bit `moe_experts`'; the down sums add the routed and shared terms in
@@ -176,47 +171,17 @@ const SHARED_MAX_T: usize = 4;
 /// one binding; `Ok(false)` otherwise (nothing done: the caller composes the plain ops).
 pub(crate) fn moe_experts_shared(be: &WgpuBackend, x: &Tensor, e: MoeExperts<'_>, out: &Tensor) -> Result<bool> {
     let dims = check::moe_experts_shared(x, e, out)?;
-    experts_shared(be, "moe_experts_shared", dims, x, e, None, out)
+    experts_shared(be, "moe_experts_shared", dims, x, e, out)
 }
 
-/// The routing operands of `moe_route_experts_shared`.
-#[derive(Clone, Copy)]
-pub(crate) struct Route<'a> {
-    pub logits: &'a Tensor,
-    pub k: usize,
-    pub scale: f32,
-}
-
-/// `moe_route_experts_shared` as `moe_experts_shared`'s two dispatches, the first routing each
-/// token itself (the module's notes; ids and weights bit for bit `moe_route`'s). `Ok(false)` where
-/// `moe_experts_shared` would compose, or the adapter binds too few storage buffers for the
-/// routing (`Caps::moe_route`), or the routing is past `moe_route`'s limits: nothing done, the
-/// caller runs `moe_route` and `moe_experts_shared`.
-pub(crate) fn moe_route_experts_shared(
-    be: &WgpuBackend,
-    x: &Tensor,
-    route: Route<'_>,
-    e: MoeExperts<'_>,
-    out: &Tensor,
-) -> Result<bool> {
-    let dims = check::moe_route_experts_shared(x, route.logits, route.k, e, out, None)?;
-    if !be.caps.moe_route || dims.0.n_exp > MAX_EXPERTS {
-        return Ok(false);
-    }
-    u32_of("moe_route_experts_shared", "logits", route.logits.numel())?;
-    experts_shared(be, "moe_route_experts_shared", dims, x, e, Some(route), out)
-}
-
-/// `moe_experts_shared`'s two dispatches where they apply (`Ok(false)` where not: nothing done),
-/// the first routing each token itself with `route`, reading ids from `ids` without; `dims` from
-/// the op's checks.
+/// `moe_experts_shared`'s two dispatches where they apply (`Ok(false)` where not: nothing done);
+/// `dims` from the op's checks.
 fn experts_shared(
     be: &WgpuBackend,
     op: &str,
     (m, n_ff_sh): (check::MoeDims, usize),
     x: &Tensor,
     e: MoeExperts<'_>,
-    route: Option<Route<'_>>,
     out: &Tensor,
 ) -> Result<bool> {
     let MoeExperts {
@@ -234,13 +199,14 @@ fn experts_shared(
         n_ff,
         k,
     } = m;
-    if !be.caps.moe_shared
-        || !(1..=SHARED_MAX_T).contains(&n_tok)
-        || !(1..=MAX_K).contains(&k)
-        || d == 0
-        || n_ff == 0
-        || n_ff_sh != n_ff
-    {
+    let shape = MoeShape {
+        n_tok,
+        k,
+        n_embd: d,
+        n_ff,
+        n_ff_shared: n_ff_sh,
+    };
+    if policy::moe_shared(be.caps.device(), shape) == MoeShared::Composed {
         return Ok(false);
     }
     let gty = weight_type(op, gate_exps.dtype)?;
@@ -313,7 +279,6 @@ fn experts_shared(
             row_groups,
             (cols / unit) as u32,
             lanes,
-            route.map_or(0, |r| r.scale.to_bits()),
         ];
         Ok::<_, crate::error::Error>((params, be.grid(n_wg)))
     };
@@ -327,15 +292,7 @@ fn experts_shared(
         x.into(),
         (&h).into(),
     ];
-    match route {
-        // The routing variant also binds the logits (8) and the weights it writes (9).
-        Some(r) => {
-            let [g, u, sg, su, i, xb, hb] = binds;
-            let binds = [g, u, sg, su, i, xb, hb, r.logits.into(), weights.into()];
-            enc.run(Kernel::MoeSwigluRoute, Some(gty), &params, &binds, [gx, gy, 1])?;
-        }
-        None => enc.run(Kernel::MoeSwigluSh, Some(gty), &params, &binds, [gx, gy, 1])?,
-    }
+    enc.run(Kernel::MoeSwigluSh, Some(gty), &params, &binds, [gx, gy, 1])?;
     let (params, [gx, gy]) = geometry(dty, d, n_ff, d_unit, d_rb, n_tok, k + 1)?;
     enc.run(
         Kernel::MoeDownSh,

@@ -4,6 +4,7 @@
 
 use super::u32_of;
 use crate::backend::wgpu::kernels::{self, Kernel};
+use crate::backend::wgpu::policy::{self, NormOut};
 use crate::backend::wgpu::WgpuBackend;
 use crate::backend::{check, DType, GdnDims, Tensor};
 use crate::error::Result;
@@ -29,8 +30,7 @@ fn norm(
     let out = binds[binds.len() - 1];
     let mut b: [_; 5] = std::array::from_fn(|i| binds[i.min(binds.len() - 1)].into());
     let params = [d as u32, eps.to_bits()];
-    // The packed-dot products take whole 256-element K-quant rows of whole 32-element blocks.
-    match dot.filter(|_| be.caps.mv_dot && d.is_multiple_of(32) && n.is_multiple_of(256)) {
+    match dot.filter(|_| policy::norm_out(be.caps.device(), d, n) == NormOut::Planes) {
         Some(dot) => {
             let xq = enc.scratch("norm_xq", DType::U32, &[kernels::xq_words(n)])?;
             b[binds.len()] = (&xq).into();
