@@ -1,8 +1,8 @@
 //! `gdn_recurrent_step` for one decode token in one launch (kernels-cuda/gdn_step.cu: conv + SiLU,
-//! q/k L2 norm, gates, delta rule, gated RMSNorm and its prepared copies); other shapes, and
-//! `RILL_CUDA_GDN_STEP=0`, take the three launches of the trait's default.
+//! q/k L2 norm, gates, delta rule, gated RMSNorm and its prepared copies); other shapes take the
+//! three launches of the trait's default.
 
-use super::matvec_tc::{PrepBy, Preps, Producer};
+use super::matvec_tc::{Preps, Producer};
 use super::{grid_u32, Launch};
 use crate::backend::cuda::buffer::ptr;
 use crate::backend::cuda::driver::cuda_err;
@@ -46,13 +46,6 @@ struct GdnStepParams {
 const ROWS: usize = 16;
 const TAPS: usize = 4;
 
-/// Whether the one-launch kernel is on (`RILL_CUDA_GDN_STEP=0`: the three launches, for A/B
-/// runs). Read once.
-fn on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_GDN_STEP"))
-}
-
 /// The shapes the kernel takes (gdn_step.cu's requirements): one token, 4 taps, key heads of at
 /// most 128 (a multiple of 32), value heads a multiple of 32 dividing 256, whole slices of 256
 /// value outputs, and counters for every key head and slice.
@@ -73,13 +66,13 @@ fn fits(t: usize, taps: usize, norm_group: usize, dims: GdnDims) -> bool {
 pub(crate) fn gdn_step(inner: &Inner, s: GdnStep<'_>, dims: GdnDims, l2_eps: f32, eps: f32) -> Result<bool> {
     let op = "gdn_recurrent_step";
     let (c, d) = check::gdn_recurrent_step(s, dims)?;
-    if !on() || !fits(c.t, c.k, d, dims) {
+    if !inner.fusion || !fits(c.t, c.k, d, dims) {
         return Ok(false);
     }
     let n = dims.hv * dims.dv;
     let ws = inner.workspaces()?;
     let mut prep_slots = Args::default();
-    let preps = Preps::ask(inner, Producer::GatedNorm, s.out, 1, n, PrepBy::Slices, &mut prep_slots)?;
+    let preps = Preps::ask(inner, Producer::GatedNorm, s.out, 1, n, &mut prep_slots)?;
     let i32_of = |v: usize| i32::try_from(v).map_err(|_| cuda_err(format!("{op}: {v} exceeds i32")));
     let p = GdnStepParams {
         qkv: ptr(s.qkv, op)?,

@@ -168,19 +168,6 @@ fn unit_lanes(units: usize) -> usize {
     }
 }
 
-/// `RILL_CUDA_MV_UT` and `RILL_CUDA_MV_RPT`: fixed unit lanes / rows per thread for every matvec
-/// (tuning with dev/cuda/matvec_bench), read once.
-fn mv_overrides() -> (Option<usize>, Option<usize>) {
-    static O: std::sync::OnceLock<(Option<usize>, Option<usize>)> = std::sync::OnceLock::new();
-    *O.get_or_init(|| {
-        let num = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
-        (
-            num("RILL_CUDA_MV_UT").filter(|u| [32, 64, 128, 256].contains(u)),
-            num("RILL_CUDA_MV_RPT"),
-        )
-    })
-}
-
 /// Products with at least this many output rows in all count as tall (`mv_plan`).
 const MV_TALL_ROWS: usize = 65536;
 
@@ -192,20 +179,17 @@ fn mv_plan(inner: &Inner, m: &Mv) -> MvPlan {
     let (n_in, nsum, glu) = (m.n_in, m.nsum, m.w2.is_some());
     let rows = m.parts.rows() * m.vectors;
     let units = n_in.div_ceil(32).max(1);
-    let (ut_override, rpt_override) = mv_overrides();
     // Very tall products (the LM head: 248K rows) have rows to spare for every SM many times
     // over: 64 unit lanes and more rows per block keep more loads in flight per thread
     // (dev/cuda/matvec_bench.cu on the H200, 4096-wide rows: Q6_K 556 -> 481 us, Q8_0 434 -> 399 us).
     let tall = m.parts.widest() * m.vectors >= MV_TALL_ROWS && units.is_multiple_of(64);
-    let ut = ut_override.unwrap_or_else(|| if tall { 64 } else { unit_lanes(units) });
+    let ut = if tall { 64 } else { unit_lanes(units) };
     let rg = MV_THREADS / ut;
     let rpt_max = if glu { MV_RPT_MAX_GLU } else { MV_RPT_MAX };
     // About two blocks per SM for the whole product, as many rows per thread as that allows:
     // each thread then loads its activations once for several rows.
     let target_blocks = 2 * inner.sms();
-    let rpt = rpt_override
-        .unwrap_or_else(|| rows.div_ceil(rg * target_blocks))
-        .clamp(1, rpt_max);
+    let rpt = rows.div_ceil(rg * target_blocks).clamp(1, rpt_max);
     let smem = nsum * units * MV_XPAD * 4;
     let x_in_smem = smem <= inner.kernels.matvec_smem_limit() as usize;
     MvPlan {
@@ -414,11 +398,10 @@ impl<'a> Mv<'a> {
     }
 }
 
-/// The kernels that run a matvec: the tensor-core ones of a format (`matvec_tc.rs`), the q8 ones
-/// (with their plan and kernel prefix) or the f32 ones.
+/// The kernels that run a matvec: the tensor-core ones of a format (`matvec_tc.rs`) or the f32
+/// ones.
 enum MvPath {
     Tc(matvec_tc::TcFormat),
-    Q8(MvPlan, &'static str),
     F32,
 }
 
@@ -428,17 +411,13 @@ enum MvPath {
 fn takes_group(path: &MvPath, ty: GgmlType) -> bool {
     match path {
         MvPath::Tc(f) => f.groups,
-        MvPath::Q8(..) => true,
         MvPath::F32 => !matches!(ty, GgmlType::F16 | GgmlType::Bf16),
     }
 }
 
-fn mv_path(inner: &Inner, m: &Mv) -> MvPath {
-    if let Some(f) = matvec_tc::applies(m).filter(|_| tc_enabled(inner)) {
-        return MvPath::Tc(f);
-    }
-    match q8_plan(inner, m) {
-        Some((plan, prefix)) => MvPath::Q8(plan, prefix),
+fn mv_path(m: &Mv) -> MvPath {
+    match matvec_tc::applies(m) {
+        Some(f) => MvPath::Tc(f),
         None => MvPath::F32,
     }
 }
@@ -463,7 +442,7 @@ fn run_mv_with(
         return Ok(());
     }
     let glu = m.w2.is_some();
-    let path = mv_path(inner, m);
+    let path = mv_path(m);
     if m.accumulate && (glu || !matches!(path, MvPath::Tc(_))) {
         // Only the tensor-core kernels' plain epilogue adds into its output.
         return Err(cuda_err(format!("{op}: no {} kernel adds into its output", m.w.suffix)));
@@ -514,7 +493,6 @@ fn run_mv_with(
             }
             return Ok(());
         }
-        MvPath::Q8(plan, prefix) => (plan, prefix),
         MvPath::F32 => (
             mv_plan(inner, m),
             match (glu, m.shared.is_some()) {
@@ -577,28 +555,6 @@ pub(crate) fn matmul(inner: &Inner, w: &Tensor, x: &Tensor, out: &Tensor) -> Res
     matmul_dispatch(inner, &wt, x, op_, d, &[w, x], &[out])
 }
 
-/// How a decode `matmul_group` shares launches (`RILL_CUDA_GROUP`, read once): `0` every product
-/// in a launch of its own (the trait's default), `same` only products that take the same kernel
-/// in the same shape alone (bit for bit their own launches' numbers), otherwise (the default)
-/// also tensor-core products of one format whatever their shapes, in the kernel the tallest
-/// picks (one launch for a Gated DeltaNet layer's qkv, z, beta and alpha; the rows of the
-/// shorter products then take the tall kernel's K split: other roundings, the same bound).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum GroupMode {
-    Off,
-    SameKernel,
-    Format,
-}
-
-fn group_mode() -> GroupMode {
-    static G: std::sync::OnceLock<GroupMode> = std::sync::OnceLock::new();
-    *G.get_or_init(|| match std::env::var("RILL_CUDA_GROUP").as_deref().map(str::trim) {
-        Ok("0") => GroupMode::Off,
-        Ok("same") => GroupMode::SameKernel,
-        _ => GroupMode::Format,
-    })
-}
-
 /// What fixes the bits of a product's rows: its kernel and shape (`kernel_key`).
 type KernelKey = (&'static str, usize);
 
@@ -613,7 +569,6 @@ fn kernel_key(inner: &Inner, path: &MvPath, m: &Mv) -> KernelKey {
             let (kernel, rows_per_block, _) = matvec_tc::kernel_of(*f, m);
             (kernel, rows_per_block)
         }
-        MvPath::Q8(plan, prefix) => (*prefix, plan.ut),
         MvPath::F32 => ("matvec_", mv_plan(inner, m).ut),
     }
 }
@@ -633,7 +588,7 @@ pub(crate) fn matmul_group(inner: &Inner, ws: &[&Tensor], x: &Tensor, outs: &[&T
     let dims = check::matmul_group(ws, x, outs)?;
     // Every pair reads the same x: one T and n_in.
     let (t, n_in) = (dims[0].t, dims[0].n_in);
-    if t > MATVEC_MAX_T || t == 0 || n_in == 0 || group_mode() == GroupMode::Off {
+    if t > MATVEC_MAX_T || t == 0 || n_in == 0 || !inner.fusion {
         return ws.iter().zip(outs).try_for_each(|(w, out)| matmul(inner, w, x, out));
     }
     let weights = ws
@@ -684,11 +639,11 @@ fn launch_families(
     let mut families: Vec<(Option<KernelKey>, Vec<usize>)> = Vec::new();
     for (i, d) in dims.iter().enumerate().filter(|(_, d)| d.n_out > 0) {
         let solo = Mv::dense(&weights[i], None, x, outp[i], *d)?;
-        let path = mv_path(inner, &solo);
+        let path = mv_path(&solo);
         // None: a kernel that takes one product per launch.
         let key = takes_group(&path, weights[i].ty).then(|| match path {
             // One launch per format: the kernel is the tallest member's (`matvec_tc::kernel_of`).
-            MvPath::Tc(_) if group_mode() == GroupMode::Format => ("mvtc", 0),
+            MvPath::Tc(_) => ("mvtc", 0),
             _ => kernel_key(inner, &path, &solo),
         });
         let joins = key.and_then(|_| {
@@ -747,13 +702,6 @@ fn mixed_mv<'a>(
     Ok((m, members))
 }
 
-/// `RILL_CUDA_NORM_GROUP=0`: the norm after a block's last product in a launch of its own before
-/// the next block's first products (`normed_group` off), for A/B runs. Read once.
-fn normed_group_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_NORM_GROUP"))
-}
-
 /// `next.then`'s products of the normed rows `next.out` in one tensor-core launch whose blocks each
 /// norm the residual row `next.acc` themselves (kernels-cuda/matvec_tc.cuh mv_body NORM; block 0
 /// of each vector writes `next.out`): no norm launch between a block's last product and the next
@@ -769,8 +717,7 @@ pub(crate) fn normed_group(inner: &Inner, next: AddNorm<'_>, g: Group<'_>) -> Re
     let x = next.out;
     let dims = check::matmul_group(g.ws, x, g.outs)?;
     let (t, n_in) = (dims[0].t, dims[0].n_in);
-    if !normed_group_on()
-        || group_mode() != GroupMode::Format
+    if !inner.fusion
         || !(1..=MATVEC_MAX_T).contains(&t)
         || !n_in.is_multiple_of(256)
         || !(256..=matvec_tc::NORM_MAX_IN).contains(&n_in)
@@ -792,7 +739,7 @@ pub(crate) fn normed_group(inner: &Inner, next: AddNorm<'_>, g: Group<'_>) -> Re
         return Ok(false);
     };
     let m = family_mv(members, &weights, x, &outp, &dims)?;
-    if !matches!(mv_path(inner, &m), MvPath::Tc(_)) {
+    if !matches!(mv_path(&m), MvPath::Tc(_)) {
         return Ok(false);
     }
     let norm = matvec_tc::NormIn {
@@ -820,20 +767,13 @@ pub(crate) fn matmul_accumulate(inner: &Inner, w: &Tensor, x: &Tensor, acc: &Ten
     let wt = weight(op, w, d.n_out, d.n_in)?;
     let mut m = Mv::dense(&wt, None, x, ptr(acc, op)?, d)?;
     m.accumulate = true;
-    if !matches!(mv_path(inner, &m), MvPath::Tc(_)) {
+    if !matches!(mv_path(&m), MvPath::Tc(_)) {
         return Ok(false);
     }
     // As `matmul`: the producer of x learns the layouts its readers take.
     matvec_tc::read_by(inner, x, wt.ty, d.n_in);
     run_mv(inner, op, &m, &[w, x, acc], &[acc])?;
     Ok(true)
-}
-
-/// `RILL_CUDA_MIX=0`: a decode `matmul_group`'s Q6_K product in a launch of its own beside the Q4_K
-/// ones (`mixed_families`), for A/B runs. Read once.
-fn mix_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_MIX"))
 }
 
 /// Launch families of a decode `matmul_group` that can share one launch of
@@ -848,12 +788,12 @@ fn mixed_families(
     outp: &[DevPtr],
     dims: &[check::MatmulDims],
 ) -> Result<Option<(usize, usize)>> {
-    if !mix_on() || group_mode() != GroupMode::Format {
+    if !inner.fusion {
         return Ok(None);
     }
     let tc = |i: usize| -> Result<bool> {
         let solo = Mv::dense(&weights[i], None, x, outp[i], dims[i])?;
-        Ok(matches!(mv_path(inner, &solo), MvPath::Tc(_)))
+        Ok(matches!(mv_path(&solo), MvPath::Tc(_)))
     };
     let Some(six) = families
         .iter()
@@ -1024,13 +964,6 @@ pub(crate) fn moe_experts(
     experts_mv(inner, op, m, x, [&g, &u, &dn], ids, weights, None, &reads, out, false).map(|_| ())
 }
 
-/// `RILL_CUDA_MOE_SHARED=0`: a MoE layer's shared expert in launches of its own (the trait's
-/// default composition), for A/B runs of `moe_experts_shared`. Read once.
-fn moe_shared_enabled() -> bool {
-    static S: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *S.get_or_init(|| std::env::var("RILL_CUDA_MOE_SHARED").map_or(true, |v| v.trim() != "0"))
-}
-
 /// The shared expert of `moe_experts_shared` on the matrix-vector path: its weights (the routed
 /// experts' formats) and gate logits.
 struct SharedMv {
@@ -1060,7 +993,7 @@ pub(crate) fn moe_experts_shared(
     let (gate_exps, up_exps, down_exps, ids, weights, sh) =
         (ex.gate_exps, ex.up_exps, ex.down_exps, ex.ids, ex.weights, ex.sh);
     let (t, d, e, f) = (m.t, m.d, m.n_exp, m.n_ff);
-    if t == 0 || t > MATVEC_MAX_T || m.k == 0 || d == 0 || f == 0 || n_ff_sh != f || !moe_shared_enabled() {
+    if t == 0 || t > MATVEC_MAX_T || m.k == 0 || d == 0 || f == 0 || n_ff_sh != f || !inner.fusion {
         return Ok(false);
     }
     let g = weight(op, gate_exps, e * f, d)?;
@@ -1170,7 +1103,7 @@ fn experts_mv<'a>(
         }),
         accumulate,
     };
-    if accumulate && !matches!(mv_path(inner, &down), MvPath::Tc(_)) {
+    if accumulate && !matches!(mv_path(&down), MvPath::Tc(_)) {
         return Ok(false);
     }
     // With a tensor-core down product, the SwiGLU's own blocks prepare the hidden rows for it
@@ -1179,7 +1112,7 @@ fn experts_mv<'a>(
     if g.ty == u.ty {
         let glu = gate_up(g, Some(u), sh.map(|s| shared(&s.gate, Some(&s.up))), h);
         let mut out_prep = None;
-        if let (MvPath::Tc(gf), MvPath::Tc(df)) = (mv_path(inner, &glu), mv_path(inner, &down)) {
+        if let (MvPath::Tc(gf), MvPath::Tc(df)) = (mv_path(&glu), mv_path(&down)) {
             let hx = ws.get("moe_hidden_x", df.prep_bytes(entries, f))?;
             out_prep = matvec_tc::OutPrep::into_buffer(inner, &glu, df, hx, matvec_tc::kernel_of(gf, &glu).1);
             if out_prep.is_some() {
@@ -1226,101 +1159,4 @@ fn experts_mv<'a>(
     }
     run_mv_with(inner, op, &down, reads, &[out], ready, None)?;
     Ok(true)
-}
-
-// ---- fast-tier matrix-vector kernels ------------------------------------------------------------
-
-/// Which decode matvec kernels run: `RILL_CUDA_MATVEC=exact` (the strict tier: the tensor-core
-/// kernels of `matvec_tc.rs` where they apply, Q4_K for now, and f32 on dequantized weights for
-/// the rest), `f32` (only the f32 kernels, also strict: the reference the others are tested
-/// against) or `q8` (kernels-cuda/matvec_q8.cuh: activations rounded to 8 bits per element with
-/// a scale per 32, integer dot products; the fast tier). Read once; anything else, or unset, is
-/// the default for the backend's precision.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum MvVariant {
-    Exact,
-    F32,
-    Q8,
-}
-
-fn mv_variant(inner: &Inner) -> MvVariant {
-    static V: std::sync::OnceLock<Option<MvVariant>> = std::sync::OnceLock::new();
-    let forced = *V.get_or_init(|| match std::env::var("RILL_CUDA_MATVEC").as_deref() {
-        Ok("exact") => Some(MvVariant::Exact),
-        Ok("f32") => Some(MvVariant::F32),
-        Ok("q8") => Some(MvVariant::Q8),
-        _ => None,
-    });
-    forced.unwrap_or_else(|| default_mv_variant(inner))
-}
-
-/// The default: exact at both tiers for now. The fast tier's tests judge `Precision::Fast` by the
-/// f16-rounded-activations bound, which 8-bit activations do not promise (the fixtures README's
-/// quantized-activations tier does); `q8` becomes the fast default with that tier.
-fn default_mv_variant(_inner: &Inner) -> MvVariant {
-    MvVariant::Exact
-}
-
-/// Whether the exact tensor-core decode products (`matvec_tc.rs`) run where they apply.
-pub(crate) fn tc_enabled(inner: &Inner) -> bool {
-    mv_variant(inner) == MvVariant::Exact
-}
-
-/// `exact`, `f32` or `q8`: the decode matvec kernels this backend runs (`rill bench` shows it).
-pub(crate) fn mv_variant_name(inner: &Inner) -> &'static str {
-    match mv_variant(inner) {
-        MvVariant::Exact => "exact",
-        MvVariant::F32 => "f32",
-        MvVariant::Q8 => "q8",
-    }
-}
-
-/// Units of 32 elements per chunk of the q8 kernel for this format (`Q8Dot<F>::CU`), or None
-/// where there is no q8 kernel.
-fn q8_chunk_units(ty: GgmlType) -> Option<usize> {
-    match ty {
-        GgmlType::Q4K => Some(2),
-        GgmlType::Q6K => Some(4),
-        GgmlType::Q5K | GgmlType::Q8_0 => Some(1),
-        _ => None,
-    }
-}
-
-/// The plan and kernel prefix of `m` on the q8 kernels when they are selected and cover it (the
-/// launch is `run_mv`'s, the unit lanes then count chunks of `q8_chunk_units`); None: the exact
-/// kernels run.
-fn q8_plan(inner: &Inner, m: &Mv) -> Option<(MvPlan, &'static str)> {
-    if mv_variant(inner) != MvVariant::Q8 {
-        return None;
-    }
-    let cu = q8_chunk_units(m.w.ty)?;
-    if m.w2.is_some_and(|w2| w2.ty != m.w.ty) || !m.n_in.is_multiple_of(32 * cu) {
-        return None;
-    }
-    let units = m.n_in / 32;
-    // Quantized activations in shared memory: 32 bytes + scale + two half sums per unit.
-    let smem = m.nsum * units * 44;
-    if smem > inner.kernels.matvec_smem_limit() as usize {
-        return None;
-    }
-    let glu = m.w2.is_some();
-    let (ut_override, rpt_override) = mv_overrides();
-    let ut = ut_override.unwrap_or_else(|| unit_lanes(units / cu));
-    let rpt_max = if glu { MV_RPT_MAX_GLU } else { MV_RPT_MAX };
-    let rpt = rpt_override
-        .unwrap_or_else(|| (m.parts.rows() * m.vectors).div_ceil((MV_THREADS / ut) * 2 * inner.sms()))
-        .clamp(1, rpt_max);
-    let plan = MvPlan {
-        ut,
-        rpt,
-        x_in_smem: true,
-        smem: smem as u32,
-    };
-    let prefix = match (glu, m.shared.is_some()) {
-        (false, false) => "matvec_q8_",
-        (true, false) => "matvec_q8_glu_",
-        (false, true) => "matvec_q8_sh_",
-        (true, true) => "matvec_q8_glu_sh_",
-    };
-    Some((plan, prefix))
 }

@@ -13,7 +13,6 @@
 //! themselves in every layout the products have read from that kind of output (`Preps`).
 
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::OnceLock;
 
 use super::linear::{Mv, MATVEC_MAX_T};
 use super::{grid_u32, Launch, GRID_YZ_MAX};
@@ -45,8 +44,7 @@ struct Loads {
 /// What differs between the formats: the prepared copy's words and sums per unit of 256 inputs
 /// (the cuh files' `WORDS`, `SUMS`), what a row's length must be a multiple of for that layout,
 /// what the loads of the plain kernels and of the shared-expert (`_sh_`) ones need, and how the
-/// producer kernels (kernels-cuda/norm.cu) take the layout: its bit in their records (and in
-/// `RILL_CUDA_NORM_PREP`) and the pointer slot of their `Args`, and whether a plain launch may
+/// producer kernels (kernels-cuda/norm.cu) take the layout: its bit in their records and the pointer slot of their `Args`, and whether a plain launch may
 /// hold several products (the policies' `SEGS`: not Q6_K, whose kernel would lose a block per SM
 /// to the per-block pointers, matvec_tc6.cuh). Every prep kernel is one warp per unit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -111,9 +109,6 @@ const Q6K: TcFormat = TcFormat {
 };
 const FORMATS: [TcFormat; 3] = [Q4K, Q8_0, Q6K];
 
-/// Shared memory per warp of the Q8_0 prep inside a producer kernel (matvec_tc8.cuh `IMG_WORDS`).
-const Q8_0_IMG_BYTES: u32 = 4 * 68 * 4;
-
 impl TcFormat {
     /// The tensor-core kernels of weight format `ty`, if it has them.
     pub(crate) fn of(ty: GgmlType) -> Option<TcFormat> {
@@ -136,7 +131,7 @@ impl TcFormat {
             _ if shared => ("mvtc_sh_", 16, 256),
             GgmlType::Q8_0 if dense && !glu && n_out >= TALL_ROWS => ("mvtc_tall_", 32, 128),
             GgmlType::Q8_0 if dense && !glu && n_out >= Q8_MID_ROWS => ("mvtc_mid_", 32, 256),
-            GgmlType::Q8_0 if dense && glu && n_out >= TALL_ROWS && glu_tall_on() => ("mvtc_glu_tall_", 16, 128),
+            GgmlType::Q8_0 if dense && glu && n_out >= TALL_ROWS => ("mvtc_glu_tall_", 16, 128),
             GgmlType::Q8_0 | GgmlType::Q6K if glu => ("mvtc_glu_", 16, 256),
             GgmlType::Q8_0 | GgmlType::Q6K => ("mvtc_", 16, 256),
             _ => q4k_geometry(n_out, glu),
@@ -168,7 +163,7 @@ impl TcFormat {
 /// The Q4_K kernel, rows per block and threads for a product of `n_out` rows (`glu`: the fused
 /// SwiGLU).
 fn q4k_geometry(n_out: usize, glu: bool) -> (&'static str, usize, u32) {
-    if glu && n_out >= TALL_ROWS && glu_tall_on() {
+    if glu && n_out >= TALL_ROWS {
         // The tall kernels' geometry (kernels-cuda/matvec_tc.cu `mvtc_glu_tall_Q4_K`).
         return ("mvtc_glu_tall_", 32, 128);
     }
@@ -183,59 +178,37 @@ fn q4k_geometry(n_out: usize, glu: bool) -> (&'static str, usize, u32) {
     }
 }
 
-/// `RILL_CUDA_GLU_TALL=0`: a tall dense Q4_K or Q8_0 SwiGLU takes `mvtc_glu_` (R = 1, KW = 8) as
-/// before, for A/B runs.
-fn glu_tall_on() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_GLU_TALL"))
+/// The n11 bits of the tensor-core matvec launches (kernels-cuda/matvec_tc.cuh). Bit 0: a dense
+/// product pulls its block rows into L2 before the dependency wait; bit 1: a MoE sum pulls its
+/// entries after it; bit 3: the double-buffered kernels (`rows_db`) load their first step before
+/// the dependency wait; bit 4: a double-buffered SwiGLU loads its up matrix's first step during
+/// the gate's last arithmetic; bit 5: the product adds its rows into `out` (`Mv::accumulate`).
+mod n11 {
+    pub(super) const DENSE_PREFETCH: i64 = 1;
+    pub(super) const MOE_PREFETCH: i64 = 2;
+    pub(super) const PIPE_PRE: i64 = 8;
+    pub(super) const PIPE_GLU: i64 = 16;
+    pub(super) const ACCUMULATE: i64 = 32;
 }
 
-/// `RILL_CUDA_TC_PF`: which tensor-core products pull their weights into L2 ahead of their loads
-/// (kernels-cuda/matvec_tc.cuh, n11): bit 0 a dense product's block rows before the dependency
-/// wait, bit 1 a MoE sum's entries after it, bit 2 the dense prefetch only for launches of at most
-/// `SMALL_PF_BYTES` of weights. Default 6 (MoE entries, small dense launches): the dense prefetch
-/// of every launch measured slower (H200 tg128 9B q4_k_m 300.6 -> 315.6 t/s without it, q8_0
-/// 236.2 -> 255.4); of the small launches only, a little faster than none (35B-A3B 358.7 -> 361.7,
-/// 9B q4_k_m 317.8 -> 319.2, q8_0 equal).
-fn tc_prefetch() -> i64 {
-    static V: OnceLock<i64> = OnceLock::new();
-    *V.get_or_init(|| {
-        std::env::var("RILL_CUDA_TC_PF")
-            .ok()
-            .and_then(|v| v.parse::<i64>().ok())
-            .filter(|v| (0..=7).contains(v))
-            .unwrap_or(6)
-    })
-}
-
-/// The largest launch (weight bytes) that `RILL_CUDA_TC_PF` bit 2 prefetches.
+/// The largest launch (weight bytes) whose dense product prefetches its weights into L2: the
+/// prefetch of every launch measured slower (H200 tg128 9B q4_k_m 300.6 -> 315.6 t/s without
+/// it, q8_0 236.2 -> 255.4); of the small launches only, a little faster than none (35B-A3B
+/// 358.7 -> 361.7, 9B q4_k_m 317.8 -> 319.2, q8_0 equal).
 const SMALL_PF_BYTES: usize = 16 << 20;
 
-/// `RILL_CUDA_PIPE_PRE=0`: the double-buffered kernels (kernels-cuda/matvec_tc.cuh `rows_db`) load
-/// their first step after the dependency wait instead of before it (n11 bit 3), for A/B runs.
-fn pipe_pre_on() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_PIPE_PRE"))
-}
-
-/// `RILL_CUDA_PIPE_GLU=0`: a double-buffered SwiGLU loads its up matrix's first step after the
-/// gate's last arithmetic instead of during it (n11 bit 4), for A/B runs.
-fn pipe_glu_on() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_PIPE_GLU"))
-}
-
-/// The n11 bits of a launch of `m`: the prefetches (`tc_prefetch`), bits 3 (`pipe_pre_on`), 4
-/// (`pipe_glu_on`) and 5 (`Mv::accumulate`).
+/// The n11 bits of a launch of `m` (`n11`): MoE entries always prefetched, dense block rows for
+/// launches of at most `SMALL_PF_BYTES`, both pipelines on.
 fn n11_bits(m: &Mv) -> i64 {
-    let pf = tc_prefetch();
     let bytes = m.parts.rows() * m.w.row_bytes * if m.w2.is_some() { 2 } else { 1 };
-    let small = pf & 4 != 0 && bytes <= SMALL_PF_BYTES;
-    (pf & 3)
-        | i64::from(small)
-        | if pipe_pre_on() { 8 } else { 0 }
-        | if pipe_glu_on() { 16 } else { 0 }
-        | if m.accumulate { 32 } else { 0 }
+    let mut bits = n11::MOE_PREFETCH | n11::PIPE_PRE | n11::PIPE_GLU;
+    if bytes <= SMALL_PF_BYTES {
+        bits |= n11::DENSE_PREFETCH;
+    }
+    if m.accumulate {
+        bits |= n11::ACCUMULATE;
+    }
+    bits
 }
 
 /// A prepared x: the A (or B) words of every row, then the sums of every row.
@@ -275,30 +248,6 @@ pub(crate) enum Producer {
 #[derive(Default)]
 pub(crate) struct Learned([AtomicU8; 4]);
 
-/// `RILL_CUDA_NORM_PREP`: the layouts the producers may write (`none`, the default; `all`; or a
-/// comma-separated list of formats, e.g. `Q4_K,Q6_K`). Read once. Without a layout, every product
-/// input in it is prepared by a prep launch. `none` is the default because it measured fastest on
-/// the H200 (97274be, tg128: 9B Q4_K_M none 252.6, Q4_K 252.8, all 247.8 t/s; Q8_0 none 211.4, all
-/// 202.5): at decode a norm is one block on one SM, and the preparation it takes on costs more
-/// there than the prep launches it saves, which run across the whole GPU.
-fn allowed() -> u8 {
-    static A: OnceLock<u8> = OnceLock::new();
-    *A.get_or_init(|| match std::env::var("RILL_CUDA_NORM_PREP") {
-        Err(_) => 0,
-        Ok(v) => v
-            .split(',')
-            .map(str::trim)
-            .map(|name| match name {
-                "all" => 7,
-                _ => FORMATS
-                    .iter()
-                    .find(|f| f.ty.name().eq_ignore_ascii_case(name))
-                    .map_or(0, |f| f.bit),
-            })
-            .fold(0, |m, b| m | b),
-    })
-}
-
 /// A product of `ty` weights reads `x` (rows of `n_in`), on whichever path: where a producer
 /// wrote `x` and the decode products of `ty` would read it prepared, that producer writes the
 /// layout from now on. Called for a prompt's batched products too, so that the first decode step,
@@ -308,7 +257,7 @@ fn allowed() -> u8 {
 pub(crate) fn read_by(inner: &Inner, x: &Tensor, ty: GgmlType, n_in: usize) {
     let Some(f) = TcFormat::of(ty) else { return };
     // The plain kernels' rows (a producer's output is a dense product's input).
-    if !n_in.is_multiple_of(f.plain.n_in_multiple) || !super::linear::tc_enabled(inner) {
+    if !n_in.is_multiple_of(f.plain.n_in_multiple) {
         return;
     }
     if let Some(who) = inner.writer_of(x) {
@@ -316,58 +265,31 @@ pub(crate) fn read_by(inner: &Inner, x: &Tensor, ty: GgmlType, n_in: usize) {
     }
 }
 
-/// How a producer kernel prepares its output (`Preps::ask`).
-#[derive(Clone, Copy)]
-pub(crate) enum PrepBy {
-    /// One block of this many threads per row (kernels-cuda/norm.cu `prep_out_row`: the row's
-    /// units as tasks of its warps, the Q8_0 layout's image in dynamic shared memory). Only the
-    /// layouts `RILL_CUDA_NORM_PREP` allows: its single SM pays for each in series.
-    Rows(u32),
-    /// One block per slice of 256 (norm.cu `prep_slice`, out_prep.cuh `glu_out_prep`: warp w
-    /// prepares layout w, static shared memory), every layout the products have read.
-    Slices,
-}
-
 /// The prepared copies a producer kernel writes of its output, claimed (`shadow.rs`) before its
 /// launch and registered after it (`made`).
 pub(crate) struct Preps {
     copies: [Option<(usize, TcFormat)>; 3],
-    /// The kernel's dynamic shared memory (the Q8_0 prep's, per warp).
-    pub(crate) smem: u32,
 }
 
 impl Preps {
-    /// Ask the kernel of producer `who` to prepare its output `out` (`rows` rows of `n`, by
-    /// `by`): in every layout the products have read from `who`'s outputs and a product could read
-    /// at this `n` (and, for the one-block-per-row kernels, the env switch allows), each into a
-    /// claimed slot named in `args`. None where it cannot (not a decode shape, rows not whole
-    /// units, the tensor-core products off). The caller holds the workspace lock until `made`.
+    /// Ask the kernel of producer `who` to prepare its output `out` (`rows` rows of `n`, one
+    /// block per slice of 256: norm.cu `prep_slice`, out_prep.cuh `glu_out_prep`, warp w preparing
+    /// layout w): in every layout the products have read from `who`'s outputs and a product could
+    /// read at this `n`, each into a claimed slot named in `args`. None where it cannot (not a
+    /// decode shape, rows not whole units). The caller holds the workspace lock until `made`.
     pub(crate) fn ask(
         inner: &Inner,
         who: Producer,
         out: &Tensor,
         rows: usize,
         n: usize,
-        by: PrepBy,
         args: &mut Args,
     ) -> Result<Option<Preps>> {
-        let (threads, allowed) = match by {
-            PrepBy::Rows(threads) => (threads, allowed()),
-            PrepBy::Slices => (256, 7),
-        };
-        if !(1..=MATVEC_MAX_T).contains(&rows)
-            || n == 0
-            || !n.is_multiple_of(SB)
-            || !threads.is_multiple_of(32)
-            || !super::linear::tc_enabled(inner)
-        {
+        if !(1..=MATVEC_MAX_T).contains(&rows) || n == 0 || !n.is_multiple_of(SB) {
             return Ok(None);
         }
-        let want = inner.tc_learned.0[who as usize].load(Ordering::Relaxed) & allowed;
-        let mut p = Preps {
-            copies: [None; 3],
-            smem: 0,
-        };
+        let want = inner.tc_learned.0[who as usize].load(Ordering::Relaxed);
+        let mut p = Preps { copies: [None; 3] };
         for (copy, f) in p.copies.iter_mut().zip(FORMATS) {
             if want & f.bit == 0 || !n.is_multiple_of(f.n_in_multiple) {
                 continue;
@@ -375,9 +297,6 @@ impl Preps {
             let (slot, base) = inner.tc_slot(out, n, f)?;
             args.p[f.slot] = base;
             *copy = Some((slot, f));
-            if f.ty == GgmlType::Q8_0 && matches!(by, PrepBy::Rows(_)) {
-                p.smem = threads / 32 * Q8_0_IMG_BYTES;
-            }
         }
         Ok(Some(p))
     }
@@ -632,16 +551,7 @@ impl OutPrep {
             return Ok(None);
         }
         let mut a = Args::default();
-        let Some(preps) = Preps::ask(
-            inner,
-            Producer::Glu,
-            out,
-            m.vectors,
-            m.parts.rows(),
-            PrepBy::Slices,
-            &mut a,
-        )?
-        else {
+        let Some(preps) = Preps::ask(inner, Producer::Glu, out, m.vectors, m.parts.rows(), &mut a)? else {
             return Ok(None);
         };
         if preps.copies.iter().all(Option::is_none) {

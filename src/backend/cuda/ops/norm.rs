@@ -3,7 +3,7 @@
 //! (`norm_threads` sizes it), or in decode one block per slice of 256 of a token row (`slices`),
 //! which also prepares the slice for the tensor-core products (`matvec_tc::Preps`).
 
-use super::matvec_tc::{PrepBy, Preps, Producer};
+use super::matvec_tc::{Preps, Producer};
 use super::{gemm, grid_u32, group_threads, linear, Launch};
 use crate::backend::cuda::buffer::ptr;
 use crate::backend::cuda::launch::Args;
@@ -31,21 +31,13 @@ fn decode_rows(out: &Tensor) -> Option<usize> {
     (1..=linear::MATVEC_MAX_T).contains(&t).then_some(t)
 }
 
-/// Whether the decode-shaped kernels run over slices of 256 (`RILL_CUDA_SLICES=0`: one block per
-/// token row, for A/B runs). Read once.
-fn slices_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_SLICES"))
-}
-
 /// Token rows `t` of `n` values that a kernel over slices of 256 can take: a decode shape whose
 /// rows are whole slices, and (`meets`: the RMSNorms' grid barrier) whose partial sums fit the
 /// sync scratch (at most 32 per row, as one warp sums them) and whose blocks are at most one per SM, so
 /// that all of them are resident at once on any GPU (the barrier waits for every block: one that
 /// could not be scheduled would hang the others).
 fn slices_fit(inner: &Inner, t: usize, n: usize, meets: bool) -> bool {
-    slices_on()
-        && (1..=linear::MATVEC_MAX_T).contains(&t)
+    (1..=linear::MATVEC_MAX_T).contains(&t)
         && n > 0
         && n.is_multiple_of(256)
         && (!meets || (n / 256 <= 32 && t * (n / 256) <= SYNC_PARTIALS.min(inner.sms())))
@@ -67,7 +59,7 @@ fn launch_slices(
     phase: Phase,
 ) -> Result<()> {
     let ws = inner.workspaces()?;
-    let preps = Preps::ask(inner, who, out, t, n, PrepBy::Slices, &mut args)?;
+    let preps = Preps::ask(inner, who, out, t, n, &mut args)?;
     inner.kernel(
         Launch {
             name: (name, ""),
@@ -111,20 +103,12 @@ fn rms_norm_slices(
     launch_slices(inner, op, out, t, d, a, &[acc, x, w, out], Producer::Norm, Phase::Norms)
 }
 
-/// Whether `matmul_add_rms_norm` and `moe_route_experts_shared`'s `next` add the product into
-/// the residual inside the product (`RILL_CUDA_ADD_NORM=0`: the composition, for A/B runs). Read
-/// once.
-fn add_norm_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_ADD_NORM"))
-}
-
 /// The token rows of `next.out` (`d` values per row) when the norm after a product that added
 /// itself into the residual can run over slices with no grid barrier (`rms_norm_slices_whole`):
 /// a decode shape of whole slices, not the fast prefill path's (which wants an f16 copy).
 fn add_norm_rows(inner: &Inner, next: AddNorm<'_>, d: usize) -> Option<usize> {
     let t = decode_rows(next.out)?;
-    (add_norm_on() && next.out.numel() == t * d && slices_fit(inner, t, d, false) && !gemm::fast_batch(inner, t))
+    (inner.fusion && next.out.numel() == t * d && slices_fit(inner, t, d, false) && !gemm::fast_batch(inner, t))
         .then_some(t)
 }
 
@@ -199,13 +183,6 @@ pub(crate) fn moe_experts_add_rms_norm(
     Ok(true)
 }
 
-/// Whether `moe_ffn` norms, computes the router and routes in one launch (`moe_norm_route`;
-/// `RILL_CUDA_MOE_NORM_ROUTE=0`: the composition, for A/B runs). Read once.
-fn norm_route_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_MOE_NORM_ROUTE"))
-}
-
 /// Most experts `moe_norm_route` routes (its last block is moe.cu's rank routing:
 /// kernels-cuda/route.cuh, 256 threads x ROUTE_PER_THREAD).
 const NORM_ROUTE_MAX_EXPERTS: usize = 256 * 4;
@@ -223,7 +200,7 @@ pub(crate) fn moe_norm_route(inner: &Inner, m: &MoeFfn<'_>) -> Result<bool> {
     let x = m.input.out;
     let (d, e) = (x.cols(), m.logits.cols());
     let f32s = m.router.dtype == DType::F32 && m.shared_gate.dtype == DType::F32;
-    let fits = norm_route_on()
+    let fits = inner.fusion
         && f32s
         && d <= NORM_ROUTE_MAX_D
         && e <= NORM_ROUTE_MAX_EXPERTS
@@ -250,7 +227,7 @@ pub(crate) fn moe_norm_route(inner: &Inner, m: &MoeFfn<'_>) -> Result<bool> {
     a.f[1] = m.scale;
     let blocks = d / 256 + (e + 1).div_ceil(NORM_ROUTE_ROWS);
     let ws = inner.workspaces()?;
-    let preps = Preps::ask(inner, Producer::Norm, x, 1, d, PrepBy::Slices, &mut a)?;
+    let preps = Preps::ask(inner, Producer::Norm, x, 1, d, &mut a)?;
     let uses = [
         m.input.acc,
         m.y,
@@ -297,18 +274,16 @@ struct Extra {
     f16: bool,
     /// The producer kind the products learn from (`matvec_tc::read_by`).
     who: Option<Producer>,
-    /// `out` is `rows` rows of `n`, one block each: the kernel can prepare them for the
-    /// tensor-core decode products (slots p4, p5, p7; `matvec_tc::Preps` says which layouts).
-    rows: Option<(usize, usize)>,
 }
 
 impl Extra {
-    /// A decode-shaped kernel of producer `who`: one block per row of `out` (`t` rows of `n`).
-    fn rows(who: Producer, t: usize, n: usize) -> Extra {
+    /// A decode-shaped kernel of producer `who`, one block per row of `out`. Its output is
+    /// prepared for the tensor-core products by prep launches: a row's single block paying for
+    /// the layouts in series measured slower than they cost (dev/cuda/DECISIONS.md).
+    fn rows(who: Producer) -> Extra {
         Extra {
             f16: false,
             who: Some(who),
-            rows: Some((t, n)),
         }
     }
 }
@@ -335,16 +310,12 @@ fn launch(
     } else {
         None
     };
-    let preps = match (extra.who, extra.rows) {
-        (Some(who), Some((rows, n))) => Preps::ask(inner, who, out, rows, n, PrepBy::Rows(threads), &mut args)?,
-        _ => None,
-    };
     inner.kernel(
         Launch {
             name: (name, ""),
             grid: [grid_u32(name, "blocks", blocks)?, 1, 1],
             block: threads,
-            smem: preps.as_ref().map_or(0, |p| p.smem),
+            smem: 0,
             args,
             phase,
         },
@@ -352,9 +323,6 @@ fn launch(
     )?;
     if let Some(slot) = copy {
         inner.shadow_made(slot, out, false)?;
-    }
-    if let Some(p) = preps {
-        p.made(inner, out)?;
     }
     if let Some(who) = extra.who {
         inner.produced_by(out, who)?;
@@ -384,7 +352,6 @@ fn norm_groups(
     let extra = Extra {
         f16: gemm::fast_batch(inner, tokens),
         who,
-        rows: decode_rows(out).filter(|&t| t == g).map(|t| (t, d)),
     };
     launch(
         inner,
@@ -484,7 +451,7 @@ pub(crate) fn gated_rms_norm(inner: &Inner, x: &Tensor, z: &Tensor, w: &Tensor, 
         Some(t) if d <= 1024 && out.numel().is_multiple_of(t * d) => {
             let n = out.numel() / t;
             a.n[1] = n as i64;
-            let extra = Extra::rows(Producer::GatedNorm, t, n);
+            let extra = Extra::rows(Producer::GatedNorm);
             launch(
                 inner,
                 "gated_rms_norm_rows",
@@ -524,7 +491,7 @@ pub(crate) fn sigmoid_mul_rows(inner: &Inner, x: &Tensor, gate: &Tensor, t: usiz
             Phase::Attention,
         );
     }
-    let extra = Extra::rows(Producer::SigmoidMul, t, n);
+    let extra = Extra::rows(Producer::SigmoidMul);
     launch(
         inner,
         "sigmoid_mul_rows",
