@@ -19,34 +19,6 @@ fn fast() -> Vec<Arc<dyn Backend>> {
     device_backends_at(Precision::Fast)
 }
 
-/// The variant asked for through the environment is really what runs (a test of wgpu's variant
-/// choice: the environment variables are wgpu's).
-#[test]
-fn variant_asked_for_is_selected() {
-    for be in fast().into_iter().filter(|be| be.name() == "wgpu") {
-        if std::env::var_os("RILL_WGPU_COOP_EMULATE").is_some_and(|v| v == "1") {
-            assert_eq!(be.precision(), Precision::Fast);
-            assert!(
-                be.driver_info().contains("emulated cooperative-matrix"),
-                "{}",
-                be.driver_info()
-            );
-        }
-        // The second tensor-core kernel asked for (tensor cores or emulated) is the one running.
-        // A geometry asked for that the device cannot hold falls back to the default: said here.
-        if be.precision() == Precision::Fast && std::env::var_os("RILL_WGPU_COOP").is_some_and(|v| v == "2") {
-            let info = be.driver_info();
-            assert!(info.contains("coop2"), "{info}");
-            if let Ok(tile) = std::env::var("RILL_WGPU_COOP_TILE") {
-                assert!(info.contains(&format!("coop2 {tile}")), "{tile} asked for: {info}");
-            }
-        }
-        if std::env::var_os("RILL_WGPU_PLAIN").is_some_and(|v| v == "1") {
-            assert_eq!(be.precision(), Precision::Exact, "the plain path has no f16 products");
-        }
-    }
-}
-
 /// Whether `be`'s fast tier keeps the activations of F16 and BF16 weight products at f32 class:
 /// the cuda backend splits them into two f16 terms, hi + lo (kernels-cuda/gemm_q.cu), because
 /// those weights carry no quantization error for an f16 rounding of x to hide behind. Other
@@ -175,6 +147,20 @@ fn fast_matmul_check(
 /// product of the same input (read back from the device).
 #[test]
 fn fast_split_products_get_their_lo_plane() {
+    // The choice itself, without a GPU: this batch takes the tensor cores in the fast tier, F16
+    // weights with the two-plane activations, quantized ones with one.
+    #[cfg(feature = "cuda")]
+    {
+        use rill::backend::cuda::policy::{gemm_activations, Batch, Device, GemmActivations, Policy};
+        let p = Policy {
+            device: Device::H200,
+            precision: Precision::Fast,
+            fusion: true,
+        };
+        assert_eq!(p.batch(70, false), Batch::TensorCores);
+        assert_eq!(gemm_activations(GgmlType::F16), Some(GemmActivations::HiLo));
+        assert_eq!(gemm_activations(GgmlType::Q8_0), Some(GemmActivations::F16));
+    }
     for g in fast().into_iter().filter(|g| splits_exact_weights(g.as_ref())) {
         split_lo_plane_case(g.as_ref(), cpu().as_ref());
     }

@@ -29,6 +29,7 @@ mod driver;
 mod kernels;
 mod launch;
 mod ops;
+pub mod policy;
 mod profile;
 mod shadow;
 mod workspace;
@@ -63,10 +64,8 @@ pub(crate) struct Inner {
     /// Dependent launch inside captured graphs (dropped if a capture with it fails).
     graph_pdl: AtomicBool,
     graphs_enabled: bool,
-    /// `Precision::Fast`: tensor-core prefill paths (see the module doc).
-    fast: bool,
-    /// `CudaOptions::fusion`: whether the fused variants may be chosen (`policy.rs`).
-    fusion: bool,
+    /// The device facts and options every kernel-variant decision reads (`policy.rs`).
+    policy: policy::Policy,
     /// f16 copies of activations (`shadow.rs`) and whether any is held.
     shadows: Mutex<shadow::Shadows>,
     shadows_live: AtomicBool,
@@ -115,8 +114,8 @@ impl CudaBackend {
         next: Option<AddNorm<'_>>,
     ) -> Result<()> {
         if let Some(n) = next {
-            if ops::norm::moe_experts_add_rms_norm(&self.inner, x, e, n)? {
-                return Ok(());
+            if let policy::AddNorm::InProduct { .. } = ops::norm::moe_experts_add_norm_choice(&self.inner, x, e, n)? {
+                return ops::norm::moe_experts_add_rms_norm(&self.inner, x, e, n);
             }
         }
         crate::backend::moe_experts_shared_then(self, x, e, out, next)
@@ -220,11 +219,19 @@ impl CudaBackend {
             profile: profiling.then(Profiler::new),
             // Programmatic dependent launch needs compute capability 9.0; profiling times kernels
             // one at a time, so it runs them strictly in order.
-            pdl: AtomicBool::new(dev.cc.0 >= 9 && !profiling && opts.dependent_launch),
+            pdl: AtomicBool::new(
+                policy::Device { sms: 0, cc: dev.cc }.dependent_launch() && !profiling && opts.dependent_launch,
+            ),
             graph_pdl: AtomicBool::new(true),
             graphs_enabled: !profiling && opts.graphs,
-            fast: opts.precision == Precision::Fast,
-            fusion: opts.fusion,
+            policy: policy::Policy {
+                device: policy::Device {
+                    sms: dev.sms as usize,
+                    cc: dev.cc,
+                },
+                precision: opts.precision,
+                fusion: opts.fusion,
+            },
             shadows: Mutex::new(shadow::Shadows::default()),
             shadows_live: AtomicBool::new(false),
             tc_learned: ops::matvec_tc::Learned::default(),
@@ -290,13 +297,13 @@ impl Backend for CudaBackend {
             (v % 1000) / 10,
             on(self.inner.graphs_enabled),
             on(self.inner.pdl.load(std::sync::atomic::Ordering::Relaxed)),
-            on(self.inner.fusion),
+            on(self.inner.policy.fusion),
             self.inner.kernels.module_names().len()
         )
     }
 
     fn precision(&self) -> Precision {
-        if self.inner.fast {
+        if self.inner.policy.precision == Precision::Fast {
             Precision::Fast
         } else {
             Precision::Exact
@@ -478,10 +485,10 @@ impl Backend for CudaBackend {
         ops::norm::gated_rms_norm(&self.inner, x, z, w, eps, out)
     }
     fn gdn_recurrent_step(&self, s: GdnStep<'_>, dims: GdnDims, l2_eps: f32, eps: f32) -> Result<()> {
-        if ops::gdn_step::gdn_step(&self.inner, s, dims, l2_eps, eps)? {
-            return Ok(());
+        match ops::gdn_step::gdn_step_choice(&self.inner, s, dims)? {
+            policy::GdnStep::OneLaunch => ops::gdn_step::gdn_step(&self.inner, s, dims, l2_eps, eps),
+            policy::GdnStep::Ops => crate::backend::gdn_recurrent_step_ops(self, s, dims, l2_eps, eps),
         }
-        crate::backend::gdn_recurrent_step_ops(self, s, dims, l2_eps, eps)
     }
     fn split_qgate(&self, qg: &Tensor, head_dim: usize, q: &Tensor, gate: &Tensor) -> Result<()> {
         ops::eltwise::split_qgate(&self.inner, qg, head_dim, q, gate)
@@ -533,10 +540,10 @@ impl Backend for CudaBackend {
         ops::linear::moe_experts(&self.inner, x, gate_exps, up_exps, down_exps, ids, weights, out)
     }
     fn moe_experts_shared(&self, x: &Tensor, e: MoeExperts<'_>, out: &Tensor) -> Result<()> {
-        if ops::linear::moe_experts_shared(&self.inner, x, e, out, false)? {
-            return Ok(());
+        match ops::linear::shared_expert_choice(&self.inner, x, e, out)? {
+            policy::SharedExpert::InExpertLaunches => ops::linear::moe_experts_shared(&self.inner, x, e, out, false),
+            policy::SharedExpert::OwnLaunches => crate::backend::moe_experts_shared_composed(self, x, e, out),
         }
-        crate::backend::moe_experts_shared_composed(self, x, e, out)
     }
     fn moe_route_experts_shared(
         &self,
@@ -554,8 +561,9 @@ impl Backend for CudaBackend {
     }
     fn moe_ffn(&self, m: MoeFfn<'_>, next: Option<AddNorm<'_>>) -> Result<()> {
         check::moe_ffn(m, next)?;
-        if !ops::norm::moe_norm_route(&self.inner, &m)? {
-            return crate::backend::moe_ffn_ops(self, m, next);
+        match ops::norm::moe_ffn_choice(&self.inner, &m) {
+            policy::MoeFfn::NormRoute => ops::norm::moe_norm_route(&self.inner, &m)?,
+            policy::MoeFfn::Ops => return crate::backend::moe_ffn_ops(self, m, next),
         }
         self.routed_experts_then(m.input.out, m.experts, m.out, next)
     }

@@ -12,15 +12,12 @@ use super::{grid_u32, Launch, GRID_YZ_MAX};
 use crate::backend::cuda::buffer::{get, ptr};
 use crate::backend::cuda::driver::{cuda_err, DevPtr};
 use crate::backend::cuda::launch::{Args, MvSeg, MV_SEGS};
+use crate::backend::cuda::policy::{self, MixedLaunch, NormedGroup, SharedExpert, SharedExpertShape, MATVEC_MAX_T};
 use crate::backend::cuda::profile::Phase;
 use crate::backend::cuda::{buffer, Inner};
 use crate::backend::{check, AddNorm, DType, Group, MoeExperts, Tensor};
 use crate::error::Result;
 use crate::gguf::GgmlType;
-
-/// Batches up to this many tokens use the matrix-vector kernels (weights read once per token);
-/// larger ones the tiled kernel (weights read once per 64 tokens).
-pub(crate) const MATVEC_MAX_T: usize = 4;
 
 /// Products with at most this many outputs per token use the matrix-vector kernels at any batch
 /// size (exact f32): their weights are a few hundred KB, read from L2 once per token, while a
@@ -410,7 +407,7 @@ enum MvPath {
 /// policies; the fused SwiGLU and expert products always run one).
 fn takes_group(path: &MvPath, ty: GgmlType) -> bool {
     match path {
-        MvPath::Tc(f) => f.groups,
+        MvPath::Tc(f) => f.takes.groups,
         MvPath::F32 => !matches!(ty, GgmlType::F16 | GgmlType::Bf16),
     }
 }
@@ -470,7 +467,9 @@ fn run_mv_with(
             // The fused SwiGLU prepares its output for the down product itself.
             let out_prep = match (out_prep, glu, writes) {
                 (Some(p), ..) => Some(p),
-                (None, true, [out]) => matvec_tc::OutPrep::ask(inner, m, out, matvec_tc::kernel_of(f, m).1)?,
+                (None, true, [out]) => {
+                    matvec_tc::OutPrep::ask(inner, m, out, matvec_tc::kernel_of(f, m).rows_per_block)?
+                }
                 _ => None,
             };
             matvec_tc::run(
@@ -566,8 +565,8 @@ type KernelKey = (&'static str, usize);
 fn kernel_key(inner: &Inner, path: &MvPath, m: &Mv) -> KernelKey {
     match path {
         MvPath::Tc(f) => {
-            let (kernel, rows_per_block, _) = matvec_tc::kernel_of(*f, m);
-            (kernel, rows_per_block)
+            let g = matvec_tc::kernel_of(*f, m);
+            (g.kernel.prefix(), g.rows_per_block)
         }
         MvPath::F32 => ("matvec_", mv_plan(inner, m).ut),
     }
@@ -579,7 +578,7 @@ fn kernel_key(inner: &Inner, path: &MvPath, m: &Mv) -> KernelKey {
 /// the others when they run the same kernel in the same shape, `kernel_key`, the same numbers bit
 /// for bit), its grid over all their rows (the segment table, kernels-cuda/common.cuh): one
 /// launch ramp and tail instead of one per product (where the kernels take groups: `takes_group`;
-/// `group_mode`).
+/// `policy::Policy::group_launch`).
 /// A tensor-core launch reads x in the prepared layout its producer wrote or, failing that, one
 /// prep per format (`Inner::tc_x_of` keeps the copy for the next launch of the format).
 /// Batches take other kernels per product (as `matmul`).
@@ -588,7 +587,7 @@ pub(crate) fn matmul_group(inner: &Inner, ws: &[&Tensor], x: &Tensor, outs: &[&T
     let dims = check::matmul_group(ws, x, outs)?;
     // Every pair reads the same x: one T and n_in.
     let (t, n_in) = (dims[0].t, dims[0].n_in);
-    if t > MATVEC_MAX_T || t == 0 || n_in == 0 || !inner.fusion {
+    if inner.policy.group_launch(t, n_in) == policy::GroupLaunch::PerProduct {
         return ws.iter().zip(outs).try_for_each(|(w, out)| matmul(inner, w, x, out));
     }
     let weights = ws
@@ -702,46 +701,70 @@ fn mixed_mv<'a>(
     Ok((m, members))
 }
 
-/// `next.then`'s products of the normed rows `next.out` in one tensor-core launch whose blocks each
-/// norm the residual row `next.acc` themselves (kernels-cuda/matvec_tc.cuh mv_body NORM; block 0
-/// of each vector writes `next.out`): no norm launch between a block's last product and the next
-/// block's first ones. Taken for decode rows of at most `matvec_tc::NORM_MAX_IN` values (a multiple
-/// of 256) whose products are one Q4_K launch family on the tall tensor-core kernel
-/// (`matvec_tc::run_normed` says which); `Ok(false)` otherwise (nothing done). The caller has
-/// checked the operands (`check::add_norm_after`). On the H200 (tg128, dev/cuda/NOTES.md,
-/// twenty-first session): the 35B-A3B's tall launches 400.8 -> 406.8 t/s; NORM versions of the
-/// mixed Q6_K + Q4_K launch (three waves, each paying the prologue) and of the 9B's tall one (4
-/// super-blocks per warp) measured slower and were not kept.
-pub(crate) fn normed_group(inner: &Inner, next: AddNorm<'_>, g: Group<'_>) -> Result<bool> {
+/// `next.then`'s products of the normed rows `next.out`: their weights, outputs and dims, and the
+/// members of their one tensor-core launch family where they form one (decode rows only).
+struct NormedFamily {
+    weights: Vec<Weight>,
+    outp: Vec<DevPtr>,
+    dims: Vec<check::MatmulDims>,
+    members: Option<Vec<usize>>,
+}
+
+fn normed_family(inner: &Inner, next: AddNorm<'_>, g: Group<'_>) -> Result<NormedFamily> {
     let op = "matmul_group";
     let x = next.out;
     let dims = check::matmul_group(g.ws, x, g.outs)?;
     let (t, n_in) = (dims[0].t, dims[0].n_in);
-    if !inner.fusion
-        || !(1..=MATVEC_MAX_T).contains(&t)
-        || !n_in.is_multiple_of(256)
-        || !(256..=matvec_tc::NORM_MAX_IN).contains(&n_in)
-        || dims.iter().any(|d| d.n_out == 0)
-    {
-        return Ok(false);
-    }
     let weights =
         g.ws.iter()
             .zip(&dims)
             .map(|(w, d)| weight(op, w, d.n_out, n_in))
             .collect::<Result<Vec<_>>>()?;
-    if weights.iter().any(|w| w.ty != GgmlType::Q4K) {
-        return Ok(false);
-    }
     let outp = g.outs.iter().map(|o| ptr(o, op)).collect::<Result<Vec<_>>>()?;
-    let families = launch_families(inner, &weights, x, &outp, &dims)?;
-    let [(Some(("mvtc", 0)), members)] = families.as_slice() else {
-        return Ok(false);
-    };
-    let m = family_mv(members, &weights, x, &outp, &dims)?;
-    if !matches!(mv_path(&m), MvPath::Tc(_)) {
-        return Ok(false);
+    let mut members = None;
+    if policy::decode_rows(t) && n_in > 0 {
+        let families = launch_families(inner, &weights, x, &outp, &dims)?;
+        if let [(Some(("mvtc", 0)), family)] = families.as_slice() {
+            let m = family_mv(family, &weights, x, &outp, &dims)?;
+            if matches!(mv_path(&m), MvPath::Tc(_)) {
+                members = Some(family.clone());
+            }
+        }
     }
+    Ok(NormedFamily {
+        weights,
+        outp,
+        dims,
+        members,
+    })
+}
+
+/// Whether `next.then`'s products take the norm of `next` as their launch's prologue
+/// (`policy::Policy::normed_group`). The caller has checked the operands
+/// (`check::add_norm_after`).
+pub(crate) fn normed_group_choice(inner: &Inner, next: AddNorm<'_>, g: Group<'_>) -> Result<NormedGroup> {
+    let f = normed_family(inner, next, g)?;
+    let products: Vec<(GgmlType, usize)> = f.weights.iter().zip(&f.dims).map(|(w, d)| (w.ty, d.n_out)).collect();
+    Ok(inner.policy.normed_group(&policy::GroupShape {
+        t: f.dims[0].t,
+        n_in: f.dims[0].n_in,
+        products: &products,
+        one_tc_launch: f.members.is_some(),
+    }))
+}
+
+/// `next.then`'s products of the normed rows `next.out` in one tensor-core launch whose blocks each
+/// norm the residual row `next.acc` themselves (kernels-cuda/matvec_tc.cuh mv_body NORM; block 0
+/// of each vector writes `next.out`): no norm launch between a block's last product and the next
+/// block's first ones. For the groups `normed_group_choice` gives `NormedGroup::Prologue`.
+pub(crate) fn normed_group(inner: &Inner, next: AddNorm<'_>, g: Group<'_>) -> Result<()> {
+    let op = "matmul_group";
+    let x = next.out;
+    let f = normed_family(inner, next, g)?;
+    let Some(members) = &f.members else {
+        return Err(cuda_err(format!("{op}: the products are not one tensor-core launch")));
+    };
+    let m = family_mv(members, &f.weights, x, &f.outp, &f.dims)?;
     let norm = matvec_tc::NormIn {
         h: ptr(next.acc, op)?,
         w: ptr(next.w, op)?,
@@ -755,25 +778,31 @@ pub(crate) fn normed_group(inner: &Inner, next: AddNorm<'_>, g: Group<'_>) -> Re
     matvec_tc::run_normed(inner, op, &m, norm, |nv| mv_flops(&m, nv), &reads, &writes)
 }
 
-/// `acc += x · Wᵀ` for a decode batch (T <= `MATVEC_MAX_T`) whose product runs on the
-/// tensor-core kernels, which add their rows into `acc` (`Mv::accumulate`); `Ok(false)` otherwise
-/// (nothing done). The caller has checked the operands (`check::matmul(w, x, acc)`'s rules).
-pub(crate) fn matmul_accumulate(inner: &Inner, w: &Tensor, x: &Tensor, acc: &Tensor) -> Result<bool> {
+/// Whether `acc += x · Wᵀ` runs on the tensor-core kernels, whose plain epilogue adds their rows
+/// into `acc` (`Mv::accumulate`): a decode batch whose product they take. The caller has checked
+/// the operands (`check::matmul(w, x, acc)`'s rules).
+pub(crate) fn accumulates_on_tc(w: &Tensor, x: &Tensor, acc: &Tensor) -> Result<bool> {
     let op = "matmul_add_rms_norm";
     let d = check::matmul(w, x, acc)?;
-    if d.t == 0 || d.t > MATVEC_MAX_T || d.n_in == 0 || d.n_out == 0 {
+    if !policy::decode_rows(d.t) || d.n_in == 0 || d.n_out == 0 {
         return Ok(false);
     }
     let wt = weight(op, w, d.n_out, d.n_in)?;
+    let m = Mv::dense(&wt, None, x, ptr(acc, op)?, d)?;
+    Ok(matches!(mv_path(&m), MvPath::Tc(_)))
+}
+
+/// `acc += x · Wᵀ` on the tensor-core kernels (`accumulates_on_tc`; an error where they do not
+/// take the product).
+pub(crate) fn matmul_accumulate(inner: &Inner, w: &Tensor, x: &Tensor, acc: &Tensor) -> Result<()> {
+    let op = "matmul_add_rms_norm";
+    let d = check::matmul(w, x, acc)?;
+    let wt = weight(op, w, d.n_out, d.n_in)?;
     let mut m = Mv::dense(&wt, None, x, ptr(acc, op)?, d)?;
     m.accumulate = true;
-    if !matches!(mv_path(&m), MvPath::Tc(_)) {
-        return Ok(false);
-    }
     // As `matmul`: the producer of x learns the layouts its readers take.
     matvec_tc::read_by(inner, x, wt.ty, d.n_in);
-    run_mv(inner, op, &m, &[w, x, acc], &[acc])?;
-    Ok(true)
+    run_mv(inner, op, &m, &[w, x, acc], &[acc])
 }
 
 /// Launch families of a decode `matmul_group` that can share one launch of
@@ -788,9 +817,6 @@ fn mixed_families(
     outp: &[DevPtr],
     dims: &[check::MatmulDims],
 ) -> Result<Option<(usize, usize)>> {
-    if !inner.fusion {
-        return Ok(None);
-    }
     let tc = |i: usize| -> Result<bool> {
         let solo = Mv::dense(&weights[i], None, x, outp[i], dims[i])?;
         Ok(matches!(mv_path(&solo), MvPath::Tc(_)))
@@ -808,8 +834,12 @@ fn mixed_families(
             && weights[m[0]].phase == weights[i6].phase
             && m.len() < MV_SEGS
     });
-    match four {
-        Some(f) if tc(i6)? && tc(families[f].1[0])? => Ok(Some((six, f))),
+    let four_on_tc = match four {
+        Some(f) => tc(families[f].1[0])?,
+        None => false,
+    };
+    match (inner.policy.mixed_launch(tc(i6)?, four_on_tc), four) {
+        (MixedLaunch::Mixed, Some(f)) => Ok(Some((six, f))),
         _ => Ok(None),
     }
 }
@@ -961,7 +991,7 @@ pub(crate) fn moe_experts(
         }
     }
     let reads = [x, gate_exps, up_exps, down_exps, ids, weights];
-    experts_mv(inner, op, m, x, [&g, &u, &dn], ids, weights, None, &reads, out, false).map(|_| ())
+    experts_mv(inner, op, m, x, [&g, &u, &dn], ids, weights, None, &reads, out, false)
 }
 
 /// The shared expert of `moe_experts_shared` on the matrix-vector path: its weights (the routed
@@ -973,44 +1003,97 @@ struct SharedMv {
     gate_logits: DevPtr,
 }
 
-/// `moe_experts_shared` with the shared expert as one more expert per token, entry k of each
-/// token's k + 1, inside the experts' launches (its gate/up rows among the routed experts', its
-/// down product in each token's sum, scaled in-kernel by `sigmoid(gate logit)`): no launches of
-/// its own. Taken for a decode batch (T <= `MATVEC_MAX_T`) whose shared expert has the routed
-/// experts' hidden width and, per projection, their format; `Ok(false)` otherwise (nothing done:
-/// the caller composes the plain ops). `accumulate`: add the result into `out` (the residual add
-/// of `moe_route_experts_shared`'s `next`), only where the down product runs on the tensor cores
-/// (else `Ok(false)`, nothing done).
-pub(crate) fn moe_experts_shared(
+/// The shapes of `moe_experts_shared` as `policy::Policy::shared_expert` reads them.
+fn shared_expert_shape(x: &Tensor, ex: MoeExperts<'_>, out: &Tensor) -> Result<(check::MoeDims, SharedExpertShape)> {
+    let (m, n_ff_shared) = check::moe_experts_shared(x, ex, out)?;
+    let sh = ex.sh;
+    let shape = SharedExpertShape {
+        t: m.t,
+        k: m.k,
+        d: m.d,
+        n_ff: m.n_ff,
+        n_ff_shared,
+        formats_match: (sh.gate.dtype, sh.up.dtype, sh.down.dtype)
+            == (ex.gate_exps.dtype, ex.up_exps.dtype, ex.down_exps.dtype),
+    };
+    Ok((m, shape))
+}
+
+/// Where `moe_experts_shared` runs the shared expert (`policy::Policy::shared_expert`).
+pub(crate) fn shared_expert_choice(
     inner: &Inner,
     x: &Tensor,
     ex: MoeExperts<'_>,
     out: &Tensor,
-    accumulate: bool,
-) -> Result<bool> {
-    let op = "moe_experts_shared";
-    let (m, n_ff_sh) = check::moe_experts_shared(x, ex, out)?;
-    let (gate_exps, up_exps, down_exps, ids, weights, sh) =
-        (ex.gate_exps, ex.up_exps, ex.down_exps, ex.ids, ex.weights, ex.sh);
-    let (t, d, e, f) = (m.t, m.d, m.n_exp, m.n_ff);
-    if t == 0 || t > MATVEC_MAX_T || m.k == 0 || d == 0 || f == 0 || n_ff_sh != f || !inner.fusion {
-        return Ok(false);
-    }
-    let g = weight(op, gate_exps, e * f, d)?;
-    let u = weight(op, up_exps, e * f, d)?;
-    let dn = weight(op, down_exps, e * d, f)?;
+) -> Result<SharedExpert> {
+    Ok(inner.policy.shared_expert(&shared_expert_shape(x, ex, out)?.1))
+}
+
+/// The routed experts' weights and the shared expert of `moe_experts_shared`, for rows of `d`
+/// and hidden rows of `f`.
+fn shared_weights(op: &str, ex: MoeExperts<'_>, m: check::MoeDims) -> Result<([Weight; 3], SharedMv)> {
+    let (d, e, f) = (m.d, m.n_exp, m.n_ff);
+    let sh = ex.sh;
+    let routed = [
+        weight(op, ex.gate_exps, e * f, d)?,
+        weight(op, ex.up_exps, e * f, d)?,
+        weight(op, ex.down_exps, e * d, f)?,
+    ];
     let shared = SharedMv {
         gate: weight(op, sh.gate, f, d)?,
         up: weight(op, sh.up, f, d)?,
         down: weight(op, sh.down, d, f)?,
         gate_logits: ptr(sh.gate_logit, op)?,
     };
-    if (shared.gate.ty, shared.up.ty, shared.down.ty) != (g.ty, u.ty, dn.ty) {
+    Ok((routed, shared))
+}
+
+/// Whether the down product of `moe_experts_shared` (shared expert inside) runs on the tensor
+/// cores, whose epilogue can add it into the residual (`accumulate`).
+pub(crate) fn shared_down_on_tc(x: &Tensor, ex: MoeExperts<'_>, out: &Tensor) -> Result<bool> {
+    let op = "moe_experts_shared";
+    let (m, shape) = shared_expert_shape(x, ex, out)?;
+    if !policy::decode_rows(m.t) || shape.n_ff == 0 || shape.d == 0 || shape.k == 0 {
         return Ok(false);
     }
+    let ([_, _, dn], shared) = shared_weights(op, ex, m)?;
+    let down = down_mv(
+        m,
+        &dn,
+        Some(&shared),
+        0,
+        ptr(ex.ids, op)?,
+        ptr(ex.weights, op)?,
+        ptr(out, op)?,
+        true,
+    );
+    Ok(matches!(mv_path(&down), MvPath::Tc(_)))
+}
+
+/// `moe_experts_shared` with the shared expert as one more expert per token, entry k of each
+/// token's k + 1, inside the experts' launches (its gate/up rows among the routed experts', its
+/// down product in each token's sum, scaled in-kernel by `sigmoid(gate logit)`): no launches of
+/// its own. For the shapes `shared_expert_choice` gives `SharedExpert::InExpertLaunches`.
+/// `accumulate`: add the result into `out` (the residual add of `moe_route_experts_shared`'s
+/// `next`), where `shared_down_on_tc` says the down product can.
+pub(crate) fn moe_experts_shared(
+    inner: &Inner,
+    x: &Tensor,
+    ex: MoeExperts<'_>,
+    out: &Tensor,
+    accumulate: bool,
+) -> Result<()> {
+    let op = "moe_experts_shared";
+    let (m, shape) = shared_expert_shape(x, ex, out)?;
+    if inner.policy.with_fusion().shared_expert(&shape) != SharedExpert::InExpertLaunches {
+        return Err(cuda_err(format!(
+            "{op}: the shared expert does not fit the experts' launches"
+        )));
+    }
+    let ([g, u, dn], shared) = shared_weights(op, ex, m)?;
     // As `moe_experts`: the producer of x learns the layouts its readers take.
-    matvec_tc::read_by(inner, x, g.ty, d);
-    matvec_tc::read_by(inner, x, u.ty, d);
+    matvec_tc::read_by(inner, x, g.ty, m.d);
+    matvec_tc::read_by(inner, x, u.ty, m.d);
     let mut reads = vec![x];
     reads.extend(ex.reads());
     experts_mv(
@@ -1019,13 +1102,50 @@ pub(crate) fn moe_experts_shared(
         m,
         x,
         [&g, &u, &dn],
-        ids,
-        weights,
+        ex.ids,
+        ex.weights,
         Some(&shared),
         &reads,
         out,
         accumulate,
     )
+}
+
+/// The down product of the experts: out[t] = sum_j weights[t*k + j] * down_{ids[t*k + j]}
+/// h[t*per_token + j] (+ the shared expert's sigmoid(gate logit[t]) * down_sh h[t*per_token + k]).
+#[allow(clippy::too_many_arguments)]
+fn down_mv<'a>(
+    m: check::MoeDims,
+    dn: &'a Weight,
+    sh: Option<&SharedMv>,
+    h: DevPtr,
+    idp: DevPtr,
+    wp: DevPtr,
+    outp: DevPtr,
+    accumulate: bool,
+) -> Mv<'a> {
+    let (t, d, e, f) = (m.t, m.d, m.n_exp, m.n_ff);
+    Mv {
+        w: dn,
+        w2: None,
+        x: h,
+        x_t: None,
+        parts: Parts::one(dn.ptr, outp, d),
+        ids: idp,
+        scales: wp,
+        n_in: f,
+        expert_bytes: d * dn.row_bytes,
+        n_experts: e,
+        x_group: 1,
+        nsum: m.k + usize::from(sh.is_some()),
+        vectors: t,
+        shared: sh.map(|s| MvShared {
+            w: s.down.ptr,
+            w2: 0,
+            gate_logits: s.gate_logits,
+        }),
+        accumulate,
+    }
 }
 
 /// The expert products of a few tokens on the matrix-vector kernels: hidden rows
@@ -1046,7 +1166,7 @@ fn experts_mv<'a>(
     reads: &[&Tensor],
     out: &Tensor,
     accumulate: bool,
-) -> Result<bool> {
+) -> Result<()> {
     let [g, u, dn] = w;
     let (t, d, e, f) = (m.t, m.d, m.n_exp, m.n_ff);
     let per_token = m.k + usize::from(sh.is_some());
@@ -1080,31 +1200,11 @@ fn experts_mv<'a>(
         w2: w2.map_or(0, |w| w.ptr),
         gate_logits: 0,
     };
-    // Down: out[t] = sum_j weights[t*k + j] * down_{ids[t*k + j]} h[t*per_token + j] (+ the
-    // shared expert's sigmoid(gate logit[t]) * down_sh h[t*per_token + k]).
-    let down = Mv {
-        w: dn,
-        w2: None,
-        x: h,
-        x_t: None,
-        parts: Parts::one(dn.ptr, outp, d),
-        ids: idp,
-        scales: wp,
-        n_in: f,
-        expert_bytes: d * dn.row_bytes,
-        n_experts: e,
-        x_group: 1,
-        nsum: per_token,
-        vectors: t,
-        shared: sh.map(|s| MvShared {
-            w: s.down.ptr,
-            w2: 0,
-            gate_logits: s.gate_logits,
-        }),
-        accumulate,
-    };
+    let down = down_mv(m, dn, sh, h, idp, wp, outp, accumulate);
     if accumulate && !matches!(mv_path(&down), MvPath::Tc(_)) {
-        return Ok(false);
+        return Err(cuda_err(format!(
+            "{op}: the experts' down product cannot add into its output"
+        )));
     }
     // With a tensor-core down product, the SwiGLU's own blocks prepare the hidden rows for it
     // (kernels-cuda/out_prep.cuh) instead of a prep launch between the two.
@@ -1114,7 +1214,8 @@ fn experts_mv<'a>(
         let mut out_prep = None;
         if let (MvPath::Tc(gf), MvPath::Tc(df)) = (mv_path(&glu), mv_path(&down)) {
             let hx = ws.get("moe_hidden_x", df.prep_bytes(entries, f))?;
-            out_prep = matvec_tc::OutPrep::into_buffer(inner, &glu, df, hx, matvec_tc::kernel_of(gf, &glu).1);
+            out_prep =
+                matvec_tc::OutPrep::into_buffer(inner, &glu, df, hx, matvec_tc::kernel_of(gf, &glu).rows_per_block);
             if out_prep.is_some() {
                 ready = Some(df.planes(hx, entries, f));
             }
@@ -1157,6 +1258,5 @@ fn experts_mv<'a>(
             &[],
         )?;
     }
-    run_mv_with(inner, op, &down, reads, &[out], ready, None)?;
-    Ok(true)
+    run_mv_with(inner, op, &down, reads, &[out], ready, None)
 }

@@ -7,8 +7,9 @@ use super::matvec_tc::{Preps, Producer};
 use super::{gemm, grid_u32, group_threads, linear, Launch};
 use crate::backend::cuda::buffer::ptr;
 use crate::backend::cuda::launch::Args;
+use crate::backend::cuda::policy::{self, NormedGroup, RowBlocks, SharedExpert};
 use crate::backend::cuda::profile::Phase;
-use crate::backend::cuda::{Inner, SYNC_PARTIALS};
+use crate::backend::cuda::Inner;
 use crate::backend::{check, AddNorm, DType, GdnDims, MoeExperts, MoeFfn, Tensor};
 use crate::error::Result;
 
@@ -24,23 +25,17 @@ fn norm_threads(inner: &Inner, g: usize, d: usize) -> u32 {
     ((d.div_ceil(4).div_ceil(32) * 32).clamp(32, 1024) as u32).max(base)
 }
 
-/// Token rows of `out` when they are few enough for the decode products (`linear::MATVEC_MAX_T`):
-/// the decode shape, in which a kernel can prepare its rows for them.
+/// Token rows of `out` when they are few enough for the decode products
+/// (`policy::MATVEC_MAX_T`): the decode shape, in which a kernel can prepare its rows for them.
 fn decode_rows(out: &Tensor) -> Option<usize> {
     let t = out.shape.first().copied().unwrap_or(0);
-    (1..=linear::MATVEC_MAX_T).contains(&t).then_some(t)
+    policy::decode_rows(t).then_some(t)
 }
 
-/// Token rows `t` of `n` values that a kernel over slices of 256 can take: a decode shape whose
-/// rows are whole slices, and (`meets`: the RMSNorms' grid barrier) whose partial sums fit the
-/// sync scratch (at most 32 per row, as one warp sums them) and whose blocks are at most one per SM, so
-/// that all of them are resident at once on any GPU (the barrier waits for every block: one that
-/// could not be scheduled would hang the others).
-fn slices_fit(inner: &Inner, t: usize, n: usize, meets: bool) -> bool {
-    (1..=linear::MATVEC_MAX_T).contains(&t)
-        && n > 0
-        && n.is_multiple_of(256)
-        && (!meets || (n / 256 <= 32 && t * (n / 256) <= SYNC_PARTIALS.min(inner.sms())))
+/// Whether `t` token rows of `n` values run over slices of 256 (`policy::Policy::row_blocks`;
+/// `barrier`: the RMSNorms' grid barrier).
+fn slices_fit(inner: &Inner, t: usize, n: usize, barrier: bool) -> bool {
+    inner.policy.row_blocks(t, n, barrier) == RowBlocks::Slices
 }
 
 /// Launch `name` (a `*_slices` kernel of norm.cu) over `t` rows of `n` values of `out`: grid
@@ -103,13 +98,11 @@ fn rms_norm_slices(
     launch_slices(inner, op, out, t, d, a, &[acc, x, w, out], Producer::Norm, Phase::Norms)
 }
 
-/// The token rows of `next.out` (`d` values per row) when the norm after a product that added
-/// itself into the residual can run over slices with no grid barrier (`rms_norm_slices_whole`):
-/// a decode shape of whole slices, not the fast prefill path's (which wants an f16 copy).
+/// The token rows of `next.out` (`d` values per row) when the norm of a finished residual row runs
+/// over slices with no grid barrier (`rms_norm_slices_whole`, `policy::Policy::norm_reads_whole_rows`).
 fn add_norm_rows(inner: &Inner, next: AddNorm<'_>, d: usize) -> Option<usize> {
     let t = decode_rows(next.out)?;
-    (inner.fusion && next.out.numel() == t * d && slices_fit(inner, t, d, false) && !gemm::fast_batch(inner, t))
-        .then_some(t)
+    inner.policy.norm_reads_whole_rows(t, d, next.out.numel()).then_some(t)
 }
 
 /// RMSNorm over slices of a row nobody writes meanwhile (norm.cu `rms_norm_slices_whole`: each
@@ -128,17 +121,22 @@ fn rms_norm_whole(inner: &Inner, next: AddNorm<'_>, t: usize, d: usize) -> Resul
 
 /// `Backend::matmul_add_rms_norm`: in decode, the product adds its rows into the residual itself
 /// (`linear::matmul_accumulate`) and the norm reads the finished row with no barrier; otherwise
-/// the composition.
+/// the composition (`policy::Policy::add_norm`).
 pub(crate) fn matmul_add_rms_norm(inner: &Inner, w: &Tensor, x: &Tensor, y: &Tensor, next: AddNorm<'_>) -> Result<()> {
     let d = check::matmul_add_rms_norm(w, x, y, next)?;
-    if let Some(t) = add_norm_rows(inner, next, d.n_out) {
-        if linear::matmul_accumulate(inner, w, x, next.acc)? {
-            return norm_then(inner, next, t, d.n_out);
+    let t = next.out.shape.first().copied().unwrap_or(0);
+    let on_tc = linear::accumulates_on_tc(w, x, next.acc)?;
+    match inner.policy.add_norm(t, d.n_out, next.out.numel(), on_tc) {
+        policy::AddNorm::InProduct { rows } => {
+            linear::matmul_accumulate(inner, w, x, next.acc)?;
+            norm_then(inner, next, rows, d.n_out)
+        }
+        policy::AddNorm::Composed => {
+            linear::matmul(inner, w, x, y)?;
+            add_rms_norm(inner, next.acc, y, next.w, next.eps, next.out)?;
+            group_of_normed(inner, next)
         }
     }
-    linear::matmul(inner, w, x, y)?;
-    add_rms_norm(inner, next.acc, y, next.w, next.eps, next.out)?;
-    group_of_normed(inner, next)
 }
 
 /// The norm of a residual row its product has finished (`next.acc` into `next.out`) and
@@ -147,8 +145,8 @@ pub(crate) fn matmul_add_rms_norm(inner: &Inner, w: &Tensor, x: &Tensor, y: &Ten
 /// `rms_norm_slices_whole` and the group.
 fn norm_then(inner: &Inner, next: AddNorm<'_>, t: usize, d: usize) -> Result<()> {
     if let Some(g) = next.then {
-        if linear::normed_group(inner, next, g)? {
-            return Ok(());
+        if linear::normed_group_choice(inner, next, g)? == NormedGroup::Prologue {
+            return linear::normed_group(inner, next, g);
         }
     }
     rms_norm_whole(inner, next, t, d)?;
@@ -163,50 +161,69 @@ fn group_of_normed(inner: &Inner, next: AddNorm<'_>) -> Result<()> {
     }
 }
 
-/// `moe_experts_shared` and `next` (`moe_route_experts_shared` after its routing): in decode the
-/// down product adds the experts' sum into the residual itself and the norm reads the finished
-/// row; `Ok(false)` where that does not apply (nothing done). The caller has checked the operands.
-pub(crate) fn moe_experts_add_rms_norm(
+/// Whether `moe_experts_shared` and `next` (`moe_route_experts_shared` after its routing) run as
+/// `moe_experts_add_rms_norm` (`policy::Policy::add_norm`): the shared expert inside the experts'
+/// launches and their down product on the tensor cores. The caller has checked the operands.
+pub(crate) fn moe_experts_add_norm_choice(
     inner: &Inner,
     x: &Tensor,
     e: MoeExperts<'_>,
     next: AddNorm<'_>,
-) -> Result<bool> {
+) -> Result<policy::AddNorm> {
     let d = x.shape.last().copied().unwrap_or(0);
-    let Some(t) = add_norm_rows(inner, next, d) else {
-        return Ok(false);
-    };
-    if !linear::moe_experts_shared(inner, x, e, next.acc, true)? {
-        return Ok(false);
-    }
-    norm_then(inner, next, t, d)?;
-    Ok(true)
+    let t = next.out.shape.first().copied().unwrap_or(0);
+    let on_tc = linear::shared_expert_choice(inner, x, e, next.acc)? == SharedExpert::InExpertLaunches
+        && linear::shared_down_on_tc(x, e, next.acc)?;
+    Ok(inner.policy.add_norm(t, d, next.out.numel(), on_tc))
 }
 
-/// Most experts `moe_norm_route` routes (its last block is moe.cu's rank routing:
-/// kernels-cuda/route.cuh, 256 threads x ROUTE_PER_THREAD).
-const NORM_ROUTE_MAX_EXPERTS: usize = 256 * 4;
-/// Widest rows `moe_norm_route` takes (its router blocks hold the normed row in shared memory).
-const NORM_ROUTE_MAX_D: usize = 8192;
+/// `moe_experts_shared` and `next`: in decode the down product adds the experts' sum into the
+/// residual itself and the norm reads the finished row, where `moe_experts_add_norm_choice` says
+/// so (an error otherwise). The caller has checked the operands.
+pub(crate) fn moe_experts_add_rms_norm(inner: &Inner, x: &Tensor, e: MoeExperts<'_>, next: AddNorm<'_>) -> Result<()> {
+    let d = x.shape.last().copied().unwrap_or(0);
+    let Some(t) = add_norm_rows(inner, next, d) else {
+        return Err(crate::backend::cuda::driver::cuda_err(
+            "moe_experts_add_rms_norm: not a decode shape of whole slices",
+        ));
+    };
+    linear::moe_experts_shared(inner, x, e, next.acc, true)?;
+    norm_then(inner, next, t, d)
+}
+
 /// Router rows per block of `moe_norm_route` (a warp each).
 const NORM_ROUTE_ROWS: usize = 8;
 
+/// The shapes of `moe_ffn` as `policy::Policy::moe_ffn` reads them.
+fn moe_ffn_shape(m: &MoeFfn<'_>) -> policy::MoeFfnShape {
+    let x = m.input.out;
+    policy::MoeFfnShape {
+        t: x.shape.first().copied().unwrap_or(0),
+        d: x.cols(),
+        numel: x.numel(),
+        n_experts: m.logits.cols(),
+        router_f32: m.router.dtype == DType::F32 && m.shared_gate.dtype == DType::F32,
+    }
+}
+
+/// Whether `moe_ffn` runs as `moe_norm_route` (`policy::Policy::moe_ffn`). The caller has checked
+/// the operands (`check::moe_ffn`).
+pub(crate) fn moe_ffn_choice(inner: &Inner, m: &MoeFfn<'_>) -> policy::MoeFfn {
+    inner.policy.moe_ffn(&moe_ffn_shape(m))
+}
+
 /// `moe_ffn`'s residual add, input norm (with its prepared copies), router and shared-gate
-/// products and routing in one launch (norm.cu `moe_norm_route`), for one token whose router and
-/// shared gate are F32 rows and whose experts the rank routing takes; `Ok(false)` otherwise (nothing
-/// done). The caller has checked the operands (`check::moe_ffn`).
-pub(crate) fn moe_norm_route(inner: &Inner, m: &MoeFfn<'_>) -> Result<bool> {
+/// products and routing in one launch (norm.cu `moe_norm_route`), for the shapes `moe_ffn_choice`
+/// gives `MoeFfn::NormRoute` (an error otherwise). The caller has checked the operands
+/// (`check::moe_ffn`).
+pub(crate) fn moe_norm_route(inner: &Inner, m: &MoeFfn<'_>) -> Result<()> {
     let op = "moe_norm_route";
     let x = m.input.out;
     let (d, e) = (x.cols(), m.logits.cols());
-    let f32s = m.router.dtype == DType::F32 && m.shared_gate.dtype == DType::F32;
-    let fits = inner.fusion
-        && f32s
-        && d <= NORM_ROUTE_MAX_D
-        && e <= NORM_ROUTE_MAX_EXPERTS
-        && add_norm_rows(inner, m.input, d) == Some(1);
-    if !fits {
-        return Ok(false);
+    if inner.policy.with_fusion().moe_ffn(&moe_ffn_shape(m)) != policy::MoeFfn::NormRoute {
+        return Err(crate::backend::cuda::driver::cuda_err(format!(
+            "{op}: the shape does not fit the one-launch kernel"
+        )));
     }
     let mut a = Args::default();
     a.p[0] = ptr(m.input.acc, op)?;
@@ -256,7 +273,7 @@ pub(crate) fn moe_norm_route(inner: &Inner, m: &MoeFfn<'_>) -> Result<bool> {
     }
     inner.produced_by(x, Producer::Norm)?;
     drop(ws);
-    Ok(true)
+    Ok(())
 }
 
 /// The token rows of a decode-shaped RMSNorm over `out` (`d` values per row) that runs over slices,
