@@ -28,6 +28,9 @@ mod buffer;
 mod driver;
 mod kernels;
 mod launch;
+#[cfg(test)]
+mod module_graph;
+mod op;
 mod ops;
 pub mod policy;
 mod profile;
@@ -414,7 +417,7 @@ impl Backend for CudaBackend {
         ops::linear::matmul_swiglu(&self.inner, w_gate, w_up, x, gate_tmp, up_tmp, out)
     }
     fn sigmoid_mul_assign(&self, x: &Tensor, gate: &Tensor) -> Result<()> {
-        ops::eltwise::sigmoid_mul_assign(&self.inner, x, gate)
+        ops::norm::sigmoid_mul_assign(&self.inner, x, gate)
     }
     fn sigmoid_scale_add(&self, acc: &Tensor, x: &Tensor, gate_logit: &Tensor) -> Result<()> {
         ops::eltwise::sigmoid_scale_add(&self.inner, acc, x, gate_logit)

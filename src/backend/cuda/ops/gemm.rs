@@ -14,7 +14,7 @@
 
 use super::{grid_u32, Launch, GRID_YZ_MAX};
 use crate::backend::cuda::driver::{cuda_err, DevPtr};
-use crate::backend::cuda::launch::Args;
+use crate::backend::cuda::op::Args;
 use crate::backend::cuda::policy::{self, Batch, GemmActivations};
 use crate::backend::cuda::profile::Phase;
 pub(crate) use crate::backend::cuda::shadow::F16Planes;

@@ -14,10 +14,10 @@
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use super::linear::Mv;
+use super::mv::{Mv, Weight};
 use super::{grid_u32, Launch, GRID_YZ_MAX};
 use crate::backend::cuda::driver::{cuda_err, DevPtr};
-use crate::backend::cuda::launch::Args;
+use crate::backend::cuda::op::Args;
 use crate::backend::cuda::policy::{self, MvKernels, MvShape, TcGeometry, TcKernel, TcTakes, MATVEC_MAX_T};
 use crate::backend::cuda::profile::Phase;
 use crate::backend::cuda::{Inner, SYNC_COUNTERS};
@@ -336,7 +336,7 @@ pub(crate) fn run_mixed(
     inner: &Inner,
     op: &str,
     m: &Mv,
-    w6: &super::linear::Weight,
+    w6: &Weight,
     x6: TcX,
     x4: TcX,
     flops: impl Fn(usize) -> f64,

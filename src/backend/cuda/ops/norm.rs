@@ -6,7 +6,8 @@
 use super::matvec_tc::{Preps, Producer};
 use super::{gemm, grid_u32, group_threads, linear, Launch};
 use crate::backend::cuda::buffer::ptr;
-use crate::backend::cuda::launch::Args;
+use crate::backend::cuda::driver::DevPtr;
+use crate::backend::cuda::op::Args;
 use crate::backend::cuda::policy::{self, NormedGroup, RowBlocks, SharedExpert};
 use crate::backend::cuda::profile::Phase;
 use crate::backend::cuda::Inner;
@@ -194,6 +195,52 @@ pub(crate) fn moe_experts_add_rms_norm(inner: &Inner, x: &Tensor, e: MoeExperts<
 /// Router rows per block of `moe_norm_route` (a warp each).
 const NORM_ROUTE_ROWS: usize = 8;
 
+/// The operands of norm.cu's `moe_norm_route`, by name; `args` places them in the kernel's slots
+/// (several pointers in integer slots: the pointer slots are taken).
+struct NormRouteArgs {
+    acc: DevPtr,
+    y: DevPtr,
+    norm_w: DevPtr,
+    out: DevPtr,
+    router: DevPtr,
+    shared_gate: DevPtr,
+    logits: DevPtr,
+    shared_logit: DevPtr,
+    ids: DevPtr,
+    weights: DevPtr,
+    /// The blocks' counter (`Inner::route_counter`).
+    counter: DevPtr,
+    d: usize,
+    experts: usize,
+    k: usize,
+    eps: f32,
+    scale: f32,
+}
+
+impl NormRouteArgs {
+    /// The slots (norm.cu): p0 acc, p1 y, p2 w, p3 out, p6 router; n0 d, n1 E, n2 k, n3 shared
+    /// gate, n4 logits, n5 shared gate logit, n6 ids, n7 weights, n8 counter; f0 eps, f1 scale.
+    /// p4, p5 and p7 are the prepared copies' (`Preps::ask`).
+    fn args(&self) -> Args {
+        let mut a = Args::default();
+        (a.p[0], a.p[1], a.p[2], a.p[3], a.p[6]) = (self.acc, self.y, self.norm_w, self.out, self.router);
+        let in_int = |p: DevPtr| p as i64;
+        a.n[..9].copy_from_slice(&[
+            self.d as i64,
+            self.experts as i64,
+            self.k as i64,
+            in_int(self.shared_gate),
+            in_int(self.logits),
+            in_int(self.shared_logit),
+            in_int(self.ids),
+            in_int(self.weights),
+            in_int(self.counter),
+        ]);
+        (a.f[0], a.f[1]) = (self.eps, self.scale);
+        a
+    }
+}
+
 /// The shapes of `moe_ffn` as `policy::Policy::moe_ffn` reads them.
 fn moe_ffn_shape(m: &MoeFfn<'_>) -> policy::MoeFfnShape {
     let x = m.input.out;
@@ -225,23 +272,25 @@ pub(crate) fn moe_norm_route(inner: &Inner, m: &MoeFfn<'_>) -> Result<()> {
             "{op}: the shape does not fit the one-launch kernel"
         )));
     }
-    let mut a = Args::default();
-    a.p[0] = ptr(m.input.acc, op)?;
-    a.p[1] = ptr(m.y, op)?;
-    a.p[2] = ptr(m.input.w, op)?;
-    a.p[3] = ptr(x, op)?;
-    a.p[6] = ptr(m.router, op)?;
-    a.n[0] = d as i64;
-    a.n[1] = e as i64;
-    a.n[2] = m.k as i64;
-    a.n[3] = ptr(m.shared_gate, op)? as i64;
-    a.n[4] = ptr(m.logits, op)? as i64;
-    a.n[5] = ptr(m.experts.sh.gate_logit, op)? as i64;
-    a.n[6] = ptr(m.experts.ids, op)? as i64;
-    a.n[7] = ptr(m.experts.weights, op)? as i64;
-    a.n[8] = inner.route_counter() as i64;
-    a.f[0] = m.input.eps;
-    a.f[1] = m.scale;
+    let mut a = NormRouteArgs {
+        acc: ptr(m.input.acc, op)?,
+        y: ptr(m.y, op)?,
+        norm_w: ptr(m.input.w, op)?,
+        out: ptr(x, op)?,
+        router: ptr(m.router, op)?,
+        shared_gate: ptr(m.shared_gate, op)?,
+        logits: ptr(m.logits, op)?,
+        shared_logit: ptr(m.experts.sh.gate_logit, op)?,
+        ids: ptr(m.experts.ids, op)?,
+        weights: ptr(m.experts.weights, op)?,
+        counter: inner.route_counter(),
+        d,
+        experts: e,
+        k: m.k,
+        eps: m.input.eps,
+        scale: m.scale,
+    }
+    .args();
     let blocks = d / 256 + (e + 1).div_ceil(NORM_ROUTE_ROWS);
     let ws = inner.workspaces()?;
     let preps = Preps::ask(inner, Producer::Norm, x, 1, d, &mut a)?;
@@ -485,10 +534,28 @@ pub(crate) fn gated_rms_norm(inner: &Inner, x: &Tensor, z: &Tensor, w: &Tensor, 
     }
 }
 
+/// `x *= sigmoid(gate)` (the attention output's gate): elementwise.cu's grid-stride kernel, or in
+/// decode norm.cu's row kernels, which prepare x for the output projection (here, beside the
+/// other producers of a product's input).
+pub(crate) fn sigmoid_mul_assign(inner: &Inner, x: &Tensor, gate: &Tensor) -> Result<()> {
+    let n = check::sigmoid_mul_assign(x, gate)?;
+    if let Some(t) = decode_rows(x) {
+        // Decode: one block per token row (or slice), which also prepares x for the next product.
+        return sigmoid_mul_rows(inner, x, gate, t);
+    }
+    let mut a = Args::default();
+    a.p[0] = ptr(x, "sigmoid_mul_assign")?;
+    a.p[1] = ptr(gate, "sigmoid_mul_assign")?;
+    a.n[0] = n as i64;
+    super::eltwise::stride(inner, "sigmoid_mul_assign", n, a, Phase::Attention, &[x, gate])?;
+    // The products that read x teach the decode shape's kernel their layouts (from a prompt).
+    inner.produced_by(x, Producer::SigmoidMul)
+}
+
 /// `x *= sigmoid(gate)` on a few token rows (`decode_rows(x)` is `Some(t)`), one block per row
 /// (kernels-cuda/norm.cu `sigmoid_mul_rows`, the same values as elementwise.cu's kernel), which
 /// prepares the gated attention output for its projection.
-pub(crate) fn sigmoid_mul_rows(inner: &Inner, x: &Tensor, gate: &Tensor, t: usize) -> Result<()> {
+fn sigmoid_mul_rows(inner: &Inner, x: &Tensor, gate: &Tensor, t: usize) -> Result<()> {
     let op = "sigmoid_mul_assign";
     let n = x.numel() / t;
     let mut a = Args::default();
@@ -522,11 +589,6 @@ pub(crate) fn sigmoid_mul_rows(inner: &Inner, x: &Tensor, gate: &Tensor, t: usiz
     )
 }
 
-/// The decode shape of `x` for `sigmoid_mul_rows`: its token rows, when few.
-pub(crate) fn sigmoid_mul_rows_fit(x: &Tensor) -> Option<usize> {
-    decode_rows(x)
-}
-
 pub(crate) fn l2_norm_qk(inner: &Inner, u: &Tensor, dims: GdnDims, eps: f32) -> Result<()> {
     let op = "l2_norm_qk";
     let t = check::l2_norm_qk(u, dims)?;
@@ -547,4 +609,37 @@ pub(crate) fn l2_norm_qk(inner: &Inner, u: &Tensor, dims: GdnDims, eps: f32) -> 
         },
         &[u],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NormRouteArgs;
+
+    /// The named operands land in the slots norm.cu's `moe_norm_route` reads.
+    #[test]
+    fn norm_route_slots() {
+        let a = NormRouteArgs {
+            acc: 1,
+            y: 2,
+            norm_w: 3,
+            out: 4,
+            router: 5,
+            shared_gate: 6,
+            logits: 7,
+            shared_logit: 8,
+            ids: 9,
+            weights: 10,
+            counter: 11,
+            d: 2048,
+            experts: 256,
+            k: 8,
+            eps: 0.5,
+            scale: 2.0,
+        }
+        .args();
+        assert_eq!((a.p[0], a.p[1], a.p[2], a.p[3], a.p[6]), (1, 2, 3, 4, 5));
+        assert_eq!((a.p[4], a.p[5], a.p[7]), (0, 0, 0));
+        assert_eq!(a.n[..9], [2048, 256, 8, 6, 7, 8, 9, 10, 11]);
+        assert_eq!((a.f[0], a.f[1]), (0.5, 2.0));
+    }
 }
