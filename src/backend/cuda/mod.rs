@@ -251,6 +251,12 @@ impl CudaBackend {
     pub fn graph_stats(&self) -> GraphStats {
         self.inner.graph_stats()
     }
+
+    /// The device facts and options this backend's kernel-variant decisions read (`policy.rs`):
+    /// what a plan compiler asks the same questions with.
+    pub fn policy(&self) -> policy::Policy {
+        self.inner.policy
+    }
 }
 
 impl Drop for CudaBackend {
