@@ -16,7 +16,7 @@
 // slots at the top. A single layout on both sides means a kernel's arguments cannot drift out of
 // step with the Rust code that launches it.
 //
-// The matrix-vector kernels (matvec.cuh, matvec_q8.cuh, matvec_tc.cuh) also read a segment table:
+// The matrix-vector kernels (matvec.cuh, matvec_tc.cuh) also read a segment table:
 // up to MV_SEGS products of one x that run the same kernel share one launch
 // (`Backend::matmul_group`: a layer's projections), so the launch ramp and tail are paid once.
 // Segment s covers the grid's x blocks from `block0` on (segments one after another, each
@@ -284,7 +284,7 @@ __device__ __forceinline__ void ld_aligned(const uint8_t* p, uint32_t (&out)[NW]
 }
 
 // ---------------------------------------------------------------------------------------------
-// A MoE layer's shared expert in the matrix-vector kernels (matvec.cuh, matvec_q8.cuh,
+// A MoE layer's shared expert in the matrix-vector kernels (matvec.cuh,
 // matvec_tc.cuh; Backend::moe_experts_shared). Their `_sh_` kernels (SHARED) run it as one more
 // expert per token: every token has G = x_group * nsum entries, its k routed ones and then the
 // shared one (gate/up: x_group = k + 1 entries read one x row; down: nsum = k + 1 entries sum into

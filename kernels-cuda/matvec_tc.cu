@@ -37,7 +37,7 @@ KERNEL void __launch_bounds__(256) mvtc_glu_Q4_K(const Args a) {
 }
 // The SwiGLU of 8192 rows and more on the tall kernels' geometry (dev/cuda/matvec_bench.cu: one
 // 12288 x 4096 product 13.4 us at R = 2, KW = 4 against 15.6 at R = 1, KW = 8); the two matrices'
-// loads are taken one after the other (mv_body), so R = 2 fits. `RILL_CUDA_GLU_TALL=0`: mvtc_glu_.
+// loads are taken one after the other (mv_body), so R = 2 fits.
 KERNEL void __launch_bounds__(128) mvtc_glu_tall_Q4_K(const Args a) {
     mvtc::mv_body<mvtc::TcQ4K, 2, 4, true>(a);
     mvtc::glu_out_prep<32>(a);

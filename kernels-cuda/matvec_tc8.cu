@@ -18,7 +18,7 @@ KERNEL void __launch_bounds__(32) mvtc_prep_Q8_0(const Args a) {
 // 13.3 -> 10.6 us, the LM head 312 -> 259), R = 2, KW = 8 from 4096 (4096 rows 9.2 -> 6.7, ffn
 // down 21.6 -> 15.5), R = 1, KW = 8 below (1024 rows 3.8 -> 3.5) and for the products with experts.
 // End to end (tg128, 9B Q8_0): 252.8 -> 286.6 t/s; 276.4 with the first step loaded after the wait
-// (RILL_CUDA_PIPE_PRE=0).
+// (n11 bit 3 clear).
 // The fused SwiGLU below 8192 rows: R = 1, KW = 8 (two matrices' loads), without the double
 // buffer (one 12288-row matrix at that geometry: 17.8 -> 21.1).
 KERNEL void __launch_bounds__(128) mvtc_tall_Q8_0(const Args a) {
@@ -34,7 +34,7 @@ KERNEL void __launch_bounds__(256) mvtc_glu_Q8_0(const Args a) {
     mvtc::mv_body<mvtc8::TcQ80, 1, 8, true>(a);
     mvtc::glu_out_prep<16>(a);  // the down product's input (out_prep.cuh)
 }
-// The dense SwiGLU of 8192+ rows (`RILL_CUDA_GLU_TALL=0`: mvtc_glu_Q8_0), double-buffered, on blocks
+// The dense SwiGLU of 8192+ rows (formerly mvtc_glu_Q8_0), double-buffered, on blocks
 // of 4 warps and 16 rows: 144 registers, three blocks per SM (at R = 2 the double buffer takes 255
 // registers and spills, two blocks per SM: a 12288-row SwiGLU is 1.45 waves). H200 tg128 9B q8_0,
 // one call: R = 2, KW = 4 without the double buffer 280.5 t/s, with it 288.6, R = 2, KW = 8 287.6,

@@ -11,12 +11,9 @@
 #      per-phase and per-class split (GEMMs with TFLOP/s, delta rule, attention, rest);
 #   4. fast against exact on the real shapes: the logits of a 100-token prompt on the same file
 #      (rel L2 and argmax agreement per position);
-#   5. decode kernel variants end to end (RILL_CUDA_MATVEC=exact and q8: tg128 of each model, the
-#      q8 logits of token-by-token decode against the exact ones, a q8 decode profile; the tensor-
-#      core products with the L2 prefetch of their weights (RILL_CUDA_TC_PF=3) and the dense SwiGLU
-#      on the 16-row geometry (RILL_CUDA_GLU_TALL=0) against the defaults for the 9B files;
-#      RILL_CUDA_MOE_SHARED=0, the MoE shared expert in launches of its own, and RILL_CUDA_TC_PF=0|3
-#      against the default on the 35B-A3B);
+#   5. the fused variants end to end: tg128 of each model with them (the default) and without
+#      (RILL_CUDA_FUSION=0), the unfused logits of token-by-token decode against the fused ones,
+#      and decode profiles of the default kernels;
 #   6. the prefill kernel harness (dev/cuda/prefill_bench all --quick), then the decode harness
 #      (matvec_bench: every decode matvec variant checked and timed, its winner table), each in the
 #      time left;
@@ -110,19 +107,18 @@ for t in $tests; do
     grep -E "^test .* FAILED$|panicked at" "$LOGS/test-$name.log" | head -20 | tee -a "$LOGS/summary.txt"
     grep -A3 "panicked at" "$LOGS/test-$name.log" | grep -vE "^--$|panicked at|^note:" | head -10 >>"$LOGS/summary.txt"
 done
-# The decode products again on the f32 kernels alone (RILL_CUDA_MATVEC=f32): by default the Q4_K
-# ones run on the tensor cores (src/backend/cuda/ops/matvec_tc.rs), so these keep the f32 kernels
-# tested for every format.
-for n in device_linear device_moe; do
+# The product and MoE tests again with the fused variants off (RILL_CUDA_FUSION=0, src/backend/cuda/
+# policy.rs): every op in launches of its own, so the unfused paths stay tested on the device.
+for n in device_linear device_moe device_fused; do
     t=$(grep "/$n-" .gpu/tests.txt | head -1)
     [ -n "$t" ] || continue
     room=$((TESTS_END + 20 - (SECONDS - START)))
-    [ "$room" -ge 5 ] || { echo "test $n (f32 matvecs): not run (time used up)" | tee -a "$LOGS/summary.txt"; continue; }
-    RILL_CUDA_MATVEC=f32 timeout "$(limit "$room")" "$t" --test-threads=4 >"$LOGS/test-$n-f32.log" 2>&1
+    [ "$room" -ge 5 ] || { echo "test $n (fusion off): not run (time used up)" | tee -a "$LOGS/summary.txt"; continue; }
+    RILL_CUDA_FUSION=0 timeout "$(limit "$room")" "$t" --test-threads=4 >"$LOGS/test-$n-unfused.log" 2>&1
     st=$?
-    echo "test $n (RILL_CUDA_MATVEC=f32): exit $st: $(grep -E "^test result:" "$LOGS/test-$n-f32.log" | tail -1)" |
+    echo "test $n (RILL_CUDA_FUSION=0): exit $st: $(grep -E "^test result:" "$LOGS/test-$n-unfused.log" | tail -1)" |
         tee -a "$LOGS/summary.txt"
-    grep -E "^test .* FAILED$|panicked at" "$LOGS/test-$n-f32.log" | head -10 | tee -a "$LOGS/summary.txt"
+    grep -E "^test .* FAILED$|panicked at" "$LOGS/test-$n-unfused.log" | head -10 | tee -a "$LOGS/summary.txt"
 done
 unset RILL_TEST_REQUIRE_CUDA
 
@@ -204,32 +200,7 @@ for m in "${models[@]}"; do
     rm -f "$LOGS"/logits-*-"$1-$2".safetensors
 done
 
-# ---- 5. decode kernel variants end to end ---------------------------------------------------------
-# The tensor-core products with an L2 prefetch of a dense block's rows for small launches only (the
-# default) against every launch (RILL_CUDA_TC_PF=3), and the dense SwiGLU on the tall geometry (the default) against the
-# 16-row one (RILL_CUDA_GLU_TALL=0): tg128 of each.
-for q in q4_k_m q8_0; do
-    ready qwen3.5-9b $q || continue
-    [ "$(left)" -gt 100 ] || break
-    for v in "default RILL_CUDA_SLICES=1" "tcpf-3 RILL_CUDA_TC_PF=3" "glutall-0 RILL_CUDA_GLU_TALL=0"; do
-        tag=${v%% *}
-        log "decode ${v#* }: qwen3.5-9b $q"
-        env "${v#* }" timeout "$(limit 60)" $rill bench -m "$(model_file qwen3.5-9b $q)" --backend cuda \
-            -p "" -n 128 -r 2 --json >"$LOGS/$tag-qwen3.5-9b-$q.json" 2>"$LOGS/$tag-qwen3.5-9b-$q.log"
-    done
-done
-# A MoE layer's shared expert as one more expert per token inside the experts' matvec launches (the
-# default) against launches of its own (RILL_CUDA_MOE_SHARED=0): tg128 of the 35B-A3B, each.
-if ready qwen3.5-35b-a3b q4_k_m && [ "$(left)" -gt 100 ]; then
-    for v in "moeshared-1 RILL_CUDA_MOE_SHARED=1" "moeshared-0 RILL_CUDA_MOE_SHARED=0" "tcpf-0 RILL_CUDA_TC_PF=0" \
-        "tcpf-3 RILL_CUDA_TC_PF=3"; do
-        tag=${v%% *}
-        log "decode ${v#* }: qwen3.5-35b-a3b q4_k_m"
-        env "${v#* }" timeout "$(limit 60)" $rill bench -m "$(model_file qwen3.5-35b-a3b q4_k_m)" \
-            --backend cuda -p "" -n 128 -r 2 --json >"$LOGS/$tag-qwen3.5-35b-a3b-q4_k_m.json" \
-            2>"$LOGS/$tag-qwen3.5-35b-a3b-q4_k_m.log"
-    done
-fi
+# ---- 5. the fused variants end to end -------------------------------------------------------------
 # `decode_profile QUANT SECONDS`: where a 9B decode step's time goes with the default kernels, per
 # phase and per kernel (the prep launches and the kernels that prepare their output among them),
 # if at least SECONDS of the budget are left.
@@ -244,34 +215,27 @@ decode_profile() {
 }
 decode_profile q8_0 90
 
-# RILL_CUDA_MATVEC picks the decode matvec kernels (src/backend/cuda/ops/linear.rs): exact (the
-# tensor-core kernels where they apply, f32 elsewhere), f32 (the f32 kernels alone) or q8 (8-bit
-# activations, dp4a). tg128 of each, then the f32 and q8 logits of 8 tokens decoded one by one
-# against the exact ones (the drift at real depth).
+# tg128 with the fused variants (the default) and without (RILL_CUDA_FUSION=0), then the unfused
+# logits of 8 tokens decoded one by one against the fused ones (the drift at real depth).
 short=785,3974,293,4830,282,5131,7784,82
 for m in "${models[@]}"; do
     set -- $m
     ready "$1" "$2" || continue
     [ "$(left)" -gt 120 ] || break
     f=$(model_file "$1" "$2")
-    for v in exact f32 q8; do
-        log "decode variant $v: $1 $2"
-        RILL_CUDA_MATVEC=$v timeout "$(limit 60)" $rill bench -m "$f" --backend cuda -p "" -n 128 -r 2 --json \
+    for v in fused unfused; do
+        fusion=1
+        [ "$v" = unfused ] && fusion=0
+        log "decode $v: $1 $2"
+        RILL_CUDA_FUSION=$fusion timeout "$(limit 60)" $rill bench -m "$f" --backend cuda -p "" -n 128 -r 2 --json \
             >"$LOGS/variant-$v-$1-$2.json" 2>"$LOGS/variant-$v-$1-$2.log"
-        RILL_CUDA_MATVEC=$v timeout "$(limit 60)" $rill logits -m "$f" --tokens $short --decode --backend cuda \
+        RILL_CUDA_FUSION=$fusion timeout "$(limit 60)" $rill logits -m "$f" --tokens $short --decode --backend cuda \
             -o "$LOGS/logits-decode-$v-$1-$2.safetensors" >>"$LOGS/logits-$1-$2.log" 2>&1
     done
-    compare_logits "$LOGS/logits-decode-f32-$1-$2.safetensors" "$LOGS/logits-decode-exact-$1-$2.safetensors"
-    compare_logits "$LOGS/logits-decode-q8-$1-$2.safetensors" "$LOGS/logits-decode-exact-$1-$2.safetensors"
+    compare_logits "$LOGS/logits-decode-unfused-$1-$2.safetensors" "$LOGS/logits-decode-fused-$1-$2.safetensors"
     rm -f "$LOGS"/logits-decode-*-"$1-$2".safetensors
 done
 decode_profile q4_k_m 110
-if ready qwen3.5-9b q4_k_m && [ "$(left)" -gt 100 ]; then
-    log "profile q8 decode qwen3.5-9b q4_k_m"
-    RILL_CUDA_MATVEC=q8 RILL_PROFILE=1 timeout "$(limit 60)" $rill bench -m "$(model_file qwen3.5-9b q4_k_m)" \
-        --backend cuda -p "" -n 64 -r 1 --no-warmup >"$LOGS/profile-decode-q8-qwen3.5-9b-q4_k_m.txt" 2>&1
-    grep -A 9 "by phase" "$LOGS/profile-decode-q8-qwen3.5-9b-q4_k_m.txt" | tee -a "$LOGS/summary.txt"
-fi
 
 # ---- 6. kernel harnesses --------------------------------------------------------------------------
 if [ "$(left)" -gt 70 ]; then
@@ -323,32 +287,16 @@ for name, tg in targets.items():
         ms = f"{102 / row['pp102'] * 1000:.1f}" if row.get("pp102") else "-"
         print(f"{name:<24} {prec:<6} " + " ".join(cells) + f"  {ms:>8} {note}")
 print("(+ / -: at or above / below the issue 8 target)")
-print("decode variants (RILL_CUDA_MATVEC), tg128 tokens/s:")
+print("fused variants (default) and RILL_CUDA_FUSION=0, tg128 tokens/s:")
 for name in targets:
     cells = []
-    for v in ("exact", "q8"):
+    for v in ("fused", "unfused"):
         try:
             j = json.load(open(os.path.join(out, f"variant-{v}-{name}.json")))
             cells.append(f"{v} {j['tests'][0]['tokens_per_s_mean']:.1f}")
         except Exception as e:
             cells.append(f"{v} ({type(e).__name__})")
     print(f"  {name:<26} {' | '.join(cells)}")
-def tg(file, label):
-    try:
-        j = json.load(open(os.path.join(out, file)))
-        return f"{label} {j['tests'][0]['tokens_per_s_mean']:.1f}"
-    except Exception as e:
-        return f"{label} ({type(e).__name__})"
-print("L2 prefetch of the tensor-core products' weights (RILL_CUDA_TC_PF), the SwiGLU's tall geometry "
-      "(RILL_CUDA_GLU_TALL), tg128 tokens/s:")
-for q in ("q4_k_m", "q8_0"):
-    cells = [tg(f"{tag}-qwen3.5-9b-{q}.json", label) for tag, label in
-             (("default", "default"), ("tcpf-3", "TC_PF=3"), ("glutall-0", "GLU_TALL=0"))]
-    print(f"  qwen3.5-9b-{q:<16} {' | '.join(cells)}")
-print("shared expert inside the MoE expert launches (RILL_CUDA_MOE_SHARED), prefetch (RILL_CUDA_TC_PF), tg128 tokens/s:")
-cells = [tg(f"{tag}-qwen3.5-35b-a3b-q4_k_m.json", label) for tag, label in
-         (("moeshared-1", "default"), ("moeshared-0", "MOE_SHARED=0"), ("tcpf-0", "TC_PF=0"), ("tcpf-3", "TC_PF=3"))]
-print(f"  qwen3.5-35b-a3b-q4_k_m    {' | '.join(cells)}")
 for f in sorted(glob.glob(os.path.join(out, "test-*.log"))):
     res = [l.strip() for l in open(f, errors="replace") if l.startswith("test result:")]
     print(f"{os.path.basename(f)[5:-4]:<26} {res[-1] if res else 'no result (crashed or timed out)'}")

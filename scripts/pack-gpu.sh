@@ -15,7 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 features=(--release --no-default-features --features cuda)
-tests=(device_ops device_linear device_delta device_moe device_pieces device_fast concurrency prefix_cache cuda_steps e2e_fixtures cli synth_runs nonfinite device_fast_matvec device_fused device_group)
+tests=(device_ops device_linear device_delta device_moe device_pieces device_fast concurrency prefix_cache cuda_steps e2e_fixtures cli synth_runs nonfinite device_fused device_group)
 
 nvcc=${NVCC:-}
 if [ -z "$nvcc" ]; then

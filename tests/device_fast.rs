@@ -32,10 +32,11 @@ fn variant_asked_for_is_selected() {
             assert_eq!(be.precision(), Precision::Fast);
             assert!(info.contains("emulated cooperative-matrix"), "{info}");
         }
-        // The tensor-core kernel (on tensor cores or emulated) in the geometry asked for; a
-        // geometry the device cannot hold falls back to the default: said here.
+        // The fast tier is the tensor-core kernel (on tensor cores or emulated) and nothing else;
+        // its geometry is the one asked for (a geometry the device cannot hold falls back to the
+        // default: said here).
+        assert_eq!(be.precision() == Precision::Fast, info.contains("coop2 "), "{info}");
         if be.precision() == Precision::Fast {
-            assert!(info.contains("coop2 "), "{info}");
             if let Some(t) = asked.tuning.coop_tile {
                 let tile = format!(
                     "coop2 {}x{}x{}/{}x{}, {} buffer",
@@ -178,6 +179,20 @@ fn fast_matmul_check(
 /// product of the same input (read back from the device).
 #[test]
 fn fast_split_products_get_their_lo_plane() {
+    // The choice itself, without a GPU: this batch takes the tensor cores in the fast tier, F16
+    // weights with the two-plane activations, quantized ones with one.
+    #[cfg(feature = "cuda")]
+    {
+        use rill::backend::cuda::policy::{gemm_activations, Batch, Device, GemmActivations, Policy};
+        let p = Policy {
+            device: Device::H200,
+            precision: Precision::Fast,
+            fusion: true,
+        };
+        assert_eq!(p.batch(70, false), Batch::TensorCores);
+        assert_eq!(gemm_activations(GgmlType::F16), Some(GemmActivations::HiLo));
+        assert_eq!(gemm_activations(GgmlType::Q8_0), Some(GemmActivations::F16));
+    }
     for g in fast().into_iter().filter(|g| splits_exact_weights(g.as_ref())) {
         split_lo_plane_case(g.as_ref(), cpu().as_ref());
     }

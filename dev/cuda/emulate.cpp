@@ -18,7 +18,6 @@
 #include "matmul_tiled.cu"
 #include "matvec.cu"
 #include "matvec_glu.cu"
-#include "matvec_q8.cu"
 #include "matvec_sh.cu"
 #include "moe.cu"
 #include "norm.cu"
@@ -330,7 +329,7 @@ static void test_matvec(const char* name, void (*kmv)(const Args), void (*kglu)(
 }
 
 // One MoE layer's worth of random experts (E = 6, k = 3, T = 3 tokens; one invalid expert id) and
-// its buffers, for the exact and the q8 MoE kernels.
+// its buffers, for the MoE kernels.
 template <class F>
 struct MoeCase {
     static constexpr int E = 6, k = 3, T = 3;
@@ -402,177 +401,18 @@ static void test_moe(const char* name, void (*kglu)(const Args), void (*kmv)(con
     expect(std::string("moe down ") + name, O.get<float>((size_t)T * d), ow, 1e-30, 2e-6, &omag);
 }
 
-// Fast tier: activations quantized per 32 (matvec_q8.cuh). The reference is the double dot of
-// the dequantized weights with the CPU's quantization of x (the same f32 operations), so the
-// check is as tight as the exact kernels'; plus the quantization error bound against f32 x.
-static void quantize_ref(const std::vector<float>& x, int n_in, std::vector<double>& xq) {
-    const int units = (n_in + 31) / 32;
-    xq.assign((size_t)units * 32, 0.0);
-    for (int u = 0; u < units; ++u) {
-        float amax = 0;
-        for (int i = 0; i < 32 && 32 * u + i < n_in; ++i) amax = std::max(amax, std::fabs(x[32 * u + i]));
-        const float id = amax > 0 ? 127.0f / amax : 0.0f, d = amax / 127.0f;
-        for (int i = 0; i < 32 && 32 * u + i < n_in; ++i)
-            xq[32 * u + i] = (double)d * (double)(int)std::nearbyint(x[32 * u + i] * id);
-    }
-}
-
-template <class F>
-static void test_matvec_q8(const char* name, void (*kmv)(const Args), void (*kglu)(const Args), int n_in) {
-    using D = Q8Dot<F>;
-    const int units = n_in / 32, chunks = units / D::CU, ut = unit_lanes(chunks);
-    for (int n_out : {1, 7, 37}) {
-        auto wb = random_weight<F>(n_out, n_in), ub = random_weight<F>(n_out, n_in);
-        auto wd = dequant<F>(wb, n_out, n_in), ud = dequant<F>(ub, n_out, n_in);
-        const size_t rb = wb.size() / n_out;
-        Buf W = Buf::of(wb), U = Buf::of(ub);
-        for (int T : {1, 3}) {
-            auto x = normals((size_t)T * n_in);
-            x[0] = 0.0f;  // and one all-zero unit when n_in allows
-            if (n_in >= 64)
-                for (int i = 32; i < 64; ++i) x[i] = 0.0f;
-            std::vector<double> xq((size_t)T * units * 32);
-            for (int t = 0; t < T; ++t) {
-                std::vector<float> xt(x.begin() + (size_t)t * n_in, x.begin() + (size_t)(t + 1) * n_in);
-                std::vector<double> q;
-                quantize_ref(xt, n_in, q);
-                std::copy(q.begin(), q.end(), xq.begin() + (size_t)t * units * 32);
-            }
-            Buf X = Buf::of(x), O(sizeof(float) * T * n_out);
-            for (bool glu : {false, true})
-                for (int rpt : {1, 3}) {
-                    if (glu && rpt > MV_RPT_MAX_GLU) continue;
-                    std::vector<double> want((size_t)T * n_out), mag((size_t)T * n_out);
-                    for (int t = 0; t < T; ++t)
-                        for (int o = 0; o < n_out; ++o) {
-                            double g = 0, u = 0, mg = 0, mu = 0;
-                            for (int i = 0; i < n_in; ++i) {
-                                const double xi = xq[(size_t)t * units * 32 + i];
-                                g += wd[(size_t)o * n_in + i] * xi;
-                                mg += std::fabs(wd[(size_t)o * n_in + i] * xi);
-                                u += ud[(size_t)o * n_in + i] * xi;
-                                mu += std::fabs(ud[(size_t)o * n_in + i] * xi);
-                            }
-                            want[(size_t)t * n_out + o] = glu ? silu(g) * u : g;
-                            mag[(size_t)t * n_out + o] = glu ? mg * std::fabs(u) + mu * std::fabs(silu(g)) + 1e-30 : mg + 1e-30;
-                        }
-                    const int rpb = (256 / ut) * rpt;
-                    Args a;
-                    memset(&a, 0, sizeof a);
-                    const unsigned gx = set_segs(a, {{W.addr(), O.addr(), n_out}}, rpb);
-                    a.p[1] = glu ? U.addr() : 0;
-                    a.p[2] = X.addr();
-                    a.n[1] = n_in;
-                    a.n[2] = (long long)rb;
-                    a.n[4] = 1;
-                    a.n[5] = 1;
-                    a.n[6] = 1;
-                    a.n[7] = ut;
-                    a.n[8] = rpt;
-                    a.n[11] = n_in;
-                    memset(O.p, 0xFF, O.n);
-                    emu_launch(glu ? kglu : kmv, Dim3{gx, (unsigned)T, 1}, 256, (size_t)xq_bytes(units), a);
-                    expect(std::string(glu ? "matvec_q8_glu " : "matvec_q8 ") + name + " [" + std::to_string(n_out) + "x" +
-                               std::to_string(n_in) + "] T " + std::to_string(T) + " rpt " + std::to_string(rpt),
-                           O.get<float>((size_t)T * n_out), want, 1e-30, 2e-6, &mag);
-                }
-        }
-    }
-}
-
-// The q8 kernels in the MoE modes: gate/up (GLU) with expert ids and x shared by k entries, then
-// the k-way weighted down sum over the hidden rows; references with x and h quantized as the
-// kernels do (h as the device computed it).
-template <class F>
-static void test_moe_q8(const char* name, void (*kglu)(const Args), void (*kmv)(const Args), int d, int f) {
-    MoeCase<F> c(d, f);
-    const int E = c.E, k = c.k, T = c.T;
-    const auto &gd = c.gd, &udq = c.udq, &dd = c.dd;
-    const auto &ids = c.ids;
-    const auto &ws = c.ws;
-    const auto &x = c.x;
-    const size_t rbg = c.rbg, rbd = c.rbd;
-    Buf &G = c.G, &U = c.U, &D = c.D, &I = c.I, &S = c.S, &X = c.X, &H = c.H, &O = c.O;
-    auto launch = [&](void (*kern)(const Args), unsigned long long w, unsigned long long w2, unsigned long long xp,
-                      unsigned long long out, unsigned long long sc, int n_out, int n_in, size_t rb, int xg, int nsum,
-                      int vectors) {
-        const int units = n_in / 32, ut = unit_lanes(units / Q8Dot<F>::CU), rpt = 2, rpb = (256 / ut) * rpt;
-        Args a;
-        memset(&a, 0, sizeof a);
-        const unsigned gx = set_segs(a, {{w, out, n_out}}, rpb);
-        a.p[1] = w2;
-        a.p[2] = xp;
-        a.p[4] = I.addr();
-        a.p[5] = sc;
-        a.n[1] = n_in;
-        a.n[2] = (long long)rb;
-        a.n[3] = (long long)(n_out * rb);
-        a.n[4] = E;
-        a.n[5] = xg;
-        a.n[6] = nsum;
-        a.n[7] = ut;
-        a.n[8] = rpt;
-        a.n[11] = n_in;
-        emu_launch(kern, Dim3{gx, (unsigned)vectors, 1}, 256, (size_t)nsum * xq_bytes(units), a);
-    };
-    memset(H.p, 0, H.n);
-    launch(kglu, G.addr(), U.addr(), X.addr(), H.addr(), 0, f, d, rbg, k, 1, T * k);
-    std::vector<double> hw((size_t)T * k * f, 0.0), hmag((size_t)T * k * f, 1e-30);
-    for (int t = 0; t < T; ++t) {
-        std::vector<double> xq;
-        quantize_ref(std::vector<float>(x.begin() + (size_t)t * d, x.begin() + (size_t)(t + 1) * d), d, xq);
-        for (int j = 0; j < k; ++j) {
-            const uint32_t e = ids[t * k + j];
-            if (e >= (uint32_t)E) continue;
-            for (int o = 0; o < f; ++o) {
-                double g = 0, u = 0, mg = 0, mu = 0;
-                for (int i = 0; i < d; ++i) {
-                    g += gd[((size_t)e * f + o) * d + i] * xq[i];
-                    u += udq[((size_t)e * f + o) * d + i] * xq[i];
-                    mg += std::fabs(gd[((size_t)e * f + o) * d + i] * xq[i]);
-                    mu += std::fabs(udq[((size_t)e * f + o) * d + i] * xq[i]);
-                }
-                hw[((size_t)t * k + j) * f + o] = silu(g) * u;
-                hmag[((size_t)t * k + j) * f + o] = mg * std::fabs(u) + mu * std::fabs(silu(g)) + 1e-30;
-            }
-        }
-    }
-    auto h = H.get<float>((size_t)T * k * f);
-    expect(std::string("moe q8 gate/up ") + name, h, hw, 1e-30, 2e-6, &hmag);
-    launch(kmv, D.addr(), 0, H.addr(), O.addr(), S.addr(), d, f, rbd, 1, k, T);
-    std::vector<double> ow((size_t)T * d, 0.0), omag((size_t)T * d, 1e-30);
-    for (int t = 0; t < T; ++t)
-        for (int j = 0; j < k; ++j) {
-            const uint32_t e = ids[t * k + j];
-            if (e >= (uint32_t)E) continue;
-            std::vector<double> hq;
-            quantize_ref(std::vector<float>(h.begin() + ((size_t)t * k + j) * f, h.begin() + ((size_t)t * k + j + 1) * f), f, hq);
-            for (int o = 0; o < d; ++o) {
-                double s = 0, m = 0;
-                for (int i = 0; i < f; ++i) {
-                    s += dd[((size_t)e * d + o) * f + i] * hq[i];
-                    m += std::fabs(dd[((size_t)e * d + o) * f + i] * hq[i]);
-                }
-                ow[(size_t)t * d + o] += ws[t * k + j] * s;
-                omag[(size_t)t * d + o] += std::fabs(ws[t * k + j]) * m;
-            }
-        }
-    expect(std::string("moe q8 down ") + name, O.get<float>((size_t)T * d), ow, 1e-30, 2e-6, &omag);
-}
-
 // A MoE layer's shared expert run as expert k of each token's k + 1 (the `_sh_` kernels,
 // common.cuh MvShared) against the composition the backend runs without them: the routed experts
 // (the MoE kernels), the shared expert's SwiGLU and down products (the dense kernels) and
 // out += sigmoid(gate logit) * shared. The gate/up rows are the same arithmetic, so bit for bit;
 // the down sums add the shared term inside the sum (other rounding): within the matvec bound of
-// the composition, and of the double-precision reference for the exact kernels. `q8`: the
-// fast-tier kernels (their launch and shared memory).
+// the composition, and of the double-precision reference.
 template <class F>
-static void test_moe_shared(const char* name, bool q8, void (*kglu)(const Args), void (*kmv)(const Args),
+static void test_moe_shared(const char* name, void (*kglu)(const Args), void (*kmv)(const Args),
                             void (*kglu_sh)(const Args), void (*kmv_sh)(const Args), int d, int f) {
     MoeCase<F> c(d, f);
     const int E = c.E, k = c.k, T = c.T;
-    const std::string what = std::string("moe shared ") + (q8 ? "q8 " : "") + name;
+    const std::string what = std::string("moe shared ") + name;
     auto gsb = random_weight<F>(f, d), usb = random_weight<F>(f, d), dsb = random_weight<F>(d, f);
     auto dsd = dequant<F>(dsb, d, f);
     // Gate logits: sigmoid near 0, near 1 and in between.
@@ -580,20 +420,8 @@ static void test_moe_shared(const char* name, bool q8, void (*kglu)(const Args),
     Buf GS = Buf::of(gsb), US = Buf::of(usb), DS = Buf::of(dsb), SG = Buf::of(sg);
     Buf Hr(sizeof(float) * T * k * f), Hs(sizeof(float) * T * f), Hf(sizeof(float) * T * (k + 1) * f);
     Buf Or(sizeof(float) * T * d), Os(sizeof(float) * T * d), Of(sizeof(float) * T * d);
-    auto launch = [&](void (*kern)(const Args), Mv m) {
-        if (!q8) return run_mv(kern, m);
-        const int units = m.n_in / 32, ut = unit_lanes(units / Q8Dot<F>::CU), rpb = (256 / ut) * m.rpt;
-        Args a;
-        memset(&a, 0, sizeof a);
-        const unsigned gx = set_segs(a, {{m.w, m.out, m.n_out}}, rpb);
-        a.p[1] = m.w2, a.p[2] = m.x, a.p[3] = m.sh2, a.p[4] = m.ids, a.p[5] = m.scales, a.p[7] = m.sh;
-        a.n[1] = m.n_in, a.n[2] = (long long)m.row_bytes, a.n[3] = (long long)m.expert_bytes;
-        a.n[4] = m.n_experts, a.n[5] = m.x_group, a.n[6] = m.nsum, a.n[7] = ut, a.n[8] = m.rpt;
-        a.n[11] = m.n_in;
-        emu_launch(kern, Dim3{gx, (unsigned)m.vectors, 1}, 256, (size_t)m.nsum * xq_bytes(units), a);
-    };
+    auto launch = [&](void (*kern)(const Args), Mv m) { run_mv(kern, m); };
     for (bool xs : {true, false}) {
-        if (q8 && !xs) continue;  // the q8 kernels always quantize x into shared memory
         const std::string w = what + (xs ? "" : " x-global");
         // The composition.
         const size_t rbg = c.rbg, rbd = c.rbd, rbs = gsb.size() / f, rbds = dsb.size() / d;
@@ -652,8 +480,7 @@ static void test_moe_shared(const char* name, bool q8, void (*kglu)(const Args),
         }
         const auto of = Of.get<float>((size_t)T * d);
         expect(w + " down vs composition", of, comp, 1e-30, 1e-5, &mag);
-        // The q8 kernels quantize the hidden rows: only the composition is their reference.
-        if (!q8) expect(w + " down vs f64", of, ref, 1e-30, 1e-5, &mag);
+        expect(w + " down vs f64", of, ref, 1e-30, 1e-5, &mag);
     }
 }
 
@@ -665,10 +492,9 @@ static void test_moe_shared(const char* name, bool q8, void (*kglu)(const Args),
 // RPT (ops/linear.rs plans a product's rows per thread from its rows alone, a group's from all
 // of them: the rows a thread takes must not change a row's sum), and
 // nothing may be written outside the outputs (they lie in one buffer with NaN-filled gaps). For
-// the f32 kernel `kmv` and, where the format has one (q8_cu: its units per chunk, else 0), the
-// q8 kernel `kq8`, filled as ops/linear.rs `run_mv` fills a dense product.
+// the f32 kernel `kmv`, filled as ops/linear.rs `run_mv` fills a dense product.
 template <class F>
-static void test_matvec_group(const char* name, void (*kmv)(const Args), void (*kq8)(const Args), int q8_cu, int n_in,
+static void test_matvec_group(const char* name, void (*kmv)(const Args), int n_in,
                               const std::vector<int>& rows) {
     const int n = (int)rows.size(), units = (n_in + 31) / 32, gap = 16;
     std::vector<Buf> W;
@@ -686,9 +512,8 @@ static void test_matvec_group(const char* name, void (*kmv)(const Args), void (*
         }
         Buf Alone(4 * total), Grouped(4 * total);
         auto out = [&](const Buf& b, int i) { return b.addr() + 4 * off[i]; };
-        for (bool q8 : {false, true}) {
-            if (q8 && q8_cu == 0) continue;
-            const int ut = q8 ? unit_lanes(units / q8_cu) : unit_lanes(units);
+        {
+            const int ut = unit_lanes(units);
             for (int rpt : {1, 3}) {
                 auto launch = [&](const std::vector<Prod>& ps, int rpt) {
                     Args a;
@@ -704,8 +529,8 @@ static void test_matvec_group(const char* name, void (*kmv)(const Args), void (*
                     a.n[8] = rpt;
                     a.n[9] = 1;
                     a.n[11] = n_in;
-                    const size_t smem = q8 ? (size_t)xq_bytes(units) : (size_t)units * MV_XPAD * 4;
-                    emu_launch(q8 ? kq8 : kmv, Dim3{gx, (unsigned)T, 1}, 256, smem, a);
+                    const size_t smem = (size_t)units * MV_XPAD * 4;
+                    emu_launch(kmv, Dim3{gx, (unsigned)T, 1}, 256, smem, a);
                 };
                 memset(Alone.p, 0xFF, Alone.n);
                 memset(Grouped.p, 0xFF, Grouped.n);
@@ -723,7 +548,7 @@ static void test_matvec_group(const char* name, void (*kmv)(const Args), void (*
                     const size_t g0 = i == 0 ? 0 : off[i - 1] + (size_t)T * rows[i - 1];
                     for (size_t j = 0; j < 4 * (size_t)gap; ++j) gaps &= Grouped.p[4 * g0 + j] == 0xFF && Alone.p[4 * g0 + j] == 0xFF;
                 }
-                std::string what = std::string(q8 ? "matvec_q8 " : "matvec ") + name + " group";
+                std::string what = std::string("matvec ") + name + " group";
                 for (int r : rows) what += " " + std::to_string(r);
                 what += " x " + std::to_string(n_in) + " T " + std::to_string(T) + " rpt " + std::to_string(rpt);
                 if (!same || !gaps) {
@@ -1518,35 +1343,20 @@ int main(int argc, char** argv) {
     if (want("group")) {
         // The GDN projections' shape (qkv + z + beta + alpha, scaled down: 4096 + 8 rows), a
         // block's rows (32) and one more, one row; the F32 router + shared-expert gate pair.
-        test_matvec_group<FmtQ4_K>("Q4_K", matvec_Q4_K, matvec_q8_Q4_K, 2, 256, {4104, 33, 32, 1});
-        test_matvec_group<FmtQ6_K>("Q6_K", matvec_Q6_K, matvec_q8_Q6_K, 4, 512, {33, 7, 70});
-        test_matvec_group<FmtQ8_0>("Q8_0", matvec_Q8_0, matvec_q8_Q8_0, 1, 96, {32, 33, 1, 65});
-        test_matvec_group<FmtF32>("F32", matvec_F32, nullptr, 0, 37, {64, 1});
-    }
-    if (want("q8")) {
-        test_matvec_q8<FmtQ4_K>("Q4_K", matvec_q8_Q4_K, matvec_q8_glu_Q4_K, 512);
-        test_matvec_q8<FmtQ5_K>("Q5_K", matvec_q8_Q5_K, matvec_q8_glu_Q5_K, 256);
-        test_matvec_q8<FmtQ6_K>("Q6_K", matvec_q8_Q6_K, matvec_q8_glu_Q6_K, 768);
-        test_matvec_q8<FmtQ8_0>("Q8_0", matvec_q8_Q8_0, matvec_q8_glu_Q8_0, 96);
-        test_moe_q8<FmtQ4_K>("Q4_K", matvec_q8_glu_Q4_K, matvec_q8_Q4_K, 256, 512);
-        test_moe_q8<FmtQ6_K>("Q6_K", matvec_q8_glu_Q6_K, matvec_q8_Q6_K, 256, 256);
-        test_moe_q8<FmtQ8_0>("Q8_0", matvec_q8_glu_Q8_0, matvec_q8_Q8_0, 64, 96);
-        test_moe_shared<FmtQ4_K>("Q4_K", true, matvec_q8_glu_Q4_K, matvec_q8_Q4_K, matvec_q8_glu_sh_Q4_K,
-                                 matvec_q8_sh_Q4_K, 256, 512);
-        test_moe_shared<FmtQ6_K>("Q6_K", true, matvec_q8_glu_Q6_K, matvec_q8_Q6_K, matvec_q8_glu_sh_Q6_K,
-                                 matvec_q8_sh_Q6_K, 256, 256);
-        test_moe_shared<FmtQ8_0>("Q8_0", true, matvec_q8_glu_Q8_0, matvec_q8_Q8_0, matvec_q8_glu_sh_Q8_0,
-                                 matvec_q8_sh_Q8_0, 64, 96);
+        test_matvec_group<FmtQ4_K>("Q4_K", matvec_Q4_K, 256, {4104, 33, 32, 1});
+        test_matvec_group<FmtQ6_K>("Q6_K", matvec_Q6_K, 512, {33, 7, 70});
+        test_matvec_group<FmtQ8_0>("Q8_0", matvec_Q8_0, 96, {32, 33, 1, 65});
+        test_matvec_group<FmtF32>("F32", matvec_F32, 37, {64, 1});
     }
     if (want("moe")) {
         test_moe<FmtQ4_K>("Q4_K", matvec_glu_Q4_K, matvec_Q4_K, 256, 512);
         test_moe<FmtQ8_0>("Q8_0", matvec_glu_Q8_0, matvec_Q8_0, 64, 96);
-        test_moe_shared<FmtQ4_K>("Q4_K", false, matvec_glu_Q4_K, matvec_Q4_K, matvec_glu_sh_Q4_K, matvec_sh_Q4_K, 256, 512);
-        test_moe_shared<FmtQ6_K>("Q6_K", false, matvec_glu_Q6_K, matvec_Q6_K, matvec_glu_sh_Q6_K, matvec_sh_Q6_K, 256, 256);
+        test_moe_shared<FmtQ4_K>("Q4_K", matvec_glu_Q4_K, matvec_Q4_K, matvec_glu_sh_Q4_K, matvec_sh_Q4_K, 256, 512);
+        test_moe_shared<FmtQ6_K>("Q6_K", matvec_glu_Q6_K, matvec_Q6_K, matvec_glu_sh_Q6_K, matvec_sh_Q6_K, 256, 256);
         // The 35B-A3B down shape: rows of 512 (16 units: two groups of entries on 32 lanes).
-        test_moe_shared<FmtQ6_K>("Q6_K", false, matvec_glu_Q6_K, matvec_Q6_K, matvec_glu_sh_Q6_K, matvec_sh_Q6_K, 256, 512);
-        test_moe_shared<FmtQ8_0>("Q8_0", false, matvec_glu_Q8_0, matvec_Q8_0, matvec_glu_sh_Q8_0, matvec_sh_Q8_0, 64, 96);
-        test_moe_shared<FmtF32>("F32", false, matvec_glu_F32, matvec_F32, matvec_glu_sh_F32, matvec_sh_F32, 37, 45);
+        test_moe_shared<FmtQ6_K>("Q6_K", matvec_glu_Q6_K, matvec_Q6_K, matvec_glu_sh_Q6_K, matvec_sh_Q6_K, 256, 512);
+        test_moe_shared<FmtQ8_0>("Q8_0", matvec_glu_Q8_0, matvec_Q8_0, matvec_glu_sh_Q8_0, matvec_sh_Q8_0, 64, 96);
+        test_moe_shared<FmtF32>("F32", matvec_glu_F32, matvec_F32, matvec_glu_sh_F32, matvec_sh_F32, 37, 45);
     }
     if (want("norm")) test_norms();
     if (want("conv")) test_conv();

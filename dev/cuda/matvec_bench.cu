@@ -12,7 +12,7 @@
 // Run: ./matvec_bench [--quick]
 // Output: one line per (format, shape, variant): microseconds per call, GB/s of weight bytes,
 // percent of the copy bandwidth, worst error relative to sum |w x|, PASS/FAIL; then a table of
-// the fastest exact and fastest q8 (fast tier, kernels-cuda/matvec_q8.cuh) variant per shape and
+// the fastest exact and fastest q8 (fast tier, dev/cuda/matvec_q8.cuh: retired from the backend, kept here with its numbers) variant per shape and
 // the estimated matvec time of one qwen3.5-9b decode step with each. Exit status 1 if any check
 // fails. The q8 variants are checked against the CPU product with x quantized the same way
 // (so as tightly as the exact ones); their error against f32 x is printed as "vs f32".

@@ -10,10 +10,10 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::value::read_value;
 use super::bytes::{Source, TensorBytes};
 use super::cursor::{Cursor, Parse};
 use super::types::GgmlType;
+use super::value::read_value;
 use super::value::Value;
 use crate::error::{Error, GgufError, Result};
 

@@ -6,7 +6,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use super::driver::{self, cuda_err, DevPtr};
-use super::launch::Op;
+use super::op::Op;
 use super::Inner;
 use crate::backend::{check, DType, DeviceBuffer, Tensor, WeightData};
 use crate::error::{Error, Result};

@@ -2,7 +2,7 @@
 //! takes, and how it runs each. A run whose kernel does not fit its operands runs nothing here (or
 //! only its first part) and the rest is matched again without that fusion.
 
-use super::{ops, CudaBackend};
+use super::{ops, policy, CudaBackend};
 use crate::backend::check;
 use crate::backend::fusion::{Fuse, Fused, Fusion, FusionSet, MOE_FFN_ROUTED_OPS};
 use crate::error::Result;
@@ -25,7 +25,12 @@ pub const FUSIONS: [Fusion; 11] = [
 
 impl Fuse for CudaBackend {
     fn fusions(&self) -> FusionSet {
-        FusionSet::of(&FUSIONS)
+        // `RILL_CUDA_FUSION=0` (`CudaOptions::fusion`): every op in a launch of its own.
+        if self.inner.policy.fusion {
+            FusionSet::of(&FUSIONS)
+        } else {
+            FusionSet::NONE
+        }
     }
 
     fn run_fused(&self, f: &Fused<'_>) -> Result<usize> {
@@ -70,11 +75,10 @@ impl Fuse for CudaBackend {
                 dims,
                 l2_eps,
                 eps,
-            } => {
-                if !ops::gdn_step::gdn_step(inner, step, dims, l2_eps, eps)? {
-                    return Ok(0);
-                }
-            }
+            } => match ops::gdn_step::gdn_step_choice(inner, step, dims)? {
+                policy::GdnStep::OneLaunch => ops::gdn_step::gdn_step(inner, step, dims, l2_eps, eps)?,
+                policy::GdnStep::Ops => return Ok(0),
+            },
             Fused::AttnPrep {
                 prep,
                 head_dim,
@@ -86,8 +90,11 @@ impl Fuse for CudaBackend {
                 pos,
             } => ops::attention::attn_qk_prep(inner, prep, head_dim, n_rot, theta, eps, k_cache, v_cache, pos)?,
             Fused::MoeExpertsShared { x, experts, out } => {
-                if !ops::linear::moe_experts_shared(inner, x, experts, out, false)? {
-                    return Ok(0);
+                match ops::linear::shared_expert_choice(inner, x, experts, out)? {
+                    policy::SharedExpert::InExpertLaunches => {
+                        ops::linear::moe_experts_shared(inner, x, experts, out, false)?
+                    }
+                    policy::SharedExpert::OwnLaunches => return Ok(0),
                 }
             }
             Fused::MoeRouteExpertsShared {
@@ -104,9 +111,8 @@ impl Fuse for CudaBackend {
                 ops::moe::moe_route(inner, logits, k, scale, experts.ids, experts.weights)?;
                 // In decode the experts' down product adds into the residual itself and the norm
                 // reads the finished row; otherwise the experts and `next` are matched again.
-                match n {
-                    Some(n) if ops::norm::moe_experts_add_rms_norm(inner, x, experts, n)? => {}
-                    _ => return Ok(1),
+                if !experts_add_norm(self, x, experts, n)? {
+                    return Ok(1);
                 }
             }
             Fused::MoeFfn {
@@ -120,16 +126,34 @@ impl Fuse for CudaBackend {
                 };
                 check::moe_ffn(m, n)?;
                 // The residual add, the norm, the router and the routing in one launch.
-                if !ops::norm::moe_norm_route(inner, &m)? {
-                    return Ok(0);
+                match ops::norm::moe_ffn_choice(inner, &m) {
+                    policy::MoeFfn::NormRoute => ops::norm::moe_norm_route(inner, &m)?,
+                    policy::MoeFfn::Ops => return Ok(0),
                 }
-                match n {
-                    Some(n) if ops::norm::moe_experts_add_rms_norm(inner, input.out, experts, n)? => {}
-                    _ => return Ok(MOE_FFN_ROUTED_OPS),
+                if !experts_add_norm(self, input.out, experts, n)? {
+                    return Ok(MOE_FFN_ROUTED_OPS);
                 }
             }
             Fused::AttentionGated { .. } => return Ok(0),
         }
         Ok(all)
+    }
+}
+
+/// The routed and shared experts of `x` with `next`'s residual add and norm, where the experts'
+/// down product can add into the residual itself (decode); false (nothing run) otherwise.
+fn experts_add_norm(
+    be: &CudaBackend,
+    x: &crate::backend::Tensor,
+    e: crate::backend::MoeExperts<'_>,
+    next: Option<crate::backend::AddNorm<'_>>,
+) -> Result<bool> {
+    let Some(n) = next else { return Ok(false) };
+    match ops::norm::moe_experts_add_norm_choice(&be.inner, x, e, n)? {
+        policy::AddNorm::InProduct { .. } => {
+            ops::norm::moe_experts_add_rms_norm(&be.inner, x, e, n)?;
+            Ok(true)
+        }
+        _ => Ok(false),
     }
 }

@@ -17,18 +17,21 @@
 //!   chunked delta rule in 3xTF32 (f32-level), flash attention on
 //!   f16 q/k/v, MoE experts as grouped products. One-token steps (decode) are exact in both (Q4_K,
 //!   Q6_K and Q8_0 products on the tensor cores with exact operand splits, `ops/matvec_tc.rs`; the
-//!   f32 kernels with `RILL_CUDA_MATVEC=f32`), unless `RILL_CUDA_MATVEC=q8` (8-bit activations in
-//!   the decode matvecs; `precision()` then says Fast).
+//!   f32 kernels for the formats and shapes those do not take).
+//! - Every fused-variant and kernel-variant decision is a pure function in `policy.rs`.
+//!   `RILL_CUDA_FUSION=0` (`CudaOptions::fusion`, for debugging) makes each fused decision answer
+//!   "not fused": every op then runs as its own launches.
 //! - `RILL_PROFILE=1` times every kernel with CUDA events and prints a per-kernel and per-phase
-//!   summary at exit (steps then run unrecorded). `RILL_CUDA_GRAPHS=0` / `RILL_CUDA_PDL=0` turn
-//!   off graphs / dependent launch.
+//!   summary at exit (steps then run unrecorded).
 
 mod buffer;
 mod driver;
 pub mod fuse;
 mod kernels;
 mod launch;
+mod op;
 mod ops;
+pub mod policy;
 mod profile;
 mod shadow;
 mod workspace;
@@ -63,8 +66,8 @@ pub(crate) struct Inner {
     /// Dependent launch inside captured graphs (dropped if a capture with it fails).
     graph_pdl: AtomicBool,
     graphs_enabled: bool,
-    /// `Precision::Fast`: tensor-core prefill paths (see the module doc).
-    fast: bool,
+    /// The device facts and options every kernel-variant decision reads (`policy.rs`).
+    policy: policy::Policy,
     /// f16 copies of activations (`shadow.rs`) and whether any is held.
     shadows: Mutex<shadow::Shadows>,
     shadows_live: AtomicBool,
@@ -127,11 +130,8 @@ impl Inner {
     }
 }
 
-fn env_off(name: &str) -> bool {
-    std::env::var(name).is_ok_and(|v| v == "0")
-}
-
-/// How a CUDA backend runs its work (defaults from the environment, see the module doc).
+/// How a CUDA backend runs its work. The defaults are what ships; `fusion` alone also reads
+/// `RILL_CUDA_FUSION` (module doc).
 #[derive(Debug, Clone, Copy)]
 pub struct CudaOptions {
     /// Record one-token steps and replay them as CUDA graphs.
@@ -140,14 +140,22 @@ pub struct CudaOptions {
     pub dependent_launch: bool,
     /// The precision tier (module doc).
     pub precision: Precision,
+    /// The fused variants (`policy.rs`); off: every op in launches of its own, for debugging.
+    pub fusion: bool,
+}
+
+/// `RILL_CUDA_FUSION=0` turns the fused variants off (`CudaOptions::fusion`).
+fn fusion_from_env() -> bool {
+    std::env::var("RILL_CUDA_FUSION").map_or(true, |v| v.trim() != "0")
 }
 
 impl Default for CudaOptions {
     fn default() -> Self {
         CudaOptions {
-            graphs: !env_off("RILL_CUDA_GRAPHS"),
-            dependent_launch: !env_off("RILL_CUDA_PDL"),
+            graphs: true,
+            dependent_launch: true,
             precision: Precision::Exact,
+            fusion: fusion_from_env(),
         }
     }
 }
@@ -193,10 +201,19 @@ impl CudaBackend {
             profile: profiling.then(Profiler::new),
             // Programmatic dependent launch needs compute capability 9.0; profiling times kernels
             // one at a time, so it runs them strictly in order.
-            pdl: AtomicBool::new(dev.cc.0 >= 9 && !profiling && opts.dependent_launch),
+            pdl: AtomicBool::new(
+                policy::Device { sms: 0, cc: dev.cc }.dependent_launch() && !profiling && opts.dependent_launch,
+            ),
             graph_pdl: AtomicBool::new(true),
             graphs_enabled: !profiling && opts.graphs,
-            fast: opts.precision == Precision::Fast,
+            policy: policy::Policy {
+                device: policy::Device {
+                    sms: dev.sms as usize,
+                    cc: dev.cc,
+                },
+                precision: opts.precision,
+                fusion: opts.fusion,
+            },
             shadows: Mutex::new(shadow::Shadows::default()),
             shadows_live: AtomicBool::new(false),
             tc_learned: ops::matvec_tc::Learned::default(),
@@ -212,6 +229,12 @@ impl CudaBackend {
 impl CudaBackend {
     pub fn graph_stats(&self) -> GraphStats {
         self.inner.graph_stats()
+    }
+
+    /// The device facts and options this backend's kernel-variant decisions read (`policy.rs`):
+    /// what a plan compiler asks the same questions with.
+    pub fn policy(&self) -> policy::Policy {
+        self.inner.policy
     }
 }
 
@@ -257,19 +280,18 @@ impl Backend for CudaBackend {
         let v = self.inner.dev.driver_version;
         let on = |b: bool| if b { "on" } else { "off" };
         format!(
-            "CUDA driver {}.{}, graphs {}, dependent launch {}, decode matvec {}, {} kernel modules",
+            "CUDA driver {}.{}, graphs {}, dependent launch {}, fusion {}, {} kernel modules",
             v / 1000,
             (v % 1000) / 10,
             on(self.inner.graphs_enabled),
             on(self.inner.pdl.load(std::sync::atomic::Ordering::Relaxed)),
-            ops::linear::mv_variant_name(&self.inner),
+            on(self.inner.policy.fusion),
             self.inner.kernels.module_names().len()
         )
     }
 
     fn precision(&self) -> Precision {
-        // The q8 decode matvecs (8-bit activations) are a fast-tier path whatever was asked.
-        if self.inner.fast || ops::linear::mv_variant_name(&self.inner) == "q8" {
+        if self.inner.policy.precision == Precision::Fast {
             Precision::Fast
         } else {
             Precision::Exact
@@ -366,7 +388,7 @@ impl Backend for CudaBackend {
         ops::eltwise::swiglu(&self.inner, gate, up, out)
     }
     fn sigmoid_mul_assign(&self, x: &Tensor, gate: &Tensor) -> Result<()> {
-        ops::eltwise::sigmoid_mul_assign(&self.inner, x, gate)
+        ops::norm::sigmoid_mul_assign(&self.inner, x, gate)
     }
     fn sigmoid_scale_add(&self, acc: &Tensor, x: &Tensor, gate_logit: &Tensor) -> Result<()> {
         ops::eltwise::sigmoid_scale_add(&self.inner, acc, x, gate_logit)

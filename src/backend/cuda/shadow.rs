@@ -28,7 +28,7 @@ use std::sync::atomic::Ordering;
 
 use super::buffer::get;
 use super::driver::{cuda_err, DevPtr};
-use super::launch::Args;
+use super::op::Args;
 use super::ops::matvec_tc::{Producer, TcFormat, TcX};
 use super::ops::Launch;
 use super::profile::Phase;

@@ -6,9 +6,9 @@
 use std::fmt;
 
 use super::{min_encoded_size, type_id, Value, MAX_NESTING};
+use crate::error::{GgufError, Result};
 use crate::gguf::bytes::TensorBytes;
 use crate::gguf::cursor::Cursor;
-use crate::error::{GgufError, Result};
 
 /// A homogeneous metadata array: its element type, its length, and its elements either still
 /// encoded (read from a file) or as values (built in memory for the writer).

@@ -2,8 +2,8 @@
 
 mod array;
 
-pub use array::Array;
 pub(crate) use array::read_value;
+pub use array::Array;
 
 /// A metadata value. Arrays are homogeneous (nested arrays allowed); see `Array`.
 #[derive(Debug, Clone, PartialEq)]

@@ -7,7 +7,7 @@
 use super::{grid_u32, group_threads, stride_blocks, Launch};
 use crate::backend::cuda::buffer::ptr;
 use crate::backend::cuda::driver::cuda_err;
-use crate::backend::cuda::launch::Args;
+use crate::backend::cuda::op::Args;
 use crate::backend::cuda::profile::Phase;
 use crate::backend::cuda::Inner;
 use crate::backend::{check, AttnDims, AttnPrep, Pos, Tensor};

@@ -12,7 +12,7 @@
 use super::{grid_u32, Launch};
 use crate::backend::cuda::buffer::ptr;
 use crate::backend::cuda::driver::{cuda_err, DevPtr};
-use crate::backend::cuda::launch::Args;
+use crate::backend::cuda::op::Args;
 use crate::backend::cuda::profile::Phase;
 use crate::backend::cuda::Inner;
 use crate::backend::{check, GdnDims, Tensor};

@@ -2,14 +2,21 @@
 
 use super::{grid_u32, stride_blocks, Launch};
 use crate::backend::cuda::buffer::ptr;
-use crate::backend::cuda::launch::Args;
+use crate::backend::cuda::op::Args;
 use crate::backend::cuda::profile::Phase;
 use crate::backend::cuda::Inner;
 use crate::backend::{check, Tensor};
 use crate::error::Result;
 
 /// A grid-stride kernel over `n` elements.
-fn stride(inner: &Inner, name: &'static str, n: usize, args: Args, phase: Phase, uses: &[&Tensor]) -> Result<()> {
+pub(crate) fn stride(
+    inner: &Inner,
+    name: &'static str,
+    n: usize,
+    args: Args,
+    phase: Phase,
+    uses: &[&Tensor],
+) -> Result<()> {
     if n == 0 {
         return Ok(());
     }
@@ -43,21 +50,6 @@ pub(crate) fn swiglu(inner: &Inner, gate: &Tensor, up: &Tensor, out: &Tensor) ->
     a.p[2] = ptr(out, "swiglu")?;
     a.n[0] = n as i64;
     stride(inner, "swiglu", n, a, Phase::FfnMoe, &[gate, up, out])
-}
-
-pub(crate) fn sigmoid_mul_assign(inner: &Inner, x: &Tensor, gate: &Tensor) -> Result<()> {
-    let n = check::sigmoid_mul_assign(x, gate)?;
-    if let Some(t) = super::norm::sigmoid_mul_rows_fit(x) {
-        // Decode: one block per token row, which also prepares x for the next product.
-        return super::norm::sigmoid_mul_rows(inner, x, gate, t);
-    }
-    let mut a = Args::default();
-    a.p[0] = ptr(x, "sigmoid_mul_assign")?;
-    a.p[1] = ptr(gate, "sigmoid_mul_assign")?;
-    a.n[0] = n as i64;
-    stride(inner, "sigmoid_mul_assign", n, a, Phase::Attention, &[x, gate])?;
-    // The products that read x teach the decode shape's kernel their layouts (from a prompt).
-    inner.produced_by(x, super::matvec_tc::Producer::SigmoidMul)
 }
 
 pub(crate) fn sigmoid_scale_add(inner: &Inner, acc: &Tensor, x: &Tensor, gate_logit: &Tensor) -> Result<()> {

@@ -1,14 +1,15 @@
 //! `gdn_recurrent_step` for one decode token in one launch (kernels-cuda/gdn_step.cu: conv + SiLU,
-//! q/k L2 norm, gates, delta rule, gated RMSNorm and its prepared copies); other shapes, and
-//! `RILL_CUDA_GDN_STEP=0`, take the three launches of the trait's default.
+//! q/k L2 norm, gates, delta rule, gated RMSNorm and its prepared copies); other shapes take the
+//! three launches of the trait's default.
 
-use super::matvec_tc::{PrepBy, Preps, Producer};
+use super::matvec_tc::{Preps, Producer};
 use super::{grid_u32, Launch};
 use crate::backend::cuda::buffer::ptr;
 use crate::backend::cuda::driver::cuda_err;
-use crate::backend::cuda::launch::Args;
+use crate::backend::cuda::op::Args;
+use crate::backend::cuda::policy::{self, GdnStepShape};
 use crate::backend::cuda::profile::Phase;
-use crate::backend::cuda::{Inner, SYNC_COUNTERS};
+use crate::backend::cuda::Inner;
 use crate::backend::{check, GdnDims, GdnStep};
 use crate::error::Result;
 
@@ -42,44 +43,37 @@ struct GdnStepParams {
     _pad: i32,
 }
 
-/// State rows per block and conv taps of the kernel (`GS_ROWS`, `GS_K`).
+/// State rows per block of the kernel (`GS_ROWS`).
 const ROWS: usize = 16;
-const TAPS: usize = 4;
 
-/// Whether the one-launch kernel is on (`RILL_CUDA_GDN_STEP=0`: the three launches, for A/B
-/// runs). Read once.
-fn on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_GDN_STEP"))
+/// The shapes of `gdn_recurrent_step` as `policy::Policy::gdn_step` reads them.
+fn shape(s: GdnStep<'_>, dims: GdnDims) -> Result<GdnStepShape> {
+    let (c, norm_group) = check::gdn_recurrent_step(s, dims)?;
+    Ok(GdnStepShape {
+        t: c.t,
+        taps: c.k,
+        norm_group,
+        dims,
+    })
 }
 
-/// The shapes the kernel takes (gdn_step.cu's requirements): one token, 4 taps, key heads of at
-/// most 128 (a multiple of 32), value heads a multiple of 32 dividing 256, whole slices of 256
-/// value outputs, and counters for every key head and slice.
-fn fits(t: usize, taps: usize, norm_group: usize, dims: GdnDims) -> bool {
-    let GdnDims { hk, hv, dk, dv } = dims;
-    t == 1
-        && taps == TAPS
-        && dk.is_multiple_of(32)
-        && (32..=128).contains(&dk)
-        && dv.is_multiple_of(32)
-        && 256 % dv == 0
-        && norm_group == dv
-        && (hv * dv).is_multiple_of(256)
-        && hk + hv * dv / 256 <= SYNC_COUNTERS
+/// Whether the step runs in one launch (`policy::Policy::gdn_step`); checks the operands.
+pub(crate) fn gdn_step_choice(inner: &Inner, s: GdnStep<'_>, dims: GdnDims) -> Result<policy::GdnStep> {
+    Ok(inner.policy.gdn_step(&shape(s, dims)?))
 }
 
-/// One launch when the shape fits (returns false without launching anything otherwise).
-pub(crate) fn gdn_step(inner: &Inner, s: GdnStep<'_>, dims: GdnDims, l2_eps: f32, eps: f32) -> Result<bool> {
+/// The step in one launch, for the shapes `gdn_step_choice` gives `GdnStep::OneLaunch` (an error
+/// otherwise).
+pub(crate) fn gdn_step(inner: &Inner, s: GdnStep<'_>, dims: GdnDims, l2_eps: f32, eps: f32) -> Result<()> {
     let op = "gdn_recurrent_step";
-    let (c, d) = check::gdn_recurrent_step(s, dims)?;
-    if !on() || !fits(c.t, c.k, d, dims) {
-        return Ok(false);
+    let (c, _) = check::gdn_recurrent_step(s, dims)?;
+    if inner.policy.with_fusion().gdn_step(&shape(s, dims)?) != policy::GdnStep::OneLaunch {
+        return Err(cuda_err(format!("{op}: the shape does not fit the one-launch kernel")));
     }
     let n = dims.hv * dims.dv;
     let ws = inner.workspaces()?;
     let mut prep_slots = Args::default();
-    let preps = Preps::ask(inner, Producer::GatedNorm, s.out, 1, n, PrepBy::Slices, &mut prep_slots)?;
+    let preps = Preps::ask(inner, Producer::GatedNorm, s.out, 1, n, &mut prep_slots)?;
     let i32_of = |v: usize| i32::try_from(v).map_err(|_| cuda_err(format!("{op}: {v} exceeds i32")));
     let p = GdnStepParams {
         qkv: ptr(s.qkv, op)?,
@@ -134,7 +128,7 @@ pub(crate) fn gdn_step(inner: &Inner, s: GdnStep<'_>, dims: GdnDims, l2_eps: f32
     }
     inner.produced_by(s.out, Producer::GatedNorm)?;
     drop(ws);
-    Ok(true)
+    Ok(())
 }
 
 #[cfg(test)]

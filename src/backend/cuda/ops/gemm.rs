@@ -14,17 +14,14 @@
 
 use super::{grid_u32, Launch, GRID_YZ_MAX};
 use crate::backend::cuda::driver::{cuda_err, DevPtr};
-use crate::backend::cuda::launch::Args;
+use crate::backend::cuda::op::Args;
+use crate::backend::cuda::policy::{self, Batch, GemmActivations};
 use crate::backend::cuda::profile::Phase;
 pub(crate) use crate::backend::cuda::shadow::F16Planes;
 use crate::backend::cuda::Inner;
 use crate::backend::Tensor;
 use crate::error::Result;
 use crate::gguf::GgmlType;
-
-/// Batches up to this many rows keep the exact matrix-vector kernels (weights read once per
-/// token is already the whole cost there): `linear::MATVEC_MAX_T`.
-pub(crate) use super::linear::MATVEC_MAX_T;
 
 /// A weight format the tensor-core kernels decode, with gemm_q.cu's `FMT_CONSTS`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,11 +47,21 @@ impl Fmt {
         })
     }
 
-    /// Whether the kernel multiplies x as two f16 planes, `hi = f16(x)` and `lo = f16(x - hi)`
-    /// (gemm_q.cu `FmtInfo::SPLIT`): the formats whose weights are exact in f16, where rounding
-    /// x would be the product's only error.
+    fn ty(self) -> GgmlType {
+        match self {
+            Fmt::Q4K => GgmlType::Q4K,
+            Fmt::Q5K => GgmlType::Q5K,
+            Fmt::Q6K => GgmlType::Q6K,
+            Fmt::Q80 => GgmlType::Q8_0,
+            Fmt::F16 => GgmlType::F16,
+            Fmt::Bf16 => GgmlType::Bf16,
+        }
+    }
+
+    /// Whether the kernel multiplies x as two f16 planes (gemm_q.cu `FmtInfo::SPLIT`,
+    /// `policy::gemm_activations`).
     pub(crate) fn split(self) -> bool {
-        matches!(self, Fmt::F16 | Fmt::Bf16)
+        policy::gemm_activations(self.ty()) == Some(GemmActivations::HiLo)
     }
 
     /// 64-wide K steps per raw super-step (one K-quant super-block, four Q8_0 blocks, 64 values).
@@ -252,11 +259,9 @@ impl GemmW {
     }
 }
 
-/// Whether a batch of `t` rows takes the tensor-core path: the fast precision, more rows than the
-/// matrix-vector kernels serve, and not inside a recorded step (these launches read host-side
-/// sizes and f16 copies whose validity is tracked at submission).
+/// Whether a batch of `t` rows takes the tensor-core path (`policy::Policy::batch`).
 pub(crate) fn fast_batch(inner: &Inner, t: usize) -> bool {
-    inner.fast && t > MATVEC_MAX_T && !inner.recording_here()
+    inner.policy.batch(t, inner.recording_here()) == Batch::TensorCores
 }
 
 fn i32_of(what: &str, v: usize) -> Result<i32> {

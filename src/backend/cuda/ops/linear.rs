@@ -8,19 +8,17 @@
 
 use super::gemm::{self, GemmW};
 use super::matvec_tc;
+use super::mv::{weight, Mv, MvShared, Part, Parts, Weight};
 use super::{grid_u32, Launch, GRID_YZ_MAX};
-use crate::backend::cuda::buffer::{get, ptr};
+use crate::backend::cuda::buffer::ptr;
 use crate::backend::cuda::driver::{cuda_err, DevPtr};
-use crate::backend::cuda::launch::{Args, MvSeg, MV_SEGS};
+use crate::backend::cuda::op::{Args, MV_SEGS};
+use crate::backend::cuda::policy::{self, MixedLaunch, NormedGroup, SharedExpert, SharedExpertShape, MATVEC_MAX_T};
 use crate::backend::cuda::profile::Phase;
-use crate::backend::cuda::{buffer, Inner};
-use crate::backend::{check, AddNorm, DType, Group, MoeExperts, Tensor};
+use crate::backend::cuda::Inner;
+use crate::backend::{check, AddNorm, Group, MoeExperts, Tensor};
 use crate::error::Result;
 use crate::gguf::GgmlType;
-
-/// Batches up to this many tokens use the matrix-vector kernels (weights read once per token);
-/// larger ones the tiled kernel (weights read once per 64 tokens).
-pub(crate) const MATVEC_MAX_T: usize = 4;
 
 /// Products with at most this many outputs per token use the matrix-vector kernels at any batch
 /// size (exact f32): their weights are a few hundred KB, read from L2 once per token, while a
@@ -34,56 +32,6 @@ const MV_RPT_MAX: usize = 8;
 const MV_RPT_MAX_GLU: usize = 4;
 /// Shared-memory floats per 32-element unit of activations (32 + padding).
 const MV_XPAD: usize = 36;
-
-/// The format of a weight (an F32 tensor reads as F32): kernels are named after it
-/// (`matvec_Q4_K`), one for every type the CPU backend reads.
-pub(crate) fn format(op: &str, dtype: DType) -> Result<GgmlType> {
-    let ty = match dtype {
-        DType::F32 => GgmlType::F32,
-        DType::Ggml(t) => t,
-        DType::U32 => return Err(cuda_err(format!("{op}: a U32 tensor is not a weight"))),
-    };
-    if !crate::quant::can_dequantize(ty) {
-        return Err(cuda_err(format!(
-            "{op}: weight type {ty} is not supported by the cuda backend"
-        )));
-    }
-    Ok(ty)
-}
-
-/// A weight operand: device address, bytes per row, format suffix and the phase for the profile.
-pub(crate) struct Weight {
-    pub(crate) ptr: DevPtr,
-    pub(crate) row_bytes: usize,
-    pub(crate) suffix: &'static str,
-    pub(crate) ty: GgmlType,
-    pub(crate) phase: Phase,
-}
-
-/// Check that `w` holds `rows` rows of `cols` elements of its format (`rows` counts every expert).
-pub(crate) fn weight(op: &str, w: &Tensor, rows: usize, cols: usize) -> Result<Weight> {
-    let ty = format(op, w.dtype)?;
-    let row_bytes = ty
-        .row_size(cols as u64)
-        .ok_or_else(|| cuda_err(format!("{op}: a row of {cols} is not a whole number of {ty} blocks")))?
-        as usize;
-    let need = row_bytes
-        .checked_mul(rows)
-        .ok_or_else(|| cuda_err(format!("{op}: weight {:?} overflows", w.shape)))?;
-    let b = get(w, op, need)?;
-    // Block decoders read whole 16-byte chunks around the data: only padded weight buffers, or
-    // F32 tensors (read as whole f32 values, never past their end), qualify.
-    if w.dtype != DType::F32 && b.bytes < need + buffer::WEIGHT_PAD {
-        return Err(cuda_err(format!("{op}: weight buffer lacks its padding")));
-    }
-    Ok(Weight {
-        ptr: b.ptr,
-        row_bytes,
-        suffix: ty.name(),
-        ty,
-        phase: Phase::of_weight(b.name.as_deref()),
-    })
-}
 
 impl Weight {
     /// This weight as a tensor-core operand for rows of `n_in`, when a batch of `t` rows takes
@@ -168,19 +116,6 @@ fn unit_lanes(units: usize) -> usize {
     }
 }
 
-/// `RILL_CUDA_MV_UT` and `RILL_CUDA_MV_RPT`: fixed unit lanes / rows per thread for every matvec
-/// (tuning with dev/cuda/matvec_bench), read once.
-fn mv_overrides() -> (Option<usize>, Option<usize>) {
-    static O: std::sync::OnceLock<(Option<usize>, Option<usize>)> = std::sync::OnceLock::new();
-    *O.get_or_init(|| {
-        let num = |k: &str| std::env::var(k).ok().and_then(|v| v.parse::<usize>().ok());
-        (
-            num("RILL_CUDA_MV_UT").filter(|u| [32, 64, 128, 256].contains(u)),
-            num("RILL_CUDA_MV_RPT"),
-        )
-    })
-}
-
 /// Products with at least this many output rows in all count as tall (`mv_plan`).
 const MV_TALL_ROWS: usize = 65536;
 
@@ -192,20 +127,17 @@ fn mv_plan(inner: &Inner, m: &Mv) -> MvPlan {
     let (n_in, nsum, glu) = (m.n_in, m.nsum, m.w2.is_some());
     let rows = m.parts.rows() * m.vectors;
     let units = n_in.div_ceil(32).max(1);
-    let (ut_override, rpt_override) = mv_overrides();
     // Very tall products (the LM head: 248K rows) have rows to spare for every SM many times
     // over: 64 unit lanes and more rows per block keep more loads in flight per thread
     // (dev/cuda/matvec_bench.cu on the H200, 4096-wide rows: Q6_K 556 -> 481 us, Q8_0 434 -> 399 us).
     let tall = m.parts.widest() * m.vectors >= MV_TALL_ROWS && units.is_multiple_of(64);
-    let ut = ut_override.unwrap_or_else(|| if tall { 64 } else { unit_lanes(units) });
+    let ut = if tall { 64 } else { unit_lanes(units) };
     let rg = MV_THREADS / ut;
     let rpt_max = if glu { MV_RPT_MAX_GLU } else { MV_RPT_MAX };
     // About two blocks per SM for the whole product, as many rows per thread as that allows:
     // each thread then loads its activations once for several rows.
     let target_blocks = 2 * inner.sms();
-    let rpt = rpt_override
-        .unwrap_or_else(|| rows.div_ceil(rg * target_blocks))
-        .clamp(1, rpt_max);
+    let rpt = rows.div_ceil(rg * target_blocks).clamp(1, rpt_max);
     let smem = nsum * units * MV_XPAD * 4;
     let x_in_smem = smem <= inner.kernels.matvec_smem_limit() as usize;
     MvPlan {
@@ -216,209 +148,10 @@ fn mv_plan(inner: &Inner, m: &Mv) -> MvPlan {
     }
 }
 
-/// One product of a matvec launch: its weight rows (in the launch's format), output and row count.
-#[derive(Clone, Copy, Default, Debug)]
-pub(crate) struct Part {
-    pub(crate) w: DevPtr,
-    pub(crate) out: DevPtr,
-    pub(crate) n_out: usize,
-}
-
-/// The products of one matvec launch (the kernels' segment table, kernels-cuda/common.cuh): one,
-/// or up to `MV_SEGS` plain products of one x (`matmul_group`).
-#[derive(Clone, Copy, Default, Debug)]
-pub(crate) struct Parts {
-    p: [Part; MV_SEGS],
-    n: usize,
-}
-
-impl Parts {
-    pub(crate) fn one(w: DevPtr, out: DevPtr, n_out: usize) -> Parts {
-        let mut p = Parts::default();
-        p.p[0] = Part { w, out, n_out };
-        p.n = 1;
-        p
-    }
-
-    /// The products `parts` (at most `MV_SEGS`).
-    fn of(parts: impl IntoIterator<Item = Part>) -> Result<Parts> {
-        let mut p = Parts::default();
-        for part in parts {
-            let slot = p.p.get_mut(p.n);
-            *slot.ok_or_else(|| cuda_err(format!("matvec: more than {MV_SEGS} products in one launch")))? = part;
-            p.n += 1;
-        }
-        Ok(p)
-    }
-
-    pub(crate) fn iter(&self) -> impl Iterator<Item = &Part> {
-        self.p[..self.n].iter()
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.n
-    }
-
-    /// Output rows of all the products.
-    pub(crate) fn rows(&self) -> usize {
-        self.iter().map(|p| p.n_out).sum()
-    }
-
-    /// Output rows of the tallest product: what picks a kernel's shape (`matmul_group` groups
-    /// only products that pick the same one alone).
-    pub(crate) fn widest(&self) -> usize {
-        self.iter().map(|p| p.n_out).max().unwrap_or(0)
-    }
-}
-
-/// One matvec launch family: everything but the output-vector range.
-pub(crate) struct Mv<'a> {
-    /// The weights' format, row size and phase (every product's; the first product's weight).
-    pub(crate) w: &'a Weight,
-    pub(crate) w2: Option<&'a Weight>,
-    pub(crate) x: DevPtr,
-    /// The tensor at `x`, when it is one (its prepared copy for the tensor-core kernels is then
-    /// kept for the other products that read it).
-    pub(crate) x_t: Option<&'a Tensor>,
-    /// The products: weight rows, output, row count each. Several only for plain products (no
-    /// `w2`, no experts).
-    pub(crate) parts: Parts,
-    pub(crate) ids: DevPtr,
-    pub(crate) scales: DevPtr,
-    pub(crate) n_in: usize,
-    pub(crate) expert_bytes: usize,
-    pub(crate) n_experts: usize,
-    /// Output vectors sharing one activation vector (MoE gate/up: k).
-    pub(crate) x_group: usize,
-    /// Entries summed into one output vector (MoE down: k).
-    pub(crate) nsum: usize,
-    /// Output vectors.
-    pub(crate) vectors: usize,
-    /// A shared expert as the last of every token's `x_group * nsum` entries.
-    pub(crate) shared: Option<MvShared>,
-    /// The kernel adds its rows into `out` (`out += W x`: the residual add of
-    /// `matmul_add_rms_norm`); the tensor-core kernels only (matvec_tc.cuh, n11 bit 5).
-    pub(crate) accumulate: bool,
-}
-
-/// A shared expert run as one more expert per token (kernels-cuda/common.cuh `MvShared`): its
-/// weight `w` (the product's format and row size), and `w2` its up weight for a fused SwiGLU or
-/// `gate_logits` (`[T]`, its scale `sigmoid(logit)`) for a sum, 0 where they do not apply.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct MvShared {
-    pub(crate) w: DevPtr,
-    pub(crate) w2: DevPtr,
-    pub(crate) gate_logits: DevPtr,
-}
-
-impl<'a> Mv<'a> {
-    /// A dense product (no experts) of `d.t` token vectors of `x`; `w2` makes it the fused SwiGLU.
-    fn dense(
-        w: &'a Weight,
-        w2: Option<&'a Weight>,
-        x: &'a Tensor,
-        out: DevPtr,
-        d: check::MatmulDims,
-    ) -> Result<Mv<'a>> {
-        Ok(Mv {
-            w,
-            w2,
-            x: ptr(x, "matmul")?,
-            x_t: Some(x),
-            parts: Parts::one(w.ptr, out, d.n_out),
-            ids: 0,
-            scales: 0,
-            n_in: d.n_in,
-            expert_bytes: 0,
-            n_experts: 1,
-            x_group: 1,
-            nsum: 1,
-            vectors: d.t,
-            shared: None,
-            accumulate: false,
-        })
-    }
-
-    /// The grid's x blocks at `rows_per_block` rows per block: each product's rows rounded up to
-    /// whole blocks (a block never mixes products). Checks that the counts fit the kernels' ints
-    /// (`chunks` relies on it).
-    pub(crate) fn grid_x(&self, op: &str, rows_per_block: usize) -> Result<u32> {
-        let blocks: usize = self.parts.iter().map(|p| p.n_out.div_ceil(rows_per_block)).sum();
-        if i32::try_from(blocks).is_err() || self.parts.iter().any(|p| i32::try_from(p.n_out).is_err()) {
-            return Err(cuda_err(format!(
-                "{op}: {} rows in {blocks} blocks exceed the matvec kernels' limits",
-                self.parts.rows()
-            )));
-        }
-        grid_u32(op, "row blocks", blocks)
-    }
-
-    /// The launches of this product: output vectors in chunks of the grid's y limit, each a whole
-    /// number of x groups (so a kernel's `entry / x_group` stays right), with the slots every
-    /// matvec kernel shares filled for the chunk (matvec.cuh, matvec_tc.cuh): the segment table
-    /// (each product's W, out at the chunk's first vector, n_out, first block at `rows_per_block`
-    /// rows per block, as `grid_x` counts them), p1 W2, p4 ids, p5 scales, p7 and p3 the shared
-    /// expert (common.cuh `mv_shared_slots`); n1 n_in, n2 row_bytes, n3 expert_bytes, n4 n_experts,
-    /// n5 x_group, n6 nsum. Also the chunk's output vectors and its first x row.
-    pub(crate) fn chunks(&self, rows_per_block: usize) -> impl Iterator<Item = (Args, usize, usize)> + '_ {
-        let group = self.x_group.max(1);
-        let chunk = (GRID_YZ_MAX / group).max(1) * group;
-        (0..self.vectors).step_by(chunk).map(move |v0| {
-            let nv = (self.vectors - v0).min(chunk);
-            // First ids / scales entry of this chunk. A chunk starts at a token's first entry: with
-            // a shared expert, one of each token's `x_group * nsum` entries has none.
-            let mut entries0 = v0 * self.nsum;
-            if self.shared.is_some() {
-                entries0 -= entries0 / (group * self.nsum);
-            }
-            let mut a = Args::default();
-            let mut block0 = 0;
-            for (seg, part) in a.seg.iter_mut().zip(self.parts.iter()) {
-                *seg = MvSeg {
-                    w: part.w,
-                    out: part.out + 4 * (v0 * part.n_out) as u64,
-                    rows: part.n_out as i32,
-                    block0: block0 as i32,
-                };
-                block0 += part.n_out.div_ceil(rows_per_block);
-            }
-            a.p[1] = self.w2.map_or(0, |w| w.ptr);
-            a.p[4] = if self.ids == 0 {
-                0
-            } else {
-                self.ids + 4 * entries0 as u64
-            };
-            a.p[5] = if self.scales == 0 {
-                0
-            } else {
-                self.scales + 4 * entries0 as u64
-            };
-            a.n[1] = self.n_in as i64;
-            a.n[2] = self.w.row_bytes as i64;
-            a.n[3] = self.expert_bytes as i64;
-            a.n[4] = self.n_experts as i64;
-            a.n[5] = self.x_group as i64;
-            a.n[6] = self.nsum as i64;
-            // The shared expert's weight, and its up weight (a fused SwiGLU) or its gate logits
-            // from the chunk's first token on.
-            if let Some(sh) = self.shared {
-                a.p[7] = sh.w;
-                a.p[3] = match self.w2 {
-                    Some(_) => sh.w2,
-                    None if sh.gate_logits != 0 => sh.gate_logits + 4 * (v0 / group) as u64,
-                    None => 0,
-                };
-            }
-            (a, nv, v0 * self.nsum / group)
-        })
-    }
-}
-
-/// The kernels that run a matvec: the tensor-core ones of a format (`matvec_tc.rs`), the q8 ones
-/// (with their plan and kernel prefix) or the f32 ones.
+/// The kernels that run a matvec: the tensor-core ones of a format (`matvec_tc.rs`) or the f32
+/// ones.
 enum MvPath {
     Tc(matvec_tc::TcFormat),
-    Q8(MvPlan, &'static str),
     F32,
 }
 
@@ -427,18 +160,14 @@ enum MvPath {
 /// policies; the fused SwiGLU and expert products always run one).
 fn takes_group(path: &MvPath, ty: GgmlType) -> bool {
     match path {
-        MvPath::Tc(f) => f.groups,
-        MvPath::Q8(..) => true,
+        MvPath::Tc(f) => f.takes.groups,
         MvPath::F32 => !matches!(ty, GgmlType::F16 | GgmlType::Bf16),
     }
 }
 
-fn mv_path(inner: &Inner, m: &Mv) -> MvPath {
-    if let Some(f) = matvec_tc::applies(m).filter(|_| tc_enabled(inner)) {
-        return MvPath::Tc(f);
-    }
-    match q8_plan(inner, m) {
-        Some((plan, prefix)) => MvPath::Q8(plan, prefix),
+fn mv_path(m: &Mv) -> MvPath {
+    match matvec_tc::applies(m) {
+        Some(f) => MvPath::Tc(f),
         None => MvPath::F32,
     }
 }
@@ -463,7 +192,7 @@ fn run_mv_with(
         return Ok(());
     }
     let glu = m.w2.is_some();
-    let path = mv_path(inner, m);
+    let path = mv_path(m);
     if m.accumulate && (glu || !matches!(path, MvPath::Tc(_))) {
         // Only the tensor-core kernels' plain epilogue adds into its output.
         return Err(cuda_err(format!("{op}: no {} kernel adds into its output", m.w.suffix)));
@@ -491,7 +220,9 @@ fn run_mv_with(
             // The fused SwiGLU prepares its output for the down product itself.
             let out_prep = match (out_prep, glu, writes) {
                 (Some(p), ..) => Some(p),
-                (None, true, [out]) => matvec_tc::OutPrep::ask(inner, m, out, matvec_tc::kernel_of(f, m).1)?,
+                (None, true, [out]) => {
+                    matvec_tc::OutPrep::ask(inner, m, out, matvec_tc::kernel_of(f, m).rows_per_block)?
+                }
                 _ => None,
             };
             matvec_tc::run(
@@ -514,7 +245,6 @@ fn run_mv_with(
             }
             return Ok(());
         }
-        MvPath::Q8(plan, prefix) => (plan, prefix),
         MvPath::F32 => (
             mv_plan(inner, m),
             match (glu, m.shared.is_some()) {
@@ -577,43 +307,20 @@ pub(crate) fn matmul(inner: &Inner, w: &Tensor, x: &Tensor, out: &Tensor) -> Res
     matmul_dispatch(inner, &wt, x, op_, d, &[w, x], &[out])
 }
 
-/// How a decode `matmul_group` shares launches (`RILL_CUDA_GROUP`, read once): `0` every product
-/// in a launch of its own (the trait's default), `same` only products that take the same kernel
-/// in the same shape alone (bit for bit their own launches' numbers), otherwise (the default)
-/// also tensor-core products of one format whatever their shapes, in the kernel the tallest
-/// picks (one launch for a Gated DeltaNet layer's qkv, z, beta and alpha; the rows of the
-/// shorter products then take the tall kernel's K split: other roundings, the same bound).
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum GroupMode {
-    Off,
-    SameKernel,
-    Format,
-}
-
-fn group_mode() -> GroupMode {
-    static G: std::sync::OnceLock<GroupMode> = std::sync::OnceLock::new();
-    *G.get_or_init(|| match std::env::var("RILL_CUDA_GROUP").as_deref().map(str::trim) {
-        Ok("0") => GroupMode::Off,
-        Ok("same") => GroupMode::SameKernel,
-        _ => GroupMode::Format,
-    })
-}
-
 /// What fixes the bits of a product's rows: its kernel and shape (`kernel_key`).
 type KernelKey = (&'static str, usize);
 
 /// What fixes the bits of a product's rows in the kernels of `path` (the kernel and its shape:
-/// the tensor-core kernels' K split differs between shapes, the f32 and q8 ones' unit lanes), for
+/// the tensor-core kernels' K split differs between shapes, the f32 ones' unit lanes), for
 /// the product `m` launched alone. Products that agree on it (and on format and phase) share a
 /// launch and get exactly what they would get alone; the rows per thread only decide which rows a
 /// thread takes.
 fn kernel_key(inner: &Inner, path: &MvPath, m: &Mv) -> KernelKey {
     match path {
         MvPath::Tc(f) => {
-            let (kernel, rows_per_block, _) = matvec_tc::kernel_of(*f, m);
-            (kernel, rows_per_block)
+            let g = matvec_tc::kernel_of(*f, m);
+            (g.kernel.prefix(), g.rows_per_block)
         }
-        MvPath::Q8(plan, prefix) => (*prefix, plan.ut),
         MvPath::F32 => ("matvec_", mv_plan(inner, m).ut),
     }
 }
@@ -624,7 +331,7 @@ fn kernel_key(inner: &Inner, path: &MvPath, m: &Mv) -> KernelKey {
 /// the others when they run the same kernel in the same shape, `kernel_key`, the same numbers bit
 /// for bit), its grid over all their rows (the segment table, kernels-cuda/common.cuh): one
 /// launch ramp and tail instead of one per product (where the kernels take groups: `takes_group`;
-/// `group_mode`).
+/// `policy::Policy::group_launch`).
 /// A tensor-core launch reads x in the prepared layout its producer wrote or, failing that, one
 /// prep per format (`Inner::tc_x_of` keeps the copy for the next launch of the format).
 /// Batches take other kernels per product (as `matmul`).
@@ -633,7 +340,7 @@ pub(crate) fn matmul_group(inner: &Inner, ws: &[&Tensor], x: &Tensor, outs: &[&T
     let dims = check::matmul_group(ws, x, outs)?;
     // Every pair reads the same x: one T and n_in.
     let (t, n_in) = (dims[0].t, dims[0].n_in);
-    if t > MATVEC_MAX_T || t == 0 || n_in == 0 || group_mode() == GroupMode::Off {
+    if inner.policy.group_launch(t, n_in) == policy::GroupLaunch::PerProduct {
         return ws.iter().zip(outs).try_for_each(|(w, out)| matmul(inner, w, x, out));
     }
     let weights = ws
@@ -684,11 +391,11 @@ fn launch_families(
     let mut families: Vec<(Option<KernelKey>, Vec<usize>)> = Vec::new();
     for (i, d) in dims.iter().enumerate().filter(|(_, d)| d.n_out > 0) {
         let solo = Mv::dense(&weights[i], None, x, outp[i], *d)?;
-        let path = mv_path(inner, &solo);
+        let path = mv_path(&solo);
         // None: a kernel that takes one product per launch.
         let key = takes_group(&path, weights[i].ty).then(|| match path {
             // One launch per format: the kernel is the tallest member's (`matvec_tc::kernel_of`).
-            MvPath::Tc(_) if group_mode() == GroupMode::Format => ("mvtc", 0),
+            MvPath::Tc(_) => ("mvtc", 0),
             _ => kernel_key(inner, &path, &solo),
         });
         let joins = key.and_then(|_| {
@@ -747,54 +454,70 @@ fn mixed_mv<'a>(
     Ok((m, members))
 }
 
-/// `RILL_CUDA_NORM_GROUP=0`: the norm after a block's last product in a launch of its own before
-/// the next block's first products (`normed_group` off), for A/B runs. Read once.
-fn normed_group_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_NORM_GROUP"))
+/// `next.then`'s products of the normed rows `next.out`: their weights, outputs and dims, and the
+/// members of their one tensor-core launch family where they form one (decode rows only).
+struct NormedFamily {
+    weights: Vec<Weight>,
+    outp: Vec<DevPtr>,
+    dims: Vec<check::MatmulDims>,
+    members: Option<Vec<usize>>,
 }
 
-/// `next.then`'s products of the normed rows `next.out` in one tensor-core launch whose blocks each
-/// norm the residual row `next.acc` themselves (kernels-cuda/matvec_tc.cuh mv_body NORM; block 0
-/// of each vector writes `next.out`): no norm launch between a block's last product and the next
-/// block's first ones. Taken for decode rows of at most `matvec_tc::NORM_MAX_IN` values (a multiple
-/// of 256) whose products are one Q4_K launch family on the tall tensor-core kernel
-/// (`matvec_tc::run_normed` says which); `Ok(false)` otherwise (nothing done). The caller has
-/// checked the operands (`check::add_norm_after`). On the H200 (tg128, dev/cuda/DECISIONS.md,
-/// norms): the 35B-A3B's tall launches 400.8 -> 406.8 t/s; NORM versions of the
-/// mixed Q6_K + Q4_K launch (three waves, each paying the prologue) and of the 9B's tall one (4
-/// super-blocks per warp) measured slower and were not kept.
-pub(crate) fn normed_group(inner: &Inner, next: AddNorm<'_>, g: Group<'_>) -> Result<bool> {
+fn normed_family(inner: &Inner, next: AddNorm<'_>, g: Group<'_>) -> Result<NormedFamily> {
     let op = "matmul_group";
     let x = next.out;
     let dims = check::matmul_group(g.ws, x, g.outs)?;
     let (t, n_in) = (dims[0].t, dims[0].n_in);
-    if !normed_group_on()
-        || group_mode() != GroupMode::Format
-        || !(1..=MATVEC_MAX_T).contains(&t)
-        || !n_in.is_multiple_of(256)
-        || !(256..=matvec_tc::NORM_MAX_IN).contains(&n_in)
-        || dims.iter().any(|d| d.n_out == 0)
-    {
-        return Ok(false);
-    }
     let weights =
         g.ws.iter()
             .zip(&dims)
             .map(|(w, d)| weight(op, w, d.n_out, n_in))
             .collect::<Result<Vec<_>>>()?;
-    if weights.iter().any(|w| w.ty != GgmlType::Q4K) {
-        return Ok(false);
-    }
     let outp = g.outs.iter().map(|o| ptr(o, op)).collect::<Result<Vec<_>>>()?;
-    let families = launch_families(inner, &weights, x, &outp, &dims)?;
-    let [(Some(("mvtc", 0)), members)] = families.as_slice() else {
-        return Ok(false);
-    };
-    let m = family_mv(members, &weights, x, &outp, &dims)?;
-    if !matches!(mv_path(inner, &m), MvPath::Tc(_)) {
-        return Ok(false);
+    let mut members = None;
+    if policy::decode_rows(t) && n_in > 0 {
+        let families = launch_families(inner, &weights, x, &outp, &dims)?;
+        if let [(Some(("mvtc", 0)), family)] = families.as_slice() {
+            let m = family_mv(family, &weights, x, &outp, &dims)?;
+            if matches!(mv_path(&m), MvPath::Tc(_)) {
+                members = Some(family.clone());
+            }
+        }
     }
+    Ok(NormedFamily {
+        weights,
+        outp,
+        dims,
+        members,
+    })
+}
+
+/// Whether `next.then`'s products take the norm of `next` as their launch's prologue
+/// (`policy::Policy::normed_group`). The caller has checked the operands
+/// (`check::add_norm_after`).
+pub(crate) fn normed_group_choice(inner: &Inner, next: AddNorm<'_>, g: Group<'_>) -> Result<NormedGroup> {
+    let f = normed_family(inner, next, g)?;
+    let products: Vec<(GgmlType, usize)> = f.weights.iter().zip(&f.dims).map(|(w, d)| (w.ty, d.n_out)).collect();
+    Ok(inner.policy.normed_group(&policy::GroupShape {
+        t: f.dims[0].t,
+        n_in: f.dims[0].n_in,
+        products: &products,
+        one_tc_launch: f.members.is_some(),
+    }))
+}
+
+/// `next.then`'s products of the normed rows `next.out` in one tensor-core launch whose blocks each
+/// norm the residual row `next.acc` themselves (kernels-cuda/matvec_tc.cuh mv_body NORM; block 0
+/// of each vector writes `next.out`): no norm launch between a block's last product and the next
+/// block's first ones. For the groups `normed_group_choice` gives `NormedGroup::Prologue`.
+pub(crate) fn normed_group(inner: &Inner, next: AddNorm<'_>, g: Group<'_>) -> Result<()> {
+    let op = "matmul_group";
+    let x = next.out;
+    let f = normed_family(inner, next, g)?;
+    let Some(members) = &f.members else {
+        return Err(cuda_err(format!("{op}: the products are not one tensor-core launch")));
+    };
+    let m = family_mv(members, &f.weights, x, &f.outp, &f.dims)?;
     let norm = matvec_tc::NormIn {
         h: ptr(next.acc, op)?,
         w: ptr(next.w, op)?,
@@ -808,32 +531,31 @@ pub(crate) fn normed_group(inner: &Inner, next: AddNorm<'_>, g: Group<'_>) -> Re
     matvec_tc::run_normed(inner, op, &m, norm, |nv| mv_flops(&m, nv), &reads, &writes)
 }
 
-/// `acc += x · Wᵀ` for a decode batch (T <= `MATVEC_MAX_T`) whose product runs on the
-/// tensor-core kernels, which add their rows into `acc` (`Mv::accumulate`); `Ok(false)` otherwise
-/// (nothing done). The caller has checked the operands (`check::matmul(w, x, acc)`'s rules).
-pub(crate) fn matmul_accumulate(inner: &Inner, w: &Tensor, x: &Tensor, acc: &Tensor) -> Result<bool> {
+/// Whether `acc += x · Wᵀ` runs on the tensor-core kernels, whose plain epilogue adds their rows
+/// into `acc` (`Mv::accumulate`): a decode batch whose product they take. The caller has checked
+/// the operands (`check::matmul(w, x, acc)`'s rules).
+pub(crate) fn accumulates_on_tc(w: &Tensor, x: &Tensor, acc: &Tensor) -> Result<bool> {
     let op = "matmul_add_rms_norm";
     let d = check::matmul(w, x, acc)?;
-    if d.t == 0 || d.t > MATVEC_MAX_T || d.n_in == 0 || d.n_out == 0 {
+    if !policy::decode_rows(d.t) || d.n_in == 0 || d.n_out == 0 {
         return Ok(false);
     }
     let wt = weight(op, w, d.n_out, d.n_in)?;
-    let mut m = Mv::dense(&wt, None, x, ptr(acc, op)?, d)?;
-    m.accumulate = true;
-    if !matches!(mv_path(inner, &m), MvPath::Tc(_)) {
-        return Ok(false);
-    }
-    // As `matmul`: the producer of x learns the layouts its readers take.
-    matvec_tc::read_by(inner, x, wt.ty, d.n_in);
-    run_mv(inner, op, &m, &[w, x, acc], &[acc])?;
-    Ok(true)
+    let m = Mv::dense(&wt, None, x, ptr(acc, op)?, d)?;
+    Ok(matches!(mv_path(&m), MvPath::Tc(_)))
 }
 
-/// `RILL_CUDA_MIX=0`: a decode `matmul_group`'s Q6_K product in a launch of its own beside the Q4_K
-/// ones (`mixed_families`), for A/B runs. Read once.
-fn mix_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_MIX"))
+/// `acc += x · Wᵀ` on the tensor-core kernels (`accumulates_on_tc`; an error where they do not
+/// take the product).
+pub(crate) fn matmul_accumulate(inner: &Inner, w: &Tensor, x: &Tensor, acc: &Tensor) -> Result<()> {
+    let op = "matmul_add_rms_norm";
+    let d = check::matmul(w, x, acc)?;
+    let wt = weight(op, w, d.n_out, d.n_in)?;
+    let mut m = Mv::dense(&wt, None, x, ptr(acc, op)?, d)?;
+    m.accumulate = true;
+    // As `matmul`: the producer of x learns the layouts its readers take.
+    matvec_tc::read_by(inner, x, wt.ty, d.n_in);
+    run_mv(inner, op, &m, &[w, x, acc], &[acc])
 }
 
 /// Launch families of a decode `matmul_group` that can share one launch of
@@ -848,12 +570,9 @@ fn mixed_families(
     outp: &[DevPtr],
     dims: &[check::MatmulDims],
 ) -> Result<Option<(usize, usize)>> {
-    if !mix_on() || group_mode() != GroupMode::Format {
-        return Ok(None);
-    }
     let tc = |i: usize| -> Result<bool> {
         let solo = Mv::dense(&weights[i], None, x, outp[i], dims[i])?;
-        Ok(matches!(mv_path(inner, &solo), MvPath::Tc(_)))
+        Ok(matches!(mv_path(&solo), MvPath::Tc(_)))
     };
     let Some(six) = families
         .iter()
@@ -868,8 +587,12 @@ fn mixed_families(
             && weights[m[0]].phase == weights[i6].phase
             && m.len() < MV_SEGS
     });
-    match four {
-        Some(f) if tc(i6)? && tc(families[f].1[0])? => Ok(Some((six, f))),
+    let four_on_tc = match four {
+        Some(f) => tc(families[f].1[0])?,
+        None => false,
+    };
+    match (inner.policy.mixed_launch(tc(i6)?, four_on_tc), four) {
+        (MixedLaunch::Mixed, Some(f)) => Ok(Some((six, f))),
         _ => Ok(None),
     }
 }
@@ -891,7 +614,7 @@ fn matmul_dispatch(
     if d.n_in == 0 {
         // An empty sum: zeros (the kernels never run a unit).
         return inner.submit_rw(
-            crate::backend::cuda::launch::Op::Memset {
+            crate::backend::cuda::op::Op::Memset {
                 dst: out,
                 bytes: d.t * d.n_out * 4,
             },
@@ -1002,7 +725,7 @@ pub(crate) fn moe_experts(
     }
     if k == 0 || d == 0 || f == 0 {
         return inner.submit(
-            crate::backend::cuda::launch::Op::Memset {
+            crate::backend::cuda::op::Op::Memset {
                 dst: ptr(out, op)?,
                 bytes: t * d * 4,
             },
@@ -1021,14 +744,7 @@ pub(crate) fn moe_experts(
         }
     }
     let reads = [x, gate_exps, up_exps, down_exps, ids, weights];
-    experts_mv(inner, op, m, x, [&g, &u, &dn], ids, weights, None, &reads, out, false).map(|_| ())
-}
-
-/// `RILL_CUDA_MOE_SHARED=0`: a MoE layer's shared expert in launches of its own (the trait's
-/// default composition), for A/B runs of `moe_experts_shared`. Read once.
-fn moe_shared_enabled() -> bool {
-    static S: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *S.get_or_init(|| std::env::var("RILL_CUDA_MOE_SHARED").map_or(true, |v| v.trim() != "0"))
+    experts_mv(inner, op, m, x, [&g, &u, &dn], ids, weights, None, &reads, out, false)
 }
 
 /// The shared expert of `moe_experts_shared` on the matrix-vector path: its weights (the routed
@@ -1040,44 +756,97 @@ struct SharedMv {
     gate_logits: DevPtr,
 }
 
-/// `moe_experts_shared` with the shared expert as one more expert per token, entry k of each
-/// token's k + 1, inside the experts' launches (its gate/up rows among the routed experts', its
-/// down product in each token's sum, scaled in-kernel by `sigmoid(gate logit)`): no launches of
-/// its own. Taken for a decode batch (T <= `MATVEC_MAX_T`) whose shared expert has the routed
-/// experts' hidden width and, per projection, their format; `Ok(false)` otherwise (nothing done:
-/// the caller composes the plain ops). `accumulate`: add the result into `out` (the residual add
-/// of `moe_route_experts_shared`'s `next`), only where the down product runs on the tensor cores
-/// (else `Ok(false)`, nothing done).
-pub(crate) fn moe_experts_shared(
+/// The shapes of `moe_experts_shared` as `policy::Policy::shared_expert` reads them.
+fn shared_expert_shape(x: &Tensor, ex: MoeExperts<'_>, out: &Tensor) -> Result<(check::MoeDims, SharedExpertShape)> {
+    let (m, n_ff_shared) = check::moe_experts_shared(x, ex, out)?;
+    let sh = ex.sh;
+    let shape = SharedExpertShape {
+        t: m.t,
+        k: m.k,
+        d: m.d,
+        n_ff: m.n_ff,
+        n_ff_shared,
+        formats_match: (sh.gate.dtype, sh.up.dtype, sh.down.dtype)
+            == (ex.gate_exps.dtype, ex.up_exps.dtype, ex.down_exps.dtype),
+    };
+    Ok((m, shape))
+}
+
+/// Where `moe_experts_shared` runs the shared expert (`policy::Policy::shared_expert`).
+pub(crate) fn shared_expert_choice(
     inner: &Inner,
     x: &Tensor,
     ex: MoeExperts<'_>,
     out: &Tensor,
-    accumulate: bool,
-) -> Result<bool> {
-    let op = "moe_experts_shared";
-    let (m, n_ff_sh) = check::moe_experts_shared(x, ex, out)?;
-    let (gate_exps, up_exps, down_exps, ids, weights, sh) =
-        (ex.gate_exps, ex.up_exps, ex.down_exps, ex.ids, ex.weights, ex.sh);
-    let (t, d, e, f) = (m.t, m.d, m.n_exp, m.n_ff);
-    if t == 0 || t > MATVEC_MAX_T || m.k == 0 || d == 0 || f == 0 || n_ff_sh != f || !moe_shared_enabled() {
-        return Ok(false);
-    }
-    let g = weight(op, gate_exps, e * f, d)?;
-    let u = weight(op, up_exps, e * f, d)?;
-    let dn = weight(op, down_exps, e * d, f)?;
+) -> Result<SharedExpert> {
+    Ok(inner.policy.shared_expert(&shared_expert_shape(x, ex, out)?.1))
+}
+
+/// The routed experts' weights and the shared expert of `moe_experts_shared`, for rows of `d`
+/// and hidden rows of `f`.
+fn shared_weights(op: &str, ex: MoeExperts<'_>, m: check::MoeDims) -> Result<([Weight; 3], SharedMv)> {
+    let (d, e, f) = (m.d, m.n_exp, m.n_ff);
+    let sh = ex.sh;
+    let routed = [
+        weight(op, ex.gate_exps, e * f, d)?,
+        weight(op, ex.up_exps, e * f, d)?,
+        weight(op, ex.down_exps, e * d, f)?,
+    ];
     let shared = SharedMv {
         gate: weight(op, sh.gate, f, d)?,
         up: weight(op, sh.up, f, d)?,
         down: weight(op, sh.down, d, f)?,
         gate_logits: ptr(sh.gate_logit, op)?,
     };
-    if (shared.gate.ty, shared.up.ty, shared.down.ty) != (g.ty, u.ty, dn.ty) {
+    Ok((routed, shared))
+}
+
+/// Whether the down product of `moe_experts_shared` (shared expert inside) runs on the tensor
+/// cores, whose epilogue can add it into the residual (`accumulate`).
+pub(crate) fn shared_down_on_tc(x: &Tensor, ex: MoeExperts<'_>, out: &Tensor) -> Result<bool> {
+    let op = "moe_experts_shared";
+    let (m, shape) = shared_expert_shape(x, ex, out)?;
+    if !policy::decode_rows(m.t) || shape.n_ff == 0 || shape.d == 0 || shape.k == 0 {
         return Ok(false);
     }
+    let ([_, _, dn], shared) = shared_weights(op, ex, m)?;
+    let down = down_mv(
+        m,
+        &dn,
+        Some(&shared),
+        0,
+        ptr(ex.ids, op)?,
+        ptr(ex.weights, op)?,
+        ptr(out, op)?,
+        true,
+    );
+    Ok(matches!(mv_path(&down), MvPath::Tc(_)))
+}
+
+/// `moe_experts_shared` with the shared expert as one more expert per token, entry k of each
+/// token's k + 1, inside the experts' launches (its gate/up rows among the routed experts', its
+/// down product in each token's sum, scaled in-kernel by `sigmoid(gate logit)`): no launches of
+/// its own. For the shapes `shared_expert_choice` gives `SharedExpert::InExpertLaunches`.
+/// `accumulate`: add the result into `out` (the residual add of `moe_route_experts_shared`'s
+/// `next`), where `shared_down_on_tc` says the down product can.
+pub(crate) fn moe_experts_shared(
+    inner: &Inner,
+    x: &Tensor,
+    ex: MoeExperts<'_>,
+    out: &Tensor,
+    accumulate: bool,
+) -> Result<()> {
+    let op = "moe_experts_shared";
+    let (m, shape) = shared_expert_shape(x, ex, out)?;
+    if inner.policy.with_fusion().shared_expert(&shape) != SharedExpert::InExpertLaunches {
+        return Err(cuda_err(format!(
+            "{op}: the shared expert does not fit the experts' launches"
+        )));
+    }
+    let ([g, u, dn], shared) = shared_weights(op, ex, m)?;
     // As `moe_experts`: the producer of x learns the layouts its readers take.
-    matvec_tc::read_by(inner, x, g.ty, d);
-    matvec_tc::read_by(inner, x, u.ty, d);
+    matvec_tc::read_by(inner, x, g.ty, m.d);
+    matvec_tc::read_by(inner, x, u.ty, m.d);
     let mut reads = vec![x];
     reads.extend(ex.reads());
     experts_mv(
@@ -1086,13 +855,50 @@ pub(crate) fn moe_experts_shared(
         m,
         x,
         [&g, &u, &dn],
-        ids,
-        weights,
+        ex.ids,
+        ex.weights,
         Some(&shared),
         &reads,
         out,
         accumulate,
     )
+}
+
+/// The down product of the experts: out[t] = sum_j weights[t*k + j] * down_{ids[t*k + j]}
+/// h[t*per_token + j] (+ the shared expert's sigmoid(gate logit[t]) * down_sh h[t*per_token + k]).
+#[allow(clippy::too_many_arguments)]
+fn down_mv<'a>(
+    m: check::MoeDims,
+    dn: &'a Weight,
+    sh: Option<&SharedMv>,
+    h: DevPtr,
+    idp: DevPtr,
+    wp: DevPtr,
+    outp: DevPtr,
+    accumulate: bool,
+) -> Mv<'a> {
+    let (t, d, e, f) = (m.t, m.d, m.n_exp, m.n_ff);
+    Mv {
+        w: dn,
+        w2: None,
+        x: h,
+        x_t: None,
+        parts: Parts::one(dn.ptr, outp, d),
+        ids: idp,
+        scales: wp,
+        n_in: f,
+        expert_bytes: d * dn.row_bytes,
+        n_experts: e,
+        x_group: 1,
+        nsum: m.k + usize::from(sh.is_some()),
+        vectors: t,
+        shared: sh.map(|s| MvShared {
+            w: s.down.ptr,
+            w2: 0,
+            gate_logits: s.gate_logits,
+        }),
+        accumulate,
+    }
 }
 
 /// The expert products of a few tokens on the matrix-vector kernels: hidden rows
@@ -1113,7 +919,7 @@ fn experts_mv<'a>(
     reads: &[&Tensor],
     out: &Tensor,
     accumulate: bool,
-) -> Result<bool> {
+) -> Result<()> {
     let [g, u, dn] = w;
     let (t, d, e, f) = (m.t, m.d, m.n_exp, m.n_ff);
     let per_token = m.k + usize::from(sh.is_some());
@@ -1147,31 +953,11 @@ fn experts_mv<'a>(
         w2: w2.map_or(0, |w| w.ptr),
         gate_logits: 0,
     };
-    // Down: out[t] = sum_j weights[t*k + j] * down_{ids[t*k + j]} h[t*per_token + j] (+ the
-    // shared expert's sigmoid(gate logit[t]) * down_sh h[t*per_token + k]).
-    let down = Mv {
-        w: dn,
-        w2: None,
-        x: h,
-        x_t: None,
-        parts: Parts::one(dn.ptr, outp, d),
-        ids: idp,
-        scales: wp,
-        n_in: f,
-        expert_bytes: d * dn.row_bytes,
-        n_experts: e,
-        x_group: 1,
-        nsum: per_token,
-        vectors: t,
-        shared: sh.map(|s| MvShared {
-            w: s.down.ptr,
-            w2: 0,
-            gate_logits: s.gate_logits,
-        }),
-        accumulate,
-    };
-    if accumulate && !matches!(mv_path(inner, &down), MvPath::Tc(_)) {
-        return Ok(false);
+    let down = down_mv(m, dn, sh, h, idp, wp, outp, accumulate);
+    if accumulate && !matches!(mv_path(&down), MvPath::Tc(_)) {
+        return Err(cuda_err(format!(
+            "{op}: the experts' down product cannot add into its output"
+        )));
     }
     // With a tensor-core down product, the SwiGLU's own blocks prepare the hidden rows for it
     // (kernels-cuda/out_prep.cuh) instead of a prep launch between the two.
@@ -1179,9 +965,10 @@ fn experts_mv<'a>(
     if g.ty == u.ty {
         let glu = gate_up(g, Some(u), sh.map(|s| shared(&s.gate, Some(&s.up))), h);
         let mut out_prep = None;
-        if let (MvPath::Tc(gf), MvPath::Tc(df)) = (mv_path(inner, &glu), mv_path(inner, &down)) {
+        if let (MvPath::Tc(gf), MvPath::Tc(df)) = (mv_path(&glu), mv_path(&down)) {
             let hx = ws.get("moe_hidden_x", df.prep_bytes(entries, f))?;
-            out_prep = matvec_tc::OutPrep::into_buffer(inner, &glu, df, hx, matvec_tc::kernel_of(gf, &glu).1);
+            out_prep =
+                matvec_tc::OutPrep::into_buffer(inner, &glu, df, hx, matvec_tc::kernel_of(gf, &glu).rows_per_block);
             if out_prep.is_some() {
                 ready = Some(df.planes(hx, entries, f));
             }
@@ -1224,103 +1011,5 @@ fn experts_mv<'a>(
             &[],
         )?;
     }
-    run_mv_with(inner, op, &down, reads, &[out], ready, None)?;
-    Ok(true)
-}
-
-// ---- fast-tier matrix-vector kernels ------------------------------------------------------------
-
-/// Which decode matvec kernels run: `RILL_CUDA_MATVEC=exact` (the strict tier: the tensor-core
-/// kernels of `matvec_tc.rs` where they apply, Q4_K for now, and f32 on dequantized weights for
-/// the rest), `f32` (only the f32 kernels, also strict: the reference the others are tested
-/// against) or `q8` (kernels-cuda/matvec_q8.cuh: activations rounded to 8 bits per element with
-/// a scale per 32, integer dot products; the fast tier). Read once; anything else, or unset, is
-/// the default for the backend's precision.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum MvVariant {
-    Exact,
-    F32,
-    Q8,
-}
-
-fn mv_variant(inner: &Inner) -> MvVariant {
-    static V: std::sync::OnceLock<Option<MvVariant>> = std::sync::OnceLock::new();
-    let forced = *V.get_or_init(|| match std::env::var("RILL_CUDA_MATVEC").as_deref() {
-        Ok("exact") => Some(MvVariant::Exact),
-        Ok("f32") => Some(MvVariant::F32),
-        Ok("q8") => Some(MvVariant::Q8),
-        _ => None,
-    });
-    forced.unwrap_or_else(|| default_mv_variant(inner))
-}
-
-/// The default: exact at both tiers for now. The fast tier's tests judge `Precision::Fast` by the
-/// f16-rounded-activations bound, which 8-bit activations do not promise (the fixtures README's
-/// quantized-activations tier does); `q8` becomes the fast default with that tier.
-fn default_mv_variant(_inner: &Inner) -> MvVariant {
-    MvVariant::Exact
-}
-
-/// Whether the exact tensor-core decode products (`matvec_tc.rs`) run where they apply.
-pub(crate) fn tc_enabled(inner: &Inner) -> bool {
-    mv_variant(inner) == MvVariant::Exact
-}
-
-/// `exact`, `f32` or `q8`: the decode matvec kernels this backend runs (`rill bench` shows it).
-pub(crate) fn mv_variant_name(inner: &Inner) -> &'static str {
-    match mv_variant(inner) {
-        MvVariant::Exact => "exact",
-        MvVariant::F32 => "f32",
-        MvVariant::Q8 => "q8",
-    }
-}
-
-/// Units of 32 elements per chunk of the q8 kernel for this format (`Q8Dot<F>::CU`), or None
-/// where there is no q8 kernel.
-fn q8_chunk_units(ty: GgmlType) -> Option<usize> {
-    match ty {
-        GgmlType::Q4K => Some(2),
-        GgmlType::Q6K => Some(4),
-        GgmlType::Q5K | GgmlType::Q8_0 => Some(1),
-        _ => None,
-    }
-}
-
-/// The plan and kernel prefix of `m` on the q8 kernels when they are selected and cover it (the
-/// launch is `run_mv`'s, the unit lanes then count chunks of `q8_chunk_units`); None: the exact
-/// kernels run.
-fn q8_plan(inner: &Inner, m: &Mv) -> Option<(MvPlan, &'static str)> {
-    if mv_variant(inner) != MvVariant::Q8 {
-        return None;
-    }
-    let cu = q8_chunk_units(m.w.ty)?;
-    if m.w2.is_some_and(|w2| w2.ty != m.w.ty) || !m.n_in.is_multiple_of(32 * cu) {
-        return None;
-    }
-    let units = m.n_in / 32;
-    // Quantized activations in shared memory: 32 bytes + scale + two half sums per unit.
-    let smem = m.nsum * units * 44;
-    if smem > inner.kernels.matvec_smem_limit() as usize {
-        return None;
-    }
-    let glu = m.w2.is_some();
-    let (ut_override, rpt_override) = mv_overrides();
-    let ut = ut_override.unwrap_or_else(|| unit_lanes(units / cu));
-    let rpt_max = if glu { MV_RPT_MAX_GLU } else { MV_RPT_MAX };
-    let rpt = rpt_override
-        .unwrap_or_else(|| (m.parts.rows() * m.vectors).div_ceil((MV_THREADS / ut) * 2 * inner.sms()))
-        .clamp(1, rpt_max);
-    let plan = MvPlan {
-        ut,
-        rpt,
-        x_in_smem: true,
-        smem: smem as u32,
-    };
-    let prefix = match (glu, m.shared.is_some()) {
-        (false, false) => "matvec_q8_",
-        (true, false) => "matvec_q8_glu_",
-        (false, true) => "matvec_q8_sh_",
-        (true, true) => "matvec_q8_glu_sh_",
-    };
-    Some((plan, prefix))
+    run_mv_with(inner, op, &down, reads, &[out], ready, None)
 }

@@ -13,12 +13,12 @@
 //! themselves in every layout the products have read from that kind of output (`Preps`).
 
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::OnceLock;
 
-use super::linear::{Mv, MATVEC_MAX_T};
+use super::mv::{Mv, Weight};
 use super::{grid_u32, Launch, GRID_YZ_MAX};
-use crate::backend::cuda::driver::DevPtr;
-use crate::backend::cuda::launch::Args;
+use crate::backend::cuda::driver::{cuda_err, DevPtr};
+use crate::backend::cuda::op::Args;
+use crate::backend::cuda::policy::{self, MvKernels, MvShape, TcGeometry, TcKernel, TcTakes, MATVEC_MAX_T};
 use crate::backend::cuda::profile::Phase;
 use crate::backend::cuda::{Inner, SYNC_COUNTERS};
 use crate::backend::Tensor;
@@ -26,93 +26,56 @@ use crate::error::Result;
 use crate::gguf::GgmlType;
 
 /// Inputs per prepared unit (a super-block, or Q8_0's group of 8 blocks).
-const SB: usize = 256;
-/// Products with at least this many rows run `mvtc_tall_` (32 rows per block; the Q8_0 SwiGLU 16),
-/// the others `mvtc_` (16 rows per block of 8 warps): matvec_tc.cu and matvec_tc8.cu say why.
-const TALL_ROWS: usize = 8192;
-/// Dense Q8_0 products from this many rows up to TALL_ROWS run `mvtc_mid_Q8_0` (32 rows per block
-/// of 8 warps).
-const Q8_MID_ROWS: usize = 4096;
-
-/// What a kernel's weight loads need of a product's rows: a multiple of `n_in_multiple` inputs,
-/// and row (and expert) bytes that are a multiple of `align`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Loads {
-    n_in_multiple: usize,
-    align: usize,
-}
+const SB: usize = policy::TC_UNIT;
 
 /// What differs between the formats: the prepared copy's words and sums per unit of 256 inputs
-/// (the cuh files' `WORDS`, `SUMS`), what a row's length must be a multiple of for that layout,
-/// what the loads of the plain kernels and of the shared-expert (`_sh_`) ones need, and how the
-/// producer kernels (kernels-cuda/norm.cu) take the layout: its bit in their records (and in
-/// `RILL_CUDA_NORM_PREP`) and the pointer slot of their `Args`, and whether a plain launch may
-/// hold several products (the policies' `SEGS`: not Q6_K, whose kernel would lose a block per SM
-/// to the per-block pointers, matvec_tc6.cuh). Every prep kernel is one warp per unit.
+/// (the cuh files' `WORDS`, `SUMS`), what the kernels take (`policy::TcTakes`), and how the
+/// producer kernels (kernels-cuda/norm.cu) take the layout: its bit in their records and the
+/// pointer slot of their `Args`. Every prep kernel is one warp per unit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct TcFormat {
     pub(crate) ty: GgmlType,
     words: usize,
     sums: usize,
-    n_in_multiple: usize,
-    plain: Loads,
-    shared: Loads,
+    pub(crate) takes: TcTakes,
     bit: u8,
     slot: usize,
-    pub(crate) groups: bool,
 }
 
-/// Whole units of 16-byte aligned rows: 16-byte loads of Q4_K super-blocks and Q8_0 groups.
-const ALIGNED: Loads = Loads {
-    n_in_multiple: SB,
-    align: 16,
-};
+/// What the kernels of `ty` take; only called for the formats that have them (in constants, so a
+/// format without them is a compile error).
+const fn takes(ty: GgmlType) -> TcTakes {
+    match policy::tc_takes(ty) {
+        Some(t) => t,
+        None => panic!("a tensor-core format without kernels"),
+    }
+}
+
 const Q4K: TcFormat = TcFormat {
     ty: GgmlType::Q4K,
     words: 4 * 3 * 32,
     sums: 16,
-    n_in_multiple: SB,
-    plain: ALIGNED,
-    shared: ALIGNED,
+    takes: takes(GgmlType::Q4K),
     bit: 1,
     slot: 7,
-    groups: true,
 };
 const Q8_0: TcFormat = TcFormat {
     ty: GgmlType::Q8_0,
     words: 32 * 24,
     sums: 16,
-    n_in_multiple: SB,
-    plain: ALIGNED,
-    shared: ALIGNED,
+    takes: takes(GgmlType::Q8_0),
     bit: 2,
     slot: 5,
-    groups: true,
 };
-/// Q6_K's plain loads assume 8 warps striding over the super-blocks of rows that start 16-byte
-/// aligned: 210-byte super-blocks realign every 8; its shared-expert kernels realign at run time
-/// and take rows at any even address (matvec_tc6.cuh TcQ6KAny: the 35B-A3B's 420-byte expert rows).
 const Q6K: TcFormat = TcFormat {
     ty: GgmlType::Q6K,
     words: 8 * 32,
     sums: 1,
-    n_in_multiple: SB,
-    plain: Loads {
-        n_in_multiple: 8 * SB,
-        align: 16,
-    },
-    shared: Loads {
-        n_in_multiple: SB,
-        align: 2,
-    },
+    takes: takes(GgmlType::Q6K),
     bit: 4,
     slot: 4,
-    groups: false,
 };
 const FORMATS: [TcFormat; 3] = [Q4K, Q8_0, Q6K];
-
-/// Shared memory per warp of the Q8_0 prep inside a producer kernel (matvec_tc8.cuh `IMG_WORDS`).
-const Q8_0_IMG_BYTES: u32 = 4 * 68 * 4;
 
 impl TcFormat {
     /// The tensor-core kernels of weight format `ty`, if it has them.
@@ -123,32 +86,6 @@ impl TcFormat {
             GgmlType::Q6K => Some(Q6K),
             _ => None,
         }
-    }
-
-    /// The kernel, rows per block and threads for a product of `n_out` rows (`glu`: the fused
-    /// SwiGLU; `dense`: no experts, one x row per output; the `_tall_` / `_head_` Q8_0 kernels
-    /// read nothing else; `shared`: MoE experts with a shared expert, the `_sh_` kernels).
-    fn geometry(&self, n_out: usize, glu: bool, dense: bool, shared: bool) -> (&'static str, usize, u32) {
-        match self.ty {
-            // 4 warps: a 35B-A3B layer's 9 x 32 blocks in one wave (kernels-cuda/matvec_tc.cu).
-            GgmlType::Q4K if shared && glu => ("mvtc_glu_sh_", 16, 128),
-            _ if shared && glu => ("mvtc_glu_sh_", 16, 256),
-            _ if shared => ("mvtc_sh_", 16, 256),
-            GgmlType::Q8_0 if dense && !glu && n_out >= TALL_ROWS => ("mvtc_tall_", 32, 128),
-            GgmlType::Q8_0 if dense && !glu && n_out >= Q8_MID_ROWS => ("mvtc_mid_", 32, 256),
-            GgmlType::Q8_0 if dense && glu && n_out >= TALL_ROWS && glu_tall_on() => ("mvtc_glu_tall_", 16, 128),
-            GgmlType::Q8_0 | GgmlType::Q6K if glu => ("mvtc_glu_", 16, 256),
-            GgmlType::Q8_0 | GgmlType::Q6K => ("mvtc_", 16, 256),
-            _ => q4k_geometry(n_out, glu),
-        }
-    }
-
-    /// Whether the loads of the kernel that runs `m` (`_sh_` with a shared expert) take its rows.
-    fn rows_fit(&self, m: &Mv) -> bool {
-        let l = if m.shared.is_some() { self.shared } else { self.plain };
-        m.n_in.is_multiple_of(l.n_in_multiple)
-            && m.w.row_bytes.is_multiple_of(l.align)
-            && m.expert_bytes.is_multiple_of(l.align)
     }
 
     /// Bytes of the prepared copy of `rows` vectors of `n_in` (a multiple of 256).
@@ -165,77 +102,31 @@ impl TcFormat {
     }
 }
 
-/// The Q4_K kernel, rows per block and threads for a product of `n_out` rows (`glu`: the fused
-/// SwiGLU).
-fn q4k_geometry(n_out: usize, glu: bool) -> (&'static str, usize, u32) {
-    if glu && n_out >= TALL_ROWS && glu_tall_on() {
-        // The tall kernels' geometry (kernels-cuda/matvec_tc.cu `mvtc_glu_tall_Q4_K`).
-        return ("mvtc_glu_tall_", 32, 128);
-    }
-    if glu {
-        // 8 warps: 4 were slower end to end (9B Q4_K_M decode 210.8 against 221.2 t/s on the H200).
-        return ("mvtc_glu_", 16, 256);
-    }
-    if n_out >= TALL_ROWS {
-        ("mvtc_tall_", 32, 128)
-    } else {
-        ("mvtc_", 16, 256)
-    }
+/// The n11 bits of the tensor-core matvec launches (kernels-cuda/matvec_tc.cuh). Bit 0: a dense
+/// product pulls its block rows into L2 before the dependency wait; bit 1: a MoE sum pulls its
+/// entries after it; bit 3: the double-buffered kernels (`rows_db`) load their first step before
+/// the dependency wait; bit 4: a double-buffered SwiGLU loads its up matrix's first step during
+/// the gate's last arithmetic; bit 5: the product adds its rows into `out` (`Mv::accumulate`).
+mod n11 {
+    pub(super) const DENSE_PREFETCH: i64 = 1;
+    pub(super) const MOE_PREFETCH: i64 = 2;
+    pub(super) const PIPE_PRE: i64 = 8;
+    pub(super) const PIPE_GLU: i64 = 16;
+    pub(super) const ACCUMULATE: i64 = 32;
 }
 
-/// `RILL_CUDA_GLU_TALL=0`: a tall dense Q4_K or Q8_0 SwiGLU takes `mvtc_glu_` (R = 1, KW = 8) as
-/// before, for A/B runs.
-fn glu_tall_on() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_GLU_TALL"))
-}
-
-/// `RILL_CUDA_TC_PF`: which tensor-core products pull their weights into L2 ahead of their loads
-/// (kernels-cuda/matvec_tc.cuh, n11): bit 0 a dense product's block rows before the dependency
-/// wait, bit 1 a MoE sum's entries after it, bit 2 the dense prefetch only for launches of at most
-/// `SMALL_PF_BYTES` of weights. Default 6 (MoE entries, small dense launches): the dense prefetch
-/// of every launch measured slower (H200 tg128 9B q4_k_m 300.6 -> 315.6 t/s without it, q8_0
-/// 236.2 -> 255.4); of the small launches only, a little faster than none (35B-A3B 358.7 -> 361.7,
-/// 9B q4_k_m 317.8 -> 319.2, q8_0 equal).
-fn tc_prefetch() -> i64 {
-    static V: OnceLock<i64> = OnceLock::new();
-    *V.get_or_init(|| {
-        std::env::var("RILL_CUDA_TC_PF")
-            .ok()
-            .and_then(|v| v.parse::<i64>().ok())
-            .filter(|v| (0..=7).contains(v))
-            .unwrap_or(6)
-    })
-}
-
-/// The largest launch (weight bytes) that `RILL_CUDA_TC_PF` bit 2 prefetches.
-const SMALL_PF_BYTES: usize = 16 << 20;
-
-/// `RILL_CUDA_PIPE_PRE=0`: the double-buffered kernels (kernels-cuda/matvec_tc.cuh `rows_db`) load
-/// their first step after the dependency wait instead of before it (n11 bit 3), for A/B runs.
-fn pipe_pre_on() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_PIPE_PRE"))
-}
-
-/// `RILL_CUDA_PIPE_GLU=0`: a double-buffered SwiGLU loads its up matrix's first step after the
-/// gate's last arithmetic instead of during it (n11 bit 4), for A/B runs.
-fn pipe_glu_on() -> bool {
-    static ON: OnceLock<bool> = OnceLock::new();
-    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_PIPE_GLU"))
-}
-
-/// The n11 bits of a launch of `m`: the prefetches (`tc_prefetch`), bits 3 (`pipe_pre_on`), 4
-/// (`pipe_glu_on`) and 5 (`Mv::accumulate`).
+/// The n11 bits of a launch of `m` (`n11`): MoE entries always prefetched, dense block rows for
+/// small launches (`policy::tc_dense_prefetch`), both pipelines on.
 fn n11_bits(m: &Mv) -> i64 {
-    let pf = tc_prefetch();
     let bytes = m.parts.rows() * m.w.row_bytes * if m.w2.is_some() { 2 } else { 1 };
-    let small = pf & 4 != 0 && bytes <= SMALL_PF_BYTES;
-    (pf & 3)
-        | i64::from(small)
-        | if pipe_pre_on() { 8 } else { 0 }
-        | if pipe_glu_on() { 16 } else { 0 }
-        | if m.accumulate { 32 } else { 0 }
+    let mut bits = n11::MOE_PREFETCH | n11::PIPE_PRE | n11::PIPE_GLU;
+    if policy::tc_dense_prefetch(bytes) {
+        bits |= n11::DENSE_PREFETCH;
+    }
+    if m.accumulate {
+        bits |= n11::ACCUMULATE;
+    }
+    bits
 }
 
 /// A prepared x: the A (or B) words of every row, then the sums of every row.
@@ -275,30 +166,6 @@ pub(crate) enum Producer {
 #[derive(Default)]
 pub(crate) struct Learned([AtomicU8; 4]);
 
-/// `RILL_CUDA_NORM_PREP`: the layouts the producers may write (`none`, the default; `all`; or a
-/// comma-separated list of formats, e.g. `Q4_K,Q6_K`). Read once. Without a layout, every product
-/// input in it is prepared by a prep launch. `none` is the default because it measured fastest on
-/// the H200 (97274be, tg128: 9B Q4_K_M none 252.6, Q4_K 252.8, all 247.8 t/s; Q8_0 none 211.4, all
-/// 202.5): at decode a norm is one block on one SM, and the preparation it takes on costs more
-/// there than the prep launches it saves, which run across the whole GPU.
-fn allowed() -> u8 {
-    static A: OnceLock<u8> = OnceLock::new();
-    *A.get_or_init(|| match std::env::var("RILL_CUDA_NORM_PREP") {
-        Err(_) => 0,
-        Ok(v) => v
-            .split(',')
-            .map(str::trim)
-            .map(|name| match name {
-                "all" => 7,
-                _ => FORMATS
-                    .iter()
-                    .find(|f| f.ty.name().eq_ignore_ascii_case(name))
-                    .map_or(0, |f| f.bit),
-            })
-            .fold(0, |m, b| m | b),
-    })
-}
-
 /// A product of `ty` weights reads `x` (rows of `n_in`), on whichever path: where a producer
 /// wrote `x` and the decode products of `ty` would read it prepared, that producer writes the
 /// layout from now on. Called for a prompt's batched products too, so that the first decode step,
@@ -308,7 +175,7 @@ fn allowed() -> u8 {
 pub(crate) fn read_by(inner: &Inner, x: &Tensor, ty: GgmlType, n_in: usize) {
     let Some(f) = TcFormat::of(ty) else { return };
     // The plain kernels' rows (a producer's output is a dense product's input).
-    if !n_in.is_multiple_of(f.plain.n_in_multiple) || !super::linear::tc_enabled(inner) {
+    if !n_in.is_multiple_of(f.takes.plain.n_in_multiple) {
         return;
     }
     if let Some(who) = inner.writer_of(x) {
@@ -316,68 +183,38 @@ pub(crate) fn read_by(inner: &Inner, x: &Tensor, ty: GgmlType, n_in: usize) {
     }
 }
 
-/// How a producer kernel prepares its output (`Preps::ask`).
-#[derive(Clone, Copy)]
-pub(crate) enum PrepBy {
-    /// One block of this many threads per row (kernels-cuda/norm.cu `prep_out_row`: the row's
-    /// units as tasks of its warps, the Q8_0 layout's image in dynamic shared memory). Only the
-    /// layouts `RILL_CUDA_NORM_PREP` allows: its single SM pays for each in series.
-    Rows(u32),
-    /// One block per slice of 256 (norm.cu `prep_slice`, out_prep.cuh `glu_out_prep`: warp w
-    /// prepares layout w, static shared memory), every layout the products have read.
-    Slices,
-}
-
 /// The prepared copies a producer kernel writes of its output, claimed (`shadow.rs`) before its
 /// launch and registered after it (`made`).
 pub(crate) struct Preps {
     copies: [Option<(usize, TcFormat)>; 3],
-    /// The kernel's dynamic shared memory (the Q8_0 prep's, per warp).
-    pub(crate) smem: u32,
 }
 
 impl Preps {
-    /// Ask the kernel of producer `who` to prepare its output `out` (`rows` rows of `n`, by
-    /// `by`): in every layout the products have read from `who`'s outputs and a product could read
-    /// at this `n` (and, for the one-block-per-row kernels, the env switch allows), each into a
-    /// claimed slot named in `args`. None where it cannot (not a decode shape, rows not whole
-    /// units, the tensor-core products off). The caller holds the workspace lock until `made`.
+    /// Ask the kernel of producer `who` to prepare its output `out` (`rows` rows of `n`, one
+    /// block per slice of 256: norm.cu `prep_slice`, out_prep.cuh `glu_out_prep`, warp w preparing
+    /// layout w): in every layout the products have read from `who`'s outputs and a product could
+    /// read at this `n`, each into a claimed slot named in `args`. None where it cannot (not a
+    /// decode shape, rows not whole units). The caller holds the workspace lock until `made`.
     pub(crate) fn ask(
         inner: &Inner,
         who: Producer,
         out: &Tensor,
         rows: usize,
         n: usize,
-        by: PrepBy,
         args: &mut Args,
     ) -> Result<Option<Preps>> {
-        let (threads, allowed) = match by {
-            PrepBy::Rows(threads) => (threads, allowed()),
-            PrepBy::Slices => (256, 7),
-        };
-        if !(1..=MATVEC_MAX_T).contains(&rows)
-            || n == 0
-            || !n.is_multiple_of(SB)
-            || !threads.is_multiple_of(32)
-            || !super::linear::tc_enabled(inner)
-        {
+        if !(1..=MATVEC_MAX_T).contains(&rows) || n == 0 || !n.is_multiple_of(SB) {
             return Ok(None);
         }
-        let want = inner.tc_learned.0[who as usize].load(Ordering::Relaxed) & allowed;
-        let mut p = Preps {
-            copies: [None; 3],
-            smem: 0,
-        };
+        let want = inner.tc_learned.0[who as usize].load(Ordering::Relaxed);
+        let mut p = Preps { copies: [None; 3] };
         for (copy, f) in p.copies.iter_mut().zip(FORMATS) {
-            if want & f.bit == 0 || !n.is_multiple_of(f.n_in_multiple) {
+            if want & f.bit == 0 || !n.is_multiple_of(f.takes.unit) {
                 continue;
             }
             let (slot, base) = inner.tc_slot(out, n, f)?;
             args.p[f.slot] = base;
             *copy = Some((slot, f));
-            if f.ty == GgmlType::Q8_0 && matches!(by, PrepBy::Rows(_)) {
-                p.smem = threads / 32 * Q8_0_IMG_BYTES;
-            }
         }
         Ok(Some(p))
     }
@@ -391,25 +228,29 @@ impl Preps {
     }
 }
 
-/// The format whose kernels run the product `m`, if they do: Q4_K, Q8_0 or Q6_K weights (both
-/// of a SwiGLU, the same format), rows a multiple of the format's unit that its kernel's loads
-/// take (`rows_fit`), 16-byte aligned weights (every product's, a shared expert's too), and x rows
-/// within one grid.
+/// The format whose kernels run the product `m`, if they do (`policy::mv_kernels`).
 pub(crate) fn applies(m: &Mv) -> Option<TcFormat> {
-    let f = TcFormat::of(m.w.ty)?;
-    let ok = |w: &super::linear::Weight| w.ty == f.ty && w.ptr.is_multiple_of(16);
-    let shared_ok = m
+    let shared_aligned = m
         .shared
         .is_none_or(|s| s.w.is_multiple_of(16) && (m.w2.is_none() || s.w2.is_multiple_of(16)));
-    (m.n_in > 0
-        && m.n_in.is_multiple_of(f.n_in_multiple)
-        && ok(m.w)
-        && m.parts.iter().all(|p| p.w.is_multiple_of(16))
-        && m.w2.is_none_or(ok)
-        && shared_ok
-        && f.rows_fit(m)
-        && x_rows(m) <= GRID_YZ_MAX)
-        .then_some(f)
+    let shape = MvShape {
+        ty: m.w.ty,
+        ty2: m.w2.map(|w| w.ty),
+        n_in: m.n_in,
+        row_bytes: m.w.row_bytes,
+        expert_bytes: m.expert_bytes,
+        shared: m.shared.is_some(),
+        aligned: m.w.ptr.is_multiple_of(16)
+            && m.w2.is_none_or(|w| w.ptr.is_multiple_of(16))
+            && m.parts.iter().all(|p| p.w.is_multiple_of(16))
+            && shared_aligned,
+        x_rows: x_rows(m),
+        grid_y_max: GRID_YZ_MAX,
+    };
+    match policy::mv_kernels(&shape) {
+        MvKernels::TensorCores(ty) => TcFormat::of(ty),
+        MvKernels::F32 => None,
+    }
 }
 
 /// Rows of x the product reads.
@@ -447,11 +288,14 @@ pub(crate) fn prep(inner: &Inner, f: TcFormat, src: DevPtr, rows: usize, n_in: u
 }
 
 /// The kernel, rows per block and threads of the product `m` (`applies(m)` gave `f`): the shape
-/// its tallest product picks (the K split, and with it the bits of every row, differs between
-/// shapes: `matmul_group` groups only products that pick the same one alone).
-pub(crate) fn kernel_of(f: TcFormat, m: &Mv) -> (&'static str, usize, u32) {
-    let dense = m.ids == 0 && m.scales == 0 && m.nsum == 1 && m.x_group == 1;
-    f.geometry(m.parts.widest(), m.w2.is_some(), dense, m.shared.is_some())
+/// its tallest product picks (`policy::tc_geometry`).
+pub(crate) fn kernel_of(f: TcFormat, m: &Mv) -> TcGeometry {
+    policy::tc_geometry(f.ty, m.parts.widest(), m.w2.is_some(), is_dense(m), m.shared.is_some())
+}
+
+/// No experts, one x row per output.
+fn is_dense(m: &Mv) -> bool {
+    m.ids == 0 && m.scales == 0 && m.nsum == 1 && m.x_group == 1
 }
 
 /// Launch the product `m` (one or a group of products: its grid spans all their rows) on its
@@ -469,8 +313,8 @@ pub(crate) fn run(
     out_prep: Option<&OutPrep>,
 ) -> Result<()> {
     let nsb = m.n_in / SB;
-    let (kernel, rows_per_block, threads) = kernel_of(f, m);
-    let launch = ((kernel, m.w.suffix), rows_per_block, threads);
+    let g = kernel_of(f, m);
+    let launch = ((g.kernel.prefix(), m.w.suffix), g.rows_per_block, g.threads);
     launch_chunks(inner, op, m, launch, 0, flops, reads, writes, |a, x_row0| {
         // Slots of its own (matvec_tc.cuh `mv_body`): p2 the prepared words, p6 the sums.
         let x = x.rows_from(f, x_row0, nsb);
@@ -492,7 +336,7 @@ pub(crate) fn run_mixed(
     inner: &Inner,
     op: &str,
     m: &Mv,
-    w6: &super::linear::Weight,
+    w6: &Weight,
     x6: TcX,
     x4: TcX,
     flops: impl Fn(usize) -> f64,
@@ -510,10 +354,6 @@ pub(crate) fn run_mixed(
         a.n[10] = w6.row_bytes as i64;
     })
 }
-
-/// Widest x a NORM kernel takes (kernels-cuda/matvec_tc.cuh `NORM_V`: 4 x 128 threads x 8 values
-/// per thread; its shared memory, `norm_smem`, then stays under the 48 KiB any launch gets).
-pub(crate) const NORM_MAX_IN: usize = 4096;
 
 /// The x of a NORM kernel (kernels-cuda/matvec_tc.cuh mv_body NORM): `rms_norm(h; w, eps)` of the
 /// residual rows at `h`, which each block computes and prepares itself, block 0 of each vector
@@ -541,13 +381,8 @@ fn norm_smem(n_in: usize) -> u32 {
     ((n_in + n_in / SB * (Q4K.words + Q4K.sums)) * 4) as u32
 }
 
-/// Super-blocks of x each warp of the NORM kernel prepares at most (its 4 warps): with more, the
-/// prologue costs more than the norm's own launch (`normed_group`).
-pub(crate) const NORM_MAX_SB_PER_WARP: usize = 2;
-
 /// The dense Q4_K products `m` of x = `norm` (one launch family) in the tall kernel's NORM version
-/// (`mvtc_norm_tall_Q4_K`), where `kernel_of` picks the tall kernel and its warps prepare at most
-/// `NORM_MAX_SB_PER_WARP` super-blocks each. `Ok(false)` otherwise (nothing done).
+/// (`mvtc_norm_tall_Q4_K`), which `policy::Policy::normed_group` chose.
 pub(crate) fn run_normed(
     inner: &Inner,
     op: &str,
@@ -556,12 +391,16 @@ pub(crate) fn run_normed(
     flops: impl Fn(usize) -> f64,
     reads: &[&Tensor],
     writes: &[&Tensor],
-) -> Result<bool> {
-    let (kernel, rows_per_block, threads) = kernel_of(Q4K, m);
-    if kernel != "mvtc_tall_" || (m.n_in / SB).div_ceil(threads as usize / 32) > NORM_MAX_SB_PER_WARP {
-        return Ok(false);
+) -> Result<()> {
+    let g = kernel_of(Q4K, m);
+    if g.kernel != TcKernel::Tall || m.w.ty != GgmlType::Q4K {
+        return Err(cuda_err(format!(
+            "{op}: no NORM kernel for {}{}",
+            g.kernel.prefix(),
+            m.w.suffix
+        )));
     }
-    let launch = (("mvtc_norm_tall_", m.w.suffix), rows_per_block, threads);
+    let launch = (("mvtc_norm_tall_", m.w.suffix), g.rows_per_block, g.threads);
     launch_chunks(
         inner,
         op,
@@ -572,8 +411,7 @@ pub(crate) fn run_normed(
         reads,
         writes,
         |a, x_row0| norm.slots(a, x_row0, m.n_in),
-    )?;
-    Ok(true)
+    )
 }
 
 /// The launches of the tensor-core product `m` in a kernel (its name as prefix and suffix, rows per
@@ -632,16 +470,7 @@ impl OutPrep {
             return Ok(None);
         }
         let mut a = Args::default();
-        let Some(preps) = Preps::ask(
-            inner,
-            Producer::Glu,
-            out,
-            m.vectors,
-            m.parts.rows(),
-            PrepBy::Slices,
-            &mut a,
-        )?
-        else {
+        let Some(preps) = Preps::ask(inner, Producer::Glu, out, m.vectors, m.parts.rows(), &mut a)? else {
             return Ok(None);
         };
         if preps.copies.iter().all(Option::is_none) {
@@ -668,7 +497,7 @@ impl OutPrep {
         dst: DevPtr,
         rows_per_block: usize,
     ) -> Option<OutPrep> {
-        if !Self::fits(m, rows_per_block, f.n_in_multiple) {
+        if !Self::fits(m, rows_per_block, f.takes.unit) {
             return None;
         }
         let mut slots = [0, 0, 0, inner.sync_counters() as i64];

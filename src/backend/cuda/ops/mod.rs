@@ -11,10 +11,11 @@ pub(crate) mod gemm;
 pub(crate) mod linear;
 pub(crate) mod matvec_tc;
 pub(crate) mod moe;
+pub(crate) mod mv;
 pub(crate) mod norm;
 
 use super::driver::cuda_err;
-use super::launch::{Args, Op};
+use super::op::{Args, Op};
 use super::profile::Phase;
 use super::Inner;
 use crate::backend::Tensor;

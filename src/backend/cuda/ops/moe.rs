@@ -5,7 +5,7 @@ use super::gemm::{self, F16Planes, GemmW, Groups, Tile};
 use super::{grid_u32, Launch};
 use crate::backend::cuda::buffer::ptr;
 use crate::backend::cuda::driver::cuda_err;
-use crate::backend::cuda::launch::{Args, Op};
+use crate::backend::cuda::op::{Args, Op};
 use crate::backend::cuda::profile::Phase;
 use crate::backend::cuda::Inner;
 use crate::backend::{check, Tensor};

@@ -3,12 +3,14 @@
 //! (`norm_threads` sizes it), or in decode one block per slice of 256 of a token row (`slices`),
 //! which also prepares the slice for the tensor-core products (`matvec_tc::Preps`).
 
-use super::matvec_tc::{PrepBy, Preps, Producer};
+use super::matvec_tc::{Preps, Producer};
 use super::{gemm, grid_u32, group_threads, linear, Launch};
 use crate::backend::cuda::buffer::ptr;
-use crate::backend::cuda::launch::Args;
+use crate::backend::cuda::driver::DevPtr;
+use crate::backend::cuda::op::Args;
+use crate::backend::cuda::policy::{self, NormedGroup, RowBlocks, SharedExpert};
 use crate::backend::cuda::profile::Phase;
-use crate::backend::cuda::{Inner, SYNC_PARTIALS};
+use crate::backend::cuda::Inner;
 use crate::backend::{check, AddNorm, DType, GdnDims, MoeExperts, MoeFfn, Tensor};
 use crate::error::Result;
 
@@ -24,31 +26,17 @@ fn norm_threads(inner: &Inner, g: usize, d: usize) -> u32 {
     ((d.div_ceil(4).div_ceil(32) * 32).clamp(32, 1024) as u32).max(base)
 }
 
-/// Token rows of `out` when they are few enough for the decode products (`linear::MATVEC_MAX_T`):
-/// the decode shape, in which a kernel can prepare its rows for them.
+/// Token rows of `out` when they are few enough for the decode products
+/// (`policy::MATVEC_MAX_T`): the decode shape, in which a kernel can prepare its rows for them.
 fn decode_rows(out: &Tensor) -> Option<usize> {
     let t = out.shape.first().copied().unwrap_or(0);
-    (1..=linear::MATVEC_MAX_T).contains(&t).then_some(t)
+    policy::decode_rows(t).then_some(t)
 }
 
-/// Whether the decode-shaped kernels run over slices of 256 (`RILL_CUDA_SLICES=0`: one block per
-/// token row, for A/B runs). Read once.
-fn slices_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_SLICES"))
-}
-
-/// Token rows `t` of `n` values that a kernel over slices of 256 can take: a decode shape whose
-/// rows are whole slices, and (`meets`: the RMSNorms' grid barrier) whose partial sums fit the
-/// sync scratch (at most 32 per row, as one warp sums them) and whose blocks are at most one per SM, so
-/// that all of them are resident at once on any GPU (the barrier waits for every block: one that
-/// could not be scheduled would hang the others).
-fn slices_fit(inner: &Inner, t: usize, n: usize, meets: bool) -> bool {
-    slices_on()
-        && (1..=linear::MATVEC_MAX_T).contains(&t)
-        && n > 0
-        && n.is_multiple_of(256)
-        && (!meets || (n / 256 <= 32 && t * (n / 256) <= SYNC_PARTIALS.min(inner.sms())))
+/// Whether `t` token rows of `n` values run over slices of 256 (`policy::Policy::row_blocks`;
+/// `barrier`: the RMSNorms' grid barrier).
+fn slices_fit(inner: &Inner, t: usize, n: usize, barrier: bool) -> bool {
+    inner.policy.row_blocks(t, n, barrier) == RowBlocks::Slices
 }
 
 /// Launch `name` (a `*_slices` kernel of norm.cu) over `t` rows of `n` values of `out`: grid
@@ -67,7 +55,7 @@ fn launch_slices(
     phase: Phase,
 ) -> Result<()> {
     let ws = inner.workspaces()?;
-    let preps = Preps::ask(inner, who, out, t, n, PrepBy::Slices, &mut args)?;
+    let preps = Preps::ask(inner, who, out, t, n, &mut args)?;
     inner.kernel(
         Launch {
             name: (name, ""),
@@ -111,21 +99,11 @@ fn rms_norm_slices(
     launch_slices(inner, op, out, t, d, a, &[acc, x, w, out], Producer::Norm, Phase::Norms)
 }
 
-/// Whether `matmul_add_rms_norm` and `moe_route_experts_shared`'s `next` add the product into
-/// the residual inside the product (`RILL_CUDA_ADD_NORM=0`: the composition, for A/B runs). Read
-/// once.
-fn add_norm_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_ADD_NORM"))
-}
-
-/// The token rows of `next.out` (`d` values per row) when the norm after a product that added
-/// itself into the residual can run over slices with no grid barrier (`rms_norm_slices_whole`):
-/// a decode shape of whole slices, not the fast prefill path's (which wants an f16 copy).
+/// The token rows of `next.out` (`d` values per row) when the norm of a finished residual row runs
+/// over slices with no grid barrier (`rms_norm_slices_whole`, `policy::Policy::norm_reads_whole_rows`).
 fn add_norm_rows(inner: &Inner, next: AddNorm<'_>, d: usize) -> Option<usize> {
     let t = decode_rows(next.out)?;
-    (add_norm_on() && next.out.numel() == t * d && slices_fit(inner, t, d, false) && !gemm::fast_batch(inner, t))
-        .then_some(t)
+    inner.policy.norm_reads_whole_rows(t, d, next.out.numel()).then_some(t)
 }
 
 /// RMSNorm over slices of a row nobody writes meanwhile (norm.cu `rms_norm_slices_whole`: each
@@ -144,17 +122,22 @@ fn rms_norm_whole(inner: &Inner, next: AddNorm<'_>, t: usize, d: usize) -> Resul
 
 /// `Backend::matmul_add_rms_norm`: in decode, the product adds its rows into the residual itself
 /// (`linear::matmul_accumulate`) and the norm reads the finished row with no barrier; otherwise
-/// the composition.
+/// the composition (`policy::Policy::add_norm`).
 pub(crate) fn matmul_add_rms_norm(inner: &Inner, w: &Tensor, x: &Tensor, y: &Tensor, next: AddNorm<'_>) -> Result<()> {
     let d = check::matmul_add_rms_norm(w, x, y, next)?;
-    if let Some(t) = add_norm_rows(inner, next, d.n_out) {
-        if linear::matmul_accumulate(inner, w, x, next.acc)? {
-            return norm_then(inner, next, t, d.n_out);
+    let t = next.out.shape.first().copied().unwrap_or(0);
+    let on_tc = linear::accumulates_on_tc(w, x, next.acc)?;
+    match inner.policy.add_norm(t, d.n_out, next.out.numel(), on_tc) {
+        policy::AddNorm::InProduct { rows } => {
+            linear::matmul_accumulate(inner, w, x, next.acc)?;
+            norm_then(inner, next, rows, d.n_out)
+        }
+        policy::AddNorm::Composed => {
+            linear::matmul(inner, w, x, y)?;
+            add_rms_norm(inner, next.acc, y, next.w, next.eps, next.out)?;
+            group_of_normed(inner, next)
         }
     }
-    linear::matmul(inner, w, x, y)?;
-    add_rms_norm(inner, next.acc, y, next.w, next.eps, next.out)?;
-    group_of_normed(inner, next)
 }
 
 /// The norm of a residual row its product has finished (`next.acc` into `next.out`) and
@@ -163,8 +146,8 @@ pub(crate) fn matmul_add_rms_norm(inner: &Inner, w: &Tensor, x: &Tensor, y: &Ten
 /// `rms_norm_slices_whole` and the group.
 fn norm_then(inner: &Inner, next: AddNorm<'_>, t: usize, d: usize) -> Result<()> {
     if let Some(g) = next.then {
-        if linear::normed_group(inner, next, g)? {
-            return Ok(());
+        if linear::normed_group_choice(inner, next, g)? == NormedGroup::Prologue {
+            return linear::normed_group(inner, next, g);
         }
     }
     rms_norm_whole(inner, next, t, d)?;
@@ -179,78 +162,138 @@ fn group_of_normed(inner: &Inner, next: AddNorm<'_>) -> Result<()> {
     }
 }
 
-/// `moe_experts_shared` and `next` (`moe_route_experts_shared` after its routing): in decode the
-/// down product adds the experts' sum into the residual itself and the norm reads the finished
-/// row; `Ok(false)` where that does not apply (nothing done). The caller has checked the operands.
-pub(crate) fn moe_experts_add_rms_norm(
+/// Whether `moe_experts_shared` and `next` (`moe_route_experts_shared` after its routing) run as
+/// `moe_experts_add_rms_norm` (`policy::Policy::add_norm`): the shared expert inside the experts'
+/// launches and their down product on the tensor cores. The caller has checked the operands.
+pub(crate) fn moe_experts_add_norm_choice(
     inner: &Inner,
     x: &Tensor,
     e: MoeExperts<'_>,
     next: AddNorm<'_>,
-) -> Result<bool> {
+) -> Result<policy::AddNorm> {
+    let d = x.shape.last().copied().unwrap_or(0);
+    let t = next.out.shape.first().copied().unwrap_or(0);
+    let on_tc = linear::shared_expert_choice(inner, x, e, next.acc)? == SharedExpert::InExpertLaunches
+        && linear::shared_down_on_tc(x, e, next.acc)?;
+    Ok(inner.policy.add_norm(t, d, next.out.numel(), on_tc))
+}
+
+/// `moe_experts_shared` and `next`: in decode the down product adds the experts' sum into the
+/// residual itself and the norm reads the finished row, where `moe_experts_add_norm_choice` says
+/// so (an error otherwise). The caller has checked the operands.
+pub(crate) fn moe_experts_add_rms_norm(inner: &Inner, x: &Tensor, e: MoeExperts<'_>, next: AddNorm<'_>) -> Result<()> {
     let d = x.shape.last().copied().unwrap_or(0);
     let Some(t) = add_norm_rows(inner, next, d) else {
-        return Ok(false);
+        return Err(crate::backend::cuda::driver::cuda_err(
+            "moe_experts_add_rms_norm: not a decode shape of whole slices",
+        ));
     };
-    if !linear::moe_experts_shared(inner, x, e, next.acc, true)? {
-        return Ok(false);
-    }
-    norm_then(inner, next, t, d)?;
-    Ok(true)
+    linear::moe_experts_shared(inner, x, e, next.acc, true)?;
+    norm_then(inner, next, t, d)
 }
 
-/// Whether `moe_ffn` norms, computes the router and routes in one launch (`moe_norm_route`;
-/// `RILL_CUDA_MOE_NORM_ROUTE=0`: the composition, for A/B runs). Read once.
-fn norm_route_on() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| !crate::backend::cuda::env_off("RILL_CUDA_MOE_NORM_ROUTE"))
-}
-
-/// Most experts `moe_norm_route` routes (its last block is moe.cu's rank routing:
-/// kernels-cuda/route.cuh, 256 threads x ROUTE_PER_THREAD).
-const NORM_ROUTE_MAX_EXPERTS: usize = 256 * 4;
-/// Widest rows `moe_norm_route` takes (its router blocks hold the normed row in shared memory).
-const NORM_ROUTE_MAX_D: usize = 8192;
 /// Router rows per block of `moe_norm_route` (a warp each).
 const NORM_ROUTE_ROWS: usize = 8;
 
+/// The operands of norm.cu's `moe_norm_route`, by name; `args` places them in the kernel's slots
+/// (several pointers in integer slots: the pointer slots are taken).
+struct NormRouteArgs {
+    acc: DevPtr,
+    y: DevPtr,
+    norm_w: DevPtr,
+    out: DevPtr,
+    router: DevPtr,
+    shared_gate: DevPtr,
+    logits: DevPtr,
+    shared_logit: DevPtr,
+    ids: DevPtr,
+    weights: DevPtr,
+    /// The blocks' counter (`Inner::route_counter`).
+    counter: DevPtr,
+    d: usize,
+    experts: usize,
+    k: usize,
+    eps: f32,
+    scale: f32,
+}
+
+impl NormRouteArgs {
+    /// The slots (norm.cu): p0 acc, p1 y, p2 w, p3 out, p6 router; n0 d, n1 E, n2 k, n3 shared
+    /// gate, n4 logits, n5 shared gate logit, n6 ids, n7 weights, n8 counter; f0 eps, f1 scale.
+    /// p4, p5 and p7 are the prepared copies' (`Preps::ask`).
+    fn args(&self) -> Args {
+        let mut a = Args::default();
+        (a.p[0], a.p[1], a.p[2], a.p[3], a.p[6]) = (self.acc, self.y, self.norm_w, self.out, self.router);
+        let in_int = |p: DevPtr| p as i64;
+        a.n[..9].copy_from_slice(&[
+            self.d as i64,
+            self.experts as i64,
+            self.k as i64,
+            in_int(self.shared_gate),
+            in_int(self.logits),
+            in_int(self.shared_logit),
+            in_int(self.ids),
+            in_int(self.weights),
+            in_int(self.counter),
+        ]);
+        (a.f[0], a.f[1]) = (self.eps, self.scale);
+        a
+    }
+}
+
+/// The shapes of `moe_ffn` as `policy::Policy::moe_ffn` reads them.
+fn moe_ffn_shape(m: &MoeFfn<'_>) -> policy::MoeFfnShape {
+    let x = m.input.out;
+    policy::MoeFfnShape {
+        t: x.shape.first().copied().unwrap_or(0),
+        d: x.cols(),
+        numel: x.numel(),
+        n_experts: m.logits.cols(),
+        router_f32: m.router.dtype == DType::F32 && m.shared_gate.dtype == DType::F32,
+    }
+}
+
+/// Whether `moe_ffn` runs as `moe_norm_route` (`policy::Policy::moe_ffn`). The caller has checked
+/// the operands (`check::moe_ffn`).
+pub(crate) fn moe_ffn_choice(inner: &Inner, m: &MoeFfn<'_>) -> policy::MoeFfn {
+    inner.policy.moe_ffn(&moe_ffn_shape(m))
+}
+
 /// `moe_ffn`'s residual add, input norm (with its prepared copies), router and shared-gate
-/// products and routing in one launch (norm.cu `moe_norm_route`), for one token whose router and
-/// shared gate are F32 rows and whose experts the rank routing takes; `Ok(false)` otherwise (nothing
-/// done). The caller has checked the operands (`check::moe_ffn`).
-pub(crate) fn moe_norm_route(inner: &Inner, m: &MoeFfn<'_>) -> Result<bool> {
+/// products and routing in one launch (norm.cu `moe_norm_route`), for the shapes `moe_ffn_choice`
+/// gives `MoeFfn::NormRoute` (an error otherwise). The caller has checked the operands
+/// (`check::moe_ffn`).
+pub(crate) fn moe_norm_route(inner: &Inner, m: &MoeFfn<'_>) -> Result<()> {
     let op = "moe_norm_route";
     let x = m.input.out;
     let (d, e) = (x.cols(), m.logits.cols());
-    let f32s = m.router.dtype == DType::F32 && m.shared_gate.dtype == DType::F32;
-    let fits = norm_route_on()
-        && f32s
-        && d <= NORM_ROUTE_MAX_D
-        && e <= NORM_ROUTE_MAX_EXPERTS
-        && add_norm_rows(inner, m.input, d) == Some(1);
-    if !fits {
-        return Ok(false);
+    if inner.policy.with_fusion().moe_ffn(&moe_ffn_shape(m)) != policy::MoeFfn::NormRoute {
+        return Err(crate::backend::cuda::driver::cuda_err(format!(
+            "{op}: the shape does not fit the one-launch kernel"
+        )));
     }
-    let mut a = Args::default();
-    a.p[0] = ptr(m.input.acc, op)?;
-    a.p[1] = ptr(m.y, op)?;
-    a.p[2] = ptr(m.input.w, op)?;
-    a.p[3] = ptr(x, op)?;
-    a.p[6] = ptr(m.router, op)?;
-    a.n[0] = d as i64;
-    a.n[1] = e as i64;
-    a.n[2] = m.k as i64;
-    a.n[3] = ptr(m.shared_gate, op)? as i64;
-    a.n[4] = ptr(m.logits, op)? as i64;
-    a.n[5] = ptr(m.experts.sh.gate_logit, op)? as i64;
-    a.n[6] = ptr(m.experts.ids, op)? as i64;
-    a.n[7] = ptr(m.experts.weights, op)? as i64;
-    a.n[8] = inner.route_counter() as i64;
-    a.f[0] = m.input.eps;
-    a.f[1] = m.scale;
+    let mut a = NormRouteArgs {
+        acc: ptr(m.input.acc, op)?,
+        y: ptr(m.y, op)?,
+        norm_w: ptr(m.input.w, op)?,
+        out: ptr(x, op)?,
+        router: ptr(m.router, op)?,
+        shared_gate: ptr(m.shared_gate, op)?,
+        logits: ptr(m.logits, op)?,
+        shared_logit: ptr(m.experts.sh.gate_logit, op)?,
+        ids: ptr(m.experts.ids, op)?,
+        weights: ptr(m.experts.weights, op)?,
+        counter: inner.route_counter(),
+        d,
+        experts: e,
+        k: m.k,
+        eps: m.input.eps,
+        scale: m.scale,
+    }
+    .args();
     let blocks = d / 256 + (e + 1).div_ceil(NORM_ROUTE_ROWS);
     let ws = inner.workspaces()?;
-    let preps = Preps::ask(inner, Producer::Norm, x, 1, d, PrepBy::Slices, &mut a)?;
+    let preps = Preps::ask(inner, Producer::Norm, x, 1, d, &mut a)?;
     let uses = [
         m.input.acc,
         m.y,
@@ -279,7 +322,7 @@ pub(crate) fn moe_norm_route(inner: &Inner, m: &MoeFfn<'_>) -> Result<bool> {
     }
     inner.produced_by(x, Producer::Norm)?;
     drop(ws);
-    Ok(true)
+    Ok(())
 }
 
 /// The token rows of a decode-shaped RMSNorm over `out` (`d` values per row) that runs over slices,
@@ -297,18 +340,16 @@ struct Extra {
     f16: bool,
     /// The producer kind the products learn from (`matvec_tc::read_by`).
     who: Option<Producer>,
-    /// `out` is `rows` rows of `n`, one block each: the kernel can prepare them for the
-    /// tensor-core decode products (slots p4, p5, p7; `matvec_tc::Preps` says which layouts).
-    rows: Option<(usize, usize)>,
 }
 
 impl Extra {
-    /// A decode-shaped kernel of producer `who`: one block per row of `out` (`t` rows of `n`).
-    fn rows(who: Producer, t: usize, n: usize) -> Extra {
+    /// A decode-shaped kernel of producer `who`, one block per row of `out`. Its output is
+    /// prepared for the tensor-core products by prep launches: a row's single block paying for
+    /// the layouts in series measured slower than they cost (dev/cuda/DECISIONS.md).
+    fn rows(who: Producer) -> Extra {
         Extra {
             f16: false,
             who: Some(who),
-            rows: Some((t, n)),
         }
     }
 }
@@ -335,16 +376,12 @@ fn launch(
     } else {
         None
     };
-    let preps = match (extra.who, extra.rows) {
-        (Some(who), Some((rows, n))) => Preps::ask(inner, who, out, rows, n, PrepBy::Rows(threads), &mut args)?,
-        _ => None,
-    };
     inner.kernel(
         Launch {
             name: (name, ""),
             grid: [grid_u32(name, "blocks", blocks)?, 1, 1],
             block: threads,
-            smem: preps.as_ref().map_or(0, |p| p.smem),
+            smem: 0,
             args,
             phase,
         },
@@ -352,9 +389,6 @@ fn launch(
     )?;
     if let Some(slot) = copy {
         inner.shadow_made(slot, out, false)?;
-    }
-    if let Some(p) = preps {
-        p.made(inner, out)?;
     }
     if let Some(who) = extra.who {
         inner.produced_by(out, who)?;
@@ -384,7 +418,6 @@ fn norm_groups(
     let extra = Extra {
         f16: gemm::fast_batch(inner, tokens),
         who,
-        rows: decode_rows(out).filter(|&t| t == g).map(|t| (t, d)),
     };
     launch(
         inner,
@@ -484,7 +517,7 @@ pub(crate) fn gated_rms_norm(inner: &Inner, x: &Tensor, z: &Tensor, w: &Tensor, 
         Some(t) if d <= 1024 && out.numel().is_multiple_of(t * d) => {
             let n = out.numel() / t;
             a.n[1] = n as i64;
-            let extra = Extra::rows(Producer::GatedNorm, t, n);
+            let extra = Extra::rows(Producer::GatedNorm);
             launch(
                 inner,
                 "gated_rms_norm_rows",
@@ -501,10 +534,28 @@ pub(crate) fn gated_rms_norm(inner: &Inner, x: &Tensor, z: &Tensor, w: &Tensor, 
     }
 }
 
+/// `x *= sigmoid(gate)` (the attention output's gate): elementwise.cu's grid-stride kernel, or in
+/// decode norm.cu's row kernels, which prepare x for the output projection (here, beside the
+/// other producers of a product's input).
+pub(crate) fn sigmoid_mul_assign(inner: &Inner, x: &Tensor, gate: &Tensor) -> Result<()> {
+    let n = check::sigmoid_mul_assign(x, gate)?;
+    if let Some(t) = decode_rows(x) {
+        // Decode: one block per token row (or slice), which also prepares x for the next product.
+        return sigmoid_mul_rows(inner, x, gate, t);
+    }
+    let mut a = Args::default();
+    a.p[0] = ptr(x, "sigmoid_mul_assign")?;
+    a.p[1] = ptr(gate, "sigmoid_mul_assign")?;
+    a.n[0] = n as i64;
+    super::eltwise::stride(inner, "sigmoid_mul_assign", n, a, Phase::Attention, &[x, gate])?;
+    // The products that read x teach the decode shape's kernel their layouts (from a prompt).
+    inner.produced_by(x, Producer::SigmoidMul)
+}
+
 /// `x *= sigmoid(gate)` on a few token rows (`decode_rows(x)` is `Some(t)`), one block per row
 /// (kernels-cuda/norm.cu `sigmoid_mul_rows`, the same values as elementwise.cu's kernel), which
 /// prepares the gated attention output for its projection.
-pub(crate) fn sigmoid_mul_rows(inner: &Inner, x: &Tensor, gate: &Tensor, t: usize) -> Result<()> {
+fn sigmoid_mul_rows(inner: &Inner, x: &Tensor, gate: &Tensor, t: usize) -> Result<()> {
     let op = "sigmoid_mul_assign";
     let n = x.numel() / t;
     let mut a = Args::default();
@@ -524,7 +575,7 @@ pub(crate) fn sigmoid_mul_rows(inner: &Inner, x: &Tensor, gate: &Tensor, t: usiz
             Phase::Attention,
         );
     }
-    let extra = Extra::rows(Producer::SigmoidMul, t, n);
+    let extra = Extra::rows(Producer::SigmoidMul);
     launch(
         inner,
         "sigmoid_mul_rows",
@@ -536,11 +587,6 @@ pub(crate) fn sigmoid_mul_rows(inner: &Inner, x: &Tensor, gate: &Tensor, t: usiz
         extra,
         Phase::Attention,
     )
-}
-
-/// The decode shape of `x` for `sigmoid_mul_rows`: its token rows, when few.
-pub(crate) fn sigmoid_mul_rows_fit(x: &Tensor) -> Option<usize> {
-    decode_rows(x)
 }
 
 pub(crate) fn l2_norm_qk(inner: &Inner, u: &Tensor, dims: GdnDims, eps: f32) -> Result<()> {
@@ -563,4 +609,37 @@ pub(crate) fn l2_norm_qk(inner: &Inner, u: &Tensor, dims: GdnDims, eps: f32) -> 
         },
         &[u],
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::NormRouteArgs;
+
+    /// The named operands land in the slots norm.cu's `moe_norm_route` reads.
+    #[test]
+    fn norm_route_slots() {
+        let a = NormRouteArgs {
+            acc: 1,
+            y: 2,
+            norm_w: 3,
+            out: 4,
+            router: 5,
+            shared_gate: 6,
+            logits: 7,
+            shared_logit: 8,
+            ids: 9,
+            weights: 10,
+            counter: 11,
+            d: 2048,
+            experts: 256,
+            k: 8,
+            eps: 0.5,
+            scale: 2.0,
+        }
+        .args();
+        assert_eq!((a.p[0], a.p[1], a.p[2], a.p[3], a.p[6]), (1, 2, 3, 4, 5));
+        assert_eq!((a.p[4], a.p[5], a.p[7]), (0, 0, 0));
+        assert_eq!(a.n[..9], [2048, 256, 8, 6, 7, 8, 9, 10, 11]);
+        assert_eq!((a.f[0], a.f[1]), (0.5, 2.0));
+    }
 }

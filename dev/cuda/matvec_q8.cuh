@@ -1,4 +1,5 @@
-// matvec_q8.cuh: the decode matrix-vector products of the fast precision tier: activations
+// matvec_q8.cuh: a retired candidate for the decode matrix-vector products of a fast precision
+// tier, kept for dev/cuda/matvec_bench.cu (dev/cuda/DECISIONS.md, "Retired switches"): activations
 // quantized to 8 bits per element with one f32 scale per 32 (ggml's Q8_1 idea), weights in their
 // GGUF block formats, integer dot products with dp4a (4 multiply-adds per instruction).
 //
