@@ -1,5 +1,7 @@
-//! The shared model executor: the layer loop, prefill vs decode scheduling and the per-sequence
-//! state. Written once against `&dyn Backend`; it never names a backend type.
+//! The shared model executor: the token loop (prefill in micro-batches, decode, greedy generation
+//! one step ahead) and the per-sequence state. Each step is a plan of the model's ops
+//! (`forward.rs`) run by the backend (`Backend::run_plan`); written once against `&dyn Backend`,
+//! it never names a backend type or knows what a backend fuses.
 
 mod forward;
 mod scratch;
