@@ -31,6 +31,16 @@ fn synth(shape: &str, quant: &str) -> PathBuf {
 
 /// The GPU backends of this machine at the exact tier, each with fusion on and off.
 fn gpus() -> Vec<(Arc<dyn Backend>, Arc<dyn Backend>)> {
+    let v = devices(false);
+    if v.is_empty() {
+        eprintln!("device_plans skipped: no GPU backend on this machine (CPU adapters are not run)");
+    }
+    v
+}
+
+/// The device backends of this machine at the exact tier, each with fusion on and off; CPU
+/// adapters (lavapipe) with `cpu_adapters`.
+fn devices(cpu_adapters: bool) -> Vec<(Arc<dyn Backend>, Arc<dyn Backend>)> {
     let mut v: Vec<(Arc<dyn Backend>, Arc<dyn Backend>)> = Vec::new();
     #[cfg(feature = "cuda")]
     {
@@ -40,7 +50,10 @@ fn gpus() -> Vec<(Arc<dyn Backend>, Arc<dyn Backend>)> {
             fusion,
             ..CudaOptions::default()
         };
-        if let (Ok(on), Ok(off)) = (CudaBackend::with_options(opts(true)), CudaBackend::with_options(opts(false))) {
+        if let (Ok(on), Ok(off)) = (
+            CudaBackend::with_options(opts(true)),
+            CudaBackend::with_options(opts(false)),
+        ) {
             v.push((Arc::new(on), Arc::new(off)));
         }
     }
@@ -51,15 +64,12 @@ fn gpus() -> Vec<(Arc<dyn Backend>, Arc<dyn Backend>)> {
         let mut opts = BackendOptions::default();
         if let Ok(on) = WgpuBackend::with_options(&opts) {
             opts.wgpu.fusion = false;
-            if !on.is_cpu_adapter() {
+            if cpu_adapters || !on.is_cpu_adapter() {
                 if let Ok(off) = WgpuBackend::with_options(&opts) {
                     v.push((Arc::new(on), Arc::new(off)));
                 }
             }
         }
-    }
-    if v.is_empty() {
-        eprintln!("device_plans skipped: no GPU backend on this machine (CPU adapters are not run)");
     }
     v
 }
@@ -134,9 +144,49 @@ fn real_shapes_take_their_fused_kernels() {
             // Fusion off: every op on its own, the same numbers within the exact tier.
             assert!(Fusion::ALL.iter().all(|f| !plain.contains(&f.name())), "{plain:?}");
             let e = rel_l2(&fused, &unfused);
-            assert!(e < 1e-4, "{shape} on {}: fused vs unfused logits rel L2 {e:.2e}", on.name());
+            assert!(
+                e < 1e-4,
+                "{shape} on {}: fused vs unfused logits rel L2 {e:.2e}",
+                on.name()
+            );
             assert_eq!(argmax(&fused), argmax(&unfused), "{shape} on {}", on.name());
         }
         let _ = std::fs::remove_file(&file);
+    }
+}
+
+/// On every device (lavapipe included), the fixtures' decode steps launch fused runs with fusion
+/// on, none with it off, and both give the same logits within the exact tier.
+#[test]
+fn fixtures_run_fused_and_unfused_alike() {
+    let devices = devices(true);
+    if devices.is_empty() {
+        eprintln!("device_plans: no device backend in this build");
+        return;
+    }
+    for name in ["tiny-dense.Q4_K_M.gguf", "tiny-moe.F16.gguf"] {
+        let file = common::fixture(name);
+        for (on, off) in &devices {
+            let (launched, fused) = decode(on, &file);
+            let (plain, unfused) = decode(off, &file);
+            let fused_runs = launched
+                .iter()
+                .filter(|n| Fusion::ALL.iter().any(|f| f.name() == **n))
+                .count();
+            assert!(fused_runs > 0, "{name} on {}: no fused run: {launched:?}", on.name());
+            assert!(
+                launched.len() < plain.len(),
+                "{name} on {}: {launched:?} vs {plain:?}",
+                on.name()
+            );
+            assert!(Fusion::ALL.iter().all(|f| !plain.contains(&f.name())), "{plain:?}");
+            let e = rel_l2(&fused, &unfused);
+            assert!(
+                e < 1e-4,
+                "{name} on {}: fused vs unfused logits rel L2 {e:.2e}",
+                on.name()
+            );
+            assert_eq!(argmax(&fused), argmax(&unfused), "{name} on {}", on.name());
+        }
     }
 }
