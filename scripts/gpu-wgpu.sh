@@ -13,8 +13,7 @@
 #   3. wgpu's logits against the CPU backend's at the real shapes (9B and 35B-A3B q4_k_m: a
 #      70-token prefill, and 8 tokens decoded through recorded steps);
 #   4. RILL_PROFILE=1 decode runs (per-kernel GPU time and GB/s) of 9B q4_k_m and 35B-A3B, a
-#      9B q4_k_m decode with the fused dispatches off (RILL_WGPU_FUSION=0) and with naga's
-#      shader checks, decode one step at a time (RILL_DECODE_AHEAD=0), and a Fast prefill
+#      9B q4_k_m decode with the fused dispatches off (RILL_WGPU_FUSION=0), and a Fast prefill
 #      profile of 9B q4_k_m (the tuning numbers and kernel variants are measured per product by
 #      examples/mv_bench.rs --wgpu);
 #   5. a summary, printed last.
@@ -234,16 +233,11 @@ profile() { # SHAPE QUANT TAG CAP [rill bench args...]
 }
 profile qwen3.5-9b q4_k_m decode 40 -p "" -n 32
 profile qwen3.5-35b-a3b q4_k_m decode 40 -p "" -n 32
-# The fused decode dispatches off (RILL_WGPU_FUSION=0) and shaders compiled with naga's runtime
-# checks (RILL_WGPU_SHADER_CHECKS=1) against the defaults, and the host one step at a time
-# (RILL_DECODE_AHEAD=0): 9B q4_k_m decode.
+# The fused decode dispatches off (RILL_WGPU_FUSION=0) against the defaults: 9B q4_k_m decode.
 # The defaults at tg64 -r 1, the A/Bs' baseline (tg128 above includes no step recording).
 bench qwen3.5-9b q4_k_m tg64 30 -p "" -n 64 -r 1
 bench qwen3.5-35b-a3b q4_k_m tg64 30 -p "" -n 64 -r 1
 RILL_WGPU_FUSION=0 bench qwen3.5-9b q4_k_m nofuse 30 -p "" -n 64 -r 1
-RILL_WGPU_SHADER_CHECKS=1 bench qwen3.5-9b q4_k_m checks 30 -p 102 -n 64 -r 1
-RILL_DECODE_AHEAD=0 bench qwen3.5-9b q4_k_m sync 30 -p "" -n 64 -r 1
-RILL_DECODE_AHEAD=0 bench qwen3.5-35b-a3b q4_k_m sync 30 -p "" -n 64 -r 1
 save
 # After the numbers: the plain path's tests (the kernels browsers run).
 plain_tests

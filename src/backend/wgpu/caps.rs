@@ -37,7 +37,7 @@
 //! Shaders are compiled without the checks naga would add (index clamps on every array and
 //! buffer access, a counter in every loop): they are this crate's own code, every loop is
 //! bounded by its parameters and every index is in range by construction, and Vulkan's robust
-//! buffer access still guards the buffers. `shader_checks` (`RILL_WGPU_SHADER_CHECKS=1`) puts the
+//! buffer access still guards the buffers. `shader_checks` (`WgpuOptions`, `checks` in the tests' `RILL_TEST_WGPU`) puts the
 //! checks back (to tell a kernel bug from a driver one, and so tests run both ways).
 
 use super::geometry::{AttTile, CoopTile, ATT_T_WG};

@@ -138,9 +138,6 @@ pub(crate) struct UserSwitches {
     pub adapter: Option<String>,
     /// `RILL_WGPU_FUSION=0`: no fused decode dispatches (to tell a fused kernel's bug apart).
     pub no_fusion: bool,
-    /// `RILL_WGPU_SHADER_CHECKS=1`: naga's runtime checks back in every shader (to tell a kernel
-    /// bug from a driver one).
-    pub shader_checks: bool,
 }
 
 impl UserSwitches {
@@ -149,15 +146,13 @@ impl UserSwitches {
         UserSwitches {
             adapter: std::env::var("RILL_WGPU_ADAPTER").ok().map(|s| s.to_lowercase()),
             no_fusion: is("RILL_WGPU_FUSION", "0"),
-            shader_checks: is("RILL_WGPU_SHADER_CHECKS", "1"),
         }
     }
 
-    /// `opts` with these switches on top (a switch only ever turns fusion off or checks on).
+    /// `opts` with these switches on top (a switch only ever turns fusion off).
     pub fn apply(&self, opts: WgpuOptions) -> WgpuOptions {
         WgpuOptions {
             fusion: opts.fusion && !self.no_fusion,
-            shader_checks: opts.shader_checks || self.shader_checks,
             ..opts
         }
     }
@@ -206,14 +201,13 @@ mod tests {
     }
 
     #[test]
-    fn user_switches_only_turn_fusion_off_and_checks_on() {
+    fn user_switches_only_turn_fusion_off() {
         let on = UserSwitches {
             no_fusion: true,
-            shader_checks: true,
             ..Default::default()
         };
         let o = on.apply(WgpuOptions::default());
-        assert!(!o.fusion && o.shader_checks);
+        assert!(!o.fusion && !o.shader_checks);
         let off = WgpuOptions {
             fusion: false,
             shader_checks: true,
