@@ -22,7 +22,7 @@ use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::model::{Config, TensorSource, Weights};
 use forward::Forward;
-use scratch::{HeadBuffers, Scratch};
+use scratch::Scratch;
 
 /// A process-wide unique id for sessions and scratches (the keys of recorded steps).
 pub(crate) fn next_uid() -> u64 {
@@ -362,9 +362,7 @@ impl Model {
         let be = self.backend.as_ref();
         let mut guard = self.lock()?;
         let sc = guard.scratch(be, &self.config, t)?;
-        if head == Head::AllLogits && sc.head_all.is_none() {
-            sc.head_all = Some(HeadBuffers::new(be, &self.config, t)?);
-        }
+        sc.ensure_head(be, &self.config, head)?;
         let sc: &Scratch = sc;
         let plan = self.forward(s, sc).step(head)?;
         Ok(inspect(&plan))
@@ -378,9 +376,7 @@ impl Model {
         let be = self.backend.as_ref();
         let mut guard = self.lock()?;
         let sc = self.prepare(&mut guard, s, tokens)?;
-        if head == Head::AllLogits && sc.head_all.is_none() {
-            sc.head_all = Some(HeadBuffers::new(be, &self.config, tokens.len())?);
-        }
+        sc.ensure_head(be, &self.config, head)?;
         let sc: &Scratch = sc;
         let plan = self.forward(s, sc).step(head)?;
         let mut launched = Vec::new();
@@ -493,9 +489,7 @@ impl Model {
         let t = tokens.len();
         let mut guard = self.lock()?;
         let sc = self.prepare(&mut guard, s, tokens)?;
-        if head == Head::AllLogits && sc.head_all.is_none() {
-            sc.head_all = Some(HeadBuffers::new(be, &self.config, t)?);
-        }
+        sc.ensure_head(be, &self.config, head)?;
         let sc: &Scratch = sc;
         self.run_step(s, sc, head)?;
         s.pos += t;

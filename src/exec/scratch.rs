@@ -1,6 +1,7 @@
 //! Activation buffers for a batch of T tokens, allocated once per batch size and reused
 //! (decode reuses its T = 1 set every token: no allocation in the token loop).
 
+use super::forward::Head;
 use crate::backend::{Backend, DType, Tensor};
 use crate::error::Result;
 use crate::model::Config;
@@ -130,5 +131,13 @@ impl Scratch {
             head_last: HeadBuffers::new(backend, cfg, 1)?,
             head_all: None,
         })
+    }
+
+    /// The head's buffers for `head`: those of every position are made when first asked for.
+    pub fn ensure_head(&mut self, backend: &dyn Backend, cfg: &Config, head: Head) -> Result<()> {
+        if head == Head::AllLogits && self.head_all.is_none() {
+            self.head_all = Some(HeadBuffers::new(backend, cfg, self.t)?);
+        }
+        Ok(())
     }
 }
