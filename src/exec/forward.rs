@@ -13,24 +13,11 @@ use crate::error::{Error, Result};
 use crate::model::weights::{AttnWeights, Ffn, GdnWeights, Layer, Mixer};
 use crate::model::{Config, Weights};
 
-use super::scratch::{HeadBuffers, Scratch};
+use super::scratch::{Head, HeadBuffers, Scratch};
 use super::session::LayerState;
 
 /// HF's kernel uses a fixed 1e-6 for the q/k L2 norm of the delta rule (spec/MODEL.md §4.1).
 const L2_EPS: f32 = 1e-6;
-
-/// Which logits a step's head computes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Head {
-    /// None (a prefill batch whose logits nobody wants).
-    None,
-    /// The logits of the last position.
-    LastLogits,
-    /// The logits of every position.
-    AllLogits,
-    /// The argmax of the last position's logits, computed on the device.
-    LastArgmax,
-}
 
 /// What one step reads: the model, its activation buffers, and the sequence's state and position.
 pub struct Forward<'a> {

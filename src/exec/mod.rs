@@ -14,7 +14,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-pub use forward::Head;
+pub use scratch::Head;
 pub use session::{LayerState, Session, Snapshot, SnapshotLayer};
 
 use crate::backend::{Backend, DType, Plan, ReadFuture, StepMode, Tensor, NON_FINITE};

@@ -1,10 +1,22 @@
 //! Activation buffers for a batch of T tokens, allocated once per batch size and reused
 //! (decode reuses its T = 1 set every token: no allocation in the token loop).
 
-use super::forward::Head;
 use crate::backend::{Backend, DType, Tensor};
 use crate::error::Result;
 use crate::model::Config;
+
+/// Which logits a step's head computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Head {
+    /// None (a prefill batch whose logits nobody wants).
+    None,
+    /// The logits of the last position.
+    LastLogits,
+    /// The logits of every position.
+    AllLogits,
+    /// The argmax of the last position's logits, computed on the device.
+    LastArgmax,
+}
 
 /// Final norm + LM head buffers for `rows` positions.
 pub struct HeadBuffers {
