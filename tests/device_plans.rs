@@ -9,7 +9,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use rill::backend::fusion::Fusion;
-use rill::backend::{Backend, Precision};
+use rill::backend::Backend;
+#[cfg(feature = "cuda")]
+use rill::backend::Precision;
 use rill::exec::{Head, Model};
 use rill::synth::{synthesize, SynthOptions};
 

@@ -5,6 +5,7 @@
 mod common;
 
 use rill::backend::fusion::{self, FusionSet};
+#[cfg(feature = "cuda")]
 use rill::backend::{compose, DType, Op, Plan};
 use rill::exec::{Head, Model};
 
