@@ -87,6 +87,7 @@ fn model_ops(m: &Model, t: usize, head: Head) -> Vec<&'static str> {
     match head {
         Head::None => {}
         Head::AllLogits => ops.extend(["rms_norm", "matmul"]),
+        Head::AllArgmax => ops.extend(["rms_norm", "matmul", "argmax"]),
         Head::LastLogits | Head::LastArgmax => {
             if t > 1 {
                 ops.push("copy_rows");
@@ -199,6 +200,7 @@ fn head_ops(ops: &mut Vec<&'static str>, t: usize, head: Head, fused_norm: bool)
     match head {
         Head::None => {}
         Head::AllLogits => ops.extend(["rms_norm", "matmul"]),
+        Head::AllArgmax => ops.extend(["rms_norm", "matmul", "argmax"]),
         Head::LastLogits | Head::LastArgmax => {
             if !fused_norm {
                 if t > 1 {

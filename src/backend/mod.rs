@@ -21,6 +21,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod fusion;
 pub mod plan;
+pub mod rows;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
 
@@ -33,6 +34,7 @@ use crate::error::{Error, Result};
 use crate::gguf::{GgmlType, TensorBytes};
 pub use fusion::{AddNorm, AttnPrep, GdnGates, GdnStep, Group, MoeExperts, MoeFfn, SharedExpert, MAX_GROUP};
 pub use plan::{DeltaAlgo, Op, Plan};
+pub use rows::{Rows, SeqRow};
 
 /// Element type of a device tensor.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -76,6 +78,16 @@ impl Tensor {
         } else {
             self.shape[..n - 1].iter().product()
         }
+    }
+    /// The same buffer seen with another shape of as many elements (row views for `copy_rows`).
+    pub fn reshaped(&self, shape: &[usize]) -> Result<Tensor> {
+        if shape.iter().product::<usize>() != self.numel() {
+            return Err(shape_err("reshape", format!("{:?} -> {shape:?}", self.shape)));
+        }
+        Ok(Tensor {
+            shape: shape.to_vec(),
+            ..self.clone()
+        })
     }
     pub fn same_buffer(&self, other: &Tensor) -> bool {
         Arc::ptr_eq(&self.buf, &other.buf)
@@ -415,6 +427,65 @@ pub trait Backend: Send + Sync {
         scale: f32,
         out: &Tensor,
     ) -> Result<()>;
+
+    // ---- steps whose rows belong to different sequences (`rows`) ----
+    //
+    // Each row is one token of its own sequence, whose state lives in slot `rows[r].slot` of a
+    // pool (layouts in `rows`). The defaults run the one-sequence ops row by row; a backend
+    // with kernels for many rows overrides them.
+
+    /// Causal conv1d + SiLU of one token per row: x, out `[B, C]`, w `[C, K]`, states
+    /// `[S*(K-1), C]` (each row's slot updated).
+    fn conv1d_silu_rows(&self, x: &Tensor, w: &Tensor, states: &Tensor, rows: Rows, out: &Tensor) -> Result<()> {
+        rows::conv1d_silu(self, x, w, states, rows, out)
+    }
+    /// The recurrent delta rule of one token per row (`delta_rule_recurrent`'s contract) on
+    /// its slot of `states` `[S*Hv*dv, dk]`.
+    #[allow(clippy::too_many_arguments)]
+    fn delta_rule_rows(
+        &self,
+        u: &Tensor,
+        g: &Tensor,
+        beta: &Tensor,
+        states: &Tensor,
+        out: &Tensor,
+        dims: GdnDims,
+        rows: Rows,
+    ) -> Result<()> {
+        rows::delta_rule(self, u, g, beta, states, out, dims, rows)
+    }
+    /// `rope_neox` with row `r` at position `rows[r].pos`.
+    fn rope_neox_rows(&self, x: &Tensor, head_dim: usize, n_rot: usize, theta: f32, rows: Rows) -> Result<()> {
+        rows::rope_neox(self, x, head_dim, n_rot, theta, rows)
+    }
+    /// `k_pool[slot*ctx + pos] = k[r]`, the same for v; pools `[S*ctx, W]`.
+    fn kv_store_rows(
+        &self,
+        k: &Tensor,
+        v: &Tensor,
+        k_pool: &Tensor,
+        v_pool: &Tensor,
+        ctx: usize,
+        rows: Rows,
+    ) -> Result<()> {
+        rows::kv_store(self, k, v, k_pool, v_pool, ctx, rows)
+    }
+    /// `attention` of row `r`'s query against rows `0..=pos` of its slot: q, out `[B, H*D]`,
+    /// pools `[S*ctx, Hkv*D]`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_rows(
+        &self,
+        q: &Tensor,
+        k_pool: &Tensor,
+        v_pool: &Tensor,
+        ctx: usize,
+        rows: Rows,
+        dims: AttnDims,
+        scale: f32,
+        out: &Tensor,
+    ) -> Result<()> {
+        rows::attention(self, q, k_pool, v_pool, ctx, rows, dims, scale, out)
+    }
 
     /// MoE routing: softmax over all experts of `logits` `[T, E]`, top-k, renormalise (sum clamped
     /// to >= 6.1035e-5), times `scale`. ids U32 `[T, k]`, weights F32 `[T, k]`.

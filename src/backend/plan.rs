@@ -6,7 +6,7 @@
 //! a GPU backend may run several consecutive ops as one launch where it has such a kernel
 //! (`super::fusion`), which is its own business: the plan never says what is fused.
 
-use super::{AttnDims, Backend, GdnDims, Pos, Tensor};
+use super::{AttnDims, Backend, GdnDims, Pos, Rows, Tensor};
 use crate::error::Result;
 
 /// Which algorithm a delta-rule op runs (the same result up to f32 rounding).
@@ -125,6 +125,52 @@ pub enum Op<'a> {
         scale: f32,
         out: &'a Tensor,
     },
+    /// `Conv1dSilu` of one token per row on its slot (`Backend::conv1d_silu_rows`).
+    Conv1dSiluRows {
+        x: &'a Tensor,
+        w: &'a Tensor,
+        states: &'a Tensor,
+        rows: Rows<'a>,
+        out: &'a Tensor,
+    },
+    /// The recurrent delta rule of one token per row on its slot (`Backend::delta_rule_rows`).
+    DeltaRuleRows {
+        u: &'a Tensor,
+        g: &'a Tensor,
+        beta: &'a Tensor,
+        states: &'a Tensor,
+        out: &'a Tensor,
+        dims: GdnDims,
+        rows: Rows<'a>,
+    },
+    /// RoPE with each row at its own position (`Backend::rope_neox_rows`).
+    RopeRows {
+        x: &'a Tensor,
+        head_dim: usize,
+        n_rot: usize,
+        theta: f32,
+        rows: Rows<'a>,
+    },
+    /// Each row's k and v into its slot's cache (`Backend::kv_store_rows`).
+    KvStoreRows {
+        k: &'a Tensor,
+        v: &'a Tensor,
+        k_pool: &'a Tensor,
+        v_pool: &'a Tensor,
+        ctx: usize,
+        rows: Rows<'a>,
+    },
+    /// Each row's attention over its slot's cache (`Backend::attention_rows`).
+    AttentionRows {
+        q: &'a Tensor,
+        k_pool: &'a Tensor,
+        v_pool: &'a Tensor,
+        ctx: usize,
+        rows: Rows<'a>,
+        dims: AttnDims,
+        scale: f32,
+        out: &'a Tensor,
+    },
     /// Softmax top-k routing (`Backend::moe_route`).
     MoeRoute {
         logits: &'a Tensor,
@@ -182,6 +228,11 @@ impl<'a> Op<'a> {
             Op::Rope { .. } => "rope_neox",
             Op::KvStore { .. } => "kv_store",
             Op::Attention { .. } => "attention",
+            Op::Conv1dSiluRows { .. } => "conv1d_silu_rows",
+            Op::DeltaRuleRows { .. } => "delta_rule_rows",
+            Op::RopeRows { .. } => "rope_neox_rows",
+            Op::KvStoreRows { .. } => "kv_store_rows",
+            Op::AttentionRows { .. } => "attention_rows",
             Op::MoeRoute { .. } => "moe_route",
             Op::MoeExperts { .. } => "moe_experts",
             Op::CopyRows { .. } => "copy_rows",
@@ -216,6 +267,24 @@ impl<'a> Op<'a> {
                 pos,
                 ..
             } => vec![q, k_cache, v_cache, pos.dev],
+            Op::Conv1dSiluRows { x, w, states, rows, .. } => vec![x, w, states, rows.dev],
+            Op::DeltaRuleRows {
+                u,
+                g,
+                beta,
+                states,
+                rows,
+                ..
+            } => vec![u, g, beta, states, rows.dev],
+            Op::RopeRows { x, rows, .. } => vec![x, rows.dev],
+            Op::KvStoreRows { k, v, rows, .. } => vec![k, v, rows.dev],
+            Op::AttentionRows {
+                q,
+                k_pool,
+                v_pool,
+                rows,
+                ..
+            } => vec![q, k_pool, v_pool, rows.dev],
             Op::MoeRoute { logits, .. } => vec![logits],
             Op::MoeExperts {
                 x,
@@ -240,10 +309,13 @@ impl<'a> Op<'a> {
             | Op::Swiglu { out, .. }
             | Op::GatedRmsNorm { out, .. }
             | Op::Attention { out, .. }
+            | Op::AttentionRows { out, .. }
             | Op::MoeExperts { out, .. }
             | Op::Argmax { out, .. } => vec![out],
             Op::Add { acc, .. } | Op::SigmoidScaleAdd { acc, .. } => vec![acc],
-            Op::SigmoidMul { x, .. } | Op::Rope { x, .. } => vec![x],
+            Op::SigmoidMul { x, .. } | Op::Rope { x, .. } | Op::RopeRows { x, .. } => vec![x],
+            Op::Conv1dSiluRows { states, out, .. } | Op::DeltaRuleRows { states, out, .. } => vec![states, out],
+            Op::KvStoreRows { k_pool, v_pool, .. } => vec![k_pool, v_pool],
             Op::Conv1dSilu { state, out, .. } => vec![state, out],
             Op::GdnGates { g, beta, .. } => vec![g, beta],
             Op::L2NormQk { u, .. } => vec![u],
@@ -349,6 +421,47 @@ pub fn run_op<B: Backend + ?Sized>(be: &B, op: &Op<'_>) -> Result<()> {
             scale,
             out,
         } => be.attention(q, k_cache, v_cache, pos, dims, scale, out),
+        Op::Conv1dSiluRows {
+            x,
+            w,
+            states,
+            rows,
+            out,
+        } => be.conv1d_silu_rows(x, w, states, rows, out),
+        Op::DeltaRuleRows {
+            u,
+            g,
+            beta,
+            states,
+            out,
+            dims,
+            rows,
+        } => be.delta_rule_rows(u, g, beta, states, out, dims, rows),
+        Op::RopeRows {
+            x,
+            head_dim,
+            n_rot,
+            theta,
+            rows,
+        } => be.rope_neox_rows(x, head_dim, n_rot, theta, rows),
+        Op::KvStoreRows {
+            k,
+            v,
+            k_pool,
+            v_pool,
+            ctx,
+            rows,
+        } => be.kv_store_rows(k, v, k_pool, v_pool, ctx, rows),
+        Op::AttentionRows {
+            q,
+            k_pool,
+            v_pool,
+            ctx,
+            rows,
+            dims,
+            scale,
+            out,
+        } => be.attention_rows(q, k_pool, v_pool, ctx, rows, dims, scale, out),
         Op::MoeRoute {
             logits,
             k,

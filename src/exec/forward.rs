@@ -8,32 +8,99 @@
 //!
 //! Nothing here knows which ops a backend launches together (`backend::fusion`).
 
-use crate::backend::{DeltaAlgo, Op, Plan, Pos, Tensor};
+use crate::backend::{DeltaAlgo, Op, Plan, Pos, Rows, Tensor};
 use crate::error::{Error, Result};
 use crate::model::weights::{AttnWeights, Ffn, GdnWeights, Layer, Mixer};
 use crate::model::{Config, Weights};
 
+use super::pool::{PoolLayer, StatePool};
 use super::scratch::{Head, HeadBuffers, Scratch};
 use super::session::LayerState;
 
 /// HF's kernel uses a fixed 1e-6 for the q/k L2 norm of the delta rule (spec/MODEL.md §4.1).
 const L2_EPS: f32 = 1e-6;
 
-/// What one step reads: the model, its activation buffers, and the sequence's state and position.
+/// Whose state a step reads and writes.
+pub enum Seqs<'a> {
+    /// One sequence's T tokens from position `pos` on.
+    One { state: &'a [LayerState], pos: usize },
+    /// One token per row, each of its own sequence in a slot of `pool` (DESIGN.md "Many
+    /// sequences in one step").
+    Pool { pool: &'a StatePool, rows: Rows<'a> },
+}
+
+/// A GDN layer's conv and delta state.
+enum GdnState<'a> {
+    One {
+        conv: &'a Tensor,
+        delta: &'a Tensor,
+    },
+    Rows {
+        conv: &'a Tensor,
+        delta: &'a Tensor,
+        rows: Rows<'a>,
+    },
+}
+
+/// An attention layer's KV cache and where the step's rows go in it.
+enum KvState<'a> {
+    One {
+        k: &'a Tensor,
+        v: &'a Tensor,
+        pos: Pos<'a>,
+    },
+    Rows {
+        k: &'a Tensor,
+        v: &'a Tensor,
+        ctx: usize,
+        rows: Rows<'a>,
+    },
+}
+
+/// What one step reads: the model, its activation buffers, and its sequences' state.
 pub struct Forward<'a> {
     pub cfg: &'a Config,
     pub w: &'a Weights,
     pub sc: &'a Scratch,
-    pub state: &'a [LayerState],
-    /// The position of the step's first token.
-    pub pos: usize,
+    pub seqs: Seqs<'a>,
 }
 
 impl<'a> Forward<'a> {
-    fn pos(&self) -> Pos<'a> {
-        Pos {
-            host: self.pos,
-            dev: &self.sc.pos,
+    fn gdn_state(&self, i: usize) -> Result<GdnState<'a>> {
+        match self.seqs {
+            Seqs::One { state, .. } => match state.get(i) {
+                Some(LayerState::Gdn { conv, delta }) => Ok(GdnState::One { conv, delta }),
+                _ => Err(mismatch()),
+            },
+            Seqs::Pool { pool, rows } => match pool.layers.get(i) {
+                Some(PoolLayer::Gdn { conv, delta }) => Ok(GdnState::Rows { conv, delta, rows }),
+                _ => Err(mismatch()),
+            },
+        }
+    }
+
+    fn kv_state(&self, i: usize) -> Result<KvState<'a>> {
+        match self.seqs {
+            Seqs::One { state, pos } => match state.get(i) {
+                Some(LayerState::Attn { k, v }) => Ok(KvState::One {
+                    k,
+                    v,
+                    pos: Pos {
+                        host: pos,
+                        dev: &self.sc.pos,
+                    },
+                }),
+                _ => Err(mismatch()),
+            },
+            Seqs::Pool { pool, rows } => match pool.layers.get(i) {
+                Some(PoolLayer::Attn { k, v }) => Ok(KvState::Rows {
+                    k,
+                    v,
+                    ctx: pool.n_ctx,
+                    rows,
+                }),
+                _ => Err(mismatch()),
+            },
         }
     }
 
@@ -65,10 +132,9 @@ impl<'a> Forward<'a> {
         let norm = |x, w, out| Op::RmsNorm { x, w, eps, out };
         // x = RMSNorm(h; attn_norm);  h += mixer(x)
         p.push(norm(&sc.h, &l.attn_norm, &sc.xn));
-        match (&l.mixer, self.state.get(i)) {
-            (Mixer::Gdn(w), Some(LayerState::Gdn { conv, delta })) => self.gated_delta_net(p, w, conv, delta),
-            (Mixer::Attn(w), Some(LayerState::Attn { k, v })) => self.gated_attention(p, w, k, v),
-            _ => return Err(Error::Backend("session does not match the model's layer types".into())),
+        match &l.mixer {
+            Mixer::Gdn(w) => self.gated_delta_net(p, w, self.gdn_state(i)?),
+            Mixer::Attn(w) => self.gated_attention(p, w, self.kv_state(i)?),
         }
         p.push(Op::Add { acc: &sc.h, x: &sc.mix });
         // x = RMSNorm(h; post_attention_norm);  h += ffn(x)
@@ -79,7 +145,7 @@ impl<'a> Forward<'a> {
     }
 
     /// Gated DeltaNet (spec/MODEL.md §5): xn -> mix.
-    fn gated_delta_net(&self, p: &mut Plan<'a>, w: &'a GdnWeights, conv: &'a Tensor, delta: &'a Tensor) {
+    fn gated_delta_net(&self, p: &mut Plan<'a>, w: &'a GdnWeights, state: GdnState<'a>) {
         let sc = self.sc;
         let dims = self.cfg.gdn;
         // §5.1 projections
@@ -96,11 +162,21 @@ impl<'a> Forward<'a> {
             beta: &sc.beta,
         });
         // §5.3 causal conv1d + SiLU, §5.4 L2 norm of q and k, q scaled
-        p.push(Op::Conv1dSilu {
-            x: &sc.qkv,
-            w: &w.conv1d,
-            state: conv,
-            out: &sc.conv_out,
+        let (x, w_conv, out) = (&sc.qkv, &w.conv1d, &sc.conv_out);
+        p.push(match state {
+            GdnState::One { conv, .. } => Op::Conv1dSilu {
+                x,
+                w: w_conv,
+                state: conv,
+                out,
+            },
+            GdnState::Rows { conv, rows, .. } => Op::Conv1dSiluRows {
+                x,
+                w: w_conv,
+                states: conv,
+                rows,
+                out,
+            },
         });
         p.push(Op::L2NormQk {
             u: &sc.conv_out,
@@ -108,19 +184,30 @@ impl<'a> Forward<'a> {
             eps: L2_EPS,
         });
         // §5.5 gated delta rule: the recurrence for one token, the chunked form for a batch
-        let algo = if sc.t > 1 {
-            DeltaAlgo::Chunked
-        } else {
-            DeltaAlgo::Recurrent
-        };
-        p.push(Op::DeltaRule {
-            u: &sc.conv_out,
-            g: &sc.g,
-            beta: &sc.beta,
-            state: delta,
-            out: &sc.o,
-            dims,
-            algo,
+        let (u, g, beta, out) = (&sc.conv_out, &sc.g, &sc.beta, &sc.o);
+        p.push(match state {
+            GdnState::One { delta, .. } => Op::DeltaRule {
+                u,
+                g,
+                beta,
+                state: delta,
+                out,
+                dims,
+                algo: if sc.t > 1 {
+                    DeltaAlgo::Chunked
+                } else {
+                    DeltaAlgo::Recurrent
+                },
+            },
+            GdnState::Rows { delta, rows, .. } => Op::DeltaRuleRows {
+                u,
+                g,
+                beta,
+                states: delta,
+                out,
+                dims,
+                rows,
+            },
         });
         // §5.6 gated RMSNorm, output projection
         p.push(Op::GatedRmsNorm {
@@ -138,11 +225,10 @@ impl<'a> Forward<'a> {
     }
 
     /// Gated full attention (spec/MODEL.md §6): xn -> mix, appending to the KV cache.
-    fn gated_attention(&self, p: &mut Plan<'a>, w: &'a AttnWeights, k_cache: &'a Tensor, v_cache: &'a Tensor) {
+    fn gated_attention(&self, p: &mut Plan<'a>, w: &'a AttnWeights, kv: KvState<'a>) {
         let (sc, cfg) = (self.sc, self.cfg);
         let dims = cfg.attn;
         let head_dim = dims.head_dim;
-        let pos = self.pos();
         // §6.1 projections, the per-head query/gate split
         for (w, out) in [(&w.q, &sc.qg), (&w.k, &sc.k), (&w.v, &sc.v)] {
             p.push(Op::Matmul { w, x: &sc.xn, out });
@@ -166,32 +252,77 @@ impl<'a> Forward<'a> {
             eps: cfg.eps,
             out: &sc.k_normed,
         });
+        let (n_rot, theta) = (cfg.n_rot, cfg.rope_theta);
         for x in [&sc.q_normed, &sc.k_normed] {
-            p.push(Op::Rope {
-                x,
-                head_dim,
-                n_rot: cfg.n_rot,
-                theta: cfg.rope_theta,
-                pos,
+            p.push(match kv {
+                KvState::One { pos, .. } => Op::Rope {
+                    x,
+                    head_dim,
+                    n_rot,
+                    theta,
+                    pos,
+                },
+                KvState::Rows { rows, .. } => Op::RopeRows {
+                    x,
+                    head_dim,
+                    n_rot,
+                    theta,
+                    rows,
+                },
             });
         }
         // §6.5 attention over the cache with this step's rows appended
-        p.push(Op::KvStore {
-            k: &sc.k_normed,
-            v: &sc.v,
-            k_cache,
-            v_cache,
-            pos,
-        });
-        p.push(Op::Attention {
-            q: &sc.q_normed,
-            k_cache,
-            v_cache,
-            pos,
-            dims,
-            scale: 1.0 / (head_dim as f32).sqrt(),
-            out: &sc.att,
-        });
+        let (k, v, q, out) = (&sc.k_normed, &sc.v, &sc.q_normed, &sc.att);
+        let scale = 1.0 / (head_dim as f32).sqrt();
+        match kv {
+            KvState::One {
+                k: k_cache,
+                v: v_cache,
+                pos,
+            } => {
+                p.push(Op::KvStore {
+                    k,
+                    v,
+                    k_cache,
+                    v_cache,
+                    pos,
+                });
+                p.push(Op::Attention {
+                    q,
+                    k_cache,
+                    v_cache,
+                    pos,
+                    dims,
+                    scale,
+                    out,
+                });
+            }
+            KvState::Rows {
+                k: k_pool,
+                v: v_pool,
+                ctx,
+                rows,
+            } => {
+                p.push(Op::KvStoreRows {
+                    k,
+                    v,
+                    k_pool,
+                    v_pool,
+                    ctx,
+                    rows,
+                });
+                p.push(Op::AttentionRows {
+                    q,
+                    k_pool,
+                    v_pool,
+                    ctx,
+                    rows,
+                    dims,
+                    scale,
+                    out,
+                });
+            }
+        }
         // §6.6 output gate and projection
         p.push(Op::SigmoidMul {
             x: &sc.att,
@@ -284,7 +415,7 @@ impl<'a> Forward<'a> {
         let (norm, eps) = (&self.w.output_norm, self.cfg.eps);
         let (rows, hb): (&Tensor, &HeadBuffers) = match head {
             Head::None => return Ok(()),
-            Head::AllLogits => (
+            Head::AllLogits | Head::AllArgmax => (
                 &sc.h,
                 sc.head_all
                     .as_ref()
@@ -314,7 +445,7 @@ impl<'a> Forward<'a> {
             x: &hb.normed,
             out: &hb.logits,
         });
-        if head == Head::LastArgmax {
+        if matches!(head, Head::LastArgmax | Head::AllArgmax) {
             p.push(Op::Argmax {
                 logits: &hb.logits,
                 out: &hb.argmax,
@@ -330,4 +461,8 @@ fn swiglu<'a>(p: &mut Plan<'a>, gate: &'a Tensor, up: &'a Tensor, x: &'a Tensor,
     p.push(Op::Matmul { w: gate, x, out: g });
     p.push(Op::Matmul { w: up, x, out: u });
     p.push(Op::Swiglu { gate: g, up: u, out });
+}
+
+fn mismatch() -> Error {
+    Error::Backend("the sequences' state does not match the model's layer types".into())
 }

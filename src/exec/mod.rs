@@ -3,7 +3,9 @@
 //! (`forward.rs`) run by the backend (`Backend::run_plan`); written once against `&dyn Backend`,
 //! it never names a backend type or knows what a backend fuses.
 
+mod batch;
 mod forward;
+mod pool;
 mod scratch;
 mod session;
 
@@ -14,6 +16,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+pub use pool::StatePool;
 pub use scratch::Head;
 pub use session::{LayerState, Session, Snapshot, SnapshotLayer};
 
@@ -21,7 +24,7 @@ use crate::backend::{Backend, DType, Plan, ReadFuture, StepMode, Tensor, NON_FIN
 use crate::error::{Error, Result};
 use crate::gguf::GgufFile;
 use crate::model::{Config, TensorSource, Weights};
-use forward::Forward;
+use forward::{Forward, Seqs};
 use scratch::Scratch;
 
 /// A process-wide unique id for sessions and scratches (the keys of recorded steps).
@@ -72,6 +75,12 @@ fn greedy_token(v: &[u32]) -> Result<u32> {
         Some(&id) => Ok(id),
         None => Err(Error::Backend("argmax returned nothing".into())),
     }
+}
+
+/// A one-sequence step asked for every position's argmax, which only steps of many sequences
+/// return (`Model::decode_rows_greedy`).
+fn all_argmax_of_one() -> Error {
+    Error::InvalidArgument("every row's argmax is for steps of many sequences".into())
 }
 
 /// What a forward step returns.
@@ -427,8 +436,10 @@ impl Model {
             cfg: &self.config,
             w: &self.weights,
             sc,
-            state: &s.layers,
-            pos: s.pos,
+            seqs: Seqs::One {
+                state: &s.layers,
+                pos: s.pos,
+            },
         }
     }
 
@@ -438,9 +449,9 @@ impl Model {
     fn run_step(&self, s: &Session, sc: &Scratch, head: Head) -> Result<()> {
         let be = self.backend.as_ref();
         let mode = if sc.t == 1 {
-            // Session and scratch uids are below 2^30 in any realistic run; the low bits name
+            // Session and scratch uids are below 2^29 in any realistic run; the low bits name
             // what the head computes.
-            let key = (s.uid << 32) ^ (sc.uid << 2) ^ head as u64;
+            let key = (s.uid << 32) ^ (sc.uid << 3) ^ head as u64;
             be.step_begin(key).map(|m| (m, key))?
         } else {
             (StepMode::Run, 0)
@@ -484,6 +495,9 @@ impl Model {
         if tokens.is_empty() {
             return Err(Error::InvalidArgument("empty batch".into()));
         }
+        if head == Head::AllArgmax {
+            return Err(all_argmax_of_one());
+        }
         self.check_room(s, tokens.len())?;
         let be = self.backend.as_ref();
         let t = tokens.len();
@@ -506,6 +520,7 @@ impl Model {
             Head::LastArgmax => Ok(StepOut::Token(greedy_token(
                 &be.read_u32_async(&sc.head_last.argmax).await?,
             )?)),
+            Head::AllArgmax => Err(all_argmax_of_one()),
         }
     }
 }

@@ -16,6 +16,8 @@ pub enum Head {
     AllLogits,
     /// The argmax of the last position's logits, computed on the device.
     LastArgmax,
+    /// The argmax of every position's logits (one per row of a batch of sequences).
+    AllArgmax,
 }
 
 /// Final norm + LM head buffers for `rows` positions.
@@ -50,6 +52,8 @@ pub struct Scratch {
     pub ids: Tensor,
     /// U32 `[1]` position of the batch's first token (`Pos::dev`).
     pub pos: Tensor,
+    /// U32 `[T, 2]` `(slot, pos)` of each row of a step of many sequences (`Rows::dev`).
+    pub rows: Tensor,
     /// Residual stream `[T, d]`.
     pub h: Tensor,
     /// Normed input of a mixer/FFN `[T, d]`.
@@ -110,6 +114,7 @@ impl Scratch {
             t,
             ids: backend.alloc(DType::U32, &[t])?,
             pos: backend.alloc(DType::U32, &[1])?,
+            rows: backend.alloc(DType::U32, &[t, 2])?,
             h: f(&[t, d])?,
             xn: f(&[t, d])?,
             mix: f(&[t, d])?,
@@ -147,7 +152,7 @@ impl Scratch {
 
     /// The head's buffers for `head`: those of every position are made when first asked for.
     pub fn ensure_head(&mut self, backend: &dyn Backend, cfg: &Config, head: Head) -> Result<()> {
-        if head == Head::AllLogits && self.head_all.is_none() {
+        if matches!(head, Head::AllLogits | Head::AllArgmax) && self.head_all.is_none() {
             self.head_all = Some(HeadBuffers::new(backend, cfg, self.t)?);
         }
         Ok(())
