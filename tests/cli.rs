@@ -293,3 +293,52 @@ fn run_and_chat_refuse_the_same_bad_sampling_flag() {
     assert_clean_error(&chat, "top");
     assert_eq!(e_run, e_chat);
 }
+
+/// `rill bench --batch` measures batched generation: one row per batch size and generation
+/// length, each with its batch size and aggregate tokens/s in the JSON, a per-sequence column
+/// in the table.
+#[test]
+fn bench_measures_batched_generation() {
+    let model = fixture("tiny-dense.Q8_0.gguf");
+    let args = |json: bool| {
+        let mut a = vec![
+            "bench",
+            "-m",
+            &model,
+            "--backend",
+            "cpu",
+            "-p",
+            "",
+            "-n",
+            "3",
+            "-b",
+            "1,4",
+            "-r",
+            "1",
+            "--no-warmup",
+        ];
+        if json {
+            a.push("--json");
+        }
+        rill(&a)
+    };
+    let out = args(true);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let tests = v["tests"].as_array().expect("tests");
+    let names: Vec<&str> = tests.iter().map(|t| t["test"].as_str().expect("name")).collect();
+    assert_eq!(names, ["tg3", "tg3 x1", "tg3 x4"], "{v}");
+    assert_eq!(tests[2]["batch"], 4, "{v}");
+    assert!(
+        tests
+            .iter()
+            .all(|t| t["tokens_per_s_mean"].as_f64().is_some_and(|x| x > 0.0)),
+        "{v}"
+    );
+    let out = args(false);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("| test | t/s | t/s per sequence |") && text.contains("| tg3 x4 |"),
+        "{text}"
+    );
+}

@@ -1,7 +1,8 @@
 //! `rill bench`: llama-bench-style speed measurement. Tests `pp<N>` (prompt processing of N
 //! random tokens in a fresh session) and `tg<N>` (generating N tokens one at a time from a fresh
-//! session, greedy on the device); tokens/s as mean ± standard deviation over repetitions after a
-//! warm-up run.
+//! session, greedy on the device), and with `--batch` `tg<N> x<B>` (B sequences generating N
+//! tokens each in one batched step per token, as llama-batched-bench's S_TG: tokens/s of all
+//! sequences together); tokens/s as mean ± standard deviation over repetitions after a warm-up run.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -28,6 +29,10 @@ pub struct BenchArgs {
     /// Tokens to generate per tg test (comma-separated; 0 or empty to skip).
     #[arg(short = 'n', long, default_value = "128")]
     gens: String,
+    /// Batch sizes of batched generation (comma-separated; empty to skip): B sequences
+    /// generate the tg tests' N tokens each, one step of all B per token.
+    #[arg(short = 'b', long, default_value = "")]
+    batch: String,
     /// Repetitions per test.
     #[arg(short = 'r', long, default_value_t = 3)]
     reps: usize,
@@ -45,6 +50,8 @@ pub const COMMIT: &str = env!("RILL_GIT_COMMIT");
 struct Row {
     test: String,
     n: usize,
+    /// Sequences generating together (1 for pp and plain tg).
+    batch: usize,
     samples: Vec<f64>,
 }
 
@@ -88,6 +95,25 @@ fn random_tokens(n: usize, vocab: usize, seed: u64) -> Result<Vec<u32>> {
     Ok(out)
 }
 
+/// B sequences, each from one random token, generating `n` tokens greedily in batched steps:
+/// the tokens/s of all of them together.
+fn time_batched(model: &Model, b: usize, n: usize, seed: u64) -> Result<f64> {
+    let ctx = n
+        .checked_add(1)
+        .ok_or_else(|| Error::InvalidArgument(format!("tg{n}: too many tokens")))?;
+    let mut pool = model.new_pool(b, ctx)?;
+    let firsts = random_tokens(b, model.config.n_vocab, seed)?;
+    let mut feed: Vec<(usize, u32)> = firsts.into_iter().enumerate().collect();
+    let t0 = Instant::now();
+    for _ in 0..n {
+        let next = model.decode_rows_greedy(&mut pool, &feed)?;
+        for ((_, tok), id) in feed.iter_mut().zip(next) {
+            *tok = id.ok_or(Error::NonFiniteLogits)?;
+        }
+    }
+    Ok((b * n) as f64 / t0.elapsed().as_secs_f64().max(1e-12))
+}
+
 fn time_pp(model: &Model, n: usize, seed: u64) -> Result<f64> {
     let toks = random_tokens(n, model.config.n_vocab, seed)?;
     let mut s = model.new_session(n)?;
@@ -117,6 +143,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
     }
     let pps = parse_list(&a.prompts)?;
     let tgs = parse_list(&a.gens)?;
+    let batches = parse_list(&a.batch)?;
     let file = GgufFile::open(&a.model)?;
     let mix = type_mix(&file);
     let size: u64 = file.tensors.iter().map(|t| t.n_bytes).sum();
@@ -128,10 +155,17 @@ pub fn run(a: BenchArgs) -> Result<()> {
 
     let mut rows = Vec::new();
     for &n in &pps {
-        rows.push(measure(&a, "pp", n, |seed| time_pp(model, n, seed))?);
+        rows.push(measure(&a, format!("pp{n}"), n, 1, |seed| time_pp(model, n, seed))?);
     }
     for &n in &tgs {
-        rows.push(measure(&a, "tg", n, |seed| time_tg(model, n, seed))?);
+        rows.push(measure(&a, format!("tg{n}"), n, 1, |seed| time_tg(model, n, seed))?);
+    }
+    for &b in &batches {
+        for &n in &tgs {
+            rows.push(measure(&a, format!("tg{n} x{b}"), n, b, |seed| {
+                time_batched(model, b, n, seed)
+            })?);
+        }
     }
 
     let mix_s: Vec<String> = mix
@@ -152,7 +186,7 @@ pub fn run(a: BenchArgs) -> Result<()> {
             .iter()
             .map(|r| {
                 serde_json::json!({
-                    "test": r.test, "n_tokens": r.n, "tokens_per_s_mean": r.mean(),
+                    "test": r.test, "n_tokens": r.n, "batch": r.batch, "tokens_per_s_mean": r.mean(),
                     "tokens_per_s_std": r.std(), "samples": r.samples,
                 })
             })
@@ -187,15 +221,16 @@ pub fn run(a: BenchArgs) -> Result<()> {
         if a.no_warmup { "" } else { " (after warm-up)" }
     )?;
     writeln!(o)?;
-    writeln!(o, "| test | t/s |")?;
-    writeln!(o, "|---|---|")?;
+    writeln!(o, "| test | t/s | t/s per sequence |")?;
+    writeln!(o, "|---|---|---|")?;
     for r in &rows {
-        writeln!(o, "| {} | {:.2} ± {:.2} |", r.test, r.mean(), r.std())?;
+        let per_seq = r.mean() / r.batch as f64;
+        writeln!(o, "| {} | {:.2} ± {:.2} | {per_seq:.2} |", r.test, r.mean(), r.std())?;
     }
     common::emit(&o)
 }
 
-fn measure(a: &BenchArgs, kind: &str, n: usize, mut f: impl FnMut(u64) -> Result<f64>) -> Result<Row> {
+fn measure(a: &BenchArgs, test: String, n: usize, batch: usize, mut f: impl FnMut(u64) -> Result<f64>) -> Result<Row> {
     if !a.no_warmup {
         f(0)?;
     }
@@ -211,8 +246,9 @@ fn measure(a: &BenchArgs, kind: &str, n: usize, mut f: impl FnMut(u64) -> Result
         _ => String::new(),
     };
     let row = Row {
-        test: format!("{kind}{n}"),
+        test,
         n,
+        batch,
         samples,
     };
     eprintln!("{}: {:.2} ± {:.2} tokens/s{busy}", row.test, row.mean(), row.std());
