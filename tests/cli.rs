@@ -272,6 +272,14 @@ fn bench_names_the_precision_tier() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(v["precision"], "exact", "{v}");
+    // Without the flag, every command asks for the fast tier (a backend without one runs exact).
+    for cmd in ["bench", "run", "chat", "serve"] {
+        let help = rill(&[cmd, "--help"]);
+        let text = String::from_utf8_lossy(&help.stdout);
+        let flag = text.split("--precision").nth(1).unwrap_or("");
+        let flag = &flag[..flag.find("\n  -").unwrap_or(flag.len())];
+        assert!(flag.contains("[default: fast]"), "{cmd}: {text}");
+    }
     let out = bench("loose", false);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{err}");

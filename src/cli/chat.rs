@@ -352,13 +352,14 @@ impl Chat {
         if let Some(o) = &self.last {
             let gen = o.generated.len();
             eprintln!(
-                "last turn: prompt {} tokens ({} cached, {} run), first token after {:.3} s | {} tokens generated at {:.1} tokens/s",
+                "last turn: prompt {} tokens ({} cached, {} run), first token after {:.3} s | {} tokens generated at {:.1} tokens/s | {}",
                 o.prompt_tokens,
                 o.cached_tokens,
                 o.prompt_tokens - o.cached_tokens,
                 o.first_token_secs,
                 gen,
-                gen.saturating_sub(1) as f64 / o.decode_secs.max(1e-9)
+                gen.saturating_sub(1) as f64 / o.decode_secs.max(1e-9),
+                super::common::backend_label(self.engine.model().backend().as_ref())
             );
         }
     }

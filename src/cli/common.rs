@@ -28,15 +28,22 @@ pub struct BackendArgs {
     /// through wgpu, else cpu), cpu, wgpu, cuda.
     #[arg(long, default_value = "auto")]
     pub backend: String,
-    /// Precision tier: exact (f32 arithmetic on dequantized weights, the strict tier of the test
-    /// fixtures) or fast (a backend's faster kernels, e.g. tensor-core prefill on cuda; backends
-    /// without them run exact). `rill bench` prints the tier it ran at.
-    #[arg(long, default_value = "exact", value_parser = parse_precision)]
+    /// Precision tier: fast (the default: a backend's faster kernels, e.g. tensor-core prefill
+    /// with f16-rounded activations on cuda, which stays far closer to exact math than llama.cpp's
+    /// quantized activations; backends without them run exact) or exact (f32 arithmetic on
+    /// dequantized weights, the strict tier of the test fixtures). Every speed report names the
+    /// tier it ran at.
+    #[arg(long, default_value = "fast", value_parser = parse_precision)]
     pub precision: Precision,
 }
 
 fn parse_precision(s: &str) -> std::result::Result<Precision, String> {
     s.parse::<Precision>().map_err(|e| e.to_string())
+}
+
+/// A backend and the precision tier it runs at, for speed reports: `cuda (fast)`.
+pub fn backend_label(be: &dyn backend::Backend) -> String {
+    format!("{} ({})", be.name(), be.precision().name())
 }
 
 impl BackendArgs {

@@ -153,7 +153,7 @@ pub fn run(a: RunArgs) -> Result<()> {
         generated,
         t_gen,
         generated.saturating_sub(1) as f64 / t_gen.max(1e-9),
-        model.backend().name()
+        common::backend_label(model.backend().as_ref())
     );
     Ok(())
 }

@@ -182,7 +182,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
     eprintln!(
         "model {} on {} | context {} tokens | prefix cache {} MiB",
         a.engine.model.display(),
-        engine.model().backend().name(),
+        super::common::backend_label(engine.model().backend().as_ref()),
         stats.n_ctx,
         stats.cache.budget >> 20
     );
