@@ -350,3 +350,57 @@ fn bench_measures_batched_generation() {
         "{text}"
     );
 }
+
+/// `rill bench-serve` against a running `rill serve`: every level of the sweep reports its
+/// requests, the output tokens they streamed, and latency quantiles in order.
+#[test]
+fn bench_serve_drives_a_running_server() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let model = fixture("tiny-dense.Q8_0.gguf");
+    let mut server = Command::new(env!("CARGO_BIN_EXE_rill"))
+        .args(["serve", "-m", &model, "--backend", "cpu", "--port", "0"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start rill serve");
+    let mut lines = BufReader::new(server.stderr.take().expect("stderr")).lines();
+    let url = lines
+        .by_ref()
+        .map_while(|l| l.ok())
+        .find_map(|l| l.strip_prefix("listening on ").map(str::to_owned))
+        .expect("the server's address");
+    let out = rill(&[
+        "bench-serve",
+        "--url",
+        &url,
+        "-c",
+        "1,3",
+        "-N",
+        "3",
+        "-p",
+        "12",
+        "-n",
+        "5",
+        "--vocab",
+        "200",
+        "--json",
+    ]);
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let levels = v["levels"].as_array().expect("levels");
+    assert_eq!(levels.len(), 2, "{v}");
+    for (l, c) in levels.iter().zip([1, 3]) {
+        assert_eq!(l["concurrency"], c, "{v}");
+        assert_eq!(l["requests"], 3, "{v}");
+        let tokens = l["output_tokens"].as_u64().expect("tokens");
+        assert!((3..=15).contains(&tokens), "{v}");
+        let q = |k: &str| l[k].as_f64().expect(k);
+        assert!(q("output_tokens_per_s") > 0.0 && q("ttft_ms_p50") > 0.0, "{v}");
+        assert!(
+            q("ttft_ms_p50") <= q("ttft_ms_p99") && q("itl_ms_p50") <= q("itl_ms_p99"),
+            "{v}"
+        );
+    }
+}

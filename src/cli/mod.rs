@@ -1,6 +1,7 @@
 //! The `rill` command line: one file per subcommand.
 
 mod bench;
+mod bench_serve;
 mod chat;
 mod common;
 mod info;
@@ -41,6 +42,9 @@ enum Command {
     Synth(synth::SynthArgs),
     /// Measure prompt-processing and generation speed (like llama-bench).
     Bench(bench::BenchArgs),
+    /// Drive a running OpenAI-compatible server at a sweep of concurrencies: throughput, time to
+    /// first token, inter-token latency (like vLLM's benchmark_serving).
+    BenchServe(bench_serve::BenchServeArgs),
     /// Chat in the terminal (multi-turn, streaming; each turn runs only its new tokens).
     Chat(chat::ChatArgs),
     /// Serve an OpenAI-compatible HTTP API (chat, completions, tools, streaming).
@@ -57,6 +61,7 @@ pub fn main() -> Result<()> {
         Command::Info(a) => info::run(a),
         Command::Synth(a) => synth::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::BenchServe(a) => bench_serve::run(a),
         Command::Chat(a) => chat::run(a),
         Command::Serve(a) => serve::run(a),
     }
