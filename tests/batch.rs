@@ -1,6 +1,6 @@
 //! Steps of many sequences (`Model::decode_rows`): every sequence of a batch produces what it
 //! produces alone, with sequences joining and leaving mid-run, slots reused, and a sequence
-//! leaving the pool to go on alone. On the CPU a row meets the same arithmetic as alone and its
+//! leaving the pool to go on alone, and one entering from a snapshot. On the CPU a row meets the same arithmetic as alone and its
 //! logits are equal bit for bit; a device's batched products run other kernels than its
 //! one-token ones, so there each row is held to its tier's bound with the same greedy tokens.
 
@@ -95,7 +95,14 @@ fn joins_and_leaves(be: Arc<dyn Backend>, model: &str) {
                 .prefill(&mut s, &prompt(i), Logits::Last, &mut |_, _| {})
                 .expect("prefill");
             assert_eq!(argmax(&last), want[i].0, "{tag}: prompt {i}");
-            m.pool_load(&mut pool, slot, &s).expect("load");
+            if i == 3 {
+                // This one enters from a snapshot, as a prefix-cache hit does.
+                let snap = s.snapshot(m.backend().as_ref()).expect("snapshot");
+                m.decode(&mut s, 1).expect("the original moves on");
+                m.pool_load(&mut pool, slot, &snap).expect("load a snapshot");
+            } else {
+                m.pool_load(&mut pool, slot, &s).expect("load");
+            }
             running.push(Running {
                 which: i,
                 slot,
