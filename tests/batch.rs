@@ -1,8 +1,9 @@
 //! Steps of many sequences (`Model::decode_rows`): every sequence of a batch produces what it
-//! produces alone, with sequences joining and leaving mid-run, slots reused, and a sequence
-//! leaving the pool to go on alone, and one entering from a snapshot. On the CPU a row meets the same arithmetic as alone and its
-//! logits are equal bit for bit; a device's batched products run other kernels than its
-//! one-token ones, so there each row is held to its tier's bound with the same greedy tokens.
+//! produces alone, with sequences joining and leaving mid-run, slots reused, a sequence leaving
+//! the pool to go on alone, and one entering from a snapshot. On the CPU a row meets the same
+//! arithmetic as alone and its logits are equal bit for bit; a device's batched products run
+//! other kernels than its one-token ones, so there each row is held to its tier's bound with the
+//! same greedy tokens.
 
 mod common;
 
