@@ -202,3 +202,38 @@ def test_parallel_is_validated():
     p = subprocess.run([RILL, "serve", "-m", MODEL, "--backend", "cpu", "--port", "0", "--parallel", "0"],
                        stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert p.returncode != 0 and "--parallel" in p.stderr, p.stderr
+
+
+def test_interleaved_prompts_of_two_keys_cache_only_for_their_own_key(tmp_path):
+    # Two keys' long prompts (several chunks each) run at once, taking turns in the engine's live
+    # session; every snapshot taken on the way must go to the cache of the key whose prompt it is.
+    keys = tmp_path / "keys.txt"
+    keys.write_text("alice:sk-alice-0001\nbob:sk-bob-0002\n")
+    server = Server(opts={"--api-key": None, "--parallel": 4, "--cache-every": 64},
+                    args=["--api-key-file", str(keys)], key="sk-alice-0001")
+    try:
+        alice, bob = server.client("sk-alice-0001"), server.client("sk-bob-0002")
+        text = {"alice": "alpha words " * 400, "bob": "beta words " * 400}
+        first = {}
+
+        def ask(who, client):
+            first[who] = client.completions.create(model=MODEL_ID, prompt=text[who], max_tokens=3, temperature=0)
+
+        threads = [threading.Thread(target=ask, args=("alice", alice)), threading.Thread(target=ask, args=("bob", bob))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert first["alice"].usage.prompt_tokens > 1000 and first["bob"].usage.prompt_tokens > 1000
+
+        def cached(client, who):
+            r = client.completions.create(model=MODEL_ID, prompt=text[who], max_tokens=3, temperature=0)
+            assert r.choices[0].text == first[who].choices[0].text
+            return r.usage.prompt_tokens_details.cached_tokens
+
+        assert cached(bob, "alice") == 0
+        assert cached(alice, "bob") == 0
+        assert cached(alice, "alice") > 1000
+        assert cached(bob, "bob") > 1000
+    finally:
+        server.stop()
