@@ -1,13 +1,18 @@
-//! Generation that resumes from the prefix cache: the one token loop behind `rill chat` and
-//! `rill serve`. It owns the model and a single session; every request restores the longest
-//! cached prefix of its prompt (or continues the live session when that is longer), prefills only
-//! the remaining tokens, and snapshots at the points the caller names so later requests hit.
+//! Generation that resumes from the prefix cache: the one token loop behind `rill chat`, and the
+//! prompt side of `rill serve`. It owns the model and a single live session; every request
+//! restores the longest cached prefix of its prompt (or continues the live session when that is
+//! longer), prefills only the remaining tokens, and snapshots at the points the caller names so
+//! later requests hit.
+//!
+//! `rill serve` runs many sequences: it uses the live session to run prompts a chunk at a time
+//! (`begin_prompt`, `advance`, `store_snapshot`) and moves sequences between it and the slots of a
+//! `StatePool` (`park`, `unpark`), so resuming and caching work the same way for every sequence.
 
 use std::time::Instant;
 
 use super::prefix::{CacheStats, PrefixCache};
 use crate::error::{Error, Result};
-use crate::exec::{Logits, Model, Session, Snapshot};
+use crate::exec::{Logits, Model, Session, Snapshot, StatePool};
 use crate::sample::Sampler;
 
 /// What the token callback wants next.
@@ -41,6 +46,15 @@ pub struct Outcome {
     pub first_token_secs: f64,
     /// Seconds spent after the first token.
     pub decode_secs: f64,
+}
+
+/// Where a prompt starts (`Engine::begin_prompt`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PromptStart {
+    /// Leading prompt tokens the live session already holds (restored or continued).
+    pub start: usize,
+    /// Prompt positions past `start`, ascending, after which to store a snapshot.
+    pub points: Vec<usize>,
 }
 
 /// Engine state for `/stats` and `/health`.
@@ -112,6 +126,12 @@ impl Engine {
         self.forget_live()
     }
 
+    /// Forget what the live session holds without touching it (after a failed step its state is
+    /// unknown): no later request resumes from it.
+    pub fn invalidate_live(&mut self) {
+        self.tokens.clear();
+    }
+
     fn forget_live(&mut self) -> Result<()> {
         self.tokens.clear();
         self.session.reset(self.model.backend().as_ref())
@@ -161,15 +181,7 @@ impl Engine {
         on_token: &mut dyn FnMut(u32) -> Result<Flow>,
         t0: Instant,
     ) -> Result<Outcome> {
-        let start = self.resume(prompt)?;
-        self.cache.record(start);
-        let last = prompt.len() - 1;
-        let mut points: Vec<usize> = snap_at.iter().copied().filter(|&p| p > start && p <= last).collect();
-        if self.every > 0 && self.cache.enabled() {
-            points.extend((1..=last / self.every).map(|k| k * self.every).filter(|&p| p > start));
-        }
-        points.sort_unstable();
-        points.dedup();
+        let PromptStart { start, points } = self.begin_prompt(prompt, snap_at)?;
         for p in points {
             self.advance(&prompt[self.tokens.len()..p])?;
             self.store_snapshot()?;
@@ -250,6 +262,25 @@ impl Engine {
         })
     }
 
+    /// Start a (non-empty) prompt: bring the live session to its longest available prefix
+    /// (`resume`), count the cache hit or miss, and list the snapshot points still ahead: the
+    /// caller's `snap_at` and every `--cache-every` tokens, up to the prompt's last token.
+    pub fn begin_prompt(&mut self, prompt: &[u32], snap_at: &[usize]) -> Result<PromptStart> {
+        if prompt.is_empty() {
+            return Err(Error::InvalidArgument("empty prompt".into()));
+        }
+        let start = self.resume(prompt)?;
+        self.cache.record(start);
+        let last = prompt.len() - 1;
+        let mut points: Vec<usize> = snap_at.iter().copied().filter(|&p| p > start && p <= last).collect();
+        if self.every > 0 && self.cache.enabled() {
+            points.extend((1..=last / self.every).map(|k| k * self.every).filter(|&p| p > start));
+        }
+        points.sort_unstable();
+        points.dedup();
+        Ok(PromptStart { start, points })
+    }
+
     /// Bring the session to the longest available prefix of `tokens` (keeping at least one token
     /// to run): the live session when it is a prefix, else the best cache hit, else empty.
     /// Returns the number of tokens already consumed.
@@ -281,13 +312,43 @@ impl Engine {
         }
     }
 
-    /// Prefill `tokens` into the live session without reading logits.
-    fn advance(&mut self, tokens: &[u32]) -> Result<()> {
+    /// Prefill `tokens` into the live session without reading logits. After an error the live
+    /// session is forgotten (its state is somewhere unknown).
+    pub fn advance(&mut self, tokens: &[u32]) -> Result<()> {
         if tokens.is_empty() {
             return Ok(());
         }
-        self.model
-            .prefill(&mut self.session, tokens, Logits::None, &mut |_, _| {})?;
+        if let Err(e) = self
+            .model
+            .prefill(&mut self.session, tokens, Logits::None, &mut |_, _| {})
+        {
+            self.tokens.clear();
+            return Err(e);
+        }
+        self.tokens.extend_from_slice(tokens);
+        Ok(())
+    }
+
+    /// Copy the live session into slot `slot` of `pool`: a prompt that ran here goes on decoding
+    /// there, or waits there for its next chunk while another sequence uses the live session.
+    /// The live session keeps its state (a later prompt may still continue from it).
+    pub fn park(&self, pool: &mut StatePool, slot: usize) -> Result<()> {
+        self.model.pool_load(pool, slot, &self.session)
+    }
+
+    /// Make the sequence in slot `slot`, which has consumed `tokens`, the live session (to run
+    /// more of it, or snapshot it into the cache).
+    pub fn unpark(&mut self, pool: &StatePool, slot: usize, tokens: &[u32]) -> Result<()> {
+        // Until the copy is complete the session holds nothing the cache can name.
+        self.tokens.clear();
+        self.model.pool_store(pool, slot, &mut self.session)?;
+        if self.session.pos != tokens.len() {
+            return Err(Error::Backend(format!(
+                "slot {slot} holds {} positions, its sequence {} tokens",
+                self.session.pos,
+                tokens.len()
+            )));
+        }
         self.tokens.extend_from_slice(tokens);
         Ok(())
     }
@@ -314,28 +375,40 @@ impl Engine {
     /// that were generated: the template drops the reasoning of earlier turns). Does nothing when
     /// no known prefix exists (that would be a whole prefill) or the snapshot could not be kept.
     pub fn cache_sequence(&mut self, tokens: &[u32]) -> Result<()> {
-        if !self.cache.enabled() || tokens.is_empty() || self.cache.contains(tokens) {
-            return Ok(());
-        }
-        // Not worth a prefill when the result could not be kept or continued.
-        let size = Session::bytes_needed(&self.model.config, tokens.len());
-        if tokens.len() > self.session.n_ctx || size > self.cache.stats().budget {
-            return Ok(());
-        }
         let result = (|| {
-            if self.tokens != tokens {
-                let start = self.resume(tokens)?;
-                if start == 0 {
-                    return Ok(()); // nothing to extend: this would be a whole prefill
-                }
-                self.advance(&tokens[start..])?;
+            if self.begin_caching(tokens)? {
+                let done = self.tokens.len();
+                self.advance(&tokens[done..])?;
+                self.store_snapshot()?;
             }
-            self.store_snapshot()
+            Ok(())
         })();
         if result.is_err() {
             self.tokens.clear();
         }
         result
+    }
+
+    /// The first half of `cache_sequence`: false when `tokens` need no caching (cached already,
+    /// caching off, too large to keep) or have no known prefix to extend; otherwise the live
+    /// session holds a prefix of them (`live_tokens`), and the caller runs the rest (`advance`)
+    /// and snapshots (`store_snapshot`).
+    pub fn begin_caching(&mut self, tokens: &[u32]) -> Result<bool> {
+        if !self.cache.enabled() || tokens.is_empty() || self.cache.contains(tokens) {
+            return Ok(false);
+        }
+        // Not worth a prefill when the result could not be kept or continued.
+        let size = Session::bytes_needed(&self.model.config, tokens.len());
+        if tokens.len() > self.session.n_ctx || size > self.cache.stats().budget {
+            return Ok(false);
+        }
+        if self.tokens != tokens {
+            let start = self.resume(tokens)?;
+            if start == 0 {
+                return Ok(false); // nothing to extend: this would be a whole prefill
+            }
+        }
+        Ok(true)
     }
 
     /// A snapshot of the live session (for saving it to disk) and the tokens it covers.

@@ -5,6 +5,6 @@ mod engine;
 mod prefix;
 mod state_file;
 
-pub use engine::{Engine, EngineStats, Finish, Flow, Outcome};
+pub use engine::{Engine, EngineStats, Finish, Flow, Outcome, PromptStart};
 pub use prefix::{CacheStats, Hit, PrefixCache};
 pub use state_file::{model_fingerprint, read_state, write_state, SavedState};

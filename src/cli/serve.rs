@@ -9,7 +9,13 @@ use clap::Args;
 use super::common;
 use crate::cache::Engine;
 use crate::error::{Error, Result};
-use crate::server::{is_exposed, serve, ApiKeys, Limits, Privacy, ServeOptions, DEFAULT_KEY_NAME};
+use crate::exec::StatePool;
+use crate::server::{default_slots, is_exposed, serve, ApiKeys, Limits, Privacy, ServeOptions, DEFAULT_KEY_NAME};
+
+/// Slots without `--parallel`: a small team's concurrent requests at a modest state cost (for a
+/// 9B at 8192 tokens about 0.6 GiB a slot), where batching already pays (llama.cpp on an H200:
+/// 227 tokens/s for one sequence, 759 for eight).
+const DEFAULT_PARALLEL: usize = 8;
 
 /// Model, device and cache flags of `rill chat` and `rill serve`.
 #[derive(Args)]
@@ -128,9 +134,14 @@ pub struct ServeArgs {
     /// Largest accepted request body in bytes.
     #[arg(long, default_value_t = 8 << 20)]
     max_body: usize,
-    /// Requests that may wait while one runs; more get 503.
+    /// Requests that may wait while every slot is taken; more get 503.
     #[arg(long, default_value_t = 64)]
     max_queue: usize,
+    /// Requests generated at once, in one batch (slots of the state pool, each holding one
+    /// sequence of --ctx tokens, allocated at start). Default: 8, fewer when the device's free
+    /// memory (after --cache-mem) holds fewer.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    parallel: Option<u32>,
     /// Answer without a thinking block unless a request asks for one
     /// (`chat_template_kwargs: {"enable_thinking": true}`).
     #[arg(long)]
@@ -179,6 +190,14 @@ pub fn run(a: ServeArgs) -> Result<()> {
     }
     let (engine, tok) = a.engine.engine()?;
     let stats = engine.stats();
+    let parallel = match a.parallel {
+        Some(n) => n as usize,
+        None => {
+            let per_slot = StatePool::bytes_needed(&engine.model().config, 1, stats.n_ctx);
+            let available = engine.model().backend().memory_available();
+            default_slots(DEFAULT_PARALLEL, per_slot, available, stats.cache.budget)
+        }
+    };
     eprintln!(
         "model {} on {} | context {} tokens | prefix cache {} MiB",
         a.engine.model.display(),
@@ -196,6 +215,7 @@ pub fn run(a: ServeArgs) -> Result<()> {
             keys,
             body_limit: a.max_body,
             max_queue: a.max_queue,
+            parallel,
             think_default: !a.no_think,
             limits: Limits {
                 header_timeout: Duration::from_secs_f64(a.header_timeout),

@@ -1,13 +1,20 @@
 //! `rill serve`: an OpenAI-compatible HTTP server. One model on one device: a dedicated thread
-//! owns the engine (model, session, prefix cache) and serves queued requests in arrival order; the
-//! async runtime only parses, validates, queues and streams. See README "rill serve".
+//! owns the engine (model, live session, prefix cache) and a pool of sequence slots, and serves
+//! queued requests many at a time (continuous batching: `worker`, `batch`, `sched`); the async
+//! runtime only parses, validates, queues and streams. See README "rill serve".
 
 mod api;
 mod auth;
+mod batch;
 mod error;
+mod generation;
 mod http;
+mod job;
 mod listen;
+mod meter;
 mod prep;
+mod sched;
+mod shared;
 mod slots;
 mod stop;
 mod worker;
@@ -19,10 +26,12 @@ use std::time::{Duration, Instant};
 
 pub use auth::{is_exposed, ApiKeys, DEFAULT_KEY_NAME};
 pub use error::ApiError;
+pub use sched::default_slots;
 pub use stop::StopMatcher;
 
 use crate::cache::Engine;
 use crate::error::{Error, Result};
+use crate::exec::StatePool;
 use crate::tokenizer::Tokenizer;
 
 /// Everything `serve` needs besides the engine.
@@ -35,8 +44,10 @@ pub struct ServeOptions {
     pub keys: ApiKeys,
     /// Largest request body in bytes.
     pub body_limit: usize,
-    /// Requests waiting beyond the running one before new ones get 503.
+    /// Requests waiting for a slot before new ones get 503.
     pub max_queue: usize,
+    /// Sequences decoded together (slots of the state pool).
+    pub parallel: usize,
     pub think_default: bool,
     pub limits: Limits,
     pub privacy: Privacy,
@@ -91,17 +102,26 @@ pub fn serve(engine: Engine, tok: Tokenizer, opts: ServeOptions) -> Result<()> {
         }
     }
     let tok = Arc::new(tok);
-    let shared = Arc::new(worker::Shared::new(engine.stats()));
-    let (jobs_tx, jobs_rx) = std::sync::mpsc::sync_channel(opts.max_queue);
     let n_ctx = engine.n_ctx();
     let n_vocab = engine.model().config.n_vocab;
+    // Allocated up front: a server that cannot hold its slots fails at start, not under load.
+    let pool = engine.model().new_pool(opts.parallel, n_ctx)?;
+    let pool_bytes = StatePool::bytes_needed(&engine.model().config, opts.parallel, n_ctx);
+    eprintln!(
+        "batch: {} sequences of {n_ctx} tokens, {} each, {} in total",
+        opts.parallel,
+        mib(StatePool::bytes_needed(&engine.model().config, 1, n_ctx)),
+        mib(pool_bytes)
+    );
+    let shared = Arc::new(shared::Shared::new(engine.stats(), opts.parallel));
+    let (jobs_tx, jobs_rx) = std::sync::mpsc::sync_channel(opts.max_queue);
     let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
     let model_thread = {
         let (tok, shared) = (Arc::clone(&tok), Arc::clone(&shared));
         std::thread::Builder::new()
             .name("rill-model".into())
             .spawn(move || {
-                worker::run(engine, tok, jobs_rx, shared);
+                worker::run(engine, pool, tok, jobs_rx, shared);
                 let _ = done_tx.send(());
             })
             .map_err(Error::IoPlain)?
@@ -194,6 +214,10 @@ pub fn serve(engine: Engine, tok: Tokenizer, opts: ServeOptions) -> Result<()> {
         }
     }
     result
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
 async fn shutdown_signal() {

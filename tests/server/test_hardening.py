@@ -328,7 +328,8 @@ def start_stream(server, key, max_tokens=CTX - 64):
 
 
 def test_sigterm_with_a_queue_answers_503_and_exits_within_the_bound():
-    server = Server(opts={"--shutdown-timeout": 2, "--header-timeout": 60})
+    # One slot: the requests after the running one wait in the queue.
+    server = Server(opts={"--shutdown-timeout": 2, "--header-timeout": 60, "--parallel": 1})
     running = start_stream(server, KEY)
     resp = running.getresponse()
     assert resp.status == 200
@@ -408,7 +409,9 @@ def test_bearer_scheme_is_case_insensitive():
 
 def test_per_key_caps_and_the_default_max_tokens(tmp_path):
     keys = write_keys(tmp_path, "alice:sk-alice-0001\nbob:sk-bob-0002\n")
-    server = Server(opts={"--api-key": None, "--max-requests-per-key": 2, "--default-max-tokens": 8},
+    # One slot, so that Alice's second request waits in the queue behind her first.
+    server = Server(opts={"--api-key": None, "--max-requests-per-key": 2, "--default-max-tokens": 8,
+                          "--parallel": 1},
                     args=["--api-key-file", keys], key="sk-alice-0001")
     try:
         # Alice holds her two places with long generations (one running, one queued).
