@@ -48,6 +48,9 @@ pub struct Sampling {
     pub frequency_penalty: Option<f64>,
     pub seed: Option<u64>,
     pub stop: Option<OneOrMany>,
+    /// vLLM's extension: go on past end-of-generation tokens until `max_tokens` (benchmarks
+    /// that need a fixed output length).
+    pub ignore_eos: Option<bool>,
     pub n: Option<u64>,
     pub stream: Option<bool>,
     pub stream_options: Option<StreamOptions>,
@@ -122,6 +125,8 @@ pub struct Settings {
     /// `None`: until the context is full (chat) or the endpoint's default.
     pub max_tokens: Option<usize>,
     pub stop: Vec<String>,
+    /// Generate past end-of-generation tokens, up to `max_tokens`.
+    pub ignore_eos: bool,
     pub stream: bool,
     pub include_usage: bool,
 }
@@ -188,6 +193,7 @@ impl Sampling {
             sampler,
             max_tokens,
             stop,
+            ignore_eos: self.ignore_eos.unwrap_or(false),
             stream: self.stream.unwrap_or(false),
             include_usage: self
                 .stream_options

@@ -150,7 +150,15 @@ impl<'t> Batch<'t> {
             JobKind::Chat { thinking, tools, .. } => Some((*thinking, tools.as_slice())),
             JobKind::Completion => None,
         };
-        let gen = Generation::new(self.tok, sampler, job.events.clone(), chat, job.stop, job.max_tokens);
+        let gen = Generation::new(
+            self.tok,
+            sampler,
+            job.events.clone(),
+            chat,
+            job.stop,
+            job.max_tokens,
+            job.ignore_eos,
+        );
         self.next_id += 1;
         self.active.push(Active {
             id: self.next_id,

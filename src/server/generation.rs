@@ -62,6 +62,8 @@ pub struct Generation<'t> {
     tok: &'t Tokenizer,
     stop: StopMatcher,
     max_tokens: usize,
+    /// End-of-generation tokens are text like any other (the request's `ignore_eos`).
+    ignore_eos: bool,
     /// Tokens handed to the client (an end-of-generation token is not one).
     generated: usize,
     stop_hit: bool,
@@ -91,6 +93,7 @@ impl<'t> Generation<'t> {
         chat: Option<(bool, &[serde_json::Value])>,
         stop: Vec<String>,
         max_tokens: usize,
+        ignore_eos: bool,
     ) -> Generation<'t> {
         Generation {
             sampler,
@@ -103,6 +106,7 @@ impl<'t> Generation<'t> {
             tok,
             stop: StopMatcher::new(stop),
             max_tokens,
+            ignore_eos,
             generated: 0,
             stop_hit: false,
             gone: false,
@@ -125,7 +129,7 @@ impl<'t> Generation<'t> {
     /// then still counts unless it is end-of-generation). `stopping`: the server shuts down.
     pub fn on_token(&mut self, t: u32, stopping: bool) -> Option<Finish> {
         self.first.get_or_insert_with(Instant::now);
-        if self.tok.is_eog(t) {
+        if self.tok.is_eog(t) && !self.ignore_eos {
             return Some(Finish::Eog);
         }
         self.generated += 1;

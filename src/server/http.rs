@@ -75,6 +75,7 @@ struct Prepared {
     max_tokens: usize,
     sampler: SamplerConfig,
     stop: Vec<String>,
+    ignore_eos: bool,
     kind: JobKind,
     stream: bool,
     include_usage: bool,
@@ -167,6 +168,7 @@ impl AppState {
             max_tokens: p.max_tokens,
             sampler: p.sampler,
             stop: p.stop,
+            ignore_eos: p.ignore_eos,
             kind: p.kind,
             events: tx,
         };
@@ -342,6 +344,7 @@ fn prepare_chat(st: &AppState, bytes: &[u8]) -> Result<Prepared, ApiError> {
         max_tokens,
         sampler: settings.sampler,
         stop: settings.stop,
+        ignore_eos: settings.ignore_eos,
         kind: JobKind::Chat {
             messages,
             tools,
@@ -686,6 +689,7 @@ fn prepare_completion(st: &AppState, bytes: &[u8]) -> Result<Prepared, ApiError>
         max_tokens,
         sampler: settings.sampler,
         stop: settings.stop,
+        ignore_eos: settings.ignore_eos,
         kind: JobKind::Completion,
         stream: settings.stream,
         include_usage: settings.include_usage,

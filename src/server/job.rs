@@ -61,6 +61,8 @@ pub struct Job {
     pub max_tokens: usize,
     pub sampler: SamplerConfig,
     pub stop: Vec<String>,
+    /// Go on past end-of-generation tokens until `max_tokens`.
+    pub ignore_eos: bool,
     pub kind: JobKind,
     pub events: UnboundedSender<Event>,
 }

@@ -409,3 +409,21 @@ def test_malformed_requests_get_openai_errors_and_the_server_stays_healthy(serve
         openai.OpenAI(base_url=server.url + "/v1", api_key="wrong", max_retries=0).models.list()
     with pytest.raises(openai.NotFoundError):
         server.client().chat.completions.create(model="gpt-9", messages=U)
+
+
+def test_ignore_eos_generates_exactly_max_tokens(server):
+    # vLLM's extension, which serving benchmarks send for a fixed output length: with it a
+    # completion runs to max_tokens whatever it samples; without it, it may end sooner.
+    c = server.client()
+    for prompt in ["The quick brown fox", "Once upon a time", "1, 2, 3,"]:
+        r = c.completions.create(
+            model=MODEL_ID, prompt=prompt, max_tokens=48, temperature=0, extra_body={"ignore_eos": True}
+        )
+        assert r.usage.completion_tokens == 48, r
+        assert r.choices[0].finish_reason == "length", r
+        plain = c.completions.create(model=MODEL_ID, prompt=prompt, max_tokens=48, temperature=0)
+        # Up to where the plain completion stopped, the two are the same tokens.
+        if plain.choices[0].finish_reason == "length":
+            assert r.choices[0].text == plain.choices[0].text
+        else:
+            assert r.choices[0].text.startswith(plain.choices[0].text)
