@@ -107,10 +107,20 @@ pub fn serve(engine: Engine, tok: Tokenizer, opts: ServeOptions) -> Result<()> {
     // Allocated up front: a server that cannot hold its slots fails at start, not under load.
     let pool = engine.model().new_pool(opts.parallel, n_ctx)?;
     let pool_bytes = StatePool::bytes_needed(&engine.model().config, opts.parallel, n_ctx);
+    let per_slot = StatePool::bytes_needed(&engine.model().config, 1, n_ctx);
+    // What the device has left says how large `--parallel` could go at this context (the prefix
+    // cache's budget, allocated as it fills, still to come out of it).
+    let room = match engine.model().backend().memory_available() {
+        Some(free) if per_slot > 0 => format!(
+            "; the device has room for about {} more",
+            free.saturating_sub(engine.stats().cache.budget) / per_slot
+        ),
+        _ => String::new(),
+    };
     eprintln!(
-        "batch: {} sequences of {n_ctx} tokens, {} each, {} in total",
+        "batch: {} sequences of {n_ctx} tokens, {} each, {} in total{room}",
         opts.parallel,
-        mib(StatePool::bytes_needed(&engine.model().config, 1, n_ctx)),
+        mib(per_slot),
         mib(pool_bytes)
     );
     let shared = Arc::new(shared::Shared::new(engine.stats(), opts.parallel));
