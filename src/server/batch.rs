@@ -18,6 +18,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use rayon::prelude::*;
+
 use super::error::ApiError;
 use super::generation::Generation;
 use super::job::{shutting_down, Event, Job, JobKind};
@@ -359,10 +361,19 @@ impl<'t> Batch<'t> {
                 .decode_rows_greedy(&mut self.pool, &feed)
                 .map(|ids| ids.into_iter().map(|t| t.ok_or(Error::NonFiniteLogits)).collect()),
             Pick::HostSamplers => model.decode_rows(&mut self.pool, &feed).map(|logits| {
-                let n_vocab = logits.len() / rows.len();
-                rows.iter()
-                    .zip(logits.chunks_exact(n_vocab.max(1)))
-                    .map(|(&i, l)| self.active[i].gen.sampler.sample(l))
+                let n_vocab = (logits.len() / rows.len()).max(1);
+                // Each row's sampler makes passes over the whole vocabulary; at a large batch
+                // that is the step's host work, so the rows sample in parallel.
+                let mut samplers: Vec<&mut Sampler> = self
+                    .active
+                    .iter_mut()
+                    .filter(|a| matches!(a.phase, Phase::Decode { .. }))
+                    .map(|a| &mut a.gen.sampler)
+                    .collect();
+                samplers
+                    .par_iter_mut()
+                    .zip(logits.par_chunks_exact(n_vocab))
+                    .map(|(s, l)| s.sample(l))
                     .collect()
             }),
         };
