@@ -1053,6 +1053,24 @@ mod tests {
         }
     }
 
+    /// The row kernels of steps of many sequences keep their per-invocation data in registers
+    /// (conv1d_silu_rows reads its taps' inputs from the pool, not a private window), with and
+    /// without subgroups.
+    #[test]
+    fn row_kernels_keep_their_data_in_registers() {
+        for plain in [false, true] {
+            let c = exact_caps(plain);
+            for k in [
+                Kernel::ConvRows,
+                Kernel::DeltaRows,
+                Kernel::AttentionRowsSplit,
+                Kernel::AttentionRowsCombine,
+            ] {
+                check_registers(&format!("plain {plain} {k:?}"), k, None, &c);
+            }
+        }
+    }
+
     /// The tiled prefill attention in both geometries keeps its accumulators in registers (its
     /// scores in vec4s, its outputs in matrices indexed by constants) and declares exactly the
     /// workgroup memory `AttTile::workgroup_bytes` says (what caps checks against the device's
