@@ -379,5 +379,20 @@ fn row_ops_on_pools_in_pieces_match_cpu() {
             be.attention_rows(q.on(s), kp.on(s), vp.on(s), ctx, r, d, 0.125, out.on(s))
         });
         p.check_tier("attention rows in pieces", &out, 5e-6, 1e-4);
+
+        // A slot larger than one binding cannot be bound in pieces: refused, naming the way out.
+        let (w, ctx, n_slots, b) = (256usize, 600usize, 2usize, 2usize);
+        assert!((ctx * w * 4) as u64 > LIMIT);
+        let (rows, rd) = pool_rows(&p, &mut rng, b, n_slots, ctx);
+        let kp = p.zeros(&[n_slots * ctx, w]);
+        let vp = p.zeros(&[n_slots * ctx, w]);
+        let (k, v) = (p.zeros(&[b, w]), p.zeros(&[b, w]));
+        let r = p
+            .dev
+            .kv_store_rows(&k.dev, &v.dev, &kp.dev, &vp.dev, ctx, rows_on(&rows, &rd, Side::Dev));
+        match r {
+            Err(e) => assert!(e.to_string().contains("shorter context"), "{}: {e}", p.name()),
+            Ok(()) => assert_ne!(p.name(), "wgpu", "wgpu bound a slot over its lowered binding limit"),
+        }
     }
 }

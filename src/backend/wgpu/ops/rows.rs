@@ -13,12 +13,12 @@
 //!   row whatever its position (`lib_att_rows.wgsl`), the pieces past a row's keys returning at
 //!   once.
 //!
-//! A pool larger than one storage binding (lavapipe and browsers: 128 MiB; the 9B's KV pool of 64
-//! slots of 700 positions is 186 MB) is bound in pieces of whole slots (`ops::pieces`), one
+//! A pool larger than one storage binding (lavapipe and browsers: 128 MiB; a KV pool of the 9B for
+//! 64 slots of 700 positions is 184 MB) is bound in pieces of whole slots (`ops::pieces`), one
 //! dispatch per piece, each skipping the rows whose slot lies in another piece. A pool that fits
 //! (the usual case on a GPU) takes one.
 
-use super::{pieces, u32_of, Pieces, MAX_PIECE};
+use super::{buffer, piece_rows, pieces, u32_of, Pieces, MAX_PIECE};
 use crate::backend::rows::{self, Rows};
 use crate::backend::wgpu::geometry::ATT_MAX_D;
 use crate::backend::wgpu::kernels::{delta_rec_rows, Kernel, ATT_SPLITS, CONV_WG, ELT_WG};
@@ -26,9 +26,19 @@ use crate::backend::wgpu::{gpu_err, WgpuBackend};
 use crate::backend::{AttnDims, DType, GdnDims, Tensor};
 use crate::error::Result;
 
-/// The pieces of whole slots a pool of `n_slots` slots of `slot_elems` f32s is bound in.
+/// The pieces of whole slots a pool of `n_slots` slots of `slot_elems` f32s is bound in. A pool
+/// that needs pieces when not even one slot fits a binding is refused naming what to shorten.
 fn slot_pieces(be: &WgpuBackend, op: &str, pool: &Tensor, n_slots: usize, slot_elems: usize) -> Result<Pieces> {
-    pieces(&be.caps, op, pool, n_slots, slot_elems as u64 * 4)
+    let caps = &be.caps;
+    let slot_bytes = slot_elems as u64 * 4;
+    if buffer::get(pool)?.size > caps.max_binding.min(MAX_PIECE) && piece_rows(caps, slot_bytes).is_none() {
+        return Err(gpu_err(format!(
+            "{op}: one slot of the pool {:?} ({slot_bytes} bytes) exceeds this device's storage binding limit \
+             of {} bytes (use a shorter context, or --backend cpu)",
+            pool.shape, caps.max_binding
+        )));
+    }
+    pieces(caps, op, pool, n_slots, slot_bytes)
 }
 
 /// A step's row count as the workgroups of one grid dimension.
