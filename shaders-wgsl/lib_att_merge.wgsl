@@ -4,16 +4,22 @@
 // and l = 0, so they weigh exactly 0. Invocation li gets dims li + r * ATT_WG (component r;
 // those past d are 0). Reads the including kernel's `part` binding and P.d.
 fn att_merge(row: u32, li: u32) -> vec4<f32> {
+    return att_merge_n(row, li, ATT_SPLITS);
+}
+
+// The merge of the first n_parts pieces only (attention_rows_combine.wgsl: the pieces past a
+// row's keys are never written). n_parts is uniform across the workgroup.
+fn att_merge_n(row: u32, li: u32, n_parts: u32) -> vec4<f32> {
     let d = P.d;
     let stride = d + 2u;
     let base = row * ATT_SPLITS * stride;
     var m = -3.0e38;
-    for (var s = 0u; s < ATT_SPLITS; s++) {
+    for (var s = 0u; s < n_parts; s++) {
         m = max(m, part[base + s * stride]);
     }
     var l = 0.0;
     var o = vec4<f32>(0.0);
-    for (var s = 0u; s < ATT_SPLITS; s++) {
+    for (var s = 0u; s < n_parts; s++) {
         let p = base + s * stride;
         let f = exp(part[p] - m);
         l += f * part[p + 1u];

@@ -1,6 +1,8 @@
 // Causal GQA softmax attention of one query row over a range of cache rows, shared by
 // attention.wgsl (whole range) and attention_split.wgsl (one piece of it, flash-decoding).
-// Bindings 0-4 are declared here; the kernel adds its output at binding 5. With an online softmax over tiles of ATT_WG keys:
+// The query and the caches are bindings 2-4, declared here; the kernel declares its parameters
+// (binding 0), where the positions come from (binding 1: lib_att_pos.wgsl, or the rows of
+// attention_rows_split.wgsl) and its output (binding 5). With an online softmax over tiles of ATT_WG keys:
 //   1. invocation j scores key key0 + j: s_j = dot(q, k) * scale (q staged in workgroup memory);
 //   2. a tree reduction finds the tile's max; the running max m moves to max(m, tile max) and
 //      everything accumulated so far is rescaled by alpha = exp(m_old - m_new);
@@ -8,15 +10,6 @@
 //      its running sum l and p_j * v_j to the output dims it owns (li + r * ATT_WG, r < 4: the
 //      components of a vec4), so the V loads of one key row are coalesced across the workgroup.
 // The exponent arguments are always <= 0, so nothing overflows.
-struct Params {
-    n_head: u32,
-    group: u32, // query heads per KV head
-    d: u32,     // head_dim
-    scale: f32,
-}
-
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> pos: array<u32>; // read on the device: replayed steps see the current position
 @group(0) @binding(2) var<storage, read> q: array<f32>;
 @group(0) @binding(3) var<storage, read> k_cache: array<f32>;
 @group(0) @binding(4) var<storage, read> v_cache: array<f32>;

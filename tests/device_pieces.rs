@@ -2,7 +2,8 @@
 //! most 128 MiB, less than a 0.8B model's embedding. This binary lowers wgpu's limit to 512 KiB
 //! (`common::lower_wgpu_binding`, before any backend starts) so small tensors exercise the
 //! piecewise binding: matmul, embed, matmul_swiglu and the MoE experts run piece by piece and
-//! equal the CPU, a whole model runs, and a weight that cannot be split is refused at upload
+//! equal the CPU, the row ops of many sequences run on state pools bound in pieces of whole slots
+//! and equal the CPU, a whole model runs, and a weight that cannot be split is refused at upload
 //! naming the tensor, the limit and `--backend cpu`. Every device backend runs the same cases (a
 //! backend without a binding limit simply runs them whole).
 
@@ -10,11 +11,11 @@ mod common;
 
 use std::sync::Arc;
 
-use common::device::Both;
+use common::device::{Both, Pt, Side, GDN_REAL};
 use common::weights::{check_matmul, dequant, random_weight, upload};
 use common::*;
 use rill::backend::compose;
-use rill::backend::{Backend, DType, Tensor, WeightData};
+use rill::backend::{AttnDims, Backend, DType, Rows, SeqRow, Tensor, WeightData};
 use rill::exec::{Logits, Model};
 use rill::gguf::{GgmlType, TensorBytes};
 
@@ -274,6 +275,124 @@ fn unsplittable_weight_is_refused_at_upload_or_runs() {
                     cols,
                 );
             }
+        }
+    }
+}
+
+/// `b` rows in distinct random slots of `n_slots` (the first and the last slot among them, so
+/// the first and the last piece are used), positions below `ctx`, and their device tensors.
+fn pool_rows(p: &Both, rng: &mut Rng, b: usize, n_slots: usize, ctx: usize) -> (Vec<SeqRow>, Pt) {
+    let mut rest: Vec<u32> = (1..n_slots as u32 - 1).collect();
+    for i in (1..rest.len()).rev() {
+        rest.swap(i, rng.below(i + 1));
+    }
+    let slots: Vec<u32> = [n_slots as u32 - 1, 0].into_iter().chain(rest).collect();
+    let rows: Vec<SeqRow> = (0..b)
+        .map(|i| SeqRow {
+            slot: slots[i],
+            pos: if i == 1 { ctx as u32 - 1 } else { rng.below(ctx) as u32 },
+        })
+        .collect();
+    let pairs: Vec<u32> = rows.iter().flat_map(|r| [r.slot, r.pos]).collect();
+    let dev = p.up_u32(&pairs, &[b, 2]);
+    (rows, dev)
+}
+
+fn rows_on<'a>(host: &'a [SeqRow], dev: &'a Pt, s: Side) -> Rows<'a> {
+    Rows { host, dev: dev.on(s) }
+}
+
+/// The row ops (tests/device_rows.rs, same tolerances) on pools of several bindings: conv
+/// states of 12 KiB slots (two pieces), delta states of 256 KiB slots (four), KV pools of 10 KiB
+/// slots (three) and 46 KiB slots (four; attention's partial results in three batches of rows).
+#[test]
+fn row_ops_on_pools_in_pieces_match_cpu() {
+    for p in each() {
+        let mut rng = Rng::new(47);
+        let (c, k, n_slots, b) = (1024usize, 4usize, 80usize, 40usize);
+        assert!((n_slots * (k - 1) * c * 4) as u64 > LIMIT);
+        let (rows, rd) = pool_rows(&p, &mut rng, b, n_slots, 1000);
+        let w = p.up(&rng.normals(c * k, 0.5), &[c, k]);
+        let states = p.up(&rng.normals(n_slots * (k - 1) * c, 1.0), &[n_slots * (k - 1), c]);
+        let (x, out) = (p.up(&rng.normals(b * c, 1.0), &[b, c]), p.zeros(&[b, c]));
+        p.run("conv1d_silu_rows", |be, s| {
+            be.conv1d_silu_rows(x.on(s), w.on(s), states.on(s), rows_on(&rows, &rd, s), out.on(s))
+        });
+        p.check("conv rows out in pieces", &out, 1e-6, 1e-5);
+        p.check("conv rows states in pieces", &states, 0.0, 0.0);
+
+        let dims = GDN_REAL;
+        let (cd, hv, per_slot, n_slots, b) = (dims.conv_dim(), dims.hv, dims.hv * dims.dv, 7usize, 5usize);
+        assert!((n_slots * per_slot * dims.dk * 4) as u64 > 3 * LIMIT);
+        let (rows, rd) = pool_rows(&p, &mut rng, b, n_slots, 1000);
+        let mut uh = rng.normals(b * cd, 1.0);
+        for row in uh.chunks_exact_mut(cd) {
+            for head in row[..2 * dims.hk * dims.dk].chunks_exact_mut(dims.dk) {
+                let n = head.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+                head.iter_mut().for_each(|x| *x /= n);
+            }
+        }
+        let u = p.up(&uh, &[b, cd]);
+        let g: Vec<f32> = (0..b * hv).map(|_| -(rng.uniform() as f32) * 2.0).collect();
+        let beta: Vec<f32> = (0..b * hv).map(|_| rng.uniform() as f32).collect();
+        let (g, beta) = (p.up(&g, &[b, hv]), p.up(&beta, &[b, hv]));
+        let states = p.up(
+            &rng.normals(n_slots * per_slot * dims.dk, 0.5),
+            &[n_slots * per_slot, dims.dk],
+        );
+        let out = p.zeros(&[b, per_slot]);
+        p.run("delta_rule_rows", |be, s| {
+            let r = rows_on(&rows, &rd, s);
+            be.delta_rule_rows(u.on(s), g.on(s), beta.on(s), states.on(s), out.on(s), dims, r)
+        });
+        p.check("delta rows out in pieces", &out, 1e-5, 1e-4);
+        p.check("delta rows states in pieces", &states, 1e-5, 1e-4);
+
+        let (w, ctx, n_slots, b) = (64usize, 40usize, 120usize, 40usize);
+        assert!((n_slots * ctx * w * 4) as u64 > 2 * LIMIT);
+        let (rows, rd) = pool_rows(&p, &mut rng, b, n_slots, ctx);
+        let kp = p.up(&rng.normals(n_slots * ctx * w, 1.0), &[n_slots * ctx, w]);
+        let vp = p.up(&rng.normals(n_slots * ctx * w, 1.0), &[n_slots * ctx, w]);
+        let (k, v) = (
+            p.up(&rng.normals(b * w, 1.0), &[b, w]),
+            p.up(&rng.normals(b * w, 1.0), &[b, w]),
+        );
+        p.run("kv_store_rows", |be, s| {
+            be.kv_store_rows(k.on(s), v.on(s), kp.on(s), vp.on(s), ctx, rows_on(&rows, &rd, s))
+        });
+        p.check("k pool in pieces", &kp, 0.0, 0.0);
+        p.check("v pool in pieces", &vp, 0.0, 0.0);
+
+        let d = AttnDims {
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 64,
+        };
+        let (nq, nkv, ctx, n_slots, b) = (256usize, 128usize, 90usize, 40usize, 37usize);
+        assert!((n_slots * ctx * nkv * 4) as u64 > 3 * LIMIT);
+        let (rows, rd) = pool_rows(&p, &mut rng, b, n_slots, ctx);
+        let kp = p.up(&rng.normals(n_slots * ctx * nkv, 1.0), &[n_slots * ctx, nkv]);
+        let vp = p.up(&rng.normals(n_slots * ctx * nkv, 1.0), &[n_slots * ctx, nkv]);
+        let (q, out) = (p.up(&rng.normals(b * nq, 1.0), &[b, nq]), p.zeros(&[b, nq]));
+        p.run("attention_rows", |be, s| {
+            let r = rows_on(&rows, &rd, s);
+            be.attention_rows(q.on(s), kp.on(s), vp.on(s), ctx, r, d, 0.125, out.on(s))
+        });
+        p.check_tier("attention rows in pieces", &out, 5e-6, 1e-4);
+
+        // A slot larger than one binding cannot be bound in pieces: refused, naming the way out.
+        let (w, ctx, n_slots, b) = (256usize, 600usize, 2usize, 2usize);
+        assert!((ctx * w * 4) as u64 > LIMIT);
+        let (rows, rd) = pool_rows(&p, &mut rng, b, n_slots, ctx);
+        let kp = p.zeros(&[n_slots * ctx, w]);
+        let vp = p.zeros(&[n_slots * ctx, w]);
+        let (k, v) = (p.zeros(&[b, w]), p.zeros(&[b, w]));
+        let r = p
+            .dev
+            .kv_store_rows(&k.dev, &v.dev, &kp.dev, &vp.dev, ctx, rows_on(&rows, &rd, Side::Dev));
+        match r {
+            Err(e) => assert!(e.to_string().contains("shorter context"), "{}: {e}", p.name()),
+            Ok(()) => assert_ne!(p.name(), "wgpu", "wgpu bound a slot over its lowered binding limit"),
         }
     }
 }

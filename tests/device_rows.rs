@@ -1,25 +1,38 @@
 //! The ops of steps whose rows belong to different sequences (`backend::rows`) on every device
 //! backend against the CPU reference (which runs the one-sequence ops row by row), on random
-//! inputs: rows in shuffled slots of a larger pool, positions from 0 to thousands, B from 1 to 64.
+//! inputs: rows in shuffled slots of a larger pool, positions from 0 to thousands, B from 1 to 256
+//! (attention at 256 rows on its small shape only: the others' pools would take gigabytes).
 //! Slots no row names must come out untouched. Tolerances are those of the one-sequence ops
 //! (tests/device_ops.rs, tests/device_delta.rs): state copies bit-exact, sums of n terms ~1e-4.
 
 mod common;
 
-use common::device::{Both, Pt, GDN_ODD, GDN_REAL};
+use common::device::{Both, Pt, Side, GDN_ODD, GDN_REAL};
 use common::*;
-use rill::backend::{AttnDims, Rows, SeqRow};
+use rill::backend::{AttnDims, Rows, SeqRow, StepMode};
 
-const BS: [usize; 4] = [1, 3, 17, 64];
+const BS: [usize; 5] = [1, 3, 17, 64, 256];
 
 /// `b` rows in distinct random slots of `n_slots`, positions below `ctx`, and their device
 /// tensors on both sides.
 fn random_rows(p: &Both, rng: &mut Rng, b: usize, n_slots: usize, ctx: usize) -> (Vec<SeqRow>, Pt) {
+    let rows = host_rows(rng, b, n_slots, ctx);
+    let dev = p.up_u32(&pairs(&rows), &[b, 2]);
+    (rows, dev)
+}
+
+/// The `(slot, pos)` pairs of `rows`, as `Rows::dev` holds them.
+fn pairs(rows: &[SeqRow]) -> Vec<u32> {
+    rows.iter().flat_map(|r| [r.slot, r.pos]).collect()
+}
+
+/// `b` rows in distinct random slots of `n_slots`, positions below `ctx`.
+fn host_rows(rng: &mut Rng, b: usize, n_slots: usize, ctx: usize) -> Vec<SeqRow> {
     let mut slots: Vec<u32> = (0..n_slots as u32).collect();
     for i in (1..slots.len()).rev() {
         slots.swap(i, rng.below(i + 1));
     }
-    let rows: Vec<SeqRow> = (0..b)
+    (0..b)
         .map(|i| SeqRow {
             slot: slots[i],
             // Position 0, the last one, and random ones between.
@@ -29,13 +42,10 @@ fn random_rows(p: &Both, rng: &mut Rng, b: usize, n_slots: usize, ctx: usize) ->
                 _ => rng.below(ctx) as u32,
             },
         })
-        .collect();
-    let pairs: Vec<u32> = rows.iter().flat_map(|r| [r.slot, r.pos]).collect();
-    let dev = p.up_u32(&pairs, &[b, 2]);
-    (rows, dev)
+        .collect()
 }
 
-fn rows_on<'a>(host: &'a [SeqRow], dev: &'a Pt, s: common::device::Side) -> Rows<'a> {
+fn rows_on<'a>(host: &'a [SeqRow], dev: &'a Pt, s: Side) -> Rows<'a> {
     Rows { host, dev: dev.on(s) }
 }
 
@@ -182,7 +192,7 @@ fn attention_rows_match() {
             (dims(6, 2, 40), 45),
         ] {
             let (nq, nkv) = (d.n_head * d.head_dim, d.n_head_kv * d.head_dim);
-            for b in BS {
+            for b in BS.into_iter().filter(|&b| b <= 64 || ctx * nkv <= 4096) {
                 let n_slots = b + 1;
                 let (rows, rd) = random_rows(&p, &mut rng, b, n_slots, ctx);
                 let kp = p.up(&rng.normals(n_slots * ctx * nkv, 1.0), &[n_slots * ctx, nkv]);
@@ -206,6 +216,107 @@ fn attention_rows_match() {
                 p.check_tier(&format!("attention rows {d:?} ctx={ctx} b={b}"), &out, 5e-6, 1e-4);
             }
         }
+    }
+}
+
+/// A recorded step of the row ops stays right when its rows change: a backend that replays it
+/// must read every row's slot and position from `Rows::dev` (written before the step, as the
+/// executor does), never from the host values it was recorded with. Eight steps of conv, the
+/// delta rule, RoPE, the KV store and attention on the same pools, each with new rows.
+#[test]
+fn recorded_row_steps_follow_new_rows() {
+    const KEY: u64 = 0x00c0_ffee_0000_0001;
+    for p in Both::each() {
+        let mut rng = Rng::new(76);
+        let (b, n_slots, ctx, n_steps) = (5usize, 9usize, 50usize, 8);
+        let (gdn, conv_k) = (GDN_ODD, 4usize);
+        let (c, hv, per_slot) = (gdn.conv_dim(), gdn.hv, gdn.hv * gdn.dv);
+        let ad = AttnDims {
+            n_head: 4,
+            n_head_kv: 2,
+            head_dim: 32,
+        };
+        let (nq, nkv) = (ad.n_head * ad.head_dim, ad.n_head_kv * ad.head_dim);
+        let rd = p.zeros_u32(&[b, 2]);
+        let w = p.up(&rng.normals(c * conv_k, 0.5), &[c, conv_k]);
+        let conv = p.up(
+            &rng.normals(n_slots * (conv_k - 1) * c, 1.0),
+            &[n_slots * (conv_k - 1), c],
+        );
+        let x = p.up(&rng.normals(b * c, 1.0), &[b, c]);
+        let u = p.zeros(&[b, c]);
+        let g: Vec<f32> = (0..b * hv).map(|_| -(rng.uniform() as f32) * 2.0).collect();
+        let beta: Vec<f32> = (0..b * hv).map(|_| rng.uniform() as f32).collect();
+        let (g, beta) = (p.up(&g, &[b, hv]), p.up(&beta, &[b, hv]));
+        let delta = p.up(
+            &rng.normals(n_slots * per_slot * gdn.dk, 0.5),
+            &[n_slots * per_slot, gdn.dk],
+        );
+        let o = p.zeros(&[b, per_slot]);
+        let kp = p.up(&rng.normals(n_slots * ctx * nkv, 1.0), &[n_slots * ctx, nkv]);
+        let vp = p.up(&rng.normals(n_slots * ctx * nkv, 1.0), &[n_slots * ctx, nkv]);
+        let q = p.up(&rng.normals(b * nq, 1.0), &[b, nq]);
+        let (k, v) = (
+            p.up(&rng.normals(b * nkv, 1.0), &[b, nkv]),
+            p.up(&rng.normals(b * nkv, 1.0), &[b, nkv]),
+        );
+        let out = p.zeros(&[b, nq]);
+        let xr_host = rng.normals(b * nq, 1.0);
+        let xr = p.up(&xr_host, &[b, nq]);
+        let (recorded, replays) = (std::cell::Cell::new(false), std::cell::Cell::new(0usize));
+        for step in 0..n_steps {
+            let rows = host_rows(&mut rng, b, n_slots, ctx);
+            p.run("rows", |be, s| be.write_u32(rd.on(s), &pairs(&rows)));
+            p.run("recorded rows step", |be, s| {
+                let mode = be.step_begin(KEY)?;
+                if s == Side::Dev {
+                    recorded.set(recorded.get() || mode == StepMode::Record);
+                    replays.set(replays.get() + usize::from(mode == StepMode::Replayed));
+                }
+                let r = if mode == StepMode::Replayed {
+                    Ok(())
+                } else {
+                    let r = rows_on(&rows, &rd, s);
+                    be.conv1d_silu_rows(x.on(s), w.on(s), conv.on(s), r, u.on(s))
+                        .and_then(|()| be.delta_rule_rows(u.on(s), g.on(s), beta.on(s), delta.on(s), o.on(s), gdn, r))
+                        .and_then(|()| be.rope_neox_rows(xr.on(s), ad.head_dim, 16, 10_000.0, r))
+                        .and_then(|()| be.kv_store_rows(k.on(s), v.on(s), kp.on(s), vp.on(s), ctx, r))
+                        .and_then(|()| be.attention_rows(q.on(s), kp.on(s), vp.on(s), ctx, r, ad, 0.2, out.on(s)))
+                };
+                be.step_end(KEY, r.is_ok())?;
+                r
+            });
+            // The ops' own bounds (above); RoPE's (rope_rows_match) once per step so far, as it
+            // rotates in place.
+            let (got, want) = p.read(&xr);
+            for (r, (g, w)) in got.chunks_exact(nq).zip(want.chunks_exact(nq)).enumerate() {
+                let x0 = &xr_host[r * nq..(r + 1) * nq];
+                let norm = x0.iter().map(|v| v * v).sum::<f32>().sqrt();
+                let tol = (step + 1) as f32 * (2e-6 * norm + 4.0 * ctx as f32 * norm / (1u32 << 24) as f32);
+                for (a, e) in g.iter().zip(w) {
+                    assert!(
+                        (a - e).abs() <= tol,
+                        "{} replayed rope step {step} row {r}: {a} vs {e}",
+                        p.name()
+                    );
+                }
+            }
+            p.check(&format!("replayed conv step {step}"), &u, 1e-6, 1e-5);
+            p.check(&format!("replayed conv states step {step}"), &conv, 0.0, 0.0);
+            p.check(&format!("replayed delta step {step}"), &o, 1e-5, 1e-4);
+            p.check(&format!("replayed delta states step {step}"), &delta, 1e-5, 1e-4);
+            p.check(&format!("replayed k pool step {step}"), &kp, 0.0, 0.0);
+            p.check(&format!("replayed v pool step {step}"), &vp, 0.0, 0.0);
+            p.check_tier(&format!("replayed attention step {step}"), &out, 5e-6, 1e-4);
+        }
+        // Another test replacing a buffer the recording binds drops it (it is made again), but
+        // not before every step.
+        assert!(
+            !recorded.get() || replays.get() >= 1,
+            "{}: recorded, but none of {} steps replayed",
+            p.name(),
+            n_steps - 1
+        );
     }
 }
 

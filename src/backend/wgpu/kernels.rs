@@ -316,6 +316,12 @@ kernels! {
     DeltaChunkState,
     MoeSwigluSh,
     MoeDownSh,
+    ConvRows,
+    DeltaRows,
+    RopeRows,
+    KvStoreRows,
+    AttentionRowsSplit,
+    AttentionRowsCombine,
 }
 
 struct Spec {
@@ -365,6 +371,8 @@ const ATTEND: &str = wgsl!("lib_attention");
 const ATT_XQ: &str = wgsl!("lib_att_xq");
 const ATT_NOXQ: &str = wgsl!("lib_att_noxq");
 const ATT_MERGE: &str = wgsl!("lib_att_merge");
+const ATT_POS: &str = wgsl!("lib_att_pos");
+const ATT_ROWS: &str = wgsl!("lib_att_rows");
 const COOP2_TILES: &str = wgsl!("lib_coop2_tiles");
 const MM_IO: &str = wgsl!("lib_mm_io");
 const MV_IO: &str = wgsl!("lib_mv_io");
@@ -479,9 +487,11 @@ impl Kernel {
             }
             Kernel::AttnPrepQ => spec("attn_prep_q", wgsl!("attn_prep_q"), None, true).with(&[ROPE, PREP, PREP_Q]),
             Kernel::AttnPrepKv => spec("attn_prep_kv", wgsl!("attn_prep_kv"), None, true).with(&[ROPE, PREP, PREP_KV]),
-            Kernel::Attention => spec("attention", wgsl!("attention"), None, false).with(&[ATTEND]),
+            Kernel::Attention => spec("attention", wgsl!("attention"), None, false).with(&[ATT_POS, ATTEND]),
             Kernel::AttentionTiled => spec("attention_tiled", wgsl!("attention_tiled"), None, false),
-            Kernel::AttentionSplit => spec("attention_split", wgsl!("attention_split"), None, false).with(&[ATTEND]),
+            Kernel::AttentionSplit => {
+                spec("attention_split", wgsl!("attention_split"), None, false).with(&[ATT_POS, ATTEND])
+            }
             Kernel::AttentionCombine => {
                 spec("attention_combine", wgsl!("attention_combine"), None, false).with(&[ATT_MERGE])
             }
@@ -511,6 +521,24 @@ impl Kernel {
             Kernel::MoeDownSh => spec("moe_down_sh", wgsl!("moe_down_sh"), Two, false)
                 .mv()
                 .with(&[MOE_SH]),
+            // Steps of many sequences (ops/rows.rs).
+            Kernel::ConvRows => spec("conv1d_silu_rows", wgsl!("conv1d_silu_rows"), None, false),
+            Kernel::DeltaRows => {
+                spec("delta_rule_rows", wgsl!("delta_rule_rows"), None, false).with(if caps.subgroups {
+                    &[DELTA_ROWS_SG]
+                } else {
+                    &[DELTA_ROWS_PLAIN]
+                })
+            }
+            Kernel::RopeRows => spec("rope_neox_rows", wgsl!("rope_neox_rows"), None, false).with(&[ROPE]),
+            Kernel::KvStoreRows => spec("kv_store_rows", wgsl!("kv_store_rows"), None, false),
+            Kernel::AttentionRowsSplit => {
+                spec("attention_rows_split", wgsl!("attention_rows_split"), None, false).with(&[ATTEND, ATT_ROWS])
+            }
+            Kernel::AttentionRowsCombine => {
+                spec("attention_rows_combine", wgsl!("attention_rows_combine"), None, false)
+                    .with(&[ATT_MERGE, ATT_ROWS])
+            }
         }
     }
 
@@ -1021,6 +1049,24 @@ mod tests {
                 let module = check_registers(&what, k, None, &c);
                 let shared = workgroup_bytes(&module);
                 assert!(shared <= 16 << 10, "{what}: {shared} bytes of workgroup memory");
+            }
+        }
+    }
+
+    /// The row kernels of steps of many sequences keep their per-invocation data in registers
+    /// (conv1d_silu_rows reads its taps' inputs from the pool, not a private window), with and
+    /// without subgroups.
+    #[test]
+    fn row_kernels_keep_their_data_in_registers() {
+        for plain in [false, true] {
+            let c = exact_caps(plain);
+            for k in [
+                Kernel::ConvRows,
+                Kernel::DeltaRows,
+                Kernel::AttentionRowsSplit,
+                Kernel::AttentionRowsCombine,
+            ] {
+                check_registers(&format!("plain {plain} {k:?}"), k, None, &c);
             }
         }
     }

@@ -23,8 +23,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::backend::{
-    check, fusion, AttnDims, Backend, BackendOptions, DType, GdnDims, Pos, Precision, StepMode, Tensor, WeightData,
-    WeightUpload,
+    check, fusion, AttnDims, Backend, BackendOptions, DType, GdnDims, Pos, Precision, Rows, StepMode, Tensor,
+    WeightData, WeightUpload,
 };
 use crate::error::{Error, Result};
 use crate::gguf::GgmlType;
@@ -484,6 +484,48 @@ impl Backend for WgpuBackend {
         out: &Tensor,
     ) -> Result<()> {
         ops::attention(self, q, k_cache, v_cache, pos, dims, scale, out)
+    }
+    fn conv1d_silu_rows(&self, x: &Tensor, w: &Tensor, states: &Tensor, rows: Rows, out: &Tensor) -> Result<()> {
+        ops::conv1d_silu_rows(self, x, w, states, rows, out)
+    }
+    fn delta_rule_rows(
+        &self,
+        u: &Tensor,
+        g: &Tensor,
+        beta: &Tensor,
+        states: &Tensor,
+        out: &Tensor,
+        dims: GdnDims,
+        rows: Rows,
+    ) -> Result<()> {
+        ops::delta_rule_rows(self, u, g, beta, states, out, dims, rows)
+    }
+    fn rope_neox_rows(&self, x: &Tensor, head_dim: usize, n_rot: usize, theta: f32, rows: Rows) -> Result<()> {
+        ops::rope_neox_rows(self, x, head_dim, n_rot, theta, rows)
+    }
+    fn kv_store_rows(
+        &self,
+        k: &Tensor,
+        v: &Tensor,
+        k_pool: &Tensor,
+        v_pool: &Tensor,
+        ctx: usize,
+        rows: Rows,
+    ) -> Result<()> {
+        ops::kv_store_rows(self, k, v, k_pool, v_pool, ctx, rows)
+    }
+    fn attention_rows(
+        &self,
+        q: &Tensor,
+        k_pool: &Tensor,
+        v_pool: &Tensor,
+        ctx: usize,
+        rows: Rows,
+        dims: AttnDims,
+        scale: f32,
+        out: &Tensor,
+    ) -> Result<()> {
+        ops::attention_rows(self, q, k_pool, v_pool, ctx, rows, dims, scale, out)
     }
     fn moe_route(&self, logits: &Tensor, k: usize, scale: f32, ids: &Tensor, weights: &Tensor) -> Result<()> {
         ops::moe_route(self, logits, k, scale, ids, weights)

@@ -13,6 +13,7 @@ mod eltwise;
 mod linear;
 mod moe;
 mod norm;
+mod rows;
 
 pub(crate) use attention::{attention, attention_gated, attn_qk_prep, kv_store, rope_neox};
 pub(crate) use conv::{conv1d_causal_silu, conv1d_silu_l2qk, gdn_conv_gates};
@@ -21,6 +22,7 @@ pub(crate) use eltwise::{add_assign, argmax, gdn_gates, sigmoid_mul_assign, sigm
 pub(crate) use linear::{embed, matmul, matmul_group, matmul_swiglu};
 pub(crate) use moe::{moe_experts, moe_experts_shared, moe_route};
 pub(crate) use norm::{add_rms_norm, gated_rms_norm, l2_norm_qk, rms_norm};
+pub(crate) use rows::{attention_rows, conv1d_silu_rows, delta_rule_rows, kv_store_rows, rope_neox_rows};
 
 use super::buffer;
 use super::caps::Caps;
