@@ -397,8 +397,18 @@ pub struct RopeDims {
 
 pub fn rope_neox(x: &Tensor, head_dim: usize, n_rot: usize, theta: f32, p: Pos) -> Result<RopeDims> {
     let op = "rope_neox";
-    dtype(op, "x", x, DType::F32)?;
     pos(op, p)?;
+    let dims = rope_heads(op, x, head_dim, n_rot, theta)?;
+    if p.host.checked_add(dims.t).is_none() {
+        return Err(shape_err(op, format!("position {} overflows", p.host)));
+    }
+    no_alias(op, &[x], &[p.dev])?;
+    Ok(dims)
+}
+
+/// The rules of every RoPE op on `x` `[T, n_head * head_dim]` (`op` names which).
+pub fn rope_heads(op: &str, x: &Tensor, head_dim: usize, n_rot: usize, theta: f32) -> Result<RopeDims> {
+    dtype(op, "x", x, DType::F32)?;
     let (t, cols) = (x.rows(), x.cols());
     if head_dim == 0 || !cols.is_multiple_of(head_dim) || !n_rot.is_multiple_of(2) || n_rot > head_dim {
         return Err(shape_err(
@@ -412,10 +422,6 @@ pub fn rope_neox(x: &Tensor, head_dim: usize, n_rot: usize, theta: f32, p: Pos) 
     if !(theta.is_finite() && theta > 0.0) {
         return Err(shape_err(op, format!("theta {theta} must be finite and positive")));
     }
-    if p.host.checked_add(t).is_none() {
-        return Err(shape_err(op, format!("position {} overflows", p.host)));
-    }
-    no_alias(op, &[x], &[p.dev])?;
     Ok(RopeDims {
         t,
         n_head: cols / head_dim,

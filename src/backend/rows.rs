@@ -16,7 +16,7 @@
 
 use std::collections::HashSet;
 
-use super::check::{dtype, f32_in, f32s, no_alias, numel};
+use super::check::{self, dtype, f32_in, f32s, no_alias, numel};
 use super::{shape_err, AttnDims, Backend, DType, GdnDims, Pos, Tensor};
 use crate::error::Result;
 
@@ -133,20 +133,7 @@ pub fn check_delta_rule(
 /// `rope_neox_rows`.
 pub fn check_rope(x: &Tensor, head_dim: usize, n_rot: usize, theta: f32, r: Rows) -> Result<()> {
     let op = "rope_neox_rows";
-    dtype(op, "x", x, DType::F32)?;
-    let cols = x.cols();
-    if head_dim == 0 || !cols.is_multiple_of(head_dim) || !n_rot.is_multiple_of(2) || n_rot > head_dim {
-        return Err(shape_err(
-            op,
-            format!(
-                "x {:?}, head_dim {head_dim}, n_rot {n_rot}: need whole heads and even n_rot <= head_dim",
-                x.shape
-            ),
-        ));
-    }
-    if !(theta.is_finite() && theta > 0.0) {
-        return Err(shape_err(op, format!("theta {theta} must be finite and positive")));
-    }
+    check::rope_heads(op, x, head_dim, n_rot, theta)?;
     rows(op, r, x.rows(), usize::MAX, usize::MAX)?;
     no_alias(op, &[x], &[r.dev])
 }

@@ -390,6 +390,7 @@ const MOE_SH: &str = wgsl!("lib_moe_sh");
 const MOE_ROUTE: &str = wgsl!("lib_moe_route");
 const DELTA_ROWS_SG: &str = wgsl!("lib_delta_rows_sg");
 const DELTA_ROWS_PLAIN: &str = wgsl!("lib_delta_rows_plain");
+const DELTA_TOKEN: &str = wgsl!("lib_delta_token");
 
 /// The packed-dot norms' snippets: the norm, the planes' format, the second pass that writes
 /// them, the planes binding (`xq_binding`: 4 after rms_norm's bindings, 5 after the others'),
@@ -508,9 +509,9 @@ impl Kernel {
             .with(&[ATT_MERGE, DOT_PREP, ATT_XQ]),
             Kernel::DeltaRecurrent => {
                 spec("delta_rule_recurrent", wgsl!("delta_rule_recurrent"), None, false).with(if caps.subgroups {
-                    &[DELTA_ROWS_SG]
+                    &[DELTA_TOKEN, DELTA_ROWS_SG]
                 } else {
-                    &[DELTA_ROWS_PLAIN]
+                    &[DELTA_TOKEN, DELTA_ROWS_PLAIN]
                 })
             }
             Kernel::DeltaChunkPrep => spec("delta_rule_chunk_prep", wgsl!("delta_rule_chunk_prep"), None, false),
@@ -525,9 +526,9 @@ impl Kernel {
             Kernel::ConvRows => spec("conv1d_silu_rows", wgsl!("conv1d_silu_rows"), None, false),
             Kernel::DeltaRows => {
                 spec("delta_rule_rows", wgsl!("delta_rule_rows"), None, false).with(if caps.subgroups {
-                    &[DELTA_ROWS_SG]
+                    &[DELTA_TOKEN, DELTA_ROWS_SG]
                 } else {
-                    &[DELTA_ROWS_PLAIN]
+                    &[DELTA_TOKEN, DELTA_ROWS_PLAIN]
                 })
             }
             Kernel::RopeRows => spec("rope_neox_rows", wgsl!("rope_neox_rows"), None, false).with(&[ROPE]),
