@@ -29,14 +29,31 @@ pub(crate) fn rope_neox(
     pos: Pos,
 ) -> Result<()> {
     let op = "rope_neox";
-    let check::RopeDims { t: t_len, n_head: nh } = check::rope_neox(x, head_dim, n_rot, theta, pos)?;
+    let t_len = check::rope_neox(x, head_dim, n_rot, theta, pos)?.t;
     // Positions are converted to f32 in the shader: exact below 2^24.
     if pos.host + t_len > 1 << 24 {
         return Err(gpu_err(format!("{op}: position {} is out of range", pos.host + t_len)));
     }
-    let half = n_rot / 2;
+    rope_dispatch(be, Kernel::Rope, op, x, head_dim, n_rot, theta, pos.dev)
+}
+
+/// One dispatch of a RoPE kernel over every rotated pair of `x` (one invocation each), the
+/// positions read on the device from `at` (a `Pos`'s tensor or a step's rows), after the op's
+/// checks.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn rope_dispatch(
+    be: &WgpuBackend,
+    kernel: Kernel,
+    op: &str,
+    x: &Tensor,
+    head_dim: usize,
+    n_rot: usize,
+    theta: f32,
+    at: &Tensor,
+) -> Result<()> {
+    let (half, nh) = (n_rot / 2, x.cols() / head_dim);
     u32_of(op, "elements", x.numel())?;
-    let n = (t_len * nh * half) as u32;
+    let n = u32_of(op, "pairs", x.rows() * nh * half)?;
     if n == 0 {
         return Ok(());
     }
@@ -51,7 +68,7 @@ pub(crate) fn rope_neox(
     ];
     let mut enc = be.encoder()?;
     let [gx, gy] = enc.grid(n.div_ceil(ELT_WG));
-    enc.run(Kernel::Rope, None, &params, &[pos.dev.into(), x.into()], [gx, gy, 1])
+    enc.run(kernel, None, &params, &[at.into(), x.into()], [gx, gy, 1])
 }
 
 /// `k_cache[pos + t] = k[t]`, `v_cache[pos + t] = v[t]` in one dispatch.

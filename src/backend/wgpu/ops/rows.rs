@@ -137,24 +137,7 @@ pub(crate) fn rope_neox_rows(
     if let Some(row) = r.host.iter().find(|row| row.pos >= 1 << 24) {
         return Err(gpu_err(format!("{op}: position {} is out of range", row.pos)));
     }
-    let (half, nh) = (n_rot / 2, x.cols() / head_dim);
-    u32_of(op, "elements", x.numel())?;
-    let n = u32_of(op, "pairs", x.rows() * nh * half)?;
-    if n == 0 {
-        return Ok(());
-    }
-    let log2_theta = (theta as f64).log2() as f32;
-    let params = [
-        n,
-        x.cols() as u32,
-        head_dim as u32,
-        half as u32,
-        nh as u32,
-        log2_theta.to_bits(),
-    ];
-    let mut enc = be.encoder()?;
-    let [gx, gy] = enc.grid(n.div_ceil(ELT_WG));
-    enc.run(Kernel::RopeRows, None, &params, &[r.dev.into(), x.into()], [gx, gy, 1])
+    super::attention::rope_dispatch(be, Kernel::RopeRows, op, x, head_dim, n_rot, theta, r.dev)
 }
 
 /// k, v `[B, W]` into the pools `[S * ctx, W]` at each row's slot and position.
