@@ -142,7 +142,7 @@ pub fn check_rope(x: &Tensor, head_dim: usize, n_rot: usize, theta: f32, r: Rows
 pub fn check_kv_store(k: &Tensor, v: &Tensor, k_pool: &Tensor, v_pool: &Tensor, ctx: usize, r: Rows) -> Result<()> {
     let op = "kv_store_rows";
     f32s(op, &[("k", k), ("v", v), ("k_pool", k_pool), ("v_pool", v_pool)])?;
-    pools(op, k, k_pool, v_pool, ctx)?;
+    pools(op, k.cols(), k_pool, v_pool, ctx)?;
     if v.shape != k.shape {
         return Err(shape_err(op, format!("k {:?} and v {:?} differ", k.shape, v.shape)));
     }
@@ -150,9 +150,8 @@ pub fn check_kv_store(k: &Tensor, v: &Tensor, k_pool: &Tensor, v_pool: &Tensor, 
     no_alias(op, &[k_pool, v_pool], &[k, v, r.dev])
 }
 
-/// Pools `[S * ctx, W]` of the width of `x`'s KV heads.
-fn pools(op: &str, kv: &Tensor, k_pool: &Tensor, v_pool: &Tensor, ctx: usize) -> Result<()> {
-    let w = kv.cols();
+/// Pools `[S * ctx, w]`: whole slots of `ctx` rows.
+fn pools(op: &str, w: usize, k_pool: &Tensor, v_pool: &Tensor, ctx: usize) -> Result<()> {
     let ok = |p: &Tensor| p.shape.len() == 2 && p.cols() == w && ctx > 0 && p.rows().is_multiple_of(ctx);
     if !ok(k_pool) || !ok(v_pool) || k_pool.shape != v_pool.shape {
         return Err(shape_err(
@@ -187,11 +186,7 @@ pub fn check_attention(
     if nh == 0 || nkv == 0 || d == 0 || !nh.is_multiple_of(nkv) || q.cols() != nh * d {
         return Err(shape_err(op, format!("q {:?} with {dims:?}", q.shape)));
     }
-    let probe = Tensor {
-        shape: vec![1, nkv * d],
-        ..q.clone()
-    };
-    pools(op, &probe, k_pool, v_pool, ctx)?;
+    pools(op, nkv * d, k_pool, v_pool, ctx)?;
     numel(op, "out", out, q.rows() * nh * d)?;
     rows(op, r, q.rows(), k_pool.rows() / ctx, ctx)?;
     no_alias(op, &[out], &[q, k_pool, v_pool, r.dev])
@@ -243,10 +238,7 @@ pub fn delta_rule<B: Backend + ?Sized>(
     check_delta_rule(u, g, beta, states, out, dims, r)?;
     let n = dims.hv * dims.dv;
     let flat = be.alloc(DType::F32, &[n, dims.dk])?;
-    let state = Tensor {
-        shape: vec![dims.hv, dims.dv, dims.dk],
-        ..flat.clone()
-    };
+    let state = flat.reshaped(&[dims.hv, dims.dv, dims.dk])?;
     let o = be.alloc(DType::F32, &[1, n])?;
     let (g2, b2) = (g.reshaped(&[u.rows(), dims.hv])?, beta.reshaped(&[u.rows(), dims.hv])?);
     let out2 = out.reshaped(&[u.rows(), n])?;
