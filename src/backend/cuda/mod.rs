@@ -457,6 +457,10 @@ impl Backend for CudaBackend {
     ) -> Result<()> {
         ops::attention::attention(&self.inner, q, k_cache, v_cache, pos, dims, scale, out)
     }
+    fn records_rows(&self, b: usize) -> bool {
+        // The row ops (ops/rows.rs) read the rows on the device; the products decide.
+        self.inner.policy.record_rows(b)
+    }
     fn conv1d_silu_rows(&self, x: &Tensor, w: &Tensor, states: &Tensor, rows: Rows, out: &Tensor) -> Result<()> {
         ops::rows::conv1d_silu(&self.inner, x, w, states, rows, out)
     }
