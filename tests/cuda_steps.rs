@@ -60,6 +60,48 @@ mod with_cuda {
         }
     }
 
+    /// Steps of many sequences (`Model::decode_rows`) are recorded once per pool, scratch, batch
+    /// size and head, and replayed with new rows (other slots, other positions, joins) bit for
+    /// bit as the same ops run one by one.
+    #[test]
+    fn replayed_steps_of_rows_equal_plain_runs_bit_for_bit() {
+        let (Some(rec), Some(plain)) = (backend(true, true), backend(false, false)) else {
+            return;
+        };
+        let run_rows = |be: &Arc<CudaBackend>| {
+            let m = model(be, "tiny-dense.Q4_K_M.gguf");
+            let mut pool = m.new_pool(6, 48).expect("pool");
+            let mut logits = Vec::new();
+            // Rows change every step: which slots, in which order, at which positions; slot 4
+            // joins empty at step 3 (position 0 beside longer rows).
+            let feeds: [&[(usize, u32)]; 6] = [
+                &[(0, 1), (2, 5), (5, 9)],
+                &[(2, 7), (0, 3), (5, 2)],
+                &[(5, 4), (2, 8), (0, 6)],
+                &[(4, 11), (0, 12), (2, 13)],
+                &[(0, 2), (4, 3), (5, 4)],
+                &[(1, 5), (4, 6), (2, 7)],
+            ];
+            for feed in feeds {
+                logits.push(m.decode_rows(&mut pool, feed).expect("rows step"));
+            }
+            logits
+        };
+        let want = run_rows(&plain);
+        let before = rec.graph_stats();
+        let got = run_rows(&rec);
+        let after = rec.graph_stats();
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                g == w,
+                "step {k} of rows differs between graph replay and plain launches"
+            );
+        }
+        assert_eq!(after.recorded - before.recorded, 1, "{after:?}");
+        assert_eq!(after.replayed - before.replayed, 5, "{after:?}");
+        assert_eq!(plain.graph_stats().recorded, 0);
+    }
+
     #[test]
     fn graphs_go_with_their_session() {
         let Some(be) = backend(true, true) else { return };

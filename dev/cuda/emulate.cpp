@@ -21,6 +21,7 @@
 #include "matvec_sh.cu"
 #include "moe.cu"
 #include "norm.cu"
+#include "rows.cu"
 
 static int failures = 0, checks = 0;
 
@@ -1328,6 +1329,395 @@ static void test_gdn_step() {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// rows.cu: the ops of a step whose rows belong to different sequences (src/backend/rows.rs), with
+// the launch geometry of src/backend/cuda/ops/rows.rs. Each row names a slot of a pool with more
+// slots than rows (shuffled: a kernel that took row b's slot for slot b fails) and a position;
+// the references are written per row against the pools' layouts in double. The slots no row
+// names must come back bit for bit, and outputs start as NaN so that a row left unwritten shows.
+
+// B rows over a pool of n_slots (> B): distinct slots in shuffled order, the last among them;
+// positions `first` (cut to B), then random ones below `below`.
+static std::vector<uint32_t> make_rows(int B, int n_slots, uint32_t below, std::vector<uint32_t> first) {
+    std::vector<uint32_t> perm(n_slots);
+    for (int s = 0; s < n_slots; ++s) perm[s] = (uint32_t)s;
+    for (int s = n_slots - 1; s > 0; --s) std::swap(perm[s], perm[rnd() % (uint64_t)(s + 1)]);
+    // The pool's last slot is always some row's (its end is the pool's end).
+    const int last = (int)(std::find(perm.begin(), perm.end(), (uint32_t)(n_slots - 1)) - perm.begin());
+    if (last >= B) std::swap(perm[last], perm[rnd() % (uint64_t)B]);
+    std::vector<uint32_t> rv(2 * (size_t)B);
+    for (int b = 0; b < B; ++b) {
+        rv[2 * b] = perm[b];
+        rv[2 * b + 1] = b < (int)first.size() ? first[b] : (uint32_t)(rnd() % below);
+    }
+    return rv;
+}
+
+static std::vector<bool> used_slots(const std::vector<uint32_t>& rv, int n_slots) {
+    std::vector<bool> used(n_slots, false);
+    for (size_t b = 0; b < rv.size() / 2; ++b) used[rv[2 * b]] = true;
+    return used;
+}
+
+// The pool's slots that no row names, bit for bit as they were.
+static void expect_untouched(const std::string& what, const Buf& pool, const std::vector<float>& orig,
+                             size_t slot_floats, const std::vector<bool>& used) {
+    checks++;
+    for (size_t s = 0; s < used.size(); ++s)
+        if (!used[s] && memcmp(pool.p + s * slot_floats * 4, orig.data() + s * slot_floats, slot_floats * 4)) {
+            failures++;
+            printf("FAIL %s: slot %zu, named by no row, changed\n", what.c_str(), s);
+            return;
+        }
+}
+
+// The rows' slots of a pool (in row order), as floats from the device and as the reference.
+static void expect_slots(const std::string& what, const Buf& pool, const std::vector<double>& want, size_t slot_floats,
+                         const std::vector<uint32_t>& rv, double atol, double rtol) {
+    const float* p = reinterpret_cast<const float*>(pool.p);
+    std::vector<float> g;
+    std::vector<double> w;
+    for (size_t b = 0; b < rv.size() / 2; ++b) {
+        const size_t at = rv[2 * b] * slot_floats;
+        g.insert(g.end(), p + at, p + at + slot_floats);
+        w.insert(w.end(), want.begin() + at, want.begin() + at + slot_floats);
+    }
+    expect(what, g, w, atol, rtol);
+}
+
+static std::string rows_tag(int B, int n_slots) {
+    return " B " + std::to_string(B) + " slots " + std::to_string(n_slots);
+}
+
+// Conv1d + SiLU of each row's token on its slot's state [K-1, C] (the tolerances of test_conv).
+static void test_rows_conv(int C, int K, int B, int n_slots) {
+    const auto rv = make_rows(B, n_slots, 1, {});
+    const auto used = used_slots(rv, n_slots);
+    const size_t sf = (size_t)(K - 1) * C;
+    auto x = normals((size_t)B * C), w = normals((size_t)C * K, 0.5f), st = normals(n_slots * sf);
+    std::vector<double> out((size_t)B * C), state(st.begin(), st.end());
+    for (int b = 0; b < B; ++b) {
+        double* s = &state[rv[2 * b] * sf];
+        for (int c = 0; c < C; ++c) {
+            double y = 0;
+            for (int j = 0; j < K - 1; ++j) y += (double)w[(size_t)c * K + j] * s[(size_t)j * C + c];
+            y += (double)w[(size_t)c * K + K - 1] * x[(size_t)b * C + c];
+            out[(size_t)b * C + c] = silu(y);
+            for (int j = 0; j < K - 2; ++j) s[(size_t)j * C + c] = s[(size_t)(j + 1) * C + c];
+            s[(size_t)(K - 2) * C + c] = x[(size_t)b * C + c];
+        }
+    }
+    Buf X = Buf::of(x), W = Buf::of(w), S = Buf::of(st), O(4 * (size_t)B * C), R = Buf::of(rv);
+    memset(O.p, 0xFF, O.n);
+    Args a = args();
+    a.p[0] = X.addr();
+    a.p[1] = W.addr();
+    a.p[2] = S.addr();
+    a.p[3] = O.addr();
+    a.p[4] = R.addr();
+    a.n[0] = C;
+    a.n[1] = K;
+    emu_launch(rows_conv1d_silu, Dim3{(unsigned)((C + 255) / 256), (unsigned)B, 1}, 256, 0, a);
+    const std::string what = " C " + std::to_string(C) + " K " + std::to_string(K) + rows_tag(B, n_slots);
+    expect("rows_conv1d_silu out" + what, O.get<float>((size_t)B * C), out, 1e-6, 1e-5);
+    expect_slots("rows_conv1d_silu state" + what, S, state, sf, rv, 0, 0);
+    expect_untouched("rows_conv1d_silu state" + what, S, st, sf, used);
+}
+
+// The variant ops/rows.rs `delta_rule` launches for dk, and which ones ran.
+static bool rows_delta_ran[3];
+static void test_rows_delta(int hk, int hv, int dk, int dv, int B, int n_slots) {
+    const int kd = hk * dk, cd = 2 * kd + hv * dv;
+    const size_t sf = (size_t)hv * dv * dk;
+    const auto rv = make_rows(B, n_slots, 1, {});
+    const auto used = used_slots(rv, n_slots);
+    // q and k L2-normed (q also by 1/sqrt(dk)) as the conv kernel leaves them: test_delta's data.
+    std::vector<float> u = normals((size_t)B * cd), g((size_t)B * hv), be((size_t)B * hv), m0 = normals(n_slots * sf, 0.3f);
+    for (int b = 0; b < B; ++b)
+        for (int h = 0; h < 2 * hk; ++h) {
+            float* v = &u[(size_t)b * cd + h * dk];
+            double n = 0;
+            for (int i = 0; i < dk; ++i) n += (double)v[i] * v[i];
+            for (int i = 0; i < dk; ++i) v[i] = (float)(v[i] / std::sqrt(n) / (h < hk ? std::sqrt((double)dk) : 1.0));
+        }
+    for (auto& v : g) v = -std::fabs(nrand());
+    for (auto& v : be) v = (float)(1 / (1 + std::exp(-nrand())));
+    std::vector<double> M(m0.begin(), m0.end()), o((size_t)B * hv * dv);
+    for (int b = 0; b < B; ++b)
+        for (int j = 0; j < hv; ++j) {
+            const float* q = &u[(size_t)b * cd + (j % hk) * dk];
+            const float* k = &u[(size_t)b * cd + kd + (j % hk) * dk];
+            const double decay = std::exp((double)g[(size_t)b * hv + j]), bt = be[(size_t)b * hv + j];
+            for (int c = 0; c < dv; ++c) {
+                double* row = &M[rv[2 * b] * sf + ((size_t)j * dv + c) * dk];
+                double kv = 0;
+                for (int i = 0; i < dk; ++i) kv += row[i] * k[i];
+                const double delta = bt * (u[(size_t)b * cd + 2 * kd + j * dv + c] - decay * kv);
+                double oo = 0;
+                for (int i = 0; i < dk; ++i) {
+                    row[i] = decay * row[i] + delta * k[i];
+                    oo += row[i] * q[i];
+                }
+                o[(size_t)b * hv * dv + j * dv + c] = oo;
+            }
+        }
+    Buf U = Buf::of(u), G = Buf::of(g), BE = Buf::of(be), S = Buf::of(m0), O(4 * (size_t)B * hv * dv), R = Buf::of(rv);
+    memset(O.p, 0xFF, O.n);
+    Args a = args();
+    a.p[0] = U.addr();
+    a.p[1] = G.addr();
+    a.p[2] = BE.addr();
+    a.p[3] = S.addr();
+    a.p[4] = O.addr();
+    a.p[5] = R.addr();
+    a.n[1] = hk;
+    a.n[2] = hv;
+    a.n[3] = dk;
+    a.n[4] = dv;
+    const int v = dk <= 128 ? 0 : dk <= 256 ? 1 : 2;
+    rows_delta_ran[v] = true;
+    void (*kernel)(const Args) = v == 0 ? rows_delta_rule_4 : v == 1 ? rows_delta_rule_8 : rows_delta_rule_16;
+    emu_launch(kernel, Dim3{(unsigned)hv, (unsigned)((dv + 3) / 4), (unsigned)B}, 128, 0, a);
+    const std::string what = std::string(v == 0 ? "_4" : v == 1 ? "_8" : "_16") + " hk " + std::to_string(hk) + " hv " +
+                             std::to_string(hv) + " dk " + std::to_string(dk) + " dv " + std::to_string(dv) + rows_tag(B, n_slots);
+    expect("rows_delta_rule" + what + " out", O.get<float>(o.size()), o, 1e-5, 1e-4);
+    expect_slots("rows_delta_rule" + what + " state", S, M, sf, rv, 1e-5, 1e-4);
+    expect_untouched("rows_delta_rule" + what + " state", S, m0, sf, used);
+}
+
+// RoPE of each row's heads at its own position (the tolerances of test_attention's rope).
+static void test_rows_rope(int nh, int D, int n_rot, int B, uint32_t ctx) {
+    const auto rv = make_rows(B, B + 1, ctx, {ctx - 1, 0});
+    const float theta = 1e7f;
+    auto x = normals((size_t)B * nh * D);
+    std::vector<double> want(x.begin(), x.end());
+    for (int b = 0; b < B; ++b)
+        for (int h = 0; h < nh; ++h)
+            for (int i = 0; i < n_rot / 2; ++i) {
+                const double an = rv[2 * b + 1] * std::pow((double)theta, -2.0 * i / n_rot);
+                const float c = (float)std::cos(an), s = (float)std::sin(an);
+                double& a0 = want[((size_t)b * nh + h) * D + i];
+                double& a1 = want[((size_t)b * nh + h) * D + i + n_rot / 2];
+                const double x0 = a0, x1 = a1;
+                a0 = x0 * c - x1 * s;
+                a1 = x0 * s + x1 * c;
+            }
+    Buf X = Buf::of(x), R = Buf::of(rv);
+    Args a = args();
+    a.p[0] = X.addr();
+    a.p[1] = R.addr();
+    a.n[0] = nh;
+    a.n[1] = D;
+    a.n[2] = n_rot;
+    a.f[0] = theta;
+    // ops/rows.rs launches nothing without a pair to rotate.
+    if (n_rot >= 2)
+        emu_launch(rows_rope_neox, Dim3{(unsigned)nh, (unsigned)B, 1}, std::clamp((n_rot / 2 + 31) / 32 * 32, 32, 256), 0, a);
+    expect("rows_rope_neox heads " + std::to_string(nh) + " D " + std::to_string(D) + " n_rot " + std::to_string(n_rot) +
+               " B " + std::to_string(B) + " ctx " + std::to_string(ctx),
+           X.get<float>(x.size()), want, 1e-5, 1e-5);
+}
+
+// k and v of each row into its slot's row pos of pools [S*ctx, W]: whole pools, bit for bit.
+static void test_rows_kv_store(int W, int ctx, int B, int n_slots) {
+    const auto rv = make_rows(B, n_slots, ctx, {(uint32_t)ctx - 1, 0});
+    auto k = normals((size_t)B * W), v = normals((size_t)B * W);
+    auto kp = normals((size_t)n_slots * ctx * W), vp = normals((size_t)n_slots * ctx * W);
+    Buf K = Buf::of(k), V = Buf::of(v), KP = Buf::of(kp), VP = Buf::of(vp), R = Buf::of(rv);
+    for (int b = 0; b < B; ++b)
+        for (int i = 0; i < W; ++i) {
+            const size_t at = ((size_t)rv[2 * b] * ctx + rv[2 * b + 1]) * W + i;
+            kp[at] = k[(size_t)b * W + i];
+            vp[at] = v[(size_t)b * W + i];
+        }
+    Args a = args();
+    a.p[0] = K.addr();
+    a.p[1] = V.addr();
+    a.p[2] = KP.addr();
+    a.p[3] = VP.addr();
+    a.p[4] = R.addr();
+    a.n[0] = W;
+    a.n[1] = ctx;
+    emu_launch(rows_kv_store, Dim3{(unsigned)((W + 255) / 256), (unsigned)B, 1}, 256, 0, a);
+    checks++;
+    if (memcmp(KP.p, kp.data(), 4 * kp.size()) || memcmp(VP.p, vp.data(), 4 * vp.size())) {
+        failures++;
+        printf("FAIL rows_kv_store W %d ctx %d%s: pools differ\n", W, ctx, rows_tag(B, n_slots).c_str());
+    }
+}
+
+// ops/rows.rs `attn_kernel`: heads per block (dividing the GQA group, HB * DL <= 32) and dims per
+// lane; and which of the variants ran.
+struct RowsAttnKernel {
+    void (*k)(const Args);
+    const char* name;
+    int hb, dl;
+};
+static const RowsAttnKernel rows_attn_kernels[] = {
+    {rows_attn_1_2, "rows_attn_1_2", 1, 2},   {rows_attn_1_4, "rows_attn_1_4", 1, 4},
+    {rows_attn_1_8, "rows_attn_1_8", 1, 8},   {rows_attn_1_16, "rows_attn_1_16", 1, 16},
+    {rows_attn_2_2, "rows_attn_2_2", 2, 2},   {rows_attn_2_4, "rows_attn_2_4", 2, 4},
+    {rows_attn_2_8, "rows_attn_2_8", 2, 8},   {rows_attn_2_16, "rows_attn_2_16", 2, 16},
+    {rows_attn_4_2, "rows_attn_4_2", 4, 2},   {rows_attn_4_4, "rows_attn_4_4", 4, 4},
+    {rows_attn_4_8, "rows_attn_4_8", 4, 8},
+};
+static bool rows_attn_ran[std::size(rows_attn_kernels)];
+static int rows_attn_pick(int H, int Hkv, int D) {
+    const int dl = D <= 64 ? 2 : D <= 128 ? 4 : D <= 256 ? 8 : 16;
+    const int group = H / std::max(Hkv, 1);
+    int hb = 1;
+    for (int c : {4, 2, 1})
+        if (group % c == 0 && c * dl <= 32) {
+            hb = c;
+            break;
+        }
+    for (size_t i = 0; i < std::size(rows_attn_kernels); ++i)
+        if (rows_attn_kernels[i].hb == hb && rows_attn_kernels[i].dl == dl) return (int)i;
+    abort();
+}
+
+// ops/rows.rs `attn_splits`: from the SM count, the blocks of one split and the context.
+static int rows_attn_splits(int sms, int blocks_per_split, int ctx) {
+    const int want = std::max((8 * sms + std::max(blocks_per_split, 1) - 1) / std::max(blocks_per_split, 1), (ctx + 1023) / 1024);
+    return std::clamp(std::min(want, (ctx + 63) / 64), 1, 64);
+}
+
+// Each row's query against its slot's keys 0..pos (flash-decoding in splits of a fixed chunk of
+// the context, then the combine pass), rows of very different lengths: the whole context, one
+// key, a chunk's worth and one more, then random lengths up to `below` (the emulation's time
+// grows with the keys read). Pool rows no query may read (past a row's length, slots of no row)
+// are NaN, and so is the partials' workspace, so that reading one shows.
+static void test_rows_attention(int H, int Hkv, int D, int ctx, int B, int n_slots, int sms, int below = 0,
+                                std::vector<uint32_t> first = {}) {
+    const int ki = rows_attn_pick(H, Hkv, D);
+    const RowsAttnKernel& kern = rows_attn_kernels[ki];
+    rows_attn_ran[ki] = true;
+    const int S = rows_attn_splits(sms, B * (H / kern.hb), ctx), chunk = (ctx + S - 1) / S;
+    if (first.empty()) first = {(uint32_t)ctx - 1, 0, (uint32_t)chunk - 1, (uint32_t)std::min(chunk, ctx - 1)};
+    const auto rv = make_rows(B, n_slots, below > 0 ? below : ctx, first);
+    const int W = Hkv * D;
+    auto q = normals((size_t)B * H * D);
+    std::vector<float> kp((size_t)n_slots * ctx * W, NAN), vp((size_t)n_slots * ctx * W, NAN);
+    for (int b = 0; b < B; ++b)
+        for (size_t i = 0; i < (size_t)(rv[2 * b + 1] + 1) * W; ++i) {
+            kp[(size_t)rv[2 * b] * ctx * W + i] = nrand();
+            vp[(size_t)rv[2 * b] * ctx * W + i] = nrand();
+        }
+    const double scale = 1 / std::sqrt((double)D);
+    std::vector<double> want((size_t)B * H * D, 0.0);
+    for (int b = 0; b < B; ++b)
+        for (int h = 0; h < H; ++h) {
+            const int n = (int)rv[2 * b + 1] + 1, kvh = h / (H / Hkv);
+            const float* kb = &kp[(size_t)rv[2 * b] * ctx * W + kvh * D];
+            const float* vb = &vp[(size_t)rv[2 * b] * ctx * W + kvh * D];
+            const float* qh = &q[((size_t)b * H + h) * D];
+            std::vector<double> sc(n);
+            double mx = -INFINITY, sum = 0;
+            for (int j = 0; j < n; ++j) {
+                double d = 0;
+                for (int i = 0; i < D; ++i) d += (double)qh[i] * kb[(size_t)j * W + i];
+                mx = std::max(mx, sc[j] = d * scale);
+            }
+            for (int j = 0; j < n; ++j) sum += (sc[j] = std::exp(sc[j] - mx));
+            for (int j = 0; j < n; ++j)
+                for (int i = 0; i < D; ++i) want[((size_t)b * H + h) * D + i] += sc[j] / sum * vb[(size_t)j * W + i];
+        }
+    Buf Q = Buf::of(q), KP = Buf::of(kp), VP = Buf::of(vp), O(4 * want.size()), R = Buf::of(rv);
+    Buf Part(4 * (size_t)B * H * S * (D + 2));
+    memset(O.p, 0xFF, O.n);
+    memset(Part.p, 0xFF, Part.n);
+    Args a = args();
+    a.p[0] = Q.addr();
+    a.p[1] = KP.addr();
+    a.p[2] = VP.addr();
+    a.p[3] = O.addr();
+    a.p[4] = R.addr();
+    a.p[5] = S > 1 ? Part.addr() : 0;
+    a.n[0] = H;
+    a.n[1] = Hkv;
+    a.n[2] = D;
+    a.n[3] = S;
+    a.n[4] = ctx;
+    a.n[5] = chunk;
+    a.f[0] = (float)scale;
+    emu_launch(kern.k, Dim3{(unsigned)(H / kern.hb), (unsigned)B, (unsigned)S}, 128, 0, a);
+    if (S > 1) {
+        Args c = args();
+        c.p[0] = Part.addr();
+        c.p[1] = O.addr();
+        c.p[2] = R.addr();
+        c.n[0] = H;
+        c.n[1] = D;
+        c.n[2] = S;
+        c.n[3] = ctx;
+        c.n[4] = chunk;
+        emu_launch(rows_attn_combine, Dim3{(unsigned)H, (unsigned)B, 1}, 128, 0, c);
+    }
+    std::string lens;
+    for (int b = 0; b < std::min(B, 6); ++b) lens += (b ? "," : "") + std::to_string(rv[2 * b + 1] + 1);
+    expect(std::string(kern.name) + (S > 1 ? " + combine" : "") + " h " + std::to_string(H) + "/" + std::to_string(Hkv) +
+               " D " + std::to_string(D) + " ctx " + std::to_string(ctx) + " S " + std::to_string(S) + " chunk " +
+               std::to_string(chunk) + rows_tag(B, n_slots) + " lengths " + lens + (B > 6 ? ",..." : ""),
+           O.get<float>(want.size()), want, 5e-6, 1e-4);
+}
+
+static void test_rows() {
+    // Qwen3.5-9B (src/synth/shapes.rs): GDN hk 16, hv 32, dk = dv = 128 (conv_dim 8192, K 4);
+    // attention 16 / 4 heads of 256, n_rot 64, ctx 262144. An H100's / H200's 132 SMs. The
+    // emulation costs a context switch per thread per shuffle, so the 9B shapes run with few rows
+    // (B 17 on the small shapes) and short contexts.
+    const int sms = 132;
+    for (int B : {1, 3, 17}) {
+        if (B < 17) test_rows_conv(8192, 4, B, B + 2);
+        test_rows_conv(37, 4, B, 2 * B + 1);
+        test_rows_conv(300, 2, B, B + 3);  // K 2: the state is one row, nothing shifts
+        test_rows_conv(5, 5, B, B + 1);
+        test_rows_rope(16, 256, 64, B, 262144);
+        test_rows_rope(4, 256, 64, B, 262144);
+        test_rows_rope(3, 37, 36, B, 1000);
+        test_rows_rope(2, 600, 600, B, 70000);  // 300 pairs: 256 threads, two passes
+        test_rows_rope(2, 10, 0, B, 50);        // nothing rotated: no launch, x unchanged
+        test_rows_kv_store(4 * 256, 9, B, B + 2);
+        test_rows_kv_store(37, 5, B, 2 * B + 1);
+        test_rows_kv_store(300, 1, B, B + 1);  // ctx 1: every row at position 0
+        test_rows_delta(2, 6, 37, 9, B, B + 2);  // dv not a multiple of a block's 4 rows
+        test_rows_delta(1, 2, 200, 9, B, B + 1);
+        test_rows_delta(2, 2, 300, 5, B, B + 1);
+    }
+    test_rows_delta(16, 32, 128, 128, 1, 3);
+    // Attention: 9B's heads (rows_attn_4_8) split by the context, and unsplit (ctx <= 64).
+    test_rows_attention(16, 4, 256, 300, 1, 3, sms);
+    test_rows_attention(16, 4, 256, 300, 3, 5, sms);
+    test_rows_attention(16, 4, 256, 130, 17, 19, sms, 50);
+    test_rows_attention(16, 4, 256, 50, 3, 4, sms, 0, {49, 0, 17});
+    test_rows_attention(16, 4, 256, 64, 1, 2, sms, 0, {0});
+    // The 64-split cap (chunk 65: the last split of a full row holds 5 keys).
+    test_rows_attention(1, 1, 33, 4100, 1, 2, sms);
+    // Every other variant, odd sizes (D not a multiple of 32), with and without splits.
+    test_rows_attention(3, 1, 40, 200, 3, 4, sms);        // 1_2
+    test_rows_attention(4, 2, 64, 130, 17, 18, sms, 40);  // 2_2
+    test_rows_attention(8, 2, 33, 50, 3, 5, sms);         // 4_2
+    test_rows_attention(5, 5, 100, 150, 3, 4, sms);       // 1_4
+    test_rows_attention(4, 2, 128, 90, 1, 2, sms);        // 2_4
+    test_rows_attention(8, 1, 65, 300, 3, 6, sms);        // 4_4
+    test_rows_attention(3, 3, 200, 129, 3, 4, sms);       // 1_8
+    test_rows_attention(6, 3, 130, 257, 17, 20, sms, 60); // 2_8
+    test_rows_attention(3, 1, 300, 140, 3, 5, sms);       // 1_16
+    test_rows_attention(8, 1, 512, 70, 3, 4, sms);        // 2_16
+    test_rows_attention(2, 2, 257, 1, 1, 3, sms);         // ctx 1: 1_16, one key
+    checks++;
+    for (size_t i = 0; i < std::size(rows_attn_kernels); ++i)
+        if (!rows_attn_ran[i]) {
+            failures++;
+            printf("FAIL rows: %s never ran\n", rows_attn_kernels[i].name);
+        }
+    checks++;
+    if (!rows_delta_ran[0] || !rows_delta_ran[1] || !rows_delta_ran[2]) {
+        failures++;
+        printf("FAIL rows: a rows_delta_rule variant never ran\n");
+    }
+}
+
 int main(int argc, char** argv) {
     // Optional filter: run only the groups whose name contains argv[1].
     const std::string only = argc > 1 ? argv[1] : "";
@@ -1365,6 +1755,7 @@ int main(int argc, char** argv) {
     if (want("attention")) test_attention();
     if (want("attn_prep")) test_attn_prep();
     if (want("route")) test_route_argmax_elementwise();
+    if (want("rows")) test_rows();
     printf("%d checks, %d failed\n", checks, failures);
     return failures ? 1 : 0;
 }

@@ -2,7 +2,8 @@
 # Run every CUDA kernel on the CPU (dev/cuda/emulate.cpp: one OS thread per CUDA thread, real
 # barriers and warp shuffles, the Rust backend's launch geometry) against double-precision
 # references. No GPU needed; a few minutes on two cores. An argument runs only the groups whose
-# name contains it (matvec, group, moe, norm, conv, delta, attention, attn_prep, route).
+# name contains it (matvec, group, moe, norm, conv, delta, gdn_step, attention, attn_prep, route,
+# rows).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 tmp=$(mktemp -d)

@@ -322,6 +322,14 @@ pub trait Backend: Send + Sync {
     fn step_end(&self, _key: u64, _ok: bool) -> Result<()> {
         Ok(())
     }
+    /// Whether to offer a step of `b` rows of many sequences for recording (`step_begin`): only
+    /// where this backend's row ops (`conv1d_silu_rows` .. `attention_rows`) read the rows from
+    /// `Rows::dev` alone (the host values only for the rules), so that the step is the same ops
+    /// on the same buffers whatever its rows, and where recording costs its products nothing.
+    /// The defaults compose the one-sequence ops at host offsets: never.
+    fn records_rows(&self, _b: usize) -> bool {
+        false
+    }
 
     // ---- plans ----
     /// Run a step's plan. The default runs its ops one by one (the reference); a GPU backend

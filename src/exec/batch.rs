@@ -1,7 +1,11 @@
 //! Decode steps of many sequences at once: one token per row, each row's state in a slot of a
 //! `StatePool`. The weights are read once for all rows, so the products become small GEMMs.
 
-use crate::backend::{Rows, SeqRow, NON_FINITE};
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
+
+use crate::backend::{Rows, SeqRow, StepMode, NON_FINITE};
 use crate::error::{Error, Result};
 
 use super::forward::{Forward, Seqs};
@@ -60,7 +64,12 @@ impl Model {
             return Err(Error::InvalidArgument("empty batch".into()));
         }
         let mut rows = Vec::with_capacity(feed.len());
+        let mut seen = HashSet::with_capacity(feed.len());
         for &(slot, _) in feed {
+            // The row ops refuse this too, but a replayed step runs no op code.
+            if !seen.insert(slot) {
+                return Err(Error::InvalidArgument(format!("slot {slot} appears in two rows")));
+            }
             let pos = pool.pos(slot)?;
             if pos >= pool.n_ctx {
                 return Err(Error::ContextOverflow {
@@ -97,13 +106,36 @@ impl Model {
                 },
             },
         };
-        be.run_plan(&f.step(head)?)?;
+        // Offered for recording where the backend's row ops read the rows on the device: then
+        // the step is the same ops on the same buffers whatever its rows (only `ids` and `rows`
+        // change), named by the pool, the scratch, the batch size and the head.
+        let b = feed.len();
+        let key = be.records_rows(b).then(|| step_key(pool.uid, sc.uid, b, head));
+        let mode = match key {
+            Some(k) => be.step_begin(k)?,
+            None => StepMode::Run,
+        };
+        if mode != StepMode::Replayed {
+            let r = f.step(head).and_then(|p| be.run_plan(&p));
+            if let Some(k) = key {
+                be.step_end(k, r.is_ok())?;
+            }
+            r?;
+        }
         let out = read(be, sc)?;
         for &(slot, _) in feed {
             pool.advance(slot);
         }
         Ok(out)
     }
+}
+
+/// The key of a recorded step of rows: the pool, the scratch, the batch size and the head. A
+/// hash, tagged, so that it cannot meet the one-sequence keys (`Model::run_step`) but by chance.
+fn step_key(pool: u64, scratch: u64, b: usize, head: Head) -> u64 {
+    let mut h = DefaultHasher::new();
+    ("rows step", pool, scratch, b, head as u8).hash(&mut h);
+    h.finish()
 }
 
 fn missing_head() -> Error {

@@ -32,6 +32,8 @@ pub struct StatePool {
     /// Tokens each slot's sequence has processed (= the position of its next token).
     pos: Vec<usize>,
     pub n_ctx: usize,
+    /// Names the pool's buffers in the keys of recorded steps (`super::next_uid`).
+    pub(crate) uid: u64,
 }
 
 impl StatePool {
@@ -85,6 +87,7 @@ impl StatePool {
             layers,
             pos: vec![0; n_slots],
             n_ctx,
+            uid: super::next_uid(),
         })
     }
 

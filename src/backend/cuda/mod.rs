@@ -43,7 +43,8 @@ use std::thread::ThreadId;
 
 use crate::backend::fusion::{self, Fuse};
 use crate::backend::{
-    AttnDims, Backend, BackendOptions, DType, GdnDims, Plan, Pos, Precision, ReadFuture, StepMode, Tensor, WeightData,
+    AttnDims, Backend, BackendOptions, DType, GdnDims, Plan, Pos, Precision, ReadFuture, Rows, StepMode, Tensor,
+    WeightData,
 };
 use crate::error::Result;
 use driver::{cuda_err, Device, Stream};
@@ -455,6 +456,52 @@ impl Backend for CudaBackend {
         out: &Tensor,
     ) -> Result<()> {
         ops::attention::attention(&self.inner, q, k_cache, v_cache, pos, dims, scale, out)
+    }
+    fn records_rows(&self, b: usize) -> bool {
+        // The row ops (ops/rows.rs) read the rows on the device; the products decide.
+        self.inner.policy.record_rows(b)
+    }
+    fn conv1d_silu_rows(&self, x: &Tensor, w: &Tensor, states: &Tensor, rows: Rows, out: &Tensor) -> Result<()> {
+        ops::rows::conv1d_silu(&self.inner, x, w, states, rows, out)
+    }
+    fn delta_rule_rows(
+        &self,
+        u: &Tensor,
+        g: &Tensor,
+        beta: &Tensor,
+        states: &Tensor,
+        out: &Tensor,
+        dims: GdnDims,
+        rows: Rows,
+    ) -> Result<()> {
+        ops::rows::delta_rule(&self.inner, u, g, beta, states, out, dims, rows)
+    }
+    fn rope_neox_rows(&self, x: &Tensor, head_dim: usize, n_rot: usize, theta: f32, rows: Rows) -> Result<()> {
+        ops::rows::rope_neox(&self.inner, x, head_dim, n_rot, theta, rows)
+    }
+    fn kv_store_rows(
+        &self,
+        k: &Tensor,
+        v: &Tensor,
+        k_pool: &Tensor,
+        v_pool: &Tensor,
+        ctx: usize,
+        rows: Rows,
+    ) -> Result<()> {
+        ops::rows::kv_store(&self.inner, k, v, k_pool, v_pool, ctx, rows)
+    }
+    fn attention_rows(
+        &self,
+        q: &Tensor,
+        k_pool: &Tensor,
+        v_pool: &Tensor,
+        ctx: usize,
+        rows: Rows,
+        dims: AttnDims,
+        scale: f32,
+        out: &Tensor,
+    ) -> Result<()> {
+        ops::rows::attention(&self.inner, q, k_pool, v_pool, ctx, rows, dims, scale, out)
     }
     fn moe_route(&self, logits: &Tensor, k: usize, scale: f32, ids: &Tensor, weights: &Tensor) -> Result<()> {
         ops::moe::moe_route(&self.inner, logits, k, scale, ids, weights)

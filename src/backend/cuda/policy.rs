@@ -453,6 +453,15 @@ impl Policy {
         }
     }
 
+    /// Whether a step of `t` rows of many sequences is recorded (its row ops read the rows on
+    /// the device, ops/rows.rs): where recording leaves its products' kernels as they are. Not
+    /// the fast tier's batches of more than `MATVEC_MAX_T` rows, whose tensor-core products do
+    /// not run inside a recorded step (`batch`): f32 tiles instead would cost far more than the
+    /// launches a recording saves.
+    pub fn record_rows(&self, t: usize) -> bool {
+        self.batch(t, true) == self.batch(t, false)
+    }
+
     /// How a decode-shaped kernel over `t` rows of `n` values spreads them: over slices where the
     /// rows are whole slices and, for the kernels whose blocks meet at a grid barrier (`barrier`:
     /// the RMSNorms), the partial sums fit the sync scratch (at most 32 per row, as one warp sums
@@ -918,5 +927,20 @@ mod tests {
         assert_eq!(gemm_activations(Q4K), Some(GemmActivations::F16));
         assert_eq!(gemm_activations(GgmlType::Bf16), Some(GemmActivations::HiLo));
         assert_eq!(gemm_activations(GgmlType::F32), None);
+    }
+
+    #[test]
+    fn steps_of_rows_are_recorded_where_their_products_stay() {
+        let exact = h200(true);
+        let fast = Policy {
+            precision: Precision::Fast,
+            ..exact
+        };
+        for t in [1, 4, 5, 64, 256] {
+            assert!(exact.record_rows(t), "exact t={t}");
+        }
+        assert!(fast.record_rows(4));
+        assert!(!fast.record_rows(5));
+        assert!(!fast.record_rows(256));
     }
 }

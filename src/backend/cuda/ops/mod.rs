@@ -13,6 +13,7 @@ pub(crate) mod matvec_tc;
 pub(crate) mod moe;
 pub(crate) mod mv;
 pub(crate) mod norm;
+pub(crate) mod rows;
 
 use super::driver::cuda_err;
 use super::op::{Args, Op};
