@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Batched decode and serving on the GPU machine (packed by scripts/pack-ab.sh into .gpu-ab/; the base
-# binary is not used). Run there as `bash .gpu-ab/gpu-batch.sh`, carrying .gpu-ab and .gl:
+# Batched decode and serving on the GPU machine. Here: `cargo build --release --features cuda`, then
+# `bash scripts/pack-ab.sh "" device_rows batch` (no base
+# binary); there, carrying .gpu-ab and .gl: `bash scripts/gpu-batch.sh`. It runs:
 #   1. the batch suites on cuda (tests/device_rows.rs, tests/batch.rs) and on wgpu;
 #   2. `rill bench --batch` on the 9B Q4_K_M at B = 1..256 (fast, the default, and exact at B = 64), the
 #      35B-A3B at B = 1 and 64, wgpu at B = 64;

@@ -2,7 +2,8 @@
 # Before/after on the GPU machine: packs the current build (target/release/rill, cuda + wgpu) beside a
 # base rill binary and the named CUDA/wgpu test executables into .gpu-ab/ (stripped, one xz stream).
 # Usage: bash scripts/pack-ab.sh BASE_RILL TEST... ; then a device call carrying .gpu-ab and .gl runs
-# `bash .gpu-ab/gpu-ab.sh cuda` or `bash .gpu-ab/gpu-ab.sh wgpu` (see that script).
+# `bash .gpu-ab/gpu-ab.sh cuda` or `bash .gpu-ab/gpu-ab.sh wgpu` (see that script). With BASE_RILL "" (no
+# base) the bundle serves scripts/gpu-batch.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base=$1; shift
@@ -22,6 +23,7 @@ for l in open('/tmp/ab-tests.json'):
   cp "$exe" /tmp/ab-stage/$t-bin
 done
 strip /tmp/ab-stage/*
+mkdir -p .gpu-ab
 tar -C /tmp/ab-stage -cf - . | xz -9 -T1 > .gpu-ab/bundle.tar.xz
-mkdir -p .gpu-ab; cp scripts/gpu-ab.sh .gpu-ab/; echo "$PWD" > .gpu-ab/manifest_dir
+cp scripts/gpu-ab.sh .gpu-ab/; echo "$PWD" > .gpu-ab/manifest_dir
 ls -la .gpu-ab/
