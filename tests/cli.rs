@@ -404,3 +404,44 @@ fn bench_serve_drives_a_running_server() {
         );
     }
 }
+
+/// `rill serve --kv-mem`: without `--parallel` the slots are what the budget holds (printed at
+/// start); a `--parallel` beyond it, or a budget below one sequence, is one clean error.
+#[test]
+fn serve_sizes_its_slots_from_kv_mem() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    let model = fixture("tiny-dense.Q8_0.gguf");
+    let base = [
+        "serve",
+        "-m",
+        &model,
+        "--backend",
+        "cpu",
+        "--port",
+        "0",
+        "--ctx",
+        "4096",
+    ];
+    // One sequence of the tiny model at 4096 tokens is 17.6 MiB of state.
+    let mut server = Command::new(env!("CARGO_BIN_EXE_rill"))
+        .args([&base[..], &["--kv-mem", "40"]].concat())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start rill serve");
+    let lines: Vec<String> = BufReader::new(server.stderr.take().expect("stderr"))
+        .lines()
+        .map_while(|l| l.ok())
+        .take_while(|l| !l.starts_with("listening on "))
+        .collect();
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(
+        lines.iter().any(|l| l.starts_with("batch: 2 sequences of 4096 tokens")),
+        "{lines:?}"
+    );
+    let out = rill(&[&base[..], &["--kv-mem", "40", "--parallel", "3"]].concat());
+    assert_clean_error(&out, "--kv-mem holds 2 such sequences");
+    let out = rill(&[&base[..], &["--kv-mem", "1"]].concat());
+    assert_clean_error(&out, "--kv-mem holds no sequence");
+}

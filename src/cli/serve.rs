@@ -142,6 +142,10 @@ pub struct ServeArgs {
     /// memory (after --cache-mem) holds fewer.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
     parallel: Option<u32>,
+    /// Memory for the sequences' state (KV rows, conv and delta state), e.g. 20G: without
+    /// --parallel, as many slots as it holds at --ctx; with it, a bound the slots must fit.
+    #[arg(long, value_parser = parse_mem)]
+    kv_mem: Option<u64>,
     /// Answer without a thinking block unless a request asks for one
     /// (`chat_template_kwargs: {"enable_thinking": true}`).
     #[arg(long)]
@@ -190,14 +194,11 @@ pub fn run(a: ServeArgs) -> Result<()> {
     }
     let (engine, tok) = a.engine.engine()?;
     let stats = engine.stats();
-    let parallel = match a.parallel {
-        Some(n) => n as usize,
-        None => {
-            let per_slot = StatePool::bytes_needed(&engine.model().config, 1, stats.n_ctx);
-            let available = engine.model().backend().memory_available();
-            default_slots(DEFAULT_PARALLEL, per_slot, available, stats.cache.budget)
-        }
-    };
+    let per_slot = StatePool::bytes_needed(&engine.model().config, 1, stats.n_ctx);
+    let parallel = slots_for(a.parallel, a.kv_mem, per_slot, stats.n_ctx, || {
+        let available = engine.model().backend().memory_available();
+        default_slots(DEFAULT_PARALLEL, per_slot, available, stats.cache.budget)
+    })?;
     eprintln!(
         "model {} on {} | context {} tokens | prefix cache {} MiB",
         a.engine.model.display(),
@@ -235,9 +236,34 @@ pub fn run(a: ServeArgs) -> Result<()> {
     )
 }
 
+/// The pool's slots from `--parallel` and `--kv-mem` (`per_slot` bytes each at `n_ctx` tokens),
+/// or `default()` without either.
+fn slots_for(
+    parallel: Option<u32>,
+    kv_mem: Option<u64>,
+    per_slot: u64,
+    n_ctx: usize,
+    default: impl FnOnce() -> usize,
+) -> Result<usize> {
+    let fit = kv_mem.map(|m| usize::try_from(m / per_slot.max(1)).unwrap_or(usize::MAX));
+    match (parallel, fit) {
+        (_, Some(0)) => Err(Error::InvalidArgument(format!(
+            "--kv-mem holds no sequence of {n_ctx} tokens ({} MiB each): raise it or lower --ctx",
+            per_slot.div_ceil(1 << 20)
+        ))),
+        (Some(n), Some(fit)) if n as usize > fit => Err(Error::InvalidArgument(format!(
+            "--parallel {n} needs {} MiB of sequence state ({n_ctx} tokens each); --kv-mem holds {fit} such sequences",
+            (per_slot.saturating_mul(u64::from(n))).div_ceil(1 << 20)
+        ))),
+        (Some(n), _) => Ok(n as usize),
+        (None, Some(fit)) => Ok(fit),
+        (None, None) => Ok(default()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse_mem;
+    use super::{parse_mem, slots_for};
 
     #[test]
     fn memory_sizes() {
@@ -249,5 +275,17 @@ mod tests {
         assert!(parse_mem("5X").is_err());
         assert!(parse_mem("lots").is_err());
         assert!(parse_mem("1e30T").is_err());
+    }
+
+    #[test]
+    fn kv_mem_sizes_or_bounds_the_slots() {
+        let mib = 1u64 << 20;
+        let never = || -> usize { panic!("no default when a flag decides") };
+        assert_eq!(slots_for(None, Some(100 * mib), 30 * mib, 4096, never).ok(), Some(3));
+        assert_eq!(slots_for(Some(2), Some(100 * mib), 30 * mib, 4096, never).ok(), Some(2));
+        assert!(slots_for(Some(4), Some(100 * mib), 30 * mib, 4096, never).is_err());
+        assert!(slots_for(None, Some(10 * mib), 30 * mib, 4096, never).is_err());
+        assert_eq!(slots_for(Some(5), None, 30 * mib, 4096, never).ok(), Some(5));
+        assert_eq!(slots_for(None, None, 30 * mib, 4096, || 8).ok(), Some(8));
     }
 }
