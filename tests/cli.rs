@@ -141,6 +141,8 @@ fn info_reports_arch_and_type_mix() {
         "F32",
         "tensors:",
         "8 (6 Gated DeltaNet, 2 gated attention)",
+        // 6 x (3 x 1024 conv + 4 x 128 x 128 delta) + 2 x (2 x 4096 x 256) KV floats, 4 bytes each.
+        "state:        17.57 MiB a sequence at 4096 tokens",
     ] {
         assert!(s.contains(needle), "'{needle}' missing from:\n{s}");
     }

@@ -8,6 +8,7 @@ use clap::Args;
 
 use super::common;
 use crate::error::Result;
+use crate::exec::StatePool;
 use crate::gguf::GgufFile;
 use crate::model::Config;
 
@@ -112,5 +113,14 @@ fn print_config(o: &mut String, c: &Config) -> Result<()> {
         None => writeln!(o, "ffn:          dense SwiGLU {}", c.n_ff)?,
     }
     writeln!(o, "rms eps:      {:e}", c.eps)?;
+    // What one sequence holds (f32 KV rows of the attention layers, conv and delta state of the
+    // others): what `rill serve --parallel` / `--kv-mem` and a session's context cost.
+    let per_seq = |n_ctx: usize| human_bytes(StatePool::bytes_needed(c, 1, n_ctx));
+    writeln!(
+        o,
+        "state:        {} a sequence at 4096 tokens, {} at 32768",
+        per_seq(4096),
+        per_seq(32768)
+    )?;
     Ok(())
 }
