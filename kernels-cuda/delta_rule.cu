@@ -15,6 +15,7 @@
 // The same kernel serves prefill (T tokens in sequence, state kept in registers); the chunked
 // tensor-core algorithm replaces it there later (delta_chunked*.cu).
 #include "common.cuh"
+#include "delta_token.cuh"
 
 // Slots: p0 u [T, conv_dim] (q | k | v, q/k already normalised and q scaled), p1 g [T, Hv],
 // p2 beta [T, Hv], p3 state [Hv, dv, dk], p4 out [T, Hv*dv]; n0 T, n1 hk, n2 hv, n3 dk, n4 dv.
@@ -49,24 +50,7 @@ __device__ __forceinline__ void delta_rule(const Args& a) {
         const float v = ut[2 * kd + j * dv + c];
         const float decay = expf(g[(size_t)t * hv + j]);
         const float b = beta[(size_t)t * hv + j];
-        float kr[DR_MAXC], qr[DR_MAXC];
-        float kv = 0.0f;
-#pragma unroll
-        for (int m = 0; m < DR_MAXC; ++m) {
-            const int i = lane + 32 * m;
-            kr[m] = i < dk ? k[i] : 0.0f;
-            qr[m] = i < dk ? q[i] : 0.0f;
-            kv = fmaf(M[m], kr[m], kv);
-        }
-        const float pred = decay * warp_sum(kv);
-        const float delta = b * (v - pred);
-        float o = 0.0f;
-#pragma unroll
-        for (int m = 0; m < DR_MAXC; ++m) {
-            M[m] = decay * M[m] + delta * kr[m];
-            o = fmaf(M[m], qr[m], o);
-        }
-        o = warp_sum(o);
+        const float o = delta_token<DR_MAXC>(M, q, k, v, decay, b, dk, lane);
         if (lane == 0) out[(size_t)t * hv * dv + (size_t)j * dv + c] = o;
     }
 #pragma unroll

@@ -6,6 +6,7 @@
 // B and the pool's shapes. The arithmetic of each row is that of the one-sequence kernel it
 // follows (conv.cu, delta_rule.cu, attention.cu), so a row equals its sequence run alone.
 #include "common.cuh"
+#include "delta_token.cuh"
 
 // Row b's slot and position.
 __device__ __forceinline__ uint32_t row_slot(const uint32_t* rows, int b) { return rows[2 * b]; }
@@ -69,25 +70,13 @@ __device__ __forceinline__ void rows_delta_rule(const Args& a) {
     const float decay = expf(g[(size_t)b * hv + j]);
     const float bt = beta[(size_t)b * hv + j];
 
-    float M[DR_MAXC], kr[DR_MAXC], qr[DR_MAXC];
-    float kv = 0.0f;
+    float M[DR_MAXC];
 #pragma unroll
     for (int m = 0; m < DR_MAXC; ++m) {
         const int i = lane + 32 * m;
         M[m] = i < dk ? row[i] : 0.0f;
-        kr[m] = i < dk ? k[i] : 0.0f;
-        qr[m] = i < dk ? q[i] : 0.0f;
-        kv = fmaf(M[m], kr[m], kv);
     }
-    const float pred = decay * warp_sum(kv);
-    const float delta = bt * (v - pred);
-    float o = 0.0f;
-#pragma unroll
-    for (int m = 0; m < DR_MAXC; ++m) {
-        M[m] = decay * M[m] + delta * kr[m];
-        o = fmaf(M[m], qr[m], o);
-    }
-    o = warp_sum(o);
+    const float o = delta_token<DR_MAXC>(M, q, k, v, decay, bt, dk, lane);
     if (lane == 0) out[(size_t)b * hv * dv + (size_t)j * dv + c] = o;
 #pragma unroll
     for (int m = 0; m < DR_MAXC; ++m) {
